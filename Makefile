@@ -1,0 +1,112 @@
+# baton: one non-recursive Makefile.
+#
+#   make                 lib/libbaton.a, server/batond, client/baton
+#   make run             start batond on its embedded default (./data/baton.db)
+#   make test            unit tests (cmocka) and HTTP tests against the real batond
+#   make SAN=address,undefined test     the same under ASan+UBSan (objects in build/SAN/)
+#   make SAN=thread test                the same under TSan
+#
+# Every target first makes sure the Debian packages it needs are installed
+# (scripts/install-deps.sh, apt-get as root or through sudo).
+
+PREFIX  ?= /usr/local
+DESTDIR ?=
+CC      ?= cc
+SAN     ?=
+PKGS     = libmicrohttpd jansson sqlite3 libcurl
+
+ifeq ($(SAN),)
+BUILD   := build/default
+OUT     :=
+else
+BUILD   := build/$(SAN)
+OUT     := $(BUILD)/
+endif
+
+# Recursively expanded on purpose: pkg-config runs only after the deps stamp exists.
+PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS))
+PKG_LIBS   = $(shell pkg-config --libs $(PKGS))
+CMOCKA_LIBS = $(shell pkg-config --libs cmocka)
+
+WARN     = -Wall -Wextra -Werror -Wformat=2 -Wshadow -Wstrict-prototypes -Wno-unused-parameter
+OPT     ?= -O2
+SANFLAGS = $(if $(SAN),-fsanitize=$(SAN) -fno-omit-frame-pointer,)
+ALL_CFLAGS  = -std=c11 -D_GNU_SOURCE $(WARN) $(OPT) -g -MMD -MP $(SANFLAGS) -Ilib $(PKG_CFLAGS) $(CFLAGS)
+ALL_LDFLAGS = $(SANFLAGS) $(LDFLAGS)
+LIBS_ALL    = $(PKG_LIBS) -lpthread -lm
+
+LIB_SRC    := $(wildcard lib/*.c)
+SERVER_SRC := $(wildcard server/*.c)
+CLIENT_SRC := $(wildcard client/*.c)
+UNIT_SRC   := $(wildcard tests/unit/test_*.c)
+HTTP_SRC   := $(wildcard tests/http/test_*.c)
+HARNESS_SRC := $(wildcard tests/harness/*.c)
+
+obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
+
+LIBBATON := $(OUT)lib/libbaton.a
+BATOND   := $(OUT)server/batond
+CLIENT   := $(OUT)client/baton
+UNIT_BIN := $(patsubst tests/unit/%.c,$(BUILD)/tests/unit/%,$(UNIT_SRC))
+HTTP_BIN := $(patsubst tests/http/%.c,$(BUILD)/tests/http/%,$(HTTP_SRC))
+DEPS_STAMP := build/.deps-ok
+
+.PHONY: all run test check unit-test http-test demo demo-crash install clean format format-check deps
+all: $(LIBBATON) $(BATOND) $(CLIENT)
+
+deps: $(DEPS_STAMP)
+$(DEPS_STAMP): scripts/install-deps.sh
+	@sh scripts/install-deps.sh
+	@mkdir -p $(@D) && touch $@
+
+$(BUILD)/obj/%.o: %.c | $(DEPS_STAMP)
+	@mkdir -p $(@D)
+	$(CC) $(ALL_CFLAGS) -c $< -o $@
+
+$(LIBBATON): $(call obj,$(LIB_SRC))
+	@mkdir -p $(@D)
+	rm -f $@ && ar rcs $@ $^
+
+$(BATOND): $(call obj,$(SERVER_SRC)) $(LIBBATON)
+	@mkdir -p $(@D)
+	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(LIBS_ALL)
+
+$(CLIENT): $(call obj,$(CLIENT_SRC)) $(LIBBATON)
+	@mkdir -p $(@D)
+	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(LIBS_ALL)
+
+$(BUILD)/tests/unit/%: $(BUILD)/obj/tests/unit/%.o $(LIBBATON)
+	@mkdir -p $(@D)
+	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(LIBS_ALL) $(CMOCKA_LIBS)
+
+$(BUILD)/tests/http/%: $(BUILD)/obj/tests/http/%.o $(call obj,$(HARNESS_SRC)) $(LIBBATON)
+	@mkdir -p $(@D)
+	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(LIBS_ALL) $(CMOCKA_LIBS)
+
+run: $(BATOND)
+	./$(BATOND)
+
+test: all $(UNIT_BIN) $(HTTP_BIN)
+	@BATOND=$(abspath $(BATOND)) BATON_CLIENT=$(abspath $(CLIENT)) \
+	  sh scripts/run-tests.sh $(UNIT_BIN) $(HTTP_BIN)
+check: test
+
+demo: all
+	@sh scripts/demo.sh $(BATOND) $(CLIENT)
+demo-crash: all
+	@sh scripts/demo.sh $(BATOND) $(CLIENT) --crash
+
+install: all
+	install -d $(DESTDIR)$(PREFIX)/bin
+	install -m 755 $(BATOND) $(CLIENT) $(DESTDIR)$(PREFIX)/bin/
+
+FORMAT_SRC = $(wildcard lib/*.[ch] server/*.[ch] client/*.[ch] tests/*/*.[ch] bench/*.c)
+format:
+	clang-format -i $(FORMAT_SRC)
+format-check:
+	clang-format --dry-run --Werror $(FORMAT_SRC)
+
+clean:
+	rm -rf build lib/libbaton.a server/batond client/baton
+
+-include $(shell find build -name '*.d' 2>/dev/null)

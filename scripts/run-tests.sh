@@ -1,0 +1,25 @@
+#!/bin/sh
+# Runs each test binary given on the command line (cmocka suites), prints their
+# output, and closes with one line: "N passed, N failed".
+# A binary that crashes or exits non-zero without a cmocka summary counts as one failure.
+set -u
+passed=0
+failed=0
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+for t in "$@"; do
+	echo "== $t"
+	"$t" >"$log" 2>&1
+	rc=$?
+	cat "$log"
+	p=$(sed -n 's/^\[  PASSED  \] \([0-9]*\) test.*/\1/p' "$log" | tail -n 1)
+	f=$(sed -n 's/^\[  FAILED  \] \([0-9]*\) test.*/\1/p' "$log" | tail -n 1)
+	passed=$((passed + ${p:-0}))
+	failed=$((failed + ${f:-0}))
+	if [ "$rc" -ne 0 ] && [ "${f:-0}" -eq 0 ]; then
+		echo "$t: exited with status $rc"
+		failed=$((failed + 1))
+	fi
+done
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]
