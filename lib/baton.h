@@ -1,0 +1,132 @@
+/*
+ * baton.h - the engine of baton: durable, serialized workflows checkpointed in SQLite.
+ *
+ * This header is the library's whole public interface and its manual. The library
+ * knows nothing of HTTP; the daemon batond (server/) and the tests drive it.
+ *
+ * A workflow is a resource name and an ordered list of workers. The engine runs one
+ * step per worker, in order; each step holds the named resource exclusively while it
+ * runs (one holder per resource across all workflows, granted in FIFO order with a
+ * strictly increasing fencing token). Every state change is committed to SQLite before
+ * anything that depends on it happens, so a process killed at any instant resumes from
+ * its last checkpoint: finished steps never run again.
+ *
+ * Threads. A baton_engine owns one engine thread (the only writer of the database),
+ * a pool of step threads, and a pool of read-only database connections. Every function
+ * below may be called from any thread at the same time, unless it says otherwise.
+ *
+ * JSON. Values are jansson json_t. "New reference" means the caller owns the result and
+ * must json_decref it; "borrowed" means it must not.
+ */
+#ifndef BATON_H
+#define BATON_H
+
+#include <jansson.h>
+#include <stdint.h>
+
+#define BATON_VERSION "0.1.0"
+
+/* Result codes of every fallible call. Values never change meaning once published. */
+enum baton_code {
+	BATON_OK = 0,
+	BATON_EINVAL = 1,       /* the input is invalid: the caller must change it */
+	BATON_ENOTFOUND = 2,    /* no such workflow or resource */
+	BATON_ECONFLICT = 3,    /* conflicts with the current state (id reuse, finished) */
+	BATON_EBUSY = 4,        /* temporarily unable (storage failing, shutting down) */
+	BATON_EIO = 5,          /* the storage failed */
+	BATON_ECORRUPT = 6,     /* the database is not a baton database or is damaged */
+	BATON_EINTERNAL = 7,    /* out of memory or another internal failure */
+	BATON_ETOOLARGE = 8,    /* the input is larger than the engine accepts */
+};
+
+/* Detail of a failed call, owned by the caller (as jansson's json_error_t). */
+typedef struct baton_error {
+	int code;
+	char msg[512];
+} baton_error;
+
+/* Returns a static, constant name for a code ("invalid", "not found", ...). */
+const char *baton_code_name(int code);
+
+/* Log levels, in increasing order of severity. */
+enum baton_log_level {
+	BATON_LOG_DEBUG = 0,
+	BATON_LOG_INFO = 1,
+	BATON_LOG_WARN = 2,
+	BATON_LOG_ERROR = 3,
+};
+
+/*
+ * The library never prints: it hands each log line to this callback, which may be
+ * called from any of the engine's threads at once. `workflow_id` is the workflow the
+ * line is about, or NULL. `msg` is borrowed for the duration of the call.
+ */
+typedef void (*baton_log_fn)(void *ud, int level, const char *workflow_id, const char *msg);
+
+typedef struct baton_engine baton_engine;
+
+typedef struct baton_engine_config {
+	const char *db_path;    /* SQLite file; its directory must exist */
+	int threads;            /* steps running at once, >= 1 */
+	int readers;            /* read-only connections for queries, >= 1 */
+	baton_log_fn log;       /* may be NULL: no logging */
+	void *log_ud;
+	int log_level;          /* lines below this level are not even formatted */
+} baton_engine_config;
+
+/*
+ * Opens (creating or migrating) the database, loads every unfinished workflow and
+ * resumes it: steps that were running when the process stopped run again as a new
+ * attempt, retry waits are honoured from their persisted time. On success *out is a
+ * new engine, to be closed with baton_engine_close.
+ */
+int baton_engine_open(const baton_engine_config *cfg, baton_engine **out, baton_error *err);
+
+/*
+ * Stops the engine: no new step starts, running steps get up to `timeout_ms` to finish
+ * and be checkpointed; steps still running then are abandoned and run again after the
+ * next open, as after a crash. Closes the database. Accepts NULL. Call from one thread,
+ * once, after every other call has returned.
+ */
+void baton_engine_close(baton_engine *e, int64_t timeout_ms);
+
+/*
+ * Validates a workflow request (the JSON body of POST /workflows, borrowed) and, when it
+ * is new, persists it durably before returning. On success *workflow is a new reference
+ * to the workflow as baton_engine_get returns it, and *created is 1 for a new workflow,
+ * 0 when the same id was already stored with the same definition. Errors: BATON_EINVAL
+ * (err->msg names the offending field), BATON_ECONFLICT (id stored with another
+ * definition), BATON_EBUSY (the storage is failing or the engine is stopping).
+ */
+int baton_engine_submit(baton_engine *e, const json_t *request, json_t **workflow, int *created,
+			baton_error *err);
+
+/* The committed state of workflow `id`, with its steps; *out is a new reference. */
+int baton_engine_get(baton_engine *e, const char *id, json_t **out, baton_error *err);
+
+/* Filters of baton_engine_list; NULL or 0 fields do not filter. */
+typedef struct baton_list_query {
+	const char *status;
+	const char *resource;
+	int limit;              /* 1..1000, 0 means 50 */
+	const char *cursor;     /* next_cursor of a previous page, or NULL */
+} baton_list_query;
+
+/* Workflows, newest first: {"workflows": [...], "next_cursor"}; *out is a new reference. */
+int baton_engine_list(baton_engine *e, const baton_list_query *q, json_t **out, baton_error *err);
+
+/* Events of workflow `id` with seq > after: {"workflow_id", "events": [...]}. New reference. */
+int baton_engine_events(baton_engine *e, const char *id, int64_t after, json_t **out,
+			baton_error *err);
+
+/*
+ * Cancels workflow `id` (see the API reference for the exact semantics) and returns its
+ * state once the cancellation is committed. BATON_ECONFLICT when it already finished.
+ */
+int baton_engine_cancel(baton_engine *e, const char *id, json_t **out, baton_error *err);
+
+/* {"resources": [...]} or one resource's holder, waiters and totals. New references. */
+int baton_engine_resources(baton_engine *e, json_t **out, baton_error *err);
+int baton_engine_resource(baton_engine *e, const char *name, json_t **out, baton_error *err);
+
+#endif

@@ -1,0 +1,332 @@
+/*
+ * codec.c - JSON in and out: every rule a workflow request must meet, and the rendering
+ * of workflows and steps for the API. Error messages name the offending field with a
+ * JSON-path-like prefix ("workers[2].work_ms: ...") so that a client can fix its request.
+ */
+#include "internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* Defaults of a workflow's retry policy: the first retry comes after 2 s. */
+static const retry_policy default_retry = {
+	.max_attempts = 10,
+	.initial_delay_ms = 1000,
+	.backoff = 2.0,
+	.max_delay_ms = 30000,
+};
+
+#define MAX_WORK_MS 3600000
+#define MAX_FAIL_ATTEMPTS 1000
+#define MAX_ATTEMPTS 1000
+#define MAX_DELAY_MS 86400000
+
+int valid_name(const char *s)
+{
+	size_t n = strlen(s);
+	if (n == 0 || n > MAX_NAME)
+		return 0;
+	for (; *s; s++) {
+		char c = *s;
+		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+		      c == '.' || c == '_' || c == ':' || c == '-'))
+			return 0;
+	}
+	return 1;
+}
+
+/* jansson guarantees valid UTF-8; this rejects control characters (C0, DEL and C1). */
+static int valid_worker_name(const char *s, size_t n)
+{
+	if (n == 0 || n > MAX_NAME)
+		return 0;
+	for (size_t i = 0; i < n; i++) {
+		unsigned char c = (unsigned char)s[i];
+		if (c < 0x20 || c == 0x7f)
+			return 0;
+		if (c == 0xc2 && i + 1 < n && (unsigned char)s[i + 1] >= 0x80 &&
+		    (unsigned char)s[i + 1] <= 0x9f)
+			return 0;
+	}
+	return 1;
+}
+
+static int only_fields(const json_t *obj, const char *const *allowed, const char *where,
+		       baton_error *err)
+{
+	const char *key;
+	json_t *v;
+	json_object_foreach((json_t *)obj, key, v) {
+		int ok = 0;
+		for (const char *const *a = allowed; *a; a++)
+			ok |= strcmp(key, *a) == 0;
+		if (!ok)
+			return err_set(err, BATON_EINVAL, "%sunknown field \"%.64s\"", where, key);
+	}
+	return BATON_OK;
+}
+
+/* An optional integer field within [lo, hi]; *out keeps its default when absent. */
+static int int_field(const json_t *obj, const char *key, json_int_t lo, json_int_t hi,
+		     int64_t *out, const char *where, baton_error *err)
+{
+	json_t *v = json_object_get(obj, key);
+	if (!v)
+		return BATON_OK;
+	if (!json_is_integer(v))
+		return err_set(err, BATON_EINVAL, "%s%s: must be an integer", where, key);
+	json_int_t i = json_integer_value(v);
+	if (i < lo || i > hi)
+		return err_set(err, BATON_EINVAL, "%s%s: must be between %lld and %lld", where, key,
+			       (long long)lo, (long long)hi);
+	*out = i;
+	return BATON_OK;
+}
+
+static int parse_retry(const json_t *r, retry_policy *p, baton_error *err)
+{
+	static const char *const fields[] = {"max_attempts", "initial_delay_ms", "backoff",
+					     "max_delay_ms", NULL};
+	*p = default_retry;
+	if (!r)
+		return BATON_OK;
+	if (!json_is_object(r))
+		return err_set(err, BATON_EINVAL, "retry: must be an object");
+	int64_t max_attempts = p->max_attempts;
+	int rc;
+	if ((rc = only_fields(r, fields, "retry: ", err)) ||
+	    (rc = int_field(r, "max_attempts", 1, MAX_ATTEMPTS, &max_attempts, "retry.", err)) ||
+	    (rc = int_field(r, "initial_delay_ms", 0, MAX_DELAY_MS, &p->initial_delay_ms, "retry.",
+			    err)) ||
+	    (rc = int_field(r, "max_delay_ms", 0, MAX_DELAY_MS, &p->max_delay_ms, "retry.", err)))
+		return rc;
+	p->max_attempts = (int)max_attempts;
+	json_t *b = json_object_get(r, "backoff");
+	if (b) {
+		if (!json_is_number(b))
+			return err_set(err, BATON_EINVAL, "retry.backoff: must be a number");
+		double d = json_number_value(b);
+		if (!(d >= 1.0 && d <= 100.0))
+			return err_set(err, BATON_EINVAL,
+				       "retry.backoff: must be between 1.0 and 100.0");
+		p->backoff = d;
+	}
+	return BATON_OK;
+}
+
+json_t *codec_params_defaults(const char *name)
+{
+	return json_pack("{s:s, s:I, s:I}", "name", name, "work_ms",
+			 (json_int_t)(100 + fnv1a(name) % 100), "fail_attempts", (json_int_t)0);
+}
+
+/* One entry of "workers": a name, or an object; returns a new normalized object. */
+static int parse_worker(const json_t *w, size_t i, json_t **out, baton_error *err)
+{
+	static const char *const fields[] = {"name", "work_ms", "fail_attempts", NULL};
+	char where[48];
+	snprintf(where, sizeof where, "workers[%zu]", i);
+	const json_t *name = json_is_object(w) ? json_object_get(w, "name") : w;
+	if (!json_is_object(w) && !json_is_string(w))
+		return err_set(err, BATON_EINVAL, "%s: must be a name or an object", where);
+	if (!name)
+		return err_set(err, BATON_EINVAL, "%s.name: is required", where);
+	if (!json_is_string(name))
+		return err_set(err, BATON_EINVAL, "%s.name: must be a string", where);
+	if (!valid_worker_name(json_string_value(name), json_string_length(name)))
+		return err_set(err, BATON_EINVAL,
+			       "%s.name: must be 1-128 bytes of printable UTF-8", where);
+	if (strlen(json_string_value(name)) != json_string_length(name))
+		return err_set(err, BATON_EINVAL, "%s.name: must not contain NUL", where);
+	json_t *p = codec_params_defaults(json_string_value(name));
+	if (json_is_object(w)) {
+		int64_t work = json_integer_value(json_object_get(p, "work_ms")), fail = 0;
+		char at[64];
+		snprintf(at, sizeof at, "%s.", where);
+		int rc;
+		if ((rc = only_fields(w, fields, at, err)) ||
+		    (rc = int_field(w, "work_ms", 0, MAX_WORK_MS, &work, at, err)) ||
+		    (rc = int_field(w, "fail_attempts", 0, MAX_FAIL_ATTEMPTS, &fail, at, err))) {
+			json_decref(p);
+			return rc;
+		}
+		json_object_set_new(p, "work_ms", json_integer(work));
+		json_object_set_new(p, "fail_attempts", json_integer(fail));
+	}
+	*out = p;
+	return BATON_OK;
+}
+
+static int parse_workers(const json_t *ws, wf_row *wf, json_t *norm, baton_error *err)
+{
+	if (!ws)
+		return err_set(err, BATON_EINVAL, "workers: is required");
+	if (!json_is_array(ws))
+		return err_set(err, BATON_EINVAL, "workers: must be an array");
+	size_t n = json_array_size(ws);
+	if (n == 0 || n > MAX_WORKERS)
+		return err_set(err, BATON_EINVAL, "workers: must hold 1 to %d workers", MAX_WORKERS);
+	wf->steps = xcalloc(n, sizeof *wf->steps);
+	strmap *seen = strmap_new();
+	int rc = BATON_OK;
+	for (size_t i = 0; i < n && rc == BATON_OK; i++) {
+		json_t *p = NULL;
+		if ((rc = parse_worker(json_array_get(ws, i), i, &p, err)))
+			break;
+		step_row *st = &wf->steps[i];
+		st->index = (int)i;
+		st->worker = xstrdup(json_string_value(json_object_get(p, "name")));
+		st->params = p;
+		st->duration_ms = -1;
+		wf->steps_total = (int)i + 1;
+		json_array_append(norm, p);
+		if (strmap_get(seen, st->worker))
+			rc = err_set(err, BATON_EINVAL, "workers[%zu]: duplicate worker name \"%.128s\"",
+				     i, st->worker);
+		strmap_put(seen, st->worker, st);
+	}
+	strmap_free(seen);
+	return rc;
+}
+
+static int parse_on_failure(const json_t *v, int *out, baton_error *err)
+{
+	*out = ON_FAILURE_FAIL;
+	if (!v)
+		return BATON_OK;
+	const char *s = json_string_value(v);
+	if (s && strcmp(s, "fail") == 0)
+		return BATON_OK;
+	if (s && strcmp(s, "continue") == 0) {
+		*out = ON_FAILURE_CONTINUE;
+		return BATON_OK;
+	}
+	return err_set(err, BATON_EINVAL, "on_failure: must be \"fail\" or \"continue\"");
+}
+
+static int parse_name_field(const json_t *req, const char *key, int required, char **out,
+			    baton_error *err)
+{
+	json_t *v = json_object_get(req, key);
+	if (!v)
+		return required ? err_set(err, BATON_EINVAL, "%s: is required", key) : BATON_OK;
+	if (!json_is_string(v))
+		return err_set(err, BATON_EINVAL, "%s: must be a string", key);
+	if (strlen(json_string_value(v)) != json_string_length(v) ||
+	    !valid_name(json_string_value(v)))
+		return err_set(err, BATON_EINVAL, "%s: must be 1-128 characters of [A-Za-z0-9._:-]",
+			       key);
+	*out = xstrdup(json_string_value(v));
+	return BATON_OK;
+}
+
+static json_t *retry_json(const retry_policy *p)
+{
+	return json_pack("{s:i, s:I, s:f, s:I}", "max_attempts", p->max_attempts,
+			 "initial_delay_ms", (json_int_t)p->initial_delay_ms, "backoff", p->backoff,
+			 "max_delay_ms", (json_int_t)p->max_delay_ms);
+}
+
+int codec_parse_request(const json_t *req, wf_row *wf, baton_error *err)
+{
+	static const char *const fields[] = {"id", "resource", "workers", "retry", "on_failure",
+					     NULL};
+	if (!json_is_object(req))
+		return err_set(err, BATON_EINVAL, "the body must be a JSON object");
+	int rc;
+	if ((rc = only_fields(req, fields, "", err)) ||
+	    (rc = parse_name_field(req, "id", 0, &wf->id, err)) ||
+	    (rc = parse_name_field(req, "resource", 1, &wf->resource, err)) ||
+	    (rc = parse_retry(json_object_get(req, "retry"), &wf->retry, err)) ||
+	    (rc = parse_on_failure(json_object_get(req, "on_failure"), &wf->on_failure, err)))
+		return rc;
+	json_t *norm_workers = json_array();
+	rc = parse_workers(json_object_get(req, "workers"), wf, norm_workers, err);
+	if (rc) {
+		json_decref(norm_workers);
+		return rc;
+	}
+	json_t *norm = json_pack("{s:s, s:o, s:o, s:s}", "resource", wf->resource, "workers",
+				 norm_workers, "retry", retry_json(&wf->retry), "on_failure",
+				 wf->on_failure == ON_FAILURE_CONTINUE ? "continue" : "fail");
+	wf->definition = json_dumps(norm, JSON_COMPACT | JSON_SORT_KEYS);
+	json_decref(norm);
+	if (!wf->definition)
+		return err_set(err, BATON_EINTERNAL, "out of memory");
+	return BATON_OK;
+}
+
+/* Reads retry policy and on_failure back from a stored definition. */
+int codec_parse_definition(const char *definition, wf_row *wf)
+{
+	json_t *d = json_loads(definition, 0, NULL);
+	if (!d)
+		return BATON_ECORRUPT;
+	int rc = parse_retry(json_object_get(d, "retry"), &wf->retry, NULL) ||
+		 parse_on_failure(json_object_get(d, "on_failure"), &wf->on_failure, NULL);
+	json_decref(d);
+	return rc ? BATON_ECORRUPT : BATON_OK;
+}
+
+static json_t *nullable_string(const char *s)
+{
+	return s ? json_string(s) : json_null();
+}
+
+static json_t *nullable_int(int64_t v, int is_set)
+{
+	return is_set ? json_integer(v) : json_null();
+}
+
+json_t *codec_step(const step_row *st)
+{
+	json_t *o = json_pack("{s:i, s:s}", "index", st->index, "worker", st->worker);
+	const char *key;
+	json_t *v;
+	json_object_foreach(st->params, key, v) {
+		if (strcmp(key, "name") != 0)
+			json_object_set(o, key, v);
+	}
+	int waiting = st->status == ST_WAITING;
+	json_object_set_new(o, "status", json_string(step_status_name(st->status)));
+	json_object_set_new(o, "attempts", json_integer(st->attempts));
+	json_object_set_new(o, "fencing_token", nullable_int(st->token, st->token > 0));
+	json_object_set_new(o, "queue_position",
+			    nullable_int(st->queue_position, waiting && st->queue_position > 0));
+	json_object_set_new(o, "waiting_since", time_json(waiting ? st->requested_at : 0));
+	json_object_set_new(o, "started_at", time_json(st->started_at));
+	json_object_set_new(o, "finished_at", time_json(st->finished_at));
+	json_object_set_new(o, "duration_ms", nullable_int(st->duration_ms, st->duration_ms >= 0));
+	json_object_set_new(o, "next_attempt_at", time_json(st->next_attempt_at));
+	json_object_set_new(o, "error", nullable_string(st->error));
+	json_object_set_new(o, "result", st->result ? json_incref(st->result) : json_null());
+	return o;
+}
+
+json_t *codec_workflow_summary(const wf_row *wf)
+{
+	json_t *o = json_pack("{s:s, s:s, s:s}", "id", wf->id, "resource", wf->resource, "status",
+			      wf_status_name(wf->status));
+	json_object_set_new(o, "created_at", time_json(wf->created_at));
+	json_object_set_new(o, "started_at", time_json(wf->started_at));
+	json_object_set_new(o, "finished_at", time_json(wf->finished_at));
+	json_object_set_new(o, "steps_total", json_integer(wf->steps_total));
+	json_object_set_new(o, "steps_completed", json_integer(wf->steps_completed));
+	return o;
+}
+
+json_t *codec_workflow(const wf_row *wf)
+{
+	json_t *o = codec_workflow_summary(wf);
+	json_object_set_new(o, "cancel_requested", json_boolean(wf->cancel_requested));
+	json_object_set_new(o, "retry", retry_json(&wf->retry));
+	json_object_set_new(o, "on_failure",
+			    json_string(wf->on_failure == ON_FAILURE_CONTINUE ? "continue" : "fail"));
+	json_t *steps = json_array();
+	for (int i = 0; i < wf->steps_total; i++)
+		json_array_append_new(steps, codec_step(&wf->steps[i]));
+	json_object_set_new(o, "steps", steps);
+	json_object_set_new(o, "result", wf->result ? json_incref(wf->result) : json_null());
+	json_object_set_new(o, "error", nullable_string(wf->error));
+	return o;
+}

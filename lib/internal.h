@@ -1,0 +1,291 @@
+/*
+ * internal.h - what the files of lib/ share and nobody else sees.
+ *
+ * The rows below are the engine's in-memory state and, field for field, what store.c
+ * persists: the engine mutates them on its own thread, store.c writes them in the next
+ * group commit, and read queries rebuild the same rows from the database to render JSON.
+ * Times are milliseconds since the Unix epoch; 0 means "not set".
+ */
+#ifndef BATON_INTERNAL_H
+#define BATON_INTERNAL_H
+
+#include "baton.h"
+
+#include <pthread.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+enum wf_status { WF_PENDING, WF_RUNNING, WF_COMPLETED, WF_FAILED, WF_CANCELLED, WF_NSTATUS };
+enum step_status {
+	ST_PENDING,   /* not reached yet */
+	ST_WAITING,   /* queued for the resource */
+	ST_RUNNING,   /* holds the resource, its attempt is executing */
+	ST_RETRYING,  /* failed, waits for next_attempt_at */
+	ST_COMPLETED,
+	ST_FAILED,
+	ST_CANCELLED,
+	ST_NSTATUS
+};
+enum on_failure { ON_FAILURE_FAIL, ON_FAILURE_CONTINUE };
+
+#define MAX_WORKERS 10000
+#define MAX_NAME 128
+
+const char *wf_status_name(int s);
+int wf_status_parse(const char *s); /* -1 when unknown */
+const char *step_status_name(int s);
+int step_status_parse(const char *s);
+
+typedef struct retry_policy {
+	int max_attempts;
+	int64_t initial_delay_ms;
+	double backoff;
+	int64_t max_delay_ms;
+} retry_policy;
+
+typedef struct step_row {
+	int index;
+	char *worker;
+	json_t *params; /* normalized worker object: {"name", "work_ms", "fail_attempts"} */
+	int status;
+	int attempts;
+	int64_t lock_seq; /* FIFO order of the current lock request */
+	int64_t requested_at;
+	int64_t token;    /* fencing token of the latest grant, 0 = none */
+	int64_t started_at, finished_at;
+	int64_t duration_ms; /* -1 = none */
+	int64_t next_attempt_at;
+	char *error;
+	json_t *result;
+	int queue_position; /* reads only: 1 = next to be granted, 0 = not waiting */
+	unsigned dirty : 1;
+} step_row;
+
+typedef struct wf_row {
+	int64_t seq; /* insertion order */
+	char *id;
+	char *resource;
+	char *definition; /* normalized request, compared on re-POST */
+	int status;
+	int cancel_requested;
+	int64_t created_at, started_at, finished_at;
+	int steps_total, steps_completed;
+	json_t *result;
+	char *error;
+	retry_policy retry;
+	int on_failure;
+	step_row *steps;
+	/* engine-only */
+	int cur;       /* index of the step in progress, steps_total when done */
+	int dirty_lo, dirty_hi; /* steps [lo, hi) may be dirty */
+	int in_flight; /* an attempt of steps[cur] is executing on a step thread */
+	unsigned dirty : 1, is_new : 1, done : 1, in_batch : 1;
+} wf_row;
+
+typedef struct resource_row {
+	char *name;
+	int64_t last_token;
+	int64_t grants, total_hold_ms, max_hold_ms, total_wait_ms, max_wait_ms;
+} resource_row;
+
+void wf_row_free(wf_row *wf); /* frees the row, its steps and the struct itself */
+
+/* Marks step idx (and so its workflow) as changed since the last commit. */
+static inline void wf_mark_step(wf_row *wf, int idx)
+{
+	wf->steps[idx].dirty = 1;
+	wf->dirty = 1;
+	if (idx < wf->dirty_lo)
+		wf->dirty_lo = idx;
+	if (idx + 1 > wf->dirty_hi)
+		wf->dirty_hi = idx + 1;
+}
+static inline void wf_clear_dirty(wf_row *wf)
+{
+	for (int i = wf->dirty_lo; i < wf->dirty_hi; i++)
+		wf->steps[i].dirty = 0;
+	wf->dirty_lo = wf->steps_total;
+	wf->dirty_hi = 0;
+	wf->dirty = 0;
+	wf->is_new = 0;
+}
+void resource_row_fini(resource_row *r);
+
+/* ---- util.c ---- */
+int64_t now_ms(void);
+int64_t mono_ms(void);
+void format_time(int64_t ms, char buf[32]);
+json_t *time_json(int64_t ms);            /* new reference: string or null */
+int err_set(baton_error *err, int code, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4))); /* returns code */
+int random_id(char out[33]);                /* 128 random bits as hex */
+uint32_t fnv1a(const char *s);
+char *xstrdup(const char *s);               /* aborts on out of memory */
+void *xcalloc(size_t n, size_t size);
+
+/* A string-keyed hash map of borrowed pointers (keys are borrowed too). */
+typedef struct strmap strmap;
+strmap *strmap_new(void);
+void strmap_free(strmap *m);
+void *strmap_get(const strmap *m, const char *key);
+void strmap_put(strmap *m, const char *key, void *value); /* replaces */
+void strmap_del(strmap *m, const char *key);
+size_t strmap_len(const strmap *m);
+void strmap_free_values(strmap *m, void (*fn)(void *)); /* calls fn on each value, frees m */
+
+/* ---- log.c ---- */
+typedef struct logger {
+	baton_log_fn fn;
+	void *ud;
+	int level;
+} logger;
+void logf_(const logger *lg, int level, const char *wf_id, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+#define log_at(lg, lvl, wf, ...)                                                                   \
+	do {                                                                                       \
+		if ((lg)->fn && (lvl) >= (lg)->level)                                              \
+			logf_((lg), (lvl), (wf), __VA_ARGS__);                                     \
+	} while (0)
+
+/* ---- retry policy (machine.c) ---- */
+/* Wait before retry n (n >= 1): min(initial * backoff^n, max). */
+int64_t retry_delay_ms(const retry_policy *p, int n);
+
+/* ---- steps and workflow definitions ---- */
+typedef struct step_input {
+	const char *workflow_id;
+	const char *resource;
+	const char *worker;
+	int index;
+	int attempt;
+	int64_t fencing_token;
+	const json_t *params;                   /* borrowed */
+	int (*sleep_ms)(void *ctx, int64_t ms); /* returns non-zero when aborted */
+	void *sleep_ctx;
+} step_input;
+
+typedef struct step_output {
+	json_t *result;       /* new reference on success */
+	char error[256];      /* on failure */
+	int retryable;        /* a failure that may succeed on a later attempt */
+	int64_t retry_after_ms; /* minimum wait asked for by the resource, 0 = none */
+	int64_t duration_ms;
+	int aborted;          /* the engine is stopping: nothing to record */
+} step_output;
+
+/*
+ * A kind of workflow on top of the general engine: how one step runs, and how the
+ * workflow's result is made from its finished steps.
+ */
+typedef struct workflow_def {
+	const char *kind;
+	void (*run_step)(const step_input *in, step_output *out);
+	json_t *(*result)(const wf_row *wf); /* new reference */
+} workflow_def;
+
+extern const workflow_def mutex_workflow; /* mutex.c */
+
+/* ---- machine.c: pure transitions, no threads, no I/O ---- */
+typedef struct event_sink {
+	void (*emit)(void *ctx, const wf_row *wf, const char *type, json_t *data /* stolen */);
+	void *ctx;
+} event_sink;
+
+/* What the engine must do after a transition. */
+typedef struct transition {
+	int release;         /* the step's hold on the resource ends */
+	int request;         /* index of a step that must queue for the resource, or -1 */
+	int64_t timer_at;    /* > 0: wake the workflow at this time (retry wait) */
+	int finished;        /* the workflow reached a final status */
+} transition;
+
+void machine_request(wf_row *wf, int idx, int64_t lock_seq, int64_t now, const event_sink *ev);
+void machine_grant(wf_row *wf, int64_t token, int64_t waited_ms, int64_t now,
+		   const event_sink *ev);
+transition machine_outcome(wf_row *wf, const step_output *out, const workflow_def *def,
+			   int64_t now, const event_sink *ev);
+transition machine_timer(wf_row *wf, int64_t now);
+transition machine_cancel(wf_row *wf, const workflow_def *def, int64_t now, const event_sink *ev);
+void machine_interrupted(wf_row *wf, const event_sink *ev);
+
+/* ---- lock.c: per-resource FIFO queue, pure ---- */
+typedef struct lock_waiter {
+	wf_row *wf;
+	struct lock_waiter *next;
+} lock_waiter;
+
+typedef struct res_lock {
+	resource_row row;
+	wf_row *holder; /* NULL when free */
+	int64_t held_since;
+	lock_waiter *head, *tail;
+	int queue_len;
+	unsigned dirty : 1, in_batch : 1;
+} res_lock;
+
+res_lock *lock_new(const char *name);
+void lock_free(res_lock *l);
+void lock_enqueue(res_lock *l, wf_row *wf);      /* at the tail */
+int lock_remove(res_lock *l, const wf_row *wf);   /* 1 when it was queued */
+wf_row *lock_pop(res_lock *l);                    /* head, or NULL */
+/* Grants the resource to the head waiter when free; returns it, or NULL. */
+wf_row *lock_grant_next(res_lock *l, int64_t now, int64_t *waited_ms);
+/* Ends the current hold at `now` and accounts for it. */
+void lock_release(res_lock *l, int64_t now);
+
+/* ---- sched.c: step threads (a pool in the manner of redis bio.c) ---- */
+typedef struct sched sched;
+typedef void (*sched_job_fn)(void *arg, sched *s);
+sched *sched_new(int threads);
+void sched_submit(sched *s, sched_job_fn fn, void *arg);
+int sched_sleep(sched *s, int64_t ms); /* non-zero when aborted */
+void sched_abort(sched *s);            /* wakes every sched_sleep with "aborted" */
+int sched_drain(sched *s, int64_t timeout_ms); /* waits for idle; 0 when idle */
+void sched_free(sched *s);             /* joins the threads; jobs left are dropped */
+
+/* ---- codec.c: JSON in and out, all input validation ---- */
+int valid_name(const char *s);
+/* Fills wf (id may be NULL: none given) from a request; wf->definition is set. */
+int codec_parse_request(const json_t *req, wf_row *wf, baton_error *err);
+json_t *codec_workflow(const wf_row *wf);          /* new reference */
+json_t *codec_workflow_summary(const wf_row *wf);  /* new reference */
+json_t *codec_step(const step_row *st);            /* new reference */
+json_t *codec_params_defaults(const char *name);   /* worker object with defaults */
+int codec_parse_definition(const char *definition, wf_row *wf); /* retry, on_failure */
+
+/* ---- store.c: the only file that includes sqlite3.h ---- */
+typedef struct store store;
+int store_open(const char *path, int readers, store **out, baton_error *err);
+void store_close(store *s);
+
+/* Engine thread only. */
+int store_begin(store *s, baton_error *err);
+int store_commit(store *s, baton_error *err);
+void store_rollback(store *s);
+int store_insert_workflow(store *s, const wf_row *wf, baton_error *err);
+int store_update_workflow(store *s, const wf_row *wf, baton_error *err);
+int store_update_step(store *s, const wf_row *wf, const step_row *st, baton_error *err);
+int store_insert_event(store *s, int64_t seq, const wf_row *wf, int64_t ts, const char *type,
+		       const json_t *data, baton_error *err);
+int store_put_resource(store *s, const resource_row *r, baton_error *err);
+/* Looks up a stored workflow's definition (malloc'd) and status; BATON_ENOTFOUND when free. */
+int store_find_workflow(store *s, const char *id, char **def, int *status, baton_error *err);
+typedef struct store_counters {
+	int64_t wf_seq, event_seq, lock_seq;
+} store_counters;
+int store_counters_load(store *s, store_counters *c, baton_error *err);
+/* Calls fn for every resource row, then every unfinished workflow (fully loaded, owned by fn). */
+int store_load_resources(store *s, void (*fn)(void *ctx, resource_row *r), void *ctx,
+			 baton_error *err);
+int store_load_unfinished(store *s, void (*fn)(void *ctx, wf_row *wf), void *ctx,
+			  baton_error *err);
+
+/* Any thread: read-only queries on a pooled connection. */
+int store_get_workflow(store *s, const char *id, json_t **out, baton_error *err);
+int store_list_workflows(store *s, const baton_list_query *q, json_t **out, baton_error *err);
+int store_list_events(store *s, const char *id, int64_t after, json_t **out, baton_error *err);
+int store_list_resources(store *s, json_t **out, baton_error *err);
+int store_get_resource(store *s, const char *name, json_t **out, baton_error *err);
+
+#endif

@@ -1,0 +1,933 @@
+/*
+ * store.c - baton's SQLite store: the only file that includes sqlite3.h.
+ *
+ * Design. One read-write connection belongs to the engine thread, which is the only
+ * writer: it wraps each group commit in BEGIN IMMEDIATE ... COMMIT, so the checkpoints
+ * of every workflow that moved since the last commit share one transaction and one
+ * fsync. Queries from other threads use a small pool of read-only connections; in WAL
+ * mode they never block the writer and always see the last committed state.
+ * Durability: WAL with synchronous=FULL (NORMAL may lose the last commits on power
+ * loss). Every statement is prepared once per connection and finalized on close.
+ * A PostgreSQL store would implement the same functions (internal.h) and nothing else.
+ *
+ * Schema (user_version 1): workflows, steps (one row per worker), events (append-only
+ * history, global sequence), resources (fencing-token high-water mark and totals).
+ */
+#include "internal.h"
+
+#include <sqlite3.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define SCHEMA_VERSION 1
+
+static const char schema_sql[] =
+	"CREATE TABLE workflows ("
+	"  seq INTEGER PRIMARY KEY, id TEXT NOT NULL UNIQUE, resource TEXT NOT NULL,"
+	"  definition TEXT NOT NULL, status TEXT NOT NULL,"
+	"  cancel_requested INTEGER NOT NULL DEFAULT 0, created_at INTEGER NOT NULL,"
+	"  started_at INTEGER, finished_at INTEGER, steps_total INTEGER NOT NULL,"
+	"  steps_completed INTEGER NOT NULL DEFAULT 0, result TEXT, error TEXT);"
+	"CREATE INDEX workflows_status ON workflows(status, seq);"
+	"CREATE INDEX workflows_resource ON workflows(resource, seq);"
+	"CREATE TABLE steps ("
+	"  workflow_seq INTEGER NOT NULL, idx INTEGER NOT NULL, worker TEXT NOT NULL,"
+	"  resource TEXT NOT NULL, params TEXT NOT NULL, status TEXT NOT NULL,"
+	"  attempts INTEGER NOT NULL DEFAULT 0, lock_seq INTEGER, requested_at INTEGER,"
+	"  fencing_token INTEGER, started_at INTEGER, finished_at INTEGER, duration_ms INTEGER,"
+	"  next_attempt_at INTEGER, error TEXT, result TEXT,"
+	"  PRIMARY KEY (workflow_seq, idx)) WITHOUT ROWID;"
+	"CREATE INDEX steps_queue ON steps(resource, status, lock_seq);"
+	"CREATE TABLE events ("
+	"  seq INTEGER PRIMARY KEY, workflow_seq INTEGER NOT NULL, ts INTEGER NOT NULL,"
+	"  type TEXT NOT NULL, data TEXT NOT NULL);"
+	"CREATE INDEX events_workflow ON events(workflow_seq, seq);"
+	"CREATE TABLE resources ("
+	"  name TEXT PRIMARY KEY, last_token INTEGER NOT NULL, grants INTEGER NOT NULL,"
+	"  total_hold_ms INTEGER NOT NULL, max_hold_ms INTEGER NOT NULL,"
+	"  total_wait_ms INTEGER NOT NULL, max_wait_ms INTEGER NOT NULL) WITHOUT ROWID;"
+	"PRAGMA user_version = 1;";
+
+#define WF_COLS                                                                                    \
+	"seq, id, resource, definition, status, cancel_requested, created_at, started_at,"        \
+	" finished_at, steps_total, steps_completed, result, error"
+#define STEP_COLS                                                                                  \
+	"idx, worker, params, status, attempts, lock_seq, requested_at, fencing_token,"           \
+	" started_at, finished_at, duration_ms, next_attempt_at, error, result"
+
+/* Writer statements, prepared once on the engine's connection. */
+enum {
+	W_BEGIN,
+	W_COMMIT,
+	W_ROLLBACK,
+	W_INS_WF,
+	W_UPD_WF,
+	W_INS_STEP,
+	W_UPD_STEP,
+	W_INS_EVENT,
+	W_PUT_RES,
+	W_FIND_DEF,
+	W_NSTMT
+};
+static const char *const writer_sql[W_NSTMT] = {
+	[W_BEGIN] = "BEGIN IMMEDIATE",
+	[W_COMMIT] = "COMMIT",
+	[W_ROLLBACK] = "ROLLBACK",
+	[W_INS_WF] = "INSERT INTO workflows (" WF_COLS ") VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
+	[W_UPD_WF] = "UPDATE workflows SET status=?2, cancel_requested=?3, started_at=?4,"
+		     " finished_at=?5, steps_completed=?6, result=?7, error=?8 WHERE seq=?1",
+	[W_INS_STEP] = "INSERT INTO steps (workflow_seq, resource, " STEP_COLS
+		       ") VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+	[W_UPD_STEP] = "UPDATE steps SET status=?4, attempts=?5, lock_seq=?6, requested_at=?7,"
+		       " fencing_token=?8, started_at=?9, finished_at=?10, duration_ms=?11,"
+		       " next_attempt_at=?12, error=?13, result=?14"
+		       " WHERE workflow_seq=?1 AND idx=?2",
+	[W_INS_EVENT] = "INSERT INTO events (seq, workflow_seq, ts, type, data) VALUES (?,?,?,?,?)",
+	[W_PUT_RES] = "INSERT OR REPLACE INTO resources (name, last_token, grants, total_hold_ms,"
+		      " max_hold_ms, total_wait_ms, max_wait_ms) VALUES (?,?,?,?,?,?,?)",
+	[W_FIND_DEF] = "SELECT definition, status FROM workflows WHERE id=?",
+};
+
+/* Reader statements, prepared on first use on each pooled connection. */
+enum {
+	R_WF_BY_ID,
+	R_STEPS,
+	R_QUEUE_POS,
+	R_EVENTS,
+	R_RESOURCES,
+	R_RESOURCE,
+	R_HOLDER,
+	R_WAITERS,
+	R_QUEUE_LEN,
+	R_NSTMT
+};
+static const char *const reader_sql[R_NSTMT] = {
+	[R_WF_BY_ID] = "SELECT " WF_COLS " FROM workflows WHERE id=?",
+	[R_STEPS] = "SELECT " STEP_COLS " FROM steps WHERE workflow_seq=? ORDER BY idx",
+	[R_QUEUE_POS] = "SELECT count(*) FROM steps WHERE resource=? AND status='waiting'"
+			" AND lock_seq<=?",
+	[R_EVENTS] = "SELECT seq, ts, type, data FROM events WHERE workflow_seq=? AND seq>?"
+		     " ORDER BY seq LIMIT 10000",
+	[R_RESOURCES] = "SELECT name FROM resources ORDER BY name",
+	[R_RESOURCE] = "SELECT last_token, grants, total_hold_ms, max_hold_ms, total_wait_ms,"
+		       " max_wait_ms FROM resources WHERE name=?",
+	[R_HOLDER] = "SELECT w.id, s.idx, s.worker, s.fencing_token, s.started_at FROM steps s"
+		     " JOIN workflows w ON w.seq=s.workflow_seq"
+		     " WHERE s.resource=? AND s.status='running'",
+	[R_WAITERS] = "SELECT w.id, s.idx, s.worker, s.requested_at FROM steps s"
+		      " JOIN workflows w ON w.seq=s.workflow_seq"
+		      " WHERE s.resource=? AND s.status='waiting' ORDER BY s.lock_seq",
+	[R_QUEUE_LEN] = "SELECT count(*) FROM steps WHERE resource=? AND status='waiting'",
+};
+
+typedef struct reader {
+	sqlite3 *db;
+	sqlite3_stmt *stmt[R_NSTMT];
+	struct reader *next_free;
+} reader;
+
+struct store {
+	sqlite3 *db;
+	sqlite3_stmt *stmt[W_NSTMT];
+	reader *readers;
+	int nreaders;
+	pthread_mutex_t pool_mu;
+	pthread_cond_t pool_cv;
+	reader *free_readers;
+};
+
+/* Maps a SQLite result code to baton's and copies the connection's message at once. */
+static int fail(sqlite3 *db, int rc, baton_error *err, const char *what)
+{
+	int code;
+	switch (rc & 0xff) {
+	case SQLITE_BUSY:
+	case SQLITE_LOCKED:
+		code = BATON_EBUSY;
+		break;
+	case SQLITE_IOERR:
+	case SQLITE_FULL:
+	case SQLITE_CANTOPEN:
+	case SQLITE_READONLY:
+	case SQLITE_PERM:
+		code = BATON_EIO;
+		break;
+	case SQLITE_CORRUPT:
+	case SQLITE_NOTADB:
+	case SQLITE_SCHEMA:
+		code = BATON_ECORRUPT;
+		break;
+	default:
+		code = BATON_EINTERNAL;
+	}
+	return err_set(err, code, "%s: %s", what, db ? sqlite3_errmsg(db) : sqlite3_errstr(rc));
+}
+
+static void bind_text(sqlite3_stmt *st, int i, const char *s)
+{
+	if (s)
+		sqlite3_bind_text(st, i, s, -1, SQLITE_TRANSIENT);
+	else
+		sqlite3_bind_null(st, i);
+}
+
+static void bind_time(sqlite3_stmt *st, int i, int64_t v)
+{
+	if (v)
+		sqlite3_bind_int64(st, i, v);
+	else
+		sqlite3_bind_null(st, i);
+}
+
+/* Binds a JSON value as compact text; NULL binds SQL NULL. */
+static void bind_json(sqlite3_stmt *st, int i, const json_t *v)
+{
+	char *s = v ? json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY) : NULL;
+	if (s)
+		sqlite3_bind_text(st, i, s, -1, free);
+	else
+		sqlite3_bind_null(st, i);
+}
+
+/* Runs a prepared statement that returns no row, and resets it. */
+static int exec_stmt(sqlite3 *db, sqlite3_stmt *st, baton_error *err, const char *what)
+{
+	int rc = sqlite3_step(st);
+	sqlite3_reset(st);
+	sqlite3_clear_bindings(st);
+	if (rc != SQLITE_DONE)
+		return fail(db, rc, err, what);
+	return BATON_OK;
+}
+
+static int exec_sql(sqlite3 *db, const char *sql, baton_error *err)
+{
+	int rc = sqlite3_exec(db, sql, NULL, NULL, NULL);
+	return rc == SQLITE_OK ? BATON_OK : fail(db, rc, err, sql);
+}
+
+static int open_conn(const char *path, int flags, sqlite3 **out, baton_error *err)
+{
+	sqlite3 *db = NULL;
+	int rc = sqlite3_open_v2(path, &db, flags | SQLITE_OPEN_NOMUTEX, NULL);
+	if (rc != SQLITE_OK) {
+		rc = fail(db, rc, err, path);
+		sqlite3_close(db);
+		return rc;
+	}
+	sqlite3_busy_timeout(db, 5000);
+	sqlite3_extended_result_codes(db, 1);
+	*out = db;
+	return BATON_OK;
+}
+
+static int user_version(sqlite3 *db, int *v, baton_error *err)
+{
+	sqlite3_stmt *st;
+	int rc = sqlite3_prepare_v2(db, "PRAGMA user_version", -1, &st, NULL);
+	if (rc != SQLITE_OK)
+		return fail(db, rc, err, "reading the schema version");
+	rc = sqlite3_step(st);
+	*v = sqlite3_column_int(st, 0);
+	sqlite3_finalize(st);
+	return rc == SQLITE_ROW ? BATON_OK : fail(db, rc, err, "reading the schema version");
+}
+
+/* WAL, synchronous=FULL, and the schema (created or checked in one transaction). */
+static int setup_writer(store *s, const char *path, baton_error *err)
+{
+	int rc, v = 0;
+	if ((rc = exec_sql(s->db, "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL;", err)) ||
+	    (rc = exec_sql(s->db, "BEGIN IMMEDIATE", err)))
+		return rc;
+	if ((rc = user_version(s->db, &v, err)) == BATON_OK) {
+		if (v == 0)
+			rc = exec_sql(s->db, schema_sql, err);
+		else if (v != SCHEMA_VERSION)
+			rc = err_set(err, BATON_ECORRUPT,
+				     "%s: schema version %d is not one this batond knows (%d)", path,
+				     v, SCHEMA_VERSION);
+	}
+	if (rc) {
+		exec_sql(s->db, "ROLLBACK", NULL);
+		return rc;
+	}
+	if ((rc = exec_sql(s->db, "COMMIT", err)))
+		return rc;
+	for (int i = 0; i < W_NSTMT; i++) {
+		int r = sqlite3_prepare_v3(s->db, writer_sql[i], -1, SQLITE_PREPARE_PERSISTENT,
+					   &s->stmt[i], NULL);
+		if (r != SQLITE_OK)
+			return fail(s->db, r, err, "preparing statements");
+	}
+	return BATON_OK;
+}
+
+int store_open(const char *path, int readers, store **out, baton_error *err)
+{
+	store *s = xcalloc(1, sizeof *s);
+	pthread_mutex_init(&s->pool_mu, NULL);
+	pthread_cond_init(&s->pool_cv, NULL);
+	int rc = open_conn(path, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, &s->db, err);
+	if (rc == BATON_OK)
+		rc = setup_writer(s, path, err);
+	s->readers = xcalloc((size_t)readers, sizeof *s->readers);
+	for (int i = 0; rc == BATON_OK && i < readers; i++) {
+		rc = open_conn(path, SQLITE_OPEN_READONLY, &s->readers[i].db, err);
+		if (rc == BATON_OK) {
+			s->nreaders++;
+			s->readers[i].next_free = s->free_readers;
+			s->free_readers = &s->readers[i];
+		}
+	}
+	if (rc) {
+		store_close(s);
+		return rc;
+	}
+	*out = s;
+	return BATON_OK;
+}
+
+void store_close(store *s)
+{
+	if (!s)
+		return;
+	for (int i = 0; i < s->nreaders; i++) {
+		for (int j = 0; j < R_NSTMT; j++)
+			sqlite3_finalize(s->readers[i].stmt[j]);
+		sqlite3_close(s->readers[i].db);
+	}
+	free(s->readers);
+	for (int i = 0; i < W_NSTMT; i++)
+		sqlite3_finalize(s->stmt[i]);
+	sqlite3_close(s->db);
+	pthread_cond_destroy(&s->pool_cv);
+	pthread_mutex_destroy(&s->pool_mu);
+	free(s);
+}
+
+/* ---- writer side: the engine thread only ---- */
+
+int store_begin(store *s, baton_error *err)
+{
+	return exec_stmt(s->db, s->stmt[W_BEGIN], err, "begin");
+}
+
+int store_commit(store *s, baton_error *err)
+{
+	return exec_stmt(s->db, s->stmt[W_COMMIT], err, "commit");
+}
+
+void store_rollback(store *s)
+{
+	if (!sqlite3_get_autocommit(s->db))
+		exec_stmt(s->db, s->stmt[W_ROLLBACK], NULL, "rollback");
+}
+
+int store_insert_workflow(store *s, const wf_row *wf, baton_error *err)
+{
+	sqlite3_stmt *st = s->stmt[W_INS_WF];
+	sqlite3_bind_int64(st, 1, wf->seq);
+	bind_text(st, 2, wf->id);
+	bind_text(st, 3, wf->resource);
+	bind_text(st, 4, wf->definition);
+	bind_text(st, 5, wf_status_name(wf->status));
+	sqlite3_bind_int(st, 6, wf->cancel_requested);
+	sqlite3_bind_int64(st, 7, wf->created_at);
+	bind_time(st, 8, wf->started_at);
+	bind_time(st, 9, wf->finished_at);
+	sqlite3_bind_int(st, 10, wf->steps_total);
+	sqlite3_bind_int(st, 11, wf->steps_completed);
+	bind_json(st, 12, wf->result);
+	bind_text(st, 13, wf->error);
+	int rc = exec_stmt(s->db, st, err, "inserting a workflow");
+	st = s->stmt[W_INS_STEP];
+	for (int i = 0; rc == BATON_OK && i < wf->steps_total; i++) {
+		const step_row *r = &wf->steps[i];
+		sqlite3_bind_int64(st, 1, wf->seq);
+		bind_text(st, 2, wf->resource);
+		sqlite3_bind_int(st, 3, r->index);
+		bind_text(st, 4, r->worker);
+		bind_json(st, 5, r->params);
+		bind_text(st, 6, step_status_name(r->status));
+		sqlite3_bind_int(st, 7, r->attempts);
+		bind_time(st, 8, r->lock_seq);
+		bind_time(st, 9, r->requested_at);
+		bind_time(st, 10, r->token);
+		bind_time(st, 11, r->started_at);
+		bind_time(st, 12, r->finished_at);
+		if (r->duration_ms >= 0)
+			sqlite3_bind_int64(st, 13, r->duration_ms);
+		bind_time(st, 14, r->next_attempt_at);
+		bind_text(st, 15, r->error);
+		bind_json(st, 16, r->result);
+		rc = exec_stmt(s->db, st, err, "inserting a step");
+	}
+	return rc;
+}
+
+int store_update_workflow(store *s, const wf_row *wf, baton_error *err)
+{
+	sqlite3_stmt *st = s->stmt[W_UPD_WF];
+	sqlite3_bind_int64(st, 1, wf->seq);
+	bind_text(st, 2, wf_status_name(wf->status));
+	sqlite3_bind_int(st, 3, wf->cancel_requested);
+	bind_time(st, 4, wf->started_at);
+	bind_time(st, 5, wf->finished_at);
+	sqlite3_bind_int(st, 6, wf->steps_completed);
+	bind_json(st, 7, wf->result);
+	bind_text(st, 8, wf->error);
+	return exec_stmt(s->db, st, err, "updating a workflow");
+}
+
+int store_update_step(store *s, const wf_row *wf, const step_row *r, baton_error *err)
+{
+	sqlite3_stmt *st = s->stmt[W_UPD_STEP];
+	sqlite3_bind_int64(st, 1, wf->seq);
+	sqlite3_bind_int(st, 2, r->index);
+	bind_text(st, 4, step_status_name(r->status));
+	sqlite3_bind_int(st, 5, r->attempts);
+	bind_time(st, 6, r->lock_seq);
+	bind_time(st, 7, r->requested_at);
+	bind_time(st, 8, r->token);
+	bind_time(st, 9, r->started_at);
+	bind_time(st, 10, r->finished_at);
+	if (r->duration_ms >= 0)
+		sqlite3_bind_int64(st, 11, r->duration_ms);
+	bind_time(st, 12, r->next_attempt_at);
+	bind_text(st, 13, r->error);
+	bind_json(st, 14, r->result);
+	return exec_stmt(s->db, st, err, "updating a step");
+}
+
+int store_insert_event(store *s, int64_t seq, const wf_row *wf, int64_t ts, const char *type,
+		       const json_t *data, baton_error *err)
+{
+	sqlite3_stmt *st = s->stmt[W_INS_EVENT];
+	sqlite3_bind_int64(st, 1, seq);
+	sqlite3_bind_int64(st, 2, wf->seq);
+	sqlite3_bind_int64(st, 3, ts);
+	bind_text(st, 4, type);
+	bind_json(st, 5, data);
+	return exec_stmt(s->db, st, err, "inserting an event");
+}
+
+int store_put_resource(store *s, const resource_row *r, baton_error *err)
+{
+	sqlite3_stmt *st = s->stmt[W_PUT_RES];
+	bind_text(st, 1, r->name);
+	sqlite3_bind_int64(st, 2, r->last_token);
+	sqlite3_bind_int64(st, 3, r->grants);
+	sqlite3_bind_int64(st, 4, r->total_hold_ms);
+	sqlite3_bind_int64(st, 5, r->max_hold_ms);
+	sqlite3_bind_int64(st, 6, r->total_wait_ms);
+	sqlite3_bind_int64(st, 7, r->max_wait_ms);
+	return exec_stmt(s->db, st, err, "updating a resource");
+}
+
+int store_find_workflow(store *s, const char *id, char **def, int *status, baton_error *err)
+{
+	sqlite3_stmt *st = s->stmt[W_FIND_DEF];
+	bind_text(st, 1, id);
+	int rc = sqlite3_step(st);
+	int out = BATON_OK;
+	if (rc == SQLITE_ROW) {
+		*def = xstrdup((const char *)sqlite3_column_text(st, 0));
+		*status = wf_status_parse((const char *)sqlite3_column_text(st, 1));
+	}
+	else if (rc == SQLITE_DONE)
+		out = BATON_ENOTFOUND;
+	else
+		out = fail(s->db, rc, err, "looking up a workflow");
+	sqlite3_reset(st);
+	sqlite3_clear_bindings(st);
+	return out;
+}
+
+static int64_t query_int(sqlite3 *db, const char *sql)
+{
+	sqlite3_stmt *st;
+	int64_t v = 0;
+	if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) == SQLITE_OK && sqlite3_step(st) == SQLITE_ROW)
+		v = sqlite3_column_int64(st, 0);
+	sqlite3_finalize(st);
+	return v;
+}
+
+int store_counters_load(store *s, store_counters *c, baton_error *err)
+{
+	c->wf_seq = query_int(s->db, "SELECT coalesce(max(seq), 0) FROM workflows");
+	c->event_seq = query_int(s->db, "SELECT coalesce(max(seq), 0) FROM events");
+	c->lock_seq = query_int(s->db, "SELECT coalesce(max(lock_seq), 0) FROM steps");
+	return BATON_OK;
+}
+
+static char *column_strdup(sqlite3_stmt *st, int i)
+{
+	const unsigned char *t = sqlite3_column_text(st, i);
+	return t ? xstrdup((const char *)t) : NULL;
+}
+
+static json_t *column_json(sqlite3_stmt *st, int i)
+{
+	const unsigned char *t = sqlite3_column_text(st, i);
+	return t ? json_loads((const char *)t, JSON_DECODE_ANY, NULL) : NULL;
+}
+
+/* Fills a workflow row from a row of WF_COLS. */
+static wf_row *read_wf(sqlite3_stmt *st)
+{
+	wf_row *wf = xcalloc(1, sizeof *wf);
+	wf->seq = sqlite3_column_int64(st, 0);
+	wf->id = column_strdup(st, 1);
+	wf->resource = column_strdup(st, 2);
+	wf->definition = column_strdup(st, 3);
+	wf->status = wf_status_parse((const char *)sqlite3_column_text(st, 4));
+	wf->cancel_requested = sqlite3_column_int(st, 5);
+	wf->created_at = sqlite3_column_int64(st, 6);
+	wf->started_at = sqlite3_column_int64(st, 7);
+	wf->finished_at = sqlite3_column_int64(st, 8);
+	wf->steps_total = 0; /* counts the step rows read */
+	wf->steps_completed = sqlite3_column_int(st, 10);
+	wf->result = column_json(st, 11);
+	wf->error = column_strdup(st, 12);
+	codec_parse_definition(wf->definition, wf);
+	return wf;
+}
+
+/* Reads the steps of wf (STEP_COLS, ordered by idx); returns a SQLite code. */
+static int read_steps(sqlite3_stmt *st, wf_row *wf, int capacity)
+{
+	sqlite3_bind_int64(st, 1, wf->seq);
+	int rc;
+	while ((rc = sqlite3_step(st)) == SQLITE_ROW && wf->steps_total < capacity) {
+		step_row *r = &wf->steps[wf->steps_total++];
+		r->index = sqlite3_column_int(st, 0);
+		r->worker = column_strdup(st, 1);
+		r->params = column_json(st, 2);
+		r->status = step_status_parse((const char *)sqlite3_column_text(st, 3));
+		r->attempts = sqlite3_column_int(st, 4);
+		r->lock_seq = sqlite3_column_int64(st, 5);
+		r->requested_at = sqlite3_column_int64(st, 6);
+		r->token = sqlite3_column_int64(st, 7);
+		r->started_at = sqlite3_column_int64(st, 8);
+		r->finished_at = sqlite3_column_int64(st, 9);
+		r->duration_ms = sqlite3_column_type(st, 10) == SQLITE_NULL
+					 ? -1
+					 : sqlite3_column_int64(st, 10);
+		r->next_attempt_at = sqlite3_column_int64(st, 11);
+		r->error = column_strdup(st, 12);
+		r->result = column_json(st, 13);
+	}
+	sqlite3_reset(st);
+	return rc == SQLITE_ROW ? SQLITE_DONE : rc;
+}
+
+int store_load_resources(store *s, void (*fn)(void *ctx, resource_row *r), void *ctx,
+			 baton_error *err)
+{
+	sqlite3_stmt *st;
+	int rc = sqlite3_prepare_v2(s->db,
+				    "SELECT name, last_token, grants, total_hold_ms, max_hold_ms,"
+				    " total_wait_ms, max_wait_ms FROM resources",
+				    -1, &st, NULL);
+	if (rc != SQLITE_OK)
+		return fail(s->db, rc, err, "loading resources");
+	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+		resource_row r = {
+			.name = column_strdup(st, 0),
+			.last_token = sqlite3_column_int64(st, 1),
+			.grants = sqlite3_column_int64(st, 2),
+			.total_hold_ms = sqlite3_column_int64(st, 3),
+			.max_hold_ms = sqlite3_column_int64(st, 4),
+			.total_wait_ms = sqlite3_column_int64(st, 5),
+			.max_wait_ms = sqlite3_column_int64(st, 6),
+		};
+		fn(ctx, &r);
+	}
+	sqlite3_finalize(st);
+	return rc == SQLITE_DONE ? BATON_OK : fail(s->db, rc, err, "loading resources");
+}
+
+int store_load_unfinished(store *s, void (*fn)(void *ctx, wf_row *wf), void *ctx,
+			  baton_error *err)
+{
+	sqlite3_stmt *q, *steps;
+	int rc = sqlite3_prepare_v2(s->db,
+				    "SELECT " WF_COLS " FROM workflows"
+				    " WHERE status IN ('pending', 'running') ORDER BY seq",
+				    -1, &q, NULL);
+	if (rc != SQLITE_OK)
+		return fail(s->db, rc, err, "loading workflows");
+	rc = sqlite3_prepare_v2(s->db, reader_sql[R_STEPS], -1, &steps, NULL);
+	if (rc != SQLITE_OK) {
+		sqlite3_finalize(q);
+		return fail(s->db, rc, err, "loading steps");
+	}
+	while ((rc = sqlite3_step(q)) == SQLITE_ROW) {
+		int total = sqlite3_column_int(q, 9);
+		wf_row *wf = read_wf(q);
+		wf->steps = xcalloc((size_t)total, sizeof *wf->steps);
+		if ((rc = read_steps(steps, wf, total)) != SQLITE_DONE || wf->steps_total != total) {
+			wf_row_free(wf);
+			rc = rc == SQLITE_DONE ? SQLITE_CORRUPT : rc;
+			break;
+		}
+		fn(ctx, wf);
+	}
+	sqlite3_finalize(q);
+	sqlite3_finalize(steps);
+	return rc == SQLITE_DONE ? BATON_OK : fail(s->db, rc, err, "loading workflows");
+}
+
+/* ---- reader side: any thread ---- */
+
+static reader *reader_get(store *s)
+{
+	pthread_mutex_lock(&s->pool_mu);
+	while (!s->free_readers)
+		pthread_cond_wait(&s->pool_cv, &s->pool_mu);
+	reader *r = s->free_readers;
+	s->free_readers = r->next_free;
+	pthread_mutex_unlock(&s->pool_mu);
+	return r;
+}
+
+static void reader_put(store *s, reader *r)
+{
+	pthread_mutex_lock(&s->pool_mu);
+	r->next_free = s->free_readers;
+	s->free_readers = r;
+	pthread_cond_signal(&s->pool_cv);
+	pthread_mutex_unlock(&s->pool_mu);
+}
+
+static sqlite3_stmt *rstmt(reader *r, int i)
+{
+	if (!r->stmt[i] && sqlite3_prepare_v3(r->db, reader_sql[i], -1, SQLITE_PREPARE_PERSISTENT,
+					      &r->stmt[i], NULL) != SQLITE_OK)
+		return NULL;
+	return r->stmt[i];
+}
+
+static void rdone(sqlite3_stmt *st)
+{
+	sqlite3_reset(st);
+	sqlite3_clear_bindings(st);
+}
+
+/* Loads one workflow by id with its steps. A read transaction keeps the rows consistent. */
+static int load_workflow(reader *r, const char *id, wf_row **out, baton_error *err)
+{
+	sqlite3_stmt *q = rstmt(r, R_WF_BY_ID), *steps = rstmt(r, R_STEPS);
+	if (!q || !steps)
+		return fail(r->db, sqlite3_errcode(r->db), err, "preparing a query");
+	bind_text(q, 1, id);
+	int rc = sqlite3_step(q);
+	if (rc != SQLITE_ROW) {
+		rdone(q);
+		if (rc == SQLITE_DONE)
+			return err_set(err, BATON_ENOTFOUND, "no workflow with id \"%s\"", id);
+		return fail(r->db, rc, err, "reading a workflow");
+	}
+	int total = sqlite3_column_int(q, 9);
+	wf_row *wf = read_wf(q);
+	wf->steps = xcalloc((size_t)total, sizeof *wf->steps);
+	rdone(q);
+	rc = read_steps(steps, wf, total);
+	rdone(steps);
+	if (rc != SQLITE_DONE) {
+		wf_row_free(wf);
+		return fail(r->db, rc, err, "reading steps");
+	}
+	*out = wf;
+	return BATON_OK;
+}
+
+static void fill_queue_positions(reader *r, wf_row *wf)
+{
+	sqlite3_stmt *q = rstmt(r, R_QUEUE_POS);
+	for (int i = 0; q && i < wf->steps_total; i++) {
+		step_row *st = &wf->steps[i];
+		if (st->status != ST_WAITING)
+			continue;
+		bind_text(q, 1, wf->resource);
+		sqlite3_bind_int64(q, 2, st->lock_seq);
+		if (sqlite3_step(q) == SQLITE_ROW)
+			st->queue_position = sqlite3_column_int(q, 0);
+		rdone(q);
+	}
+}
+
+static int begin_read(reader *r, baton_error *err)
+{
+	return exec_sql(r->db, "BEGIN", err);
+}
+
+static void end_read(reader *r)
+{
+	sqlite3_exec(r->db, "COMMIT", NULL, NULL, NULL);
+}
+
+int store_get_workflow(store *s, const char *id, json_t **out, baton_error *err)
+{
+	reader *r = reader_get(s);
+	wf_row *wf = NULL;
+	int rc = begin_read(r, err);
+	if (rc == BATON_OK) {
+		rc = load_workflow(r, id, &wf, err);
+		if (rc == BATON_OK)
+			fill_queue_positions(r, wf);
+		end_read(r);
+	}
+	reader_put(s, r);
+	if (rc == BATON_OK) {
+		*out = codec_workflow(wf);
+		wf_row_free(wf);
+	}
+	return rc;
+}
+
+static int parse_cursor(const char *c, int64_t *seq)
+{
+	char *end;
+	if (!c || c[0] != 'w' || !c[1])
+		return -1;
+	long long v = strtoll(c + 1, &end, 36);
+	if (*end || v <= 0)
+		return -1;
+	*seq = v;
+	return 0;
+}
+
+int store_list_workflows(store *s, const baton_list_query *q, json_t **out, baton_error *err)
+{
+	int64_t before = INT64_MAX;
+	int limit = q->limit ? q->limit : 50;
+	if (limit < 1 || limit > 1000)
+		return err_set(err, BATON_EINVAL, "limit: must be between 1 and 1000");
+	if (q->status && wf_status_parse(q->status) < 0)
+		return err_set(err, BATON_EINVAL,
+			       "status: must be pending, running, completed, failed or cancelled");
+	if (q->resource && !valid_name(q->resource))
+		return err_set(err, BATON_EINVAL, "resource: must be 1-128 characters of [A-Za-z0-9._:-]");
+	if (q->cursor && parse_cursor(q->cursor, &before))
+		return err_set(err, BATON_EINVAL, "cursor: not a cursor this server returned");
+	reader *r = reader_get(s);
+	sqlite3_stmt *st;
+	int rc = sqlite3_prepare_v2(r->db,
+				    "SELECT " WF_COLS " FROM workflows WHERE seq < ?1"
+				    " AND (?2 IS NULL OR status = ?2) AND (?3 IS NULL OR resource = ?3)"
+				    " ORDER BY seq DESC LIMIT ?4",
+				    -1, &st, NULL);
+	if (rc != SQLITE_OK) {
+		rc = fail(r->db, rc, err, "listing workflows");
+		reader_put(s, r);
+		return rc;
+	}
+	sqlite3_bind_int64(st, 1, before);
+	bind_text(st, 2, q->status);
+	bind_text(st, 3, q->resource);
+	sqlite3_bind_int(st, 4, limit + 1);
+	json_t *list = json_array();
+	int64_t last = 0;
+	int n = 0;
+	while ((rc = sqlite3_step(st)) == SQLITE_ROW && n < limit) {
+		wf_row *wf = read_wf(st);
+		wf->steps_total = sqlite3_column_int(st, 9);
+		json_array_append_new(list, codec_workflow_summary(wf));
+		last = wf->seq;
+		wf_row_free(wf);
+		n++;
+	}
+	int more = rc == SQLITE_ROW;
+	if (rc != SQLITE_ROW && rc != SQLITE_DONE) {
+		rc = fail(r->db, rc, err, "listing workflows");
+		sqlite3_finalize(st);
+		reader_put(s, r);
+		json_decref(list);
+		return rc;
+	}
+	sqlite3_finalize(st);
+	reader_put(s, r);
+	json_t *next = json_null();
+	if (more) {
+		char buf[32], tmp[32];
+		int i = 0;
+		for (int64_t v = last; v > 0; v /= 36)
+			tmp[i++] = "0123456789abcdefghijklmnopqrstuvwxyz"[v % 36];
+		buf[0] = 'w';
+		for (int j = 0; j < i; j++)
+			buf[1 + j] = tmp[i - 1 - j];
+		buf[1 + i] = 0;
+		json_decref(next);
+		next = json_string(buf);
+	}
+	*out = json_pack("{s:o, s:o}", "workflows", list, "next_cursor", next);
+	return BATON_OK;
+}
+
+static json_t *event_json(sqlite3_stmt *st, const char *wf_id)
+{
+	json_t *e = column_json(st, 3);
+	if (!json_is_object(e)) {
+		json_decref(e);
+		e = json_object();
+	}
+	json_object_set_new(e, "seq", json_integer(sqlite3_column_int64(st, 0)));
+	json_object_set_new(e, "ts", time_json(sqlite3_column_int64(st, 1)));
+	json_object_set_new(e, "type", json_string((const char *)sqlite3_column_text(st, 2)));
+	json_object_set_new(e, "workflow_id", json_string(wf_id));
+	return e;
+}
+
+int store_list_events(store *s, const char *id, int64_t after, json_t **out, baton_error *err)
+{
+	reader *r = reader_get(s);
+	sqlite3_stmt *q = rstmt(r, R_WF_BY_ID), *ev = rstmt(r, R_EVENTS);
+	int rc = (!q || !ev) ? fail(r->db, sqlite3_errcode(r->db), err, "preparing a query")
+			     : BATON_OK;
+	int64_t seq = 0;
+	if (rc == BATON_OK) {
+		bind_text(q, 1, id);
+		int s1 = sqlite3_step(q);
+		if (s1 == SQLITE_ROW)
+			seq = sqlite3_column_int64(q, 0);
+		else if (s1 == SQLITE_DONE)
+			rc = err_set(err, BATON_ENOTFOUND, "no workflow with id \"%s\"", id);
+		else
+			rc = fail(r->db, s1, err, "reading a workflow");
+		rdone(q);
+	}
+	json_t *list = json_array();
+	if (rc == BATON_OK) {
+		sqlite3_bind_int64(ev, 1, seq);
+		sqlite3_bind_int64(ev, 2, after);
+		int s2;
+		while ((s2 = sqlite3_step(ev)) == SQLITE_ROW)
+			json_array_append_new(list, event_json(ev, id));
+		if (s2 != SQLITE_DONE)
+			rc = fail(r->db, s2, err, "reading events");
+		rdone(ev);
+	}
+	reader_put(s, r);
+	if (rc) {
+		json_decref(list);
+		return rc;
+	}
+	*out = json_pack("{s:s, s:o}", "workflow_id", id, "events", list);
+	return BATON_OK;
+}
+
+static json_t *holder_json(reader *r, const char *name)
+{
+	sqlite3_stmt *q = rstmt(r, R_HOLDER);
+	json_t *h = json_null();
+	if (!q)
+		return h;
+	bind_text(q, 1, name);
+	if (sqlite3_step(q) == SQLITE_ROW) {
+		json_decref(h);
+		h = json_pack("{s:s, s:i, s:s, s:I}", "workflow_id", sqlite3_column_text(q, 0),
+			      "step", sqlite3_column_int(q, 1), "worker", sqlite3_column_text(q, 2),
+			      "fencing_token", (json_int_t)sqlite3_column_int64(q, 3));
+		json_object_set_new(h, "since", time_json(sqlite3_column_int64(q, 4)));
+	}
+	rdone(q);
+	return h;
+}
+
+static int64_t count_query(reader *r, int which, const char *name)
+{
+	sqlite3_stmt *q = rstmt(r, which);
+	int64_t n = 0;
+	if (!q)
+		return 0;
+	bind_text(q, 1, name);
+	if (sqlite3_step(q) == SQLITE_ROW)
+		n = sqlite3_column_int64(q, 0);
+	rdone(q);
+	return n;
+}
+
+int store_list_resources(store *s, json_t **out, baton_error *err)
+{
+	reader *r = reader_get(s);
+	int rc = begin_read(r, err);
+	sqlite3_stmt *q = rstmt(r, R_RESOURCES);
+	json_t *list = json_array();
+	if (rc == BATON_OK && q) {
+		while (sqlite3_step(q) == SQLITE_ROW) {
+			const char *name = (const char *)sqlite3_column_text(q, 0);
+			json_array_append_new(
+				list, json_pack("{s:s, s:o, s:I}", "name", name, "holder",
+						holder_json(r, name), "queue_length",
+						(json_int_t)count_query(r, R_QUEUE_LEN, name)));
+		}
+		rdone(q);
+	}
+	if (rc == BATON_OK)
+		end_read(r);
+	reader_put(s, r);
+	if (rc) {
+		json_decref(list);
+		return rc;
+	}
+	*out = json_pack("{s:o}", "resources", list);
+	return BATON_OK;
+}
+
+static json_t *waiters_json(reader *r, const char *name)
+{
+	sqlite3_stmt *q = rstmt(r, R_WAITERS);
+	json_t *list = json_array();
+	if (!q)
+		return list;
+	bind_text(q, 1, name);
+	for (int pos = 1; sqlite3_step(q) == SQLITE_ROW; pos++) {
+		json_t *w = json_pack("{s:s, s:i, s:s, s:i}", "workflow_id", sqlite3_column_text(q, 0),
+				      "step", sqlite3_column_int(q, 1), "worker",
+				      sqlite3_column_text(q, 2), "position", pos);
+		json_object_set_new(w, "waiting_since", time_json(sqlite3_column_int64(q, 3)));
+		json_array_append_new(list, w);
+	}
+	rdone(q);
+	return list;
+}
+
+int store_get_resource(store *s, const char *name, json_t **out, baton_error *err)
+{
+	reader *r = reader_get(s);
+	int rc = begin_read(r, err);
+	sqlite3_stmt *q = rc ? NULL : rstmt(r, R_RESOURCE);
+	json_t *res = NULL;
+	if (q) {
+		bind_text(q, 1, name);
+		int s1 = sqlite3_step(q);
+		if (s1 == SQLITE_ROW) {
+			json_t *totals = json_pack(
+				"{s:I, s:I, s:I, s:I, s:I}", "grants",
+				(json_int_t)sqlite3_column_int64(q, 1), "total_hold_ms",
+				(json_int_t)sqlite3_column_int64(q, 2), "max_hold_ms",
+				(json_int_t)sqlite3_column_int64(q, 3), "total_wait_ms",
+				(json_int_t)sqlite3_column_int64(q, 4), "max_wait_ms",
+				(json_int_t)sqlite3_column_int64(q, 5));
+			res = json_pack("{s:s, s:I, s:o, s:o, s:o}", "name", name,
+					"last_fencing_token", (json_int_t)sqlite3_column_int64(q, 0),
+					"holder", holder_json(r, name), "waiters",
+					waiters_json(r, name), "totals", totals);
+		} else if (s1 == SQLITE_DONE) {
+			rc = err_set(err, BATON_ENOTFOUND, "no resource named \"%s\"", name);
+		} else {
+			rc = fail(r->db, s1, err, "reading a resource");
+		}
+		rdone(q);
+	} else if (rc == BATON_OK) {
+		rc = fail(r->db, sqlite3_errcode(r->db), err, "preparing a query");
+	}
+	end_read(r);
+	reader_put(s, r);
+	if (rc == BATON_OK)
+		*out = res;
+	return rc;
+}

@@ -1,0 +1,282 @@
+/*
+ * util.c - small helpers shared by the library: clocks, RFC 3339 times, ids, errors,
+ * and a string-keyed hash map (open addressing, linear probing, tombstones).
+ */
+#include "internal.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+
+int64_t now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+int64_t mono_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+void format_time(int64_t ms, char buf[32])
+{
+	time_t secs = (time_t)(ms / 1000);
+	struct tm tm;
+	gmtime_r(&secs, &tm);
+	size_t n = strftime(buf, 32, "%Y-%m-%dT%H:%M:%S", &tm);
+	snprintf(buf + n, 32 - n, ".%03dZ", (int)(ms % 1000));
+}
+
+json_t *time_json(int64_t ms)
+{
+	char buf[32];
+	if (ms == 0)
+		return json_null();
+	format_time(ms, buf);
+	return json_string(buf);
+}
+
+int err_set(baton_error *err, int code, const char *fmt, ...)
+{
+	if (err) {
+		va_list ap;
+		va_start(ap, fmt);
+		vsnprintf(err->msg, sizeof err->msg, fmt, ap);
+		va_end(ap);
+		err->code = code;
+	}
+	return code;
+}
+
+const char *baton_code_name(int code)
+{
+	static const char *names[] = {"ok",        "invalid", "not found", "conflict", "busy",
+				      "i/o error", "corrupt", "internal",  "too large"};
+	if (code < 0 || (size_t)code >= sizeof names / sizeof names[0])
+		return "unknown";
+	return names[code];
+}
+
+int random_id(char out[33])
+{
+	unsigned char b[16];
+	size_t got = 0;
+	while (got < sizeof b) {
+		ssize_t n = getrandom(b + got, sizeof b - got, 0);
+		if (n < 0 && errno != EINTR)
+			return -1;
+		if (n > 0)
+			got += (size_t)n;
+	}
+	for (int i = 0; i < 16; i++)
+		snprintf(out + 2 * i, 3, "%02x", b[i]);
+	return 0;
+}
+
+uint32_t fnv1a(const char *s)
+{
+	uint32_t h = 2166136261u;
+	for (; *s; s++) {
+		h ^= (unsigned char)*s;
+		h *= 16777619u;
+	}
+	return h;
+}
+
+static void oom(void)
+{
+	fputs("baton: out of memory\n", stderr);
+	abort();
+}
+
+char *xstrdup(const char *s)
+{
+	char *d = strdup(s);
+	if (!d)
+		oom();
+	return d;
+}
+
+void *xcalloc(size_t n, size_t size)
+{
+	void *p = calloc(n ? n : 1, size ? size : 1);
+	if (!p)
+		oom();
+	return p;
+}
+
+/* ---- strmap ---- */
+
+static char tombstone;
+
+struct strmap {
+	const char **keys; /* NULL: empty, &tombstone: deleted */
+	void **vals;
+	size_t cap, len, used;
+};
+
+strmap *strmap_new(void)
+{
+	strmap *m = xcalloc(1, sizeof *m);
+	m->cap = 64;
+	m->keys = xcalloc(m->cap, sizeof *m->keys);
+	m->vals = xcalloc(m->cap, sizeof *m->vals);
+	return m;
+}
+
+void strmap_free(strmap *m)
+{
+	if (!m)
+		return;
+	free(m->keys);
+	free(m->vals);
+	free(m);
+}
+
+static size_t slot_of(const strmap *m, const char *key, int for_insert)
+{
+	size_t i = fnv1a(key) & (m->cap - 1), first_free = (size_t)-1;
+	for (;;) {
+		const char *k = m->keys[i];
+		if (!k)
+			return (for_insert && first_free != (size_t)-1) ? first_free : i;
+		if (k == &tombstone) {
+			if (first_free == (size_t)-1)
+				first_free = i;
+		} else if (strcmp(k, key) == 0) {
+			return i;
+		}
+		i = (i + 1) & (m->cap - 1);
+	}
+}
+
+static void grow(strmap *m)
+{
+	const char **keys = m->keys;
+	void **vals = m->vals;
+	size_t cap = m->cap;
+	m->cap = m->len * 4 > cap ? cap * 2 : cap; /* rehash in place when mostly tombstones */
+	m->keys = xcalloc(m->cap, sizeof *m->keys);
+	m->vals = xcalloc(m->cap, sizeof *m->vals);
+	m->used = m->len;
+	for (size_t i = 0; i < cap; i++) {
+		if (keys[i] && keys[i] != &tombstone) {
+			size_t j = slot_of(m, keys[i], 1);
+			m->keys[j] = keys[i];
+			m->vals[j] = vals[i];
+		}
+	}
+	free(keys);
+	free(vals);
+}
+
+void *strmap_get(const strmap *m, const char *key)
+{
+	size_t i = slot_of(m, key, 0);
+	return m->keys[i] ? m->vals[i] : NULL;
+}
+
+void strmap_put(strmap *m, const char *key, void *value)
+{
+	if ((m->used + 1) * 2 > m->cap)
+		grow(m);
+	size_t i = slot_of(m, key, 1);
+	if (!m->keys[i] || m->keys[i] == &tombstone) {
+		if (!m->keys[i])
+			m->used++;
+		m->len++;
+	}
+	m->keys[i] = key;
+	m->vals[i] = value;
+}
+
+void strmap_del(strmap *m, const char *key)
+{
+	size_t i = slot_of(m, key, 0);
+	if (m->keys[i]) {
+		m->keys[i] = &tombstone;
+		m->vals[i] = NULL;
+		m->len--;
+	}
+}
+
+size_t strmap_len(const strmap *m)
+{
+	return m->len;
+}
+
+void strmap_free_values(strmap *m, void (*fn)(void *))
+{
+	if (!m)
+		return;
+	for (size_t i = 0; i < m->cap; i++)
+		if (m->keys[i] && m->keys[i] != &tombstone)
+			fn(m->vals[i]);
+	strmap_free(m);
+}
+
+/* ---- rows ---- */
+
+static const char *wf_names[WF_NSTATUS] = {"pending", "running", "completed", "failed",
+					   "cancelled"};
+static const char *step_names[ST_NSTATUS] = {"pending",   "waiting", "running",  "retrying",
+					     "completed", "failed",  "cancelled"};
+
+const char *wf_status_name(int s)
+{
+	return (s >= 0 && s < WF_NSTATUS) ? wf_names[s] : "unknown";
+}
+
+int wf_status_parse(const char *s)
+{
+	for (int i = 0; i < WF_NSTATUS; i++)
+		if (strcmp(s, wf_names[i]) == 0)
+			return i;
+	return -1;
+}
+
+const char *step_status_name(int s)
+{
+	return (s >= 0 && s < ST_NSTATUS) ? step_names[s] : "unknown";
+}
+
+int step_status_parse(const char *s)
+{
+	for (int i = 0; i < ST_NSTATUS; i++)
+		if (strcmp(s, step_names[i]) == 0)
+			return i;
+	return -1;
+}
+
+void wf_row_free(wf_row *wf)
+{
+	if (!wf)
+		return;
+	for (int i = 0; wf->steps && i < wf->steps_total; i++) {
+		step_row *st = &wf->steps[i];
+		free(st->worker);
+		json_decref(st->params);
+		free(st->error);
+		json_decref(st->result);
+	}
+	free(wf->steps);
+	free(wf->id);
+	free(wf->resource);
+	free(wf->definition);
+	json_decref(wf->result);
+	free(wf->error);
+	free(wf);
+}
+
+void resource_row_fini(resource_row *r)
+{
+	free(r->name);
+	r->name = NULL;
+}

@@ -1,0 +1,189 @@
+/*
+ * config.c - batond's configuration: one struct, defaults in one place, environment
+ * variables (BATON_*, for containers) overridden by flags, everything validated at
+ * start-up with a message that says what to change.
+ */
+#include "server.h"
+
+#include <getopt.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const config defaults = {
+	.listen = "127.0.0.1:8080",
+	.db = "./data/baton.db",
+	.threads = 4,
+	.http_threads = 8,
+	.log_level = BATON_LOG_INFO,
+	.shutdown_timeout_ms = 30000,
+	.max_body = 1024 * 1024,
+};
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+		"usage: batond [options]\n"
+		"\n"
+		"baton serializes access to a shared resource: workflows of workers, one step\n"
+		"at a time, each step checkpointed in SQLite before the next begins.\n"
+		"\n"
+		"options (each also an environment variable; flags win):\n"
+		"  --listen HOST:PORT       address to serve HTTP on; port 0 picks a free port\n"
+		"                           (BATON_LISTEN, default %s)\n"
+		"  --db PATH                SQLite database file; its directory is created\n"
+		"                           (BATON_DB, default %s)\n"
+		"  --threads N              steps running at once (BATON_THREADS, default %d)\n"
+		"  --http-threads N         HTTP threads (BATON_HTTP_THREADS, default %d)\n"
+		"  --log-level LEVEL        debug, info, warn or error (BATON_LOG_LEVEL, default info)\n"
+		"  --shutdown-timeout SECS  how long SIGTERM waits for running steps\n"
+		"                           (BATON_SHUTDOWN_TIMEOUT, default %lld)\n"
+		"  --help                   print this help\n"
+		"  --version                print the version\n",
+		defaults.listen, defaults.db, defaults.threads, defaults.http_threads,
+		(long long)defaults.shutdown_timeout_ms / 1000);
+}
+
+static int parse_int(const char *what, const char *s, long lo, long hi, long *out)
+{
+	char *end;
+	long v = strtol(s, &end, 10);
+	if (!*s || *end || v < lo || v > hi) {
+		fprintf(stderr, "batond: %s must be a whole number from %ld to %ld, not \"%s\"\n",
+			what, lo, hi, s);
+		return -1;
+	}
+	*out = v;
+	return 0;
+}
+
+/* HOST:PORT, or [V6HOST]:PORT. */
+static int parse_listen(config *c, const char *s)
+{
+	const char *colon = strrchr(s, ':');
+	long port;
+	if (!colon || colon == s) {
+		fprintf(stderr, "batond: --listen wants HOST:PORT, not \"%s\"\n", s);
+		return -1;
+	}
+	if (parse_int("the port of --listen", colon + 1, 0, 65535, &port))
+		return -1;
+	const char *h = s;
+	size_t n = (size_t)(colon - s);
+	if (h[0] == '[' && n >= 2 && h[n - 1] == ']') {
+		h++;
+		n -= 2;
+	}
+	if (n == 0 || n >= sizeof c->host) {
+		fprintf(stderr, "batond: --listen has no usable host in \"%s\"\n", s);
+		return -1;
+	}
+	memcpy(c->host, h, n);
+	c->host[n] = 0;
+	c->port = (int)port;
+	snprintf(c->listen, sizeof c->listen, "%s", s);
+	return 0;
+}
+
+/* Applies one setting by name, from a flag or the environment. */
+static int set_option(config *c, const char *name, const char *v)
+{
+	long n;
+	if (strcmp(name, "listen") == 0)
+		return parse_listen(c, v);
+	if (strcmp(name, "db") == 0) {
+		if (!*v || strlen(v) >= sizeof c->db) {
+			fprintf(stderr, "batond: --db must be a path\n");
+			return -1;
+		}
+		snprintf(c->db, sizeof c->db, "%s", v);
+		return 0;
+	}
+	if (strcmp(name, "threads") == 0) {
+		if (parse_int("--threads", v, 1, 1024, &n))
+			return -1;
+		c->threads = (int)n;
+		return 0;
+	}
+	if (strcmp(name, "http-threads") == 0) {
+		if (parse_int("--http-threads", v, 1, 256, &n))
+			return -1;
+		c->http_threads = (int)n;
+		return 0;
+	}
+	if (strcmp(name, "log-level") == 0) {
+		if ((c->log_level = srv_parse_level(v)) < 0) {
+			fprintf(stderr, "batond: --log-level must be debug, info, warn or error\n");
+			return -1;
+		}
+		return 0;
+	}
+	if (strcmp(name, "shutdown-timeout") == 0) {
+		if (parse_int("--shutdown-timeout", v, 0, 86400, &n))
+			return -1;
+		c->shutdown_timeout_ms = n * 1000;
+		return 0;
+	}
+	return -1;
+}
+
+static const char *const env_names[][2] = {
+	{"listen", "BATON_LISTEN"},
+	{"db", "BATON_DB"},
+	{"threads", "BATON_THREADS"},
+	{"http-threads", "BATON_HTTP_THREADS"},
+	{"log-level", "BATON_LOG_LEVEL"},
+	{"shutdown-timeout", "BATON_SHUTDOWN_TIMEOUT"},
+};
+
+int config_load(config *c, int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{"listen", required_argument, NULL, 0},
+		{"db", required_argument, NULL, 0},
+		{"threads", required_argument, NULL, 0},
+		{"http-threads", required_argument, NULL, 0},
+		{"log-level", required_argument, NULL, 0},
+		{"shutdown-timeout", required_argument, NULL, 0},
+		{"help", no_argument, NULL, 'h'},
+		{"version", no_argument, NULL, 'V'},
+		{NULL, 0, NULL, 0},
+	};
+	*c = defaults;
+	if (parse_listen(c, defaults.listen))
+		return -1;
+	for (size_t i = 0; i < sizeof env_names / sizeof env_names[0]; i++) {
+		const char *v = getenv(env_names[i][1]);
+		if (v && *v && set_option(c, env_names[i][0], v)) {
+			fprintf(stderr, "batond: (from %s)\n", env_names[i][1]);
+			return -1;
+		}
+	}
+	int ch, idx;
+	opterr = 0;
+	optind = 1;
+	while ((ch = getopt_long(argc, argv, "", opts, &idx)) != -1) {
+		if (ch == 'h') {
+			usage(stdout);
+			return 1;
+		}
+		if (ch == 'V') {
+			printf("batond %s\n", BATON_VERSION);
+			return 1;
+		}
+		if (ch != 0) {
+			fprintf(stderr, "batond: unknown or incomplete option \"%s\"\n",
+				argv[optind - 1]);
+			usage(stderr);
+			return -1;
+		}
+		if (set_option(c, opts[idx].name, optarg))
+			return -1;
+	}
+	if (optind < argc) {
+		fprintf(stderr, "batond: unexpected argument \"%s\"\n", argv[optind]);
+		return -1;
+	}
+	return 0;
+}

@@ -1,0 +1,119 @@
+/*
+ * h_workflows.c - handlers of /workflows: validate, hand to the engine, answer. They
+ * never run a step: the engine persists and schedules, and a submission is answered
+ * only once it is durable.
+ */
+#include "server.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+static int is_json_type(const char *ct)
+{
+	static const char want[] = "application/json";
+	if (!ct || strncasecmp(ct, want, sizeof want - 1) != 0)
+		return 0;
+	char c = ct[sizeof want - 1];
+	return c == 0 || c == ';' || c == ' ' || c == '\t';
+}
+
+/* Parses the request body as JSON; on failure fills out and returns its status. */
+static int read_json_body(const request *r, response *out, json_t **body)
+{
+	const char *ct = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND,
+						     MHD_HTTP_HEADER_CONTENT_TYPE);
+	if (!is_json_type(ct))
+		return reply_problem(out, 415, "the body must be application/json, not %s",
+				     ct ? ct : "missing");
+	if (r->body_len == 0)
+		return reply_problem(out, 400, "the body is empty; it must be a JSON object");
+	json_error_t jerr;
+	*body = json_loadb(r->body, r->body_len, JSON_REJECT_DUPLICATES, &jerr);
+	if (!*body)
+		return reply_problem(out, 400, "malformed JSON at line %d, column %d: %s",
+				     jerr.line, jerr.column, jerr.text);
+	return 0;
+}
+
+int h_workflows_create(srv *s, const request *r, const char *const *p, response *out)
+{
+	json_t *body, *wf = NULL;
+	baton_error err = {0};
+	int created = 0;
+	(void)p;
+	if (read_json_body(r, out, &body))
+		return out->status;
+	int rc = baton_engine_submit(s->engine, body, &wf, &created, &err);
+	json_decref(body);
+	if (rc)
+		return reply_error(out, &err);
+	if (created)
+		snprintf(out->location, sizeof out->location, "/workflows/%s",
+			 json_string_value(json_object_get(wf, "id")));
+	return reply_json(out, created ? 201 : 200, wf);
+}
+
+int h_workflows_list(srv *s, const request *r, const char *const *p, response *out)
+{
+	baton_list_query q = {
+		.status = query_arg(r, "status"),
+		.resource = query_arg(r, "resource"),
+		.cursor = query_arg(r, "cursor"),
+	};
+	const char *limit = query_arg(r, "limit");
+	(void)p;
+	if (limit) {
+		char *end;
+		errno = 0;
+		long v = strtol(limit, &end, 10);
+		if (!*limit || *end || errno || v < 1 || v > 1000)
+			return reply_problem(out, 400, "limit: must be between 1 and 1000");
+		q.limit = (int)v;
+	}
+	json_t *list;
+	baton_error err = {0};
+	if (baton_engine_list(s->engine, &q, &list, &err))
+		return reply_error(out, &err);
+	return reply_json(out, 200, list);
+}
+
+int h_workflow_get(srv *s, const request *r, const char *const *p, response *out)
+{
+	json_t *wf;
+	baton_error err = {0};
+	(void)r;
+	if (baton_engine_get(s->engine, p[0], &wf, &err))
+		return reply_error(out, &err);
+	return reply_json(out, 200, wf);
+}
+
+int h_workflow_events(srv *s, const request *r, const char *const *p, response *out)
+{
+	long long after = 0;
+	const char *a = query_arg(r, "after");
+	if (a) {
+		char *end;
+		errno = 0;
+		after = strtoll(a, &end, 10);
+		if (!*a || *end || errno || after < 0)
+			return reply_problem(out, 400, "after: must be a sequence number >= 0");
+	}
+	json_t *events;
+	baton_error err = {0};
+	if (baton_engine_events(s->engine, p[0], after, &events, &err))
+		return reply_error(out, &err);
+	return reply_json(out, 200, events);
+}
+
+int h_workflow_cancel(srv *s, const request *r, const char *const *p, response *out)
+{
+	json_t *wf;
+	baton_error err = {0};
+	(void)r;
+	if (baton_engine_cancel(s->engine, p[0], &wf, &err))
+		return reply_error(out, &err);
+	return reply_json(out, 200, wf);
+}

@@ -1,0 +1,242 @@
+/*
+ * http.c - the libmicrohttpd daemon: per-request state, body accumulation with a hard
+ * cap, JSON and problem+json responses.
+ *
+ * Flow of one request (libmicrohttpd's largepost.c): the first callback allocates the
+ * request state and rejects an announced body over the cap (413) before reading it;
+ * later callbacks append the body, dropping it once it exceeds the cap; the final call
+ * routes the request and queues the answer; the NOTIFY_COMPLETED callback frees the
+ * state.
+ */
+#include "server.h"
+
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char problem_base[] = "https://baton.dev/problems/";
+
+static const struct {
+	int status;
+	const char *slug, *title;
+} problems[] = {
+	{400, "invalid-request", "Invalid request"},
+	{401, "unauthorized", "Unauthorized"},
+	{404, "not-found", "Not found"},
+	{405, "method-not-allowed", "Method not allowed"},
+	{409, "conflict", "Conflict"},
+	{413, "payload-too-large", "Payload too large"},
+	{415, "unsupported-media-type", "Unsupported media type"},
+	{500, "internal", "Internal server error"},
+	{503, "unavailable", "Service unavailable"},
+};
+
+int reply_json(response *out, int status, json_t *body)
+{
+	json_decref(out->body);
+	out->status = status;
+	out->body = body;
+	out->content_type = "application/json";
+	return status;
+}
+
+int reply_problem(response *out, int status, const char *fmt, ...)
+{
+	char detail[1024];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(detail, sizeof detail, fmt, ap);
+	va_end(ap);
+	const char *slug = "internal", *title = "Error";
+	for (size_t i = 0; i < sizeof problems / sizeof problems[0]; i++)
+		if (problems[i].status == status) {
+			slug = problems[i].slug;
+			title = problems[i].title;
+		}
+	char type[128];
+	snprintf(type, sizeof type, "%s%s", problem_base, slug);
+	reply_json(out, status,
+		   json_pack("{s:s, s:s, s:i, s:s}", "type", type, "title", title, "status",
+			     status, "detail", detail));
+	out->content_type = "application/problem+json";
+	return status;
+}
+
+/* One table from library codes to HTTP statuses. */
+int reply_error(response *out, const baton_error *err)
+{
+	static const int status_of[] = {
+		[BATON_OK] = 200,         [BATON_EINVAL] = 400,   [BATON_ENOTFOUND] = 404,
+		[BATON_ECONFLICT] = 409,  [BATON_EBUSY] = 503,    [BATON_EIO] = 503,
+		[BATON_ECORRUPT] = 500,   [BATON_EINTERNAL] = 500, [BATON_ETOOLARGE] = 413,
+	};
+	int status = 500;
+	if (err->code >= 0 && (size_t)err->code < sizeof status_of / sizeof status_of[0])
+		status = status_of[err->code];
+	if (status >= 500)
+		srv_log(BATON_LOG_WARN, "answering %d: %s", status, err->msg);
+	return reply_problem(out, status, "%s", err->msg);
+}
+
+const char *query_arg(const request *r, const char *name)
+{
+	return MHD_lookup_connection_value(r->conn, MHD_GET_ARGUMENT_KIND, name);
+}
+
+static enum MHD_Result send_response(struct MHD_Connection *conn, response *out)
+{
+	char *text = out->body ? json_dumps(out->body, JSON_COMPACT) : NULL;
+	size_t len = text ? strlen(text) : 0;
+	if (text) {
+		char *t = realloc(text, len + 2);
+		if (t) {
+			text = t;
+			text[len++] = '\n';
+			text[len] = 0;
+		}
+	}
+	struct MHD_Response *resp =
+		MHD_create_response_from_buffer(len, text ? text : (void *)"", text ? MHD_RESPMEM_MUST_FREE : MHD_RESPMEM_PERSISTENT);
+	if (!resp) {
+		free(text);
+		return MHD_NO;
+	}
+	if (out->content_type)
+		MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, out->content_type);
+	MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
+	if (out->location[0])
+		MHD_add_response_header(resp, MHD_HTTP_HEADER_LOCATION, out->location);
+	if (out->allow[0])
+		MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, out->allow);
+	enum MHD_Result ret = MHD_queue_response(conn, (unsigned)out->status, resp);
+	MHD_destroy_response(resp);
+	json_decref(out->body);
+	out->body = NULL;
+	return ret;
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
+				  const char *method, const char *version,
+				  const char *upload_data, size_t *upload_size, void **con_cls)
+{
+	srv *s = cls;
+	request *r = *con_cls;
+	(void)version;
+	if (!r) {
+		r = calloc(1, sizeof *r);
+		if (!r)
+			return MHD_NO;
+		r->conn = conn;
+		r->method = method;
+		r->path = url;
+		*con_cls = r;
+		const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
+							     MHD_HTTP_HEADER_CONTENT_LENGTH);
+		if (cl && strtoull(cl, NULL, 10) > s->cfg->max_body)
+			r->too_large = 1;
+		if (r->too_large) {
+			response out = {0};
+			reply_problem(&out, 413, "the body is larger than %zu bytes", s->cfg->max_body);
+			return send_response(conn, &out);
+		}
+		return MHD_YES;
+	}
+	if (*upload_size) {
+		if (!r->too_large && r->body_len + *upload_size > s->cfg->max_body) {
+			r->too_large = 1;
+			free(r->body);
+			r->body = NULL;
+			r->body_len = r->body_cap = 0;
+		}
+		if (!r->too_large) {
+			if (r->body_len + *upload_size + 1 > r->body_cap) {
+				size_t cap = (r->body_len + *upload_size + 1) * 2;
+				if (cap > s->cfg->max_body + 1)
+					cap = s->cfg->max_body + 1;
+				char *b = realloc(r->body, cap);
+				if (!b)
+					return MHD_NO;
+				r->body = b;
+				r->body_cap = cap;
+			}
+			memcpy(r->body + r->body_len, upload_data, *upload_size);
+			r->body_len += *upload_size;
+		}
+		*upload_size = 0;
+		return MHD_YES;
+	}
+	response out = {0};
+	if (r->too_large)
+		reply_problem(&out, 413, "the body is larger than %zu bytes", s->cfg->max_body);
+	else
+		route(s, r, &out);
+	if (!out.status)
+		reply_problem(&out, 500, "no response");
+	return send_response(conn, &out);
+}
+
+static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
+			 enum MHD_RequestTerminationCode toe)
+{
+	(void)cls;
+	(void)conn;
+	(void)toe;
+	request *r = *con_cls;
+	if (r) {
+		free(r->body);
+		free(r);
+		*con_cls = NULL;
+	}
+}
+
+static void on_mhd_log(void *cls, const char *fmt, va_list ap)
+{
+	char msg[512];
+	(void)cls;
+	vsnprintf(msg, sizeof msg, fmt, ap);
+	size_t n = strlen(msg);
+	while (n && (msg[n - 1] == '\n' || msg[n - 1] == '\r'))
+		msg[--n] = 0;
+	srv_log(BATON_LOG_DEBUG, "http: %s", msg);
+}
+
+int srv_start(srv *s, baton_error *err)
+{
+	struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+				 .ai_flags = AI_PASSIVE}, *ai = NULL;
+	char port[16];
+	snprintf(port, sizeof port, "%d", s->cfg->port);
+	int rc = getaddrinfo(s->cfg->host, port, &hints, &ai);
+	if (rc != 0) {
+		snprintf(err->msg, sizeof err->msg, "cannot resolve \"%s\": %s", s->cfg->host,
+			 gai_strerror(rc));
+		return -1;
+	}
+	unsigned flags = MHD_USE_AUTO_INTERNAL_THREAD | MHD_USE_ERROR_LOG;
+	if (ai->ai_family == AF_INET6)
+		flags |= MHD_USE_IPv6;
+	s->daemon = MHD_start_daemon(
+		flags, 0, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
+		MHD_OPTION_THREAD_POOL_SIZE, (unsigned)s->cfg->http_threads,
+		MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_CONNECTION_TIMEOUT,
+		(unsigned)60, MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, s, MHD_OPTION_END);
+	freeaddrinfo(ai);
+	if (!s->daemon) {
+		snprintf(err->msg, sizeof err->msg, "cannot listen on %s (in use, or not an address of this machine?)",
+			 s->cfg->listen);
+		return -1;
+	}
+	const union MHD_DaemonInfo *info = MHD_get_daemon_info(s->daemon, MHD_DAEMON_INFO_BIND_PORT);
+	s->port = info ? info->port : s->cfg->port;
+	return 0;
+}
+
+void srv_stop(srv *s)
+{
+	if (s->daemon)
+		MHD_stop_daemon(s->daemon);
+	s->daemon = NULL;
+}

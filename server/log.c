@@ -1,0 +1,64 @@
+/*
+ * log.c - batond's log lines: "TIME LEVEL [wf=ID] message" on stderr, one write per line
+ * so that lines from different threads never interleave. The level is checked before a
+ * line is formatted (srv_log).
+ */
+#include "server.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+int srv_log_level = BATON_LOG_INFO;
+
+static const char *const level_names[] = {"DEBUG", "INFO", "WARN", "ERROR"};
+
+int srv_parse_level(const char *s)
+{
+	static const char *const names[] = {"debug", "info", "warn", "error"};
+	for (int i = 0; i < 4; i++)
+		if (strcmp(s, names[i]) == 0)
+			return i;
+	return -1;
+}
+
+void srv_log_line(int level, const char *wf_id, const char *msg)
+{
+	struct timespec ts;
+	struct tm tm;
+	char when[40], line[1400];
+	clock_gettime(CLOCK_REALTIME, &ts);
+	gmtime_r(&ts.tv_sec, &tm);
+	size_t n = strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%S", &tm);
+	snprintf(when + n, sizeof when - n, ".%03ldZ", ts.tv_nsec / 1000000);
+	if (level < 0 || level > 3)
+		level = 3;
+	int len;
+	if (wf_id)
+		len = snprintf(line, sizeof line, "%s %-5s wf=%s %s\n", when, level_names[level],
+			       wf_id, msg);
+	else
+		len = snprintf(line, sizeof line, "%s %-5s %s\n", when, level_names[level], msg);
+	if (len > (int)sizeof line - 1) {
+		len = (int)sizeof line - 1;
+		line[len - 1] = '\n';
+	}
+	fwrite(line, 1, (size_t)len, stderr);
+}
+
+void srv_logf(int level, const char *fmt, ...)
+{
+	char msg[1024];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof msg, fmt, ap);
+	va_end(ap);
+	srv_log_line(level, NULL, msg);
+}
+
+void srv_engine_log(void *ud, int level, const char *wf_id, const char *msg)
+{
+	(void)ud;
+	srv_log_line(level, wf_id, msg);
+}

@@ -1,0 +1,97 @@
+/*
+ * main.c - batond: start-up order, signals, shutdown.
+ *
+ * Start-up: configuration, the database directory, the engine (which recovers every
+ * unfinished workflow before anything else happens), then the HTTP listener. Signals
+ * are blocked in every thread and taken by sigwait here: the first SIGTERM or SIGINT
+ * stops the listener, lets running steps finish (--shutdown-timeout) and closes the
+ * database; a second one exits at once. SIGKILL at any moment is survivable by design.
+ */
+#include "server.h"
+
+#include <errno.h>
+#include <libgen.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* mkdir -p for the database's directory. */
+static int make_dirs(const char *db)
+{
+	char path[4096];
+	snprintf(path, sizeof path, "%s", db);
+	char *dir = dirname(path);
+	for (char *p = dir + 1; *p; p++) {
+		if (*p != '/')
+			continue;
+		*p = 0;
+		if (mkdir(dir, 0755) != 0 && errno != EEXIST)
+			return -1;
+		*p = '/';
+	}
+	return (mkdir(dir, 0755) != 0 && errno != EEXIST) ? -1 : 0;
+}
+
+static void exit_now(int sig)
+{
+	(void)sig;
+	_exit(1);
+}
+
+int main(int argc, char **argv)
+{
+	config cfg;
+	int rc = config_load(&cfg, argc, argv);
+	if (rc)
+		return rc > 0 ? 0 : 2;
+	srv_log_level = cfg.log_level;
+
+	sigset_t sigs;
+	sigemptyset(&sigs);
+	sigaddset(&sigs, SIGINT);
+	sigaddset(&sigs, SIGTERM);
+	pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+	signal(SIGPIPE, SIG_IGN);
+
+	if (make_dirs(cfg.db) != 0) {
+		srv_log(BATON_LOG_ERROR, "cannot create the directory of %s: %s", cfg.db,
+			strerror(errno));
+		return 1;
+	}
+	baton_engine_config ecfg = {
+		.db_path = cfg.db,
+		.threads = cfg.threads,
+		.readers = cfg.http_threads,
+		.log = srv_engine_log,
+		.log_level = cfg.log_level,
+	};
+	srv s = {.cfg = &cfg};
+	baton_error err = {0};
+	if (baton_engine_open(&ecfg, &s.engine, &err)) {
+		srv_log(BATON_LOG_ERROR, "cannot open %s: %s", cfg.db, err.msg);
+		return 1;
+	}
+	if (srv_start(&s, &err)) {
+		srv_log(BATON_LOG_ERROR, "%s", err.msg);
+		baton_engine_close(s.engine, 0);
+		return 1;
+	}
+	srv_log(BATON_LOG_INFO, "batond %s: database %s, %d step threads", BATON_VERSION, cfg.db,
+		cfg.threads);
+	srv_log(BATON_LOG_INFO, "listening on http://%s%s%s:%d", strchr(cfg.host, ':') ? "[" : "",
+		cfg.host, strchr(cfg.host, ':') ? "]" : "", s.port);
+
+	int sig = 0;
+	sigwait(&sigs, &sig);
+	signal(SIGINT, exit_now);
+	signal(SIGTERM, exit_now);
+	pthread_sigmask(SIG_UNBLOCK, &sigs, NULL);
+	srv_log(BATON_LOG_INFO, "%s: shutting down (again to exit at once)", strsignal(sig));
+	srv_stop(&s);
+	baton_engine_close(s.engine, cfg.shutdown_timeout_ms);
+	srv_log(BATON_LOG_INFO, "stopped");
+	return 0;
+}

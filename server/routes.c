@@ -1,0 +1,78 @@
+/*
+ * routes.c - the routes table: {method, pattern, handler}. A pattern's "{x}" segments
+ * match one path segment and are handed to the handler in order. A path that matches
+ * with another method answers 405 with Allow; no match at all answers 404.
+ */
+#include "server.h"
+
+#include <string.h>
+
+typedef struct route_def {
+	const char *method;
+	const char *pattern;
+	handler_fn handler;
+} route_def;
+
+static const route_def routes[] = {
+	{"POST", "/workflows", h_workflows_create},
+	{"GET", "/workflows", h_workflows_list},
+	{"GET", "/workflows/{id}", h_workflow_get},
+	{"GET", "/workflows/{id}/events", h_workflow_events},
+	{"POST", "/workflows/{id}/cancel", h_workflow_cancel},
+	{"GET", "/resources", h_resources_list},
+	{"GET", "/resources/{name}", h_resource_get},
+	{"GET", "/healthz", h_healthz},
+};
+
+#define MAX_SEGMENT 256
+
+/* Matches path against pattern; captured segments are copied into caps. */
+static int match(const char *pattern, const char *path, char caps[MAX_PARAMS][MAX_SEGMENT],
+		 int *ncaps)
+{
+	*ncaps = 0;
+	while (*pattern && *path) {
+		if (*pattern != '/' || *path != '/')
+			return 0;
+		pattern++;
+		path++;
+		const char *pe = strchr(pattern, '/'), *se = strchr(path, '/');
+		size_t plen = pe ? (size_t)(pe - pattern) : strlen(pattern);
+		size_t slen = se ? (size_t)(se - path) : strlen(path);
+		if (pattern[0] == '{') {
+			if (slen == 0 || slen >= MAX_SEGMENT || *ncaps == MAX_PARAMS)
+				return 0;
+			memcpy(caps[*ncaps], path, slen);
+			caps[(*ncaps)++][slen] = 0;
+		} else if (plen != slen || memcmp(pattern, path, slen) != 0) {
+			return 0;
+		}
+		pattern += plen;
+		path += slen;
+	}
+	return *pattern == 0 && *path == 0;
+}
+
+void route(srv *s, const request *r, response *out)
+{
+	char caps[MAX_PARAMS][MAX_SEGMENT];
+	int ncaps, matched = 0;
+	for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++) {
+		if (!match(routes[i].pattern, r->path, caps, &ncaps))
+			continue;
+		if (strcmp(routes[i].method, r->method) == 0) {
+			const char *params[MAX_PARAMS] = {caps[0], caps[1]};
+			routes[i].handler(s, r, params, out);
+			return;
+		}
+		size_t n = strlen(out->allow);
+		snprintf(out->allow + n, sizeof out->allow - n, "%s%s", n ? ", " : "",
+			 routes[i].method);
+		matched = 1;
+	}
+	if (matched)
+		reply_problem(out, 405, "%s is not allowed on %s (allowed: %s)", r->method, r->path,
+			      out->allow);
+	else
+		reply_problem(out, 404, "no such path: %s", r->path);
+}

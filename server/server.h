@@ -1,0 +1,95 @@
+/*
+ * server.h - what the files of batond share: configuration, logging, the HTTP layer's
+ * request/response types, and the route handlers.
+ */
+#ifndef BATOND_SERVER_H
+#define BATOND_SERVER_H
+
+#include "baton.h"
+
+#include <jansson.h>
+#include <microhttpd.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* ---- config.c ---- */
+typedef struct config {
+	char listen[300];        /* HOST:PORT as given */
+	char host[256];
+	int port;
+	char db[4096];
+	int threads;             /* steps running at once */
+	int http_threads;
+	int log_level;
+	int64_t shutdown_timeout_ms;
+	size_t max_body;
+} config;
+
+/* 0: run; 1: done (--help, --version printed); -1: invalid, message printed. */
+int config_load(config *c, int argc, char **argv);
+
+/* ---- log.c ---- */
+extern int srv_log_level;
+void srv_log_line(int level, const char *wf_id, const char *msg);
+void srv_logf(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+#define srv_log(level, ...)                                                                        \
+	do {                                                                                       \
+		if ((level) >= srv_log_level)                                                      \
+			srv_logf((level), __VA_ARGS__);                                            \
+	} while (0)
+/* baton_log_fn for the engine. */
+void srv_engine_log(void *ud, int level, const char *wf_id, const char *msg);
+int srv_parse_level(const char *s); /* -1 when unknown */
+
+/* ---- http.c ---- */
+typedef struct srv {
+	const config *cfg;
+	baton_engine *engine;
+	struct MHD_Daemon *daemon;
+	int port; /* the bound port */
+} srv;
+
+typedef struct request {
+	struct MHD_Connection *conn;
+	const char *method;
+	const char *path;
+	char *body;
+	size_t body_len, body_cap;
+	int too_large;
+} request;
+
+typedef struct response {
+	int status;
+	json_t *body; /* stolen when the response is sent */
+	const char *content_type;
+	char location[300];
+	char allow[64];
+} response;
+
+int srv_start(srv *s, baton_error *err);
+void srv_stop(srv *s);
+
+/* Fills out with a problem+json body (RFC 9457); returns status. */
+int reply_problem(response *out, int status, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+/* Maps a library error to its HTTP problem. */
+int reply_error(response *out, const baton_error *err);
+int reply_json(response *out, int status, json_t *body /* stolen */);
+const char *query_arg(const request *r, const char *name);
+
+/* ---- routes.c ---- */
+#define MAX_PARAMS 2
+typedef int (*handler_fn)(srv *s, const request *r, const char *const *params, response *out);
+void route(srv *s, const request *r, response *out);
+
+/* ---- handlers ---- */
+int h_workflows_create(srv *s, const request *r, const char *const *p, response *out);
+int h_workflows_list(srv *s, const request *r, const char *const *p, response *out);
+int h_workflow_get(srv *s, const request *r, const char *const *p, response *out);
+int h_workflow_events(srv *s, const request *r, const char *const *p, response *out);
+int h_workflow_cancel(srv *s, const request *r, const char *const *p, response *out);
+int h_resources_list(srv *s, const request *r, const char *const *p, response *out);
+int h_resource_get(srv *s, const request *r, const char *const *p, response *out);
+int h_healthz(srv *s, const request *r, const char *const *p, response *out);
+
+#endif
