@@ -109,4 +109,6 @@ format-check:
 clean:
 	rm -rf build lib/libbaton.a server/batond client/baton
 
+.SECONDARY:
+
 -include $(shell find build -name '*.d' 2>/dev/null)

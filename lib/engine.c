@@ -531,6 +531,7 @@ static void run_step_job(void *arg, sched *pool)
 	m->attempt = j->attempt;
 	j->e->def->run_step(&in, &m->out);
 	post(j->e, m);
+	free(j);
 }
 
 /* After a durable commit: answer callers, start granted steps, log, free finished rows. */
@@ -728,7 +729,8 @@ static int by_lock_seq(const void *a, const void *b)
 
 static void requeue(baton_engine *e, wf_row **v, size_t n)
 {
-	qsort(v, n, sizeof *v, by_lock_seq);
+	if (n > 1)
+		qsort(v, n, sizeof *v, by_lock_seq);
 	for (size_t i = 0; i < n; i++) {
 		res_lock *l = lock_of(e, v[i]->resource);
 		lock_enqueue(l, v[i]);

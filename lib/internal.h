@@ -236,6 +236,7 @@ void lock_release(res_lock *l, int64_t now);
 
 /* ---- sched.c: step threads (a pool in the manner of redis bio.c) ---- */
 typedef struct sched sched;
+/* A job owns arg and frees it; a job dropped by sched_free has arg freed with free(). */
 typedef void (*sched_job_fn)(void *arg, sched *s);
 sched *sched_new(int threads);
 void sched_submit(sched *s, sched_job_fn fn, void *arg);

@@ -1,0 +1,289 @@
+/*
+ * test_engine.c - the engine and its SQLite store through the public API, each test on
+ * its own temporary database: submission is durable and idempotent, steps run in order
+ * and never overlap, a closed-while-running step resumes as a new attempt after reopen,
+ * fencing tokens keep growing across reopen, retry waits are persisted.
+ */
+#include "unit.h"
+
+#include <sqlite3.h>
+#include <time.h>
+#include <unistd.h>
+
+typedef struct fixture {
+	char dir[64];
+	char db[128];
+	baton_engine *e;
+} fixture;
+
+static void quiet(void *ud, int level, const char *wf, const char *msg)
+{
+	(void)ud;
+	(void)level;
+	(void)wf;
+	(void)msg;
+}
+
+static baton_engine *open_engine(fixture *f)
+{
+	baton_engine_config cfg = {.db_path = f->db, .threads = 4, .readers = 2, .log = quiet};
+	baton_error err = {0};
+	baton_engine *e = NULL;
+	if (baton_engine_open(&cfg, &e, &err))
+		fail_msg("open: %s", err.msg);
+	return e;
+}
+
+static int setup(void **state)
+{
+	fixture *f = calloc(1, sizeof *f);
+	snprintf(f->dir, sizeof f->dir, "/tmp/baton-unit-XXXXXX");
+	assert_non_null(mkdtemp(f->dir));
+	snprintf(f->db, sizeof f->db, "%s/baton.db", f->dir);
+	f->e = open_engine(f);
+	*state = f;
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	fixture *f = *state;
+	baton_engine_close(f->e, 0);
+	char path[160];
+	const char *suffix[] = {"", "-wal", "-shm"};
+	for (int i = 0; i < 3; i++) {
+		snprintf(path, sizeof path, "%s%s", f->db, suffix[i]);
+		unlink(path);
+	}
+	rmdir(f->dir);
+	free(f);
+	return 0;
+}
+
+static json_t *submit(baton_engine *e, const char *text, int *created, int want_rc)
+{
+	json_t *req = js(text), *wf = NULL;
+	baton_error err = {0};
+	int rc = baton_engine_submit(e, req, &wf, created, &err);
+	json_decref(req);
+	if (rc != want_rc)
+		fail_msg("submit: rc %d (%s), wanted %d", rc, err.msg, want_rc);
+	return wf;
+}
+
+static const char *status_of(json_t *wf)
+{
+	return json_string_value(json_object_get(wf, "status"));
+}
+
+/* Polls until the workflow has the status, within a generous deadline. */
+static json_t *wait_status(baton_engine *e, const char *id, const char *status)
+{
+	for (int i = 0; i < 3000; i++) {
+		json_t *wf = NULL;
+		baton_error err = {0};
+		if (baton_engine_get(e, id, &wf, &err))
+			fail_msg("get %s: %s", id, err.msg);
+		if (strcmp(status_of(wf), status) == 0)
+			return wf;
+		json_decref(wf);
+		usleep(10000);
+	}
+	fail_msg("workflow %s never became %s", id, status);
+	return NULL;
+}
+
+static json_t *step(json_t *wf, int i)
+{
+	return json_array_get(json_object_get(wf, "steps"), (size_t)i);
+}
+
+static json_int_t step_int(json_t *wf, int i, const char *key)
+{
+	return json_integer_value(json_object_get(step(wf, i), key));
+}
+
+static void test_steps_complete_in_order_without_overlap(void **state)
+{
+	fixture *f = *state;
+	int created = 0;
+	json_t *wf = submit(f->e,
+			    "{\"id\":\"w1\",\"resource\":\"gw\",\"workers\":["
+			    "{\"name\":\"a\",\"work_ms\":20},{\"name\":\"b\",\"work_ms\":20},"
+			    "{\"name\":\"c\",\"work_ms\":20}]}",
+			    &created, BATON_OK);
+	assert_int_equal(created, 1);
+	json_decref(wf);
+	wf = wait_status(f->e, "w1", "completed");
+	const char *prev_end = "";
+	for (int i = 0; i < 3; i++) {
+		const char *start = json_string_value(json_object_get(step(wf, i), "started_at"));
+		const char *end = json_string_value(json_object_get(step(wf, i), "finished_at"));
+		assert_true(strcmp(start, prev_end) >= 0); /* RFC 3339 UTC sorts as text */
+		assert_true(strcmp(end, start) >= 0);
+		assert_int_equal(step_int(wf, i, "attempts"), 1);
+		assert_int_equal(step_int(wf, i, "fencing_token"), i + 1);
+		prev_end = end;
+	}
+	json_t *result = json_object_get(wf, "result");
+	assert_int_equal(json_integer_value(json_object_get(result, "workersProcessed")), 3);
+	json_decref(wf);
+}
+
+static void test_resubmit_is_idempotent_and_conflicts_are_refused(void **state)
+{
+	fixture *f = *state;
+	const char *def = "{\"id\":\"same\",\"resource\":\"gw\",\"workers\":[\"a\"]}";
+	int created = -1;
+	json_decref(submit(f->e, def, &created, BATON_OK));
+	assert_int_equal(created, 1);
+	json_decref(submit(f->e, def, &created, BATON_OK));
+	assert_int_equal(created, 0);
+	json_decref(submit(f->e, "{\"id\":\"same\",\"resource\":\"gw\",\"workers\":[\"b\"]}",
+			   &created, BATON_ECONFLICT));
+	json_decref(wait_status(f->e, "same", "completed"));
+	json_decref(submit(f->e, def, &created, BATON_OK));
+	assert_int_equal(created, 0);
+}
+
+static void test_generated_ids_are_128_bit_hex(void **state)
+{
+	fixture *f = *state;
+	int created;
+	json_t *wf = submit(f->e, "{\"resource\":\"gw\",\"workers\":[\"a\"]}", &created, BATON_OK);
+	const char *id = json_string_value(json_object_get(wf, "id"));
+	assert_int_equal(strlen(id), 32);
+	assert_int_equal(strspn(id, "0123456789abcdef"), 32);
+	json_decref(wf);
+}
+
+static void test_close_mid_step_resumes_as_new_attempt(void **state)
+{
+	fixture *f = *state;
+	int created;
+	json_decref(submit(f->e,
+			   "{\"id\":\"long\",\"resource\":\"gw\",\"workers\":["
+			   "{\"name\":\"a\",\"work_ms\":10},{\"name\":\"b\",\"work_ms\":60000},"
+			   "{\"name\":\"c\",\"work_ms\":10}]}",
+			   &created, BATON_OK));
+	/* Wait until b holds the resource, then stop without waiting for it. */
+	for (int i = 0;; i++) {
+		json_t *wf;
+		baton_error err;
+		assert_int_equal(baton_engine_get(f->e, "long", &wf, &err), BATON_OK);
+		int running = strcmp(json_string_value(json_object_get(step(wf, 1), "status")),
+				     "running") == 0;
+		json_decref(wf);
+		if (running)
+			break;
+		assert_true(i < 3000);
+		usleep(10000);
+	}
+	baton_engine_close(f->e, 0);
+	/* Make b short so that the resumed attempt finishes: rewrite its params directly. */
+	sqlite3 *db;
+	assert_int_equal(sqlite3_open(f->db, &db), SQLITE_OK);
+	assert_int_equal(sqlite3_exec(db,
+				      "UPDATE steps SET params = json_set(params, '$.work_ms', 10)"
+				      " WHERE idx = 1",
+				      NULL, NULL, NULL),
+			 SQLITE_OK);
+	sqlite3_close(db);
+	f->e = open_engine(f);
+	json_t *wf = wait_status(f->e, "long", "completed");
+	assert_int_equal(step_int(wf, 0, "attempts"), 1); /* never re-run */
+	assert_int_equal(step_int(wf, 1, "attempts"), 2);
+	assert_int_equal(step_int(wf, 2, "attempts"), 1);
+	assert_true(step_int(wf, 1, "fencing_token") > 2); /* a new token after restart */
+	json_decref(wf);
+	json_t *events;
+	baton_error err;
+	assert_int_equal(baton_engine_events(f->e, "long", 0, &events, &err), BATON_OK);
+	int interrupted = 0;
+	json_int_t last = 0;
+	size_t i;
+	json_t *ev;
+	json_array_foreach(json_object_get(events, "events"), i, ev)
+	{
+		interrupted += strcmp(json_string_value(json_object_get(ev, "type")),
+				      "step_interrupted") == 0;
+		assert_true(json_integer_value(json_object_get(ev, "seq")) > last);
+		last = json_integer_value(json_object_get(ev, "seq"));
+	}
+	assert_int_equal(interrupted, 1);
+	json_decref(events);
+}
+
+static void test_retry_wait_survives_reopen(void **state)
+{
+	fixture *f = *state;
+	int created;
+	json_decref(submit(f->e,
+			   "{\"id\":\"r\",\"resource\":\"gw\",\"workers\":["
+			   "{\"name\":\"a\",\"work_ms\":0,\"fail_attempts\":1}],"
+			   "\"retry\":{\"initial_delay_ms\":300,\"backoff\":1.0}}",
+			   &created, BATON_OK));
+	json_t *wf = NULL;
+	for (int i = 0; i < 3000; i++) {
+		baton_error err;
+		assert_int_equal(baton_engine_get(f->e, "r", &wf, &err), BATON_OK);
+		if (strcmp(json_string_value(json_object_get(step(wf, 0), "status")), "retrying") ==
+		    0)
+			break;
+		json_decref(wf);
+		wf = NULL;
+		usleep(5000);
+	}
+	assert_non_null(wf);
+	char next[40];
+	snprintf(next, sizeof next, "%s",
+		 json_string_value(json_object_get(step(wf, 0), "next_attempt_at")));
+	json_decref(wf);
+	baton_engine_close(f->e, 0);
+	f->e = open_engine(f);
+	wf = wait_status(f->e, "r", "completed");
+	const char *second = json_string_value(json_object_get(step(wf, 0), "started_at"));
+	assert_true(strcmp(second, next) >= 0); /* not earlier than the persisted time */
+	assert_int_equal(step_int(wf, 0, "attempts"), 2);
+	json_decref(wf);
+}
+
+static void test_cancel_and_unknown_ids(void **state)
+{
+	fixture *f = *state;
+	int created;
+	json_t *out = NULL;
+	baton_error err = {0};
+	json_decref(submit(f->e,
+			   "{\"id\":\"hold\",\"resource\":\"gw\",\"workers\":["
+			   "{\"name\":\"a\",\"work_ms\":300}]}",
+			   &created, BATON_OK));
+	json_decref(submit(f->e, "{\"id\":\"queued\",\"resource\":\"gw\",\"workers\":[\"a\"]}",
+			   &created, BATON_OK));
+	assert_int_equal(baton_engine_cancel(f->e, "queued", &out, &err), BATON_OK);
+	assert_string_equal(status_of(out), "cancelled");
+	json_decref(out);
+	assert_int_equal(baton_engine_cancel(f->e, "queued", &out, &err), BATON_OK);
+	json_decref(out);
+	json_decref(wait_status(f->e, "hold", "completed"));
+	assert_int_equal(baton_engine_cancel(f->e, "hold", &out, &err), BATON_ECONFLICT);
+	assert_int_equal(baton_engine_cancel(f->e, "nope", &out, &err), BATON_ENOTFOUND);
+	assert_int_equal(baton_engine_get(f->e, "nope", &out, &err), BATON_ENOTFOUND);
+	assert_int_equal(baton_engine_resource(f->e, "never", &out, &err), BATON_ENOTFOUND);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_steps_complete_in_order_without_overlap, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_resubmit_is_idempotent_and_conflicts_are_refused,
+						setup, teardown),
+		cmocka_unit_test_setup_teardown(test_generated_ids_are_128_bit_hex, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_close_mid_step_resumes_as_new_attempt, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_retry_wait_survives_reopen, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_cancel_and_unknown_ids, setup, teardown),
+	};
+	return cmocka_run_group_tests_name("engine", tests, NULL, NULL);
+}
