@@ -30,7 +30,7 @@ CMOCKA_LIBS = $(shell pkg-config --libs cmocka)
 
 WARN     = -Wall -Wextra -Werror -Wformat=2 -Wshadow -Wstrict-prototypes -Wno-unused-parameter
 OPT     ?= -O2
-SANFLAGS = $(if $(SAN),-fsanitize=$(SAN) -fno-omit-frame-pointer,)
+SANFLAGS = $(if $(SAN),-fsanitize=$(SAN) -fno-sanitize-recover=all -fno-omit-frame-pointer,)
 ALL_CFLAGS  = -std=c11 -D_GNU_SOURCE $(WARN) $(OPT) -g -MMD -MP $(SANFLAGS) -Ilib $(PKG_CFLAGS) $(CFLAGS)
 ALL_LDFLAGS = $(SANFLAGS) $(LDFLAGS)
 LIBS_ALL    = $(PKG_LIBS) -lpthread -lm
@@ -51,7 +51,7 @@ UNIT_BIN := $(patsubst tests/unit/%.c,$(BUILD)/tests/unit/%,$(UNIT_SRC))
 HTTP_BIN := $(patsubst tests/http/%.c,$(BUILD)/tests/http/%,$(HTTP_SRC))
 DEPS_STAMP := build/.deps-ok
 
-.PHONY: all run test check unit-test http-test demo demo-crash install clean format format-check deps
+.PHONY: all run test check demo demo-crash install clean format format-check format-check-counted deps
 all: $(LIBBATON) $(BATOND) $(CLIENT)
 
 deps: $(DEPS_STAMP)
@@ -105,6 +105,9 @@ format:
 	clang-format -i $(FORMAT_SRC)
 format-check:
 	clang-format --dry-run --Werror $(FORMAT_SRC)
+format-check-counted:
+	@if clang-format --dry-run --Werror $(FORMAT_SRC); then echo "1 passed, 0 failed"; \
+	else echo "0 passed, 1 failed"; exit 1; fi
 
 clean:
 	rm -rf build lib/libbaton.a server/batond client/baton
