@@ -72,6 +72,9 @@ typedef struct baton_engine_config {
 	baton_log_fn log;       /* may be NULL: no logging */
 	void *log_ud;
 	int log_level;          /* lines below this level are not even formatted */
+	/* URL prefixes that HTTP steps may call, NULL-terminated; NULL: no calls at all.
+	 * Borrowed: must outlive the engine. */
+	const char *const *allow_call;
 } baton_engine_config;
 
 /*

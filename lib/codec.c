@@ -7,6 +7,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 /* Defaults of a workflow's retry policy: the first retry comes after 2 s. */
 static const retry_policy default_retry = {
@@ -20,6 +21,15 @@ static const retry_policy default_retry = {
 #define MAX_FAIL_ATTEMPTS 1000
 #define MAX_ATTEMPTS 1000
 #define MAX_DELAY_MS 86400000
+#define MAX_CALL_TIMEOUT_MS 300000
+#define DEFAULT_CALL_TIMEOUT_MS 10000
+#define MAX_HEADER_VALUE 1024
+
+/* What a submission may use beyond its own fields: the operator's allowed URL prefixes. */
+typedef struct parse_ctx {
+	const char *const *allow_call;
+	const json_t *default_call; /* the workflow's "call", borrowed, or NULL */
+} parse_ctx;
 
 int valid_name(const char *s)
 {
@@ -120,10 +130,186 @@ json_t *codec_params_defaults(const char *name)
 			 (json_int_t)(100 + fnv1a(name) % 100), "fail_attempts", (json_int_t)0);
 }
 
-/* One entry of "workers": a name, or an object; returns a new normalized object. */
-static int parse_worker(const json_t *w, size_t i, json_t **out, baton_error *err)
+static int is_token_char(unsigned char c)
 {
-	static const char *const fields[] = {"name", "work_ms", "fail_attempts", NULL};
+	return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+	       (c && strchr("!#$%&'*+-.^_`|~", c));
+}
+
+/* Headers the request may not set: baton's own, and those that frame the message. */
+static int reserved_header(const char *name)
+{
+	static const char *const reserved[] = {"idempotency-key", "host", "content-length",
+					       "transfer-encoding", "connection", "expect", NULL};
+	if (strncasecmp(name, "baton-", 6) == 0)
+		return 1;
+	for (const char *const *r = reserved; *r; r++)
+		if (strcasecmp(name, *r) == 0)
+			return 1;
+	return 0;
+}
+
+static int parse_headers(const json_t *h, const char *where, baton_error *err)
+{
+	const char *key;
+	json_t *v;
+	if (!json_is_object(h))
+		return err_set(err, BATON_EINVAL, "%s.headers: must be an object of strings", where);
+	json_object_foreach((json_t *)h, key, v) {
+		size_t n = strlen(key);
+		int ok = n > 0 && n <= 128;
+		for (size_t i = 0; ok && i < n; i++)
+			ok = is_token_char((unsigned char)key[i]);
+		if (!ok)
+			return err_set(err, BATON_EINVAL, "%s.headers: \"%.64s\" is not a header name",
+				       where, key);
+		if (reserved_header(key))
+			return err_set(err, BATON_EINVAL,
+				       "%s.headers: \"%s\" is set by baton and cannot be given", where,
+				       key);
+		if (!json_is_string(v) || json_string_length(v) > MAX_HEADER_VALUE ||
+		    strcspn(json_string_value(v), "\r\n") != json_string_length(v))
+			return err_set(err, BATON_EINVAL,
+				       "%s.headers.%s: must be a string of at most %d bytes without"
+				       " line breaks",
+				       where, key, MAX_HEADER_VALUE);
+	}
+	return BATON_OK;
+}
+
+/* Whether url lies under one of the allowed prefixes, on a path boundary. */
+static int url_allowed(const char *url, const char *const *allow)
+{
+	for (; allow && *allow; allow++) {
+		size_t n = strlen(*allow);
+		if (n == 0 || strncmp(url, *allow, n) != 0)
+			continue;
+		char next = url[n];
+		if ((*allow)[n - 1] == '/' || next == 0 || next == '/' || next == '?' || next == '#')
+			return 1;
+	}
+	return 0;
+}
+
+static int check_url(const json_t *u, const char *where, const char *const *allow,
+		     baton_error *err)
+{
+	if (!u)
+		return err_set(err, BATON_EINVAL, "%s.url: is required", where);
+	const char *url = json_string_value(u);
+	if (!url || json_string_length(u) > 2048 ||
+	    (strncmp(url, "http://", 7) != 0 && strncmp(url, "https://", 8) != 0))
+		return err_set(err, BATON_EINVAL, "%s.url: must be an http:// or https:// URL", where);
+	for (const char *c = url; *c; c++)
+		if ((unsigned char)*c <= 0x20 || *c == 0x7f)
+			return err_set(err, BATON_EINVAL, "%s.url: must not contain spaces or controls",
+				       where);
+	if (!allow || !*allow)
+		return err_set(err, BATON_EINVAL,
+			       "%s.url: HTTP calls are disabled on this server; start batond with"
+			       " --allow-call PREFIX (or BATON_ALLOW_CALL) to allow URLs under PREFIX",
+			       where);
+	if (!url_allowed(url, allow))
+		return err_set(err, BATON_EINVAL,
+			       "%s.url: \"%.200s\" is not under a prefix allowed by --allow-call",
+			       where, url);
+	return BATON_OK;
+}
+
+static int check_method(const json_t *m, const char *where, baton_error *err)
+{
+	static const char *const methods[] = {"POST", "PUT", "PATCH", "GET", "DELETE", NULL};
+	const char *s = json_string_value(m);
+	for (const char *const *x = methods; s && *x; x++)
+		if (strcmp(s, *x) == 0)
+			return BATON_OK;
+	return err_set(err, BATON_EINVAL,
+		       "%s.method: must be POST, PUT, PATCH, GET or DELETE", where);
+}
+
+/* The fields of a "call" object, at workflow or worker level (url checked later). */
+static int check_call_fields(const json_t *c, const char *where, baton_error *err)
+{
+	static const char *const fields[] = {"method", "url", "headers", "body", "timeout_ms",
+					     NULL};
+	if (!json_is_object(c))
+		return err_set(err, BATON_EINVAL, "%s: must be an object", where);
+	char at[80];
+	snprintf(at, sizeof at, "%s.", where);
+	int64_t t = DEFAULT_CALL_TIMEOUT_MS;
+	int rc;
+	if ((rc = only_fields(c, fields, at, err)) ||
+	    (rc = int_field(c, "timeout_ms", 1, MAX_CALL_TIMEOUT_MS, &t, at, err)))
+		return rc;
+	if (json_object_get(c, "method") && (rc = check_method(json_object_get(c, "method"), where, err)))
+		return rc;
+	if (json_object_get(c, "headers") &&
+	    (rc = parse_headers(json_object_get(c, "headers"), where, err)))
+		return rc;
+	return BATON_OK;
+}
+
+/* Merges the workflow's call and the worker's (the worker's fields win, headers merge)
+ * and fills defaults; returns a new object, or NULL with err set. */
+static json_t *merge_call(const json_t *base, const json_t *own, const char *where,
+			  const char *const *allow, baton_error *err)
+{
+	json_t *c = base ? json_deep_copy(base) : json_object();
+	if (own) {
+		json_t *h = json_object_get(c, "headers");
+		json_t *oh = json_object_get(own, "headers");
+		json_t *merged_h = h ? json_deep_copy(h) : NULL;
+		json_object_update(c, (json_t *)own);
+		if (merged_h && oh) {
+			json_object_update(merged_h, oh);
+			json_object_set(c, "headers", merged_h);
+		}
+		json_decref(merged_h);
+	}
+	if (!json_object_get(c, "method"))
+		json_object_set_new(c, "method", json_string("POST"));
+	if (!json_object_get(c, "timeout_ms"))
+		json_object_set_new(c, "timeout_ms", json_integer(DEFAULT_CALL_TIMEOUT_MS));
+	if (!json_object_get(c, "headers"))
+		json_object_set_new(c, "headers", json_object());
+	if (check_url(json_object_get(c, "url"), where, allow, err)) {
+		json_decref(c);
+		return NULL;
+	}
+	return c;
+}
+
+/* A worker with a call (its own or the workflow's): {"name", "call"}. */
+static int worker_call(const json_t *w, const char *where, const parse_ctx *ctx, json_t *p,
+		       json_t **out, baton_error *err)
+{
+	const json_t *own = json_is_object(w) ? json_object_get(w, "call") : NULL;
+	char at[64];
+	snprintf(at, sizeof at, "%s.call", where);
+	int rc;
+	if (own && (rc = check_call_fields(own, at, err)))
+		return rc;
+	if (json_is_object(w) &&
+	    (json_object_get(w, "work_ms") || json_object_get(w, "fail_attempts")))
+		return err_set(err, BATON_EINVAL,
+			       "%s: a worker with a call does no simulated work; drop work_ms and"
+			       " fail_attempts",
+			       where);
+	json_t *c = merge_call(ctx->default_call, own, at, ctx->allow_call, err);
+	if (!c)
+		return BATON_EINVAL;
+	json_object_del(p, "work_ms");
+	json_object_del(p, "fail_attempts");
+	json_object_set_new(p, "call", c);
+	*out = p;
+	return BATON_OK;
+}
+
+/* One entry of "workers": a name, or an object; returns a new normalized object. */
+static int parse_worker(const json_t *w, size_t i, const parse_ctx *ctx, json_t **out,
+			baton_error *err)
+{
+	static const char *const fields[] = {"name", "work_ms", "fail_attempts", "call", NULL};
 	char where[48];
 	snprintf(where, sizeof where, "workers[%zu]", i);
 	const json_t *name = json_is_object(w) ? json_object_get(w, "name") : w;
@@ -139,13 +325,25 @@ static int parse_worker(const json_t *w, size_t i, json_t **out, baton_error *er
 	if (strlen(json_string_value(name)) != json_string_length(name))
 		return err_set(err, BATON_EINVAL, "%s.name: must not contain NUL", where);
 	json_t *p = codec_params_defaults(json_string_value(name));
+	char at0[64];
+	snprintf(at0, sizeof at0, "%s.", where);
+	int rc0;
+	if (json_is_object(w) && (rc0 = only_fields(w, fields, at0, err))) {
+		json_decref(p);
+		return rc0;
+	}
+	if (ctx->default_call || (json_is_object(w) && json_object_get(w, "call"))) {
+		int rc = worker_call(w, where, ctx, p, out, err);
+		if (rc)
+			json_decref(p);
+		return rc;
+	}
 	if (json_is_object(w)) {
 		int64_t work = json_integer_value(json_object_get(p, "work_ms")), fail = 0;
 		char at[64];
 		snprintf(at, sizeof at, "%s.", where);
 		int rc;
-		if ((rc = only_fields(w, fields, at, err)) ||
-		    (rc = int_field(w, "work_ms", 0, MAX_WORK_MS, &work, at, err)) ||
+		if ((rc = int_field(w, "work_ms", 0, MAX_WORK_MS, &work, at, err)) ||
 		    (rc = int_field(w, "fail_attempts", 0, MAX_FAIL_ATTEMPTS, &fail, at, err))) {
 			json_decref(p);
 			return rc;
@@ -157,7 +355,8 @@ static int parse_worker(const json_t *w, size_t i, json_t **out, baton_error *er
 	return BATON_OK;
 }
 
-static int parse_workers(const json_t *ws, wf_row *wf, json_t *norm, baton_error *err)
+static int parse_workers(const json_t *ws, wf_row *wf, const parse_ctx *ctx, json_t *norm,
+			 baton_error *err)
 {
 	if (!ws)
 		return err_set(err, BATON_EINVAL, "workers: is required");
@@ -171,7 +370,7 @@ static int parse_workers(const json_t *ws, wf_row *wf, json_t *norm, baton_error
 	int rc = BATON_OK;
 	for (size_t i = 0; i < n && rc == BATON_OK; i++) {
 		json_t *p = NULL;
-		if ((rc = parse_worker(json_array_get(ws, i), i, &p, err)))
+		if ((rc = parse_worker(json_array_get(ws, i), i, ctx, &p, err)))
 			break;
 		step_row *st = &wf->steps[i];
 		st->index = (int)i;
@@ -227,10 +426,12 @@ static json_t *retry_json(const retry_policy *p)
 			 "max_delay_ms", (json_int_t)p->max_delay_ms);
 }
 
-int codec_parse_request(const json_t *req, wf_row *wf, baton_error *err)
+int codec_parse_request(const json_t *req, wf_row *wf, const char *const *allow_call,
+			baton_error *err)
 {
-	static const char *const fields[] = {"id", "resource", "workers", "retry", "on_failure",
-					     NULL};
+	static const char *const fields[] = {"id",    "resource",   "workers", "retry",
+					     "on_failure", "call", NULL};
+	parse_ctx ctx = {.allow_call = allow_call};
 	if (!json_is_object(req))
 		return err_set(err, BATON_EINVAL, "the body must be a JSON object");
 	int rc;
@@ -240,8 +441,11 @@ int codec_parse_request(const json_t *req, wf_row *wf, baton_error *err)
 	    (rc = parse_retry(json_object_get(req, "retry"), &wf->retry, err)) ||
 	    (rc = parse_on_failure(json_object_get(req, "on_failure"), &wf->on_failure, err)))
 		return rc;
+	ctx.default_call = json_object_get(req, "call");
+	if (ctx.default_call && (rc = check_call_fields(ctx.default_call, "call", err)))
+		return rc;
 	json_t *norm_workers = json_array();
-	rc = parse_workers(json_object_get(req, "workers"), wf, norm_workers, err);
+	rc = parse_workers(json_object_get(req, "workers"), wf, &ctx, norm_workers, err);
 	if (rc) {
 		json_decref(norm_workers);
 		return rc;
@@ -278,13 +482,27 @@ static json_t *nullable_int(int64_t v, int is_set)
 	return is_set ? json_integer(v) : json_null();
 }
 
+/* A call as the API shows it: header values may be secrets and are never echoed. */
+static json_t *redacted_call(const json_t *call)
+{
+	json_t *c = json_deep_copy(call), *h = json_object_get(c, "headers");
+	const char *key;
+	json_t *v;
+	json_object_foreach(h, key, v) {
+		json_object_set_new(h, key, json_string("<redacted>"));
+	}
+	return c;
+}
+
 json_t *codec_step(const step_row *st)
 {
 	json_t *o = json_pack("{s:i, s:s}", "index", st->index, "worker", st->worker);
 	const char *key;
 	json_t *v;
 	json_object_foreach(st->params, key, v) {
-		if (strcmp(key, "name") != 0)
+		if (strcmp(key, "call") == 0)
+			json_object_set_new(o, key, redacted_call(v));
+		else if (strcmp(key, "name") != 0)
 			json_object_set(o, key, v);
 	}
 	int waiting = st->status == ST_WAITING;

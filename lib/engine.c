@@ -96,6 +96,7 @@ struct baton_engine {
 	store *st;
 	sched *pool;
 	const workflow_def *def;
+	const char *const *allow_call;
 	pthread_t thread;
 	int thread_started;
 
@@ -382,11 +383,13 @@ static void apply_outcome(baton_engine *e, msg *m, int64_t now)
 	if (m->out.aborted || wf->cur != m->idx || wf->steps[m->idx].attempts != m->attempt ||
 	    wf->steps[m->idx].status != ST_RUNNING) {
 		json_decref(m->out.result);
+		json_decref(m->out.detail);
 		return; /* stopping: the attempt runs again after the next start */
 	}
 	event_sink ev = {on_event, e};
 	follow(e, wf, machine_outcome(wf, &m->out, e->def, now, &ev), now);
 	json_decref(m->out.result);
+	json_decref(m->out.detail);
 }
 
 static void fire_timers(baton_engine *e, int64_t now)
@@ -507,6 +510,11 @@ static int sleep_on_pool(void *ctx, int64_t ms)
 	return sched_sleep(ctx, ms);
 }
 
+static int pool_aborted(void *ctx)
+{
+	return sched_aborted(ctx);
+}
+
 /* Runs on a step thread: the fields it reads never change while the step is in flight. */
 static void run_step_job(void *arg, sched *pool)
 {
@@ -522,6 +530,7 @@ static void run_step_job(void *arg, sched *pool)
 		.fencing_token = j->token,
 		.params = st->params,
 		.sleep_ms = sleep_on_pool,
+		.aborted = pool_aborted,
 		.sleep_ctx = pool,
 	};
 	msg *m = xcalloc(1, sizeof *m);
@@ -779,6 +788,8 @@ int baton_engine_open(const baton_engine_config *cfg, baton_engine **out, baton_
 	baton_engine *e = xcalloc(1, sizeof *e);
 	e->log = (logger){cfg->log, cfg->log_ud, cfg->log_level};
 	e->def = &mutex_workflow;
+	e->allow_call = cfg->allow_call;
+	call_global_init();
 	e->wfs = strmap_new();
 	e->locks = strmap_new();
 	pthread_mutex_init(&e->mu, NULL);
@@ -830,6 +841,7 @@ void baton_engine_close(baton_engine *e, int64_t timeout_ms)
 	for (msg *m = e->inbox, *next; m; m = next) {
 		next = m->next;
 		json_decref(m->out.result);
+		json_decref(m->out.detail);
 		free(m->id);
 		free(m);
 	}
@@ -856,7 +868,7 @@ int baton_engine_submit(baton_engine *e, const json_t *request_body, json_t **wo
 			int *created, baton_error *err)
 {
 	wf_row *wf = xcalloc(1, sizeof *wf);
-	int rc = codec_parse_request(request_body, wf, err);
+	int rc = codec_parse_request(request_body, wf, e->allow_call, err);
 	if (rc) {
 		wf_row_free(wf);
 		return rc;

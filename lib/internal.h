@@ -162,6 +162,7 @@ typedef struct step_input {
 	int64_t fencing_token;
 	const json_t *params;                   /* borrowed */
 	int (*sleep_ms)(void *ctx, int64_t ms); /* returns non-zero when aborted */
+	int (*aborted)(void *ctx);              /* non-zero once the engine stops */
 	void *sleep_ctx;
 } step_input;
 
@@ -172,6 +173,7 @@ typedef struct step_output {
 	int64_t retry_after_ms; /* minimum wait asked for by the resource, 0 = none */
 	int64_t duration_ms;
 	int aborted;          /* the engine is stopping: nothing to record */
+	json_t *detail;       /* new reference or NULL: added to the attempt's event */
 } step_output;
 
 /*
@@ -185,6 +187,10 @@ typedef struct workflow_def {
 } workflow_def;
 
 extern const workflow_def mutex_workflow; /* mutex.c */
+
+/* call.c: the HTTP step (params.call), and libcurl's one-time set-up. */
+void call_run(const step_input *in, step_output *out);
+void call_global_init(void);
 
 /* ---- machine.c: pure transitions, no threads, no I/O ---- */
 typedef struct event_sink {
@@ -241,14 +247,17 @@ typedef void (*sched_job_fn)(void *arg, sched *s);
 sched *sched_new(int threads);
 void sched_submit(sched *s, sched_job_fn fn, void *arg);
 int sched_sleep(sched *s, int64_t ms); /* non-zero when aborted */
+int sched_aborted(sched *s);
 void sched_abort(sched *s);            /* wakes every sched_sleep with "aborted" */
 int sched_drain(sched *s, int64_t timeout_ms); /* waits for idle; 0 when idle */
 void sched_free(sched *s);             /* joins the threads; jobs left are dropped */
 
 /* ---- codec.c: JSON in and out, all input validation ---- */
 int valid_name(const char *s);
-/* Fills wf (id may be NULL: none given) from a request; wf->definition is set. */
-int codec_parse_request(const json_t *req, wf_row *wf, baton_error *err);
+/* Fills wf (id may be NULL: none given) from a request; wf->definition is set.
+ * allow_call: NULL-terminated URL prefixes that HTTP steps may call (NULL: none). */
+int codec_parse_request(const json_t *req, wf_row *wf, const char *const *allow_call,
+			baton_error *err);
 json_t *codec_workflow(const wf_row *wf);          /* new reference */
 json_t *codec_workflow_summary(const wf_row *wf);  /* new reference */
 json_t *codec_step(const step_row *st);            /* new reference */

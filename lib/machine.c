@@ -143,6 +143,8 @@ static void step_failed(wf_row *wf, step_row *st, const step_output *out, const 
 	json_t *d = step_data(st, st->attempts);
 	json_object_set_new(d, "duration_ms", json_integer(st->duration_ms));
 	json_object_set_new(d, "error", json_string(out->error));
+	if (out->detail)
+		json_object_update_missing(d, out->detail);
 	if (out->retryable && st->attempts < wf->retry.max_attempts && !wf->cancel_requested) {
 		int64_t delay = retry_delay_ms(&wf->retry, st->attempts);
 		if (out->retry_after_ms > delay)
@@ -193,6 +195,8 @@ transition machine_outcome(wf_row *wf, const step_output *out, const workflow_de
 	json_t *d = step_data(st, st->attempts);
 	json_object_set_new(d, "duration_ms", json_integer(st->duration_ms));
 	json_object_set_new(d, "result", json_incref(st->result));
+	if (out->detail)
+		json_object_update_missing(d, out->detail);
 	emit(ev, wf, "step_completed", d);
 	release_event(wf, st, now, ev);
 	advance(wf, def, now, ev, &t);

@@ -14,10 +14,15 @@
 
 #include <stdio.h>
 
-/* Simulated work, as in the origin: work_ms of holding the resource, failing with
- * "resource timeout" on the first fail_attempts attempts. */
+/* One step: the worker's HTTP call when it has one (call.c); otherwise simulated work
+ * as in the origin, work_ms of holding the resource, failing with "resource timeout"
+ * on the first fail_attempts attempts. */
 static void access_resource(const step_input *in, step_output *out)
 {
+	if (json_object_get(in->params, "call")) {
+		call_run(in, out); /* real work: an HTTP request to the resource */
+		return;
+	}
 	json_int_t work = json_integer_value(json_object_get(in->params, "work_ms"));
 	json_int_t fail = json_integer_value(json_object_get(in->params, "fail_attempts"));
 	int64_t t0 = mono_ms();

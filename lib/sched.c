@@ -126,6 +126,14 @@ int sched_sleep(sched *s, int64_t ms)
 	return aborted;
 }
 
+int sched_aborted(sched *s)
+{
+	pthread_mutex_lock(&s->mu);
+	int a = s->aborted;
+	pthread_mutex_unlock(&s->mu);
+	return a;
+}
+
 void sched_abort(sched *s)
 {
 	pthread_mutex_lock(&s->mu);

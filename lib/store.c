@@ -769,15 +769,14 @@ int store_list_workflows(store *s, const baton_list_query *q, json_t **out, bato
 
 static json_t *event_json(sqlite3_stmt *st, const char *wf_id)
 {
-	json_t *e = column_json(st, 3);
-	if (!json_is_object(e)) {
-		json_decref(e);
-		e = json_object();
-	}
-	json_object_set_new(e, "seq", json_integer(sqlite3_column_int64(st, 0)));
-	json_object_set_new(e, "ts", time_json(sqlite3_column_int64(st, 1)));
-	json_object_set_new(e, "type", json_string((const char *)sqlite3_column_text(st, 2)));
-	json_object_set_new(e, "workflow_id", json_string(wf_id));
+	json_t *e = json_pack("{s:I, s:o, s:s, s:s}", "seq",
+			      (json_int_t)sqlite3_column_int64(st, 0), "ts",
+			      time_json(sqlite3_column_int64(st, 1)), "type",
+			      (const char *)sqlite3_column_text(st, 2), "workflow_id", wf_id);
+	json_t *data = column_json(st, 3);
+	if (json_is_object(data))
+		json_object_update_missing(e, data);
+	json_decref(data);
 	return e;
 }
 

@@ -39,6 +39,8 @@ static void usage(FILE *f)
 		"  --log-level LEVEL        debug, info, warn or error (BATON_LOG_LEVEL, default info)\n"
 		"  --shutdown-timeout SECS  how long SIGTERM waits for running steps\n"
 		"                           (BATON_SHUTDOWN_TIMEOUT, default %lld)\n"
+		"  --allow-call PREFIX      let HTTP steps call URLs under PREFIX; repeatable\n"
+		"                           (BATON_ALLOW_CALL, comma-separated; default: none)\n"
 		"  --help                   print this help\n"
 		"  --version                print the version\n",
 		defaults.listen, defaults.db, defaults.threads, defaults.http_threads,
@@ -86,6 +88,37 @@ static int parse_listen(config *c, const char *s)
 	return 0;
 }
 
+static int add_allow_call(config *c, const char *prefix)
+{
+	if (strncmp(prefix, "http://", 7) != 0 && strncmp(prefix, "https://", 8) != 0) {
+		fprintf(stderr, "batond: --allow-call wants an http:// or https:// prefix, not \"%s\"\n",
+			prefix);
+		return -1;
+	}
+	if (c->n_allow_call == MAX_ALLOW_CALL) {
+		fprintf(stderr, "batond: at most %d --allow-call prefixes\n", MAX_ALLOW_CALL);
+		return -1;
+	}
+	c->allow_call[c->n_allow_call++] = prefix;
+	c->allow_call[c->n_allow_call] = NULL;
+	return 0;
+}
+
+/* BATON_ALLOW_CALL: prefixes separated by commas or spaces. */
+static int allow_call_list(config *c, const char *list)
+{
+	if (strlen(list) >= sizeof c->allow_buf) {
+		fprintf(stderr, "batond: BATON_ALLOW_CALL is too long\n");
+		return -1;
+	}
+	snprintf(c->allow_buf, sizeof c->allow_buf, "%s", list);
+	char *save = NULL;
+	for (char *p = strtok_r(c->allow_buf, ", \t", &save); p; p = strtok_r(NULL, ", \t", &save))
+		if (add_allow_call(c, p))
+			return -1;
+	return 0;
+}
+
 /* Applies one setting by name, from a flag or the environment. */
 static int set_option(config *c, const char *name, const char *v)
 {
@@ -125,6 +158,8 @@ static int set_option(config *c, const char *name, const char *v)
 		c->shutdown_timeout_ms = n * 1000;
 		return 0;
 	}
+	if (strcmp(name, "allow-call") == 0)
+		return allow_call_list(c, v);
 	return -1;
 }
 
@@ -135,6 +170,7 @@ static const char *const env_names[][2] = {
 	{"http-threads", "BATON_HTTP_THREADS"},
 	{"log-level", "BATON_LOG_LEVEL"},
 	{"shutdown-timeout", "BATON_SHUTDOWN_TIMEOUT"},
+	{"allow-call", "BATON_ALLOW_CALL"},
 };
 
 int config_load(config *c, int argc, char **argv)
@@ -146,6 +182,7 @@ int config_load(config *c, int argc, char **argv)
 		{"http-threads", required_argument, NULL, 0},
 		{"log-level", required_argument, NULL, 0},
 		{"shutdown-timeout", required_argument, NULL, 0},
+		{"allow-call", required_argument, NULL, 0},
 		{"help", no_argument, NULL, 'h'},
 		{"version", no_argument, NULL, 'V'},
 		{NULL, 0, NULL, 0},
@@ -160,7 +197,7 @@ int config_load(config *c, int argc, char **argv)
 			return -1;
 		}
 	}
-	int ch, idx;
+	int ch, idx, flag_allow_seen = 0;
 	opterr = 0;
 	optind = 1;
 	while ((ch = getopt_long(argc, argv, "", opts, &idx)) != -1) {
@@ -178,7 +215,14 @@ int config_load(config *c, int argc, char **argv)
 			usage(stderr);
 			return -1;
 		}
-		if (set_option(c, opts[idx].name, optarg))
+		if (strcmp(opts[idx].name, "allow-call") == 0 && !flag_allow_seen) {
+			/* Flags replace the environment's list instead of adding to it. */
+			c->n_allow_call = 0;
+			c->allow_call[0] = NULL;
+			flag_allow_seen = 1;
+		}
+		if (strcmp(opts[idx].name, "allow-call") == 0 ? add_allow_call(c, optarg)
+							      : set_option(c, opts[idx].name, optarg))
 			return -1;
 	}
 	if (optind < argc) {

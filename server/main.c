@@ -67,6 +67,7 @@ int main(int argc, char **argv)
 		.readers = cfg.http_threads,
 		.log = srv_engine_log,
 		.log_level = cfg.log_level,
+		.allow_call = cfg.allow_call,
 	};
 	srv s = {.cfg = &cfg};
 	baton_error err = {0};
@@ -81,6 +82,8 @@ int main(int argc, char **argv)
 	}
 	srv_log(BATON_LOG_INFO, "batond %s: database %s, %d step threads", BATON_VERSION, cfg.db,
 		cfg.threads);
+	for (int i = 0; i < cfg.n_allow_call; i++)
+		srv_log(BATON_LOG_INFO, "HTTP steps may call %s", cfg.allow_call[i]);
 	srv_log(BATON_LOG_INFO, "listening on http://%s%s%s:%d", strchr(cfg.host, ':') ? "[" : "",
 		cfg.host, strchr(cfg.host, ':') ? "]" : "", s.port);
 

@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 /* ---- config.c ---- */
+#define MAX_ALLOW_CALL 32
 typedef struct config {
 	char listen[300];        /* HOST:PORT as given */
 	char host[256];
@@ -23,6 +24,10 @@ typedef struct config {
 	int log_level;
 	int64_t shutdown_timeout_ms;
 	size_t max_body;
+	/* --allow-call prefixes, NULL-terminated; point into allow_buf or argv */
+	const char *allow_call[MAX_ALLOW_CALL + 1];
+	int n_allow_call;
+	char allow_buf[4096];
 } config;
 
 /* 0: run; 1: done (--help, --version printed); -1: invalid, message printed. */

@@ -49,7 +49,7 @@ static void test_invalid_requests_are_rejected_with_the_field_named(void **state
 		wf_row *wf = calloc(1, sizeof *wf);
 		json_t *req = js(invalid[i].json);
 		baton_error err = {0};
-		int rc = codec_parse_request(req, wf, &err);
+		int rc = codec_parse_request(req, wf, NULL, &err);
 		if (rc != BATON_EINVAL || !strstr(err.msg, invalid[i].needle))
 			fail_msg("case %zu (%s): rc %d, message \"%s\", wanted \"%s\"", i,
 				 invalid[i].json, rc, err.msg, invalid[i].needle);
@@ -85,11 +85,11 @@ static void test_too_many_workers(void **state)
 	json_t *req = json_pack("{s:s, s:o}", "resource", "gw", "workers", ws);
 	wf_row *wf = calloc(1, sizeof *wf);
 	baton_error err = {0};
-	assert_int_equal(codec_parse_request(req, wf, &err), BATON_EINVAL);
+	assert_int_equal(codec_parse_request(req, wf, NULL, &err), BATON_EINVAL);
 	wf_row_free(wf);
 	json_array_remove(json_object_get(req, "workers"), 0);
 	wf = calloc(1, sizeof *wf);
-	assert_int_equal(codec_parse_request(req, wf, &err), BATON_OK);
+	assert_int_equal(codec_parse_request(req, wf, NULL, &err), BATON_OK);
 	assert_int_equal(wf->steps_total, MAX_WORKERS);
 	wf_row_free(wf);
 	json_decref(req);

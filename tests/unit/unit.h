@@ -29,7 +29,7 @@ static inline wf_row *wf_from(const char *request)
 	wf_row *wf = calloc(1, sizeof *wf);
 	json_t *req = js(request);
 	baton_error err = {0};
-	int rc = codec_parse_request(req, wf, &err);
+	int rc = codec_parse_request(req, wf, NULL, &err);
 	json_decref(req);
 	if (rc)
 		fail_msg("request rejected: %s", err.msg);

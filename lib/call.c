@@ -1,0 +1,213 @@
+/*
+ * call.c - the HTTP step: one request to the shared resource per attempt, made with
+ * libcurl while the step holds the resource.
+ *
+ * Every request carries Idempotency-Key "<workflow id>/<step index>" (the same on every
+ * attempt, so the resource can drop the repeat of a request whose answer was lost),
+ * Baton-Fencing-Token (so it can refuse a stale holder), Baton-Workflow, Baton-Worker
+ * and Baton-Attempt. 2xx completes the step with the response as its result (body
+ * bounded to 1 MiB); connection errors, timeouts, 5xx, 408 and 429 may succeed later and
+ * are retried (Retry-After is honoured when longer than the backoff); any other status
+ * fails the step for good. Redirects are not followed, and only http and https are
+ * spoken. The URL was checked against the operator's allowed prefixes at submission.
+ */
+#include "internal.h"
+
+#include <curl/curl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#define MAX_RESPONSE (1024 * 1024)
+
+static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
+
+static void init_curl(void)
+{
+	curl_global_init(CURL_GLOBAL_DEFAULT);
+}
+
+void call_global_init(void)
+{
+	pthread_once(&curl_once, init_curl);
+}
+
+typedef struct response_buf {
+	char *data;
+	size_t len;
+	int truncated;
+	int64_t retry_after_ms;
+} response_buf;
+
+static size_t on_body(char *ptr, size_t size, size_t n, void *ud)
+{
+	response_buf *b = ud;
+	size_t len = size * n, room = MAX_RESPONSE - b->len;
+	if (len > room) {
+		b->truncated = 1;
+		len = room;
+	}
+	if (len) {
+		char *d = realloc(b->data, b->len + len + 1);
+		if (!d)
+			return 0;
+		b->data = d;
+		memcpy(b->data + b->len, ptr, len);
+		b->len += len;
+		b->data[b->len] = 0;
+	}
+	return size * n; /* read on, drop what is over the bound */
+}
+
+/* Retry-After: delta-seconds or an HTTP date. */
+static size_t on_header(char *ptr, size_t size, size_t n, void *ud)
+{
+	response_buf *b = ud;
+	size_t len = size * n;
+	static const char name[] = "retry-after:";
+	if (len > sizeof name && strncasecmp(ptr, name, sizeof name - 1) == 0) {
+		char value[128];
+		size_t vlen = len - (sizeof name - 1);
+		if (vlen >= sizeof value)
+			vlen = sizeof value - 1;
+		memcpy(value, ptr + sizeof name - 1, vlen);
+		value[vlen] = 0;
+		char *v = value + strspn(value, " \t");
+		v[strcspn(v, "\r\n")] = 0;
+		char *end;
+		long secs = strtol(v, &end, 10);
+		if (*v && !*end && secs >= 0) {
+			b->retry_after_ms = (int64_t)secs * 1000;
+		} else {
+			time_t when = curl_getdate(v, NULL);
+			if (when > 0 && (int64_t)when * 1000 > now_ms())
+				b->retry_after_ms = (int64_t)when * 1000 - now_ms();
+		}
+		if (b->retry_after_ms > 3600 * 1000)
+			b->retry_after_ms = 3600 * 1000;
+	}
+	return len;
+}
+
+static int on_progress(void *ud, curl_off_t a, curl_off_t b, curl_off_t c, curl_off_t d)
+{
+	const step_input *in = ud;
+	(void)a, (void)b, (void)c, (void)d;
+	return in->aborted(in->sleep_ctx) ? 1 : 0;
+}
+
+static struct curl_slist *add_header(struct curl_slist *list, const char *name, const char *value)
+{
+	char line[1024];
+	snprintf(line, sizeof line, "%s: %s", name, value);
+	struct curl_slist *l = curl_slist_append(list, line);
+	return l ? l : list;
+}
+
+static struct curl_slist *request_headers(const step_input *in, const json_t *call, int has_body)
+{
+	struct curl_slist *h = NULL;
+	const char *key;
+	json_t *v;
+	int has_type = 0;
+	json_object_foreach((json_t *)json_object_get(call, "headers"), key, v) {
+		h = add_header(h, key, json_string_value(v));
+		has_type |= strcasecmp(key, "content-type") == 0;
+	}
+	if (has_body && !has_type)
+		h = add_header(h, "Content-Type", "application/json");
+	char buf[MAX_NAME * 2 + 32];
+	snprintf(buf, sizeof buf, "%s/%d", in->workflow_id, in->index);
+	h = add_header(h, "Idempotency-Key", buf);
+	snprintf(buf, sizeof buf, "%lld", (long long)in->fencing_token);
+	h = add_header(h, "Baton-Fencing-Token", buf);
+	h = add_header(h, "Baton-Workflow", in->workflow_id);
+	h = add_header(h, "Baton-Worker", in->worker);
+	snprintf(buf, sizeof buf, "%d", in->attempt);
+	h = add_header(h, "Baton-Attempt", buf);
+	h = add_header(h, "Expect", ""); /* no 100-continue round trip */
+	return h;
+}
+
+/* The response body as JSON when it is JSON, else as text. */
+static json_t *body_json(const response_buf *b)
+{
+	if (!b->data)
+		return json_null();
+	json_t *j = b->truncated ? NULL : json_loadb(b->data, b->len, JSON_DECODE_ANY, NULL);
+	return j ? j : json_stringn_nocheck(b->data, b->len);
+}
+
+static void classify(const step_input *in, long status, const response_buf *b, int64_t latency,
+		     const char *url, step_output *out)
+{
+	if (status >= 200 && status < 300) {
+		char action[MAX_NAME + 16];
+		snprintf(action, sizeof action, "updated-%s", in->resource);
+		json_t *resp = json_pack("{s:i, s:o}", "status", (int)status, "body", body_json(b));
+		if (b->truncated)
+			json_object_set_new(resp, "truncated", json_true());
+		out->result = json_pack("{s:s, s:s, s:I, s:o}", "workerId", in->worker, "action",
+					action, "duration", (json_int_t)latency, "response", resp);
+		return;
+	}
+	out->retryable = status >= 500 || status == 408 || status == 429;
+	out->retry_after_ms = b->retry_after_ms;
+	snprintf(out->error, sizeof out->error, "HTTP %ld from %.160s%s", status, url,
+		 status >= 300 && status < 400 ? " (redirects are not followed)" : "");
+}
+
+void call_run(const step_input *in, step_output *out)
+{
+	const json_t *call = json_object_get(in->params, "call");
+	const char *method = json_string_value(json_object_get(call, "method"));
+	const char *url = json_string_value(json_object_get(call, "url"));
+	json_t *body = json_object_get(call, "body");
+	long timeout = (long)json_integer_value(json_object_get(call, "timeout_ms"));
+	char *payload = body ? json_dumps(body, JSON_COMPACT | JSON_ENCODE_ANY) : NULL;
+	response_buf b = {0};
+	CURL *c = curl_easy_init();
+	struct curl_slist *headers = request_headers(in, call, payload != NULL);
+	curl_easy_setopt(c, CURLOPT_URL, url);
+	curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
+	if (strcmp(method, "GET") == 0)
+		curl_easy_setopt(c, CURLOPT_HTTPGET, 1L);
+	if (payload)
+		curl_easy_setopt(c, CURLOPT_POSTFIELDS, payload);
+	curl_easy_setopt(c, CURLOPT_HTTPHEADER, headers);
+	curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
+	curl_easy_setopt(c, CURLOPT_FOLLOWLOCATION, 0L);
+	curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+	curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, timeout);
+	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
+	curl_easy_setopt(c, CURLOPT_WRITEDATA, &b);
+	curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, on_header);
+	curl_easy_setopt(c, CURLOPT_HEADERDATA, &b);
+	curl_easy_setopt(c, CURLOPT_NOPROGRESS, 0L);
+	curl_easy_setopt(c, CURLOPT_XFERINFOFUNCTION, on_progress);
+	curl_easy_setopt(c, CURLOPT_XFERINFODATA, (void *)in);
+	curl_easy_setopt(c, CURLOPT_USERAGENT, "baton/" BATON_VERSION);
+	int64_t t0 = mono_ms();
+	CURLcode rc = curl_easy_perform(c);
+	int64_t latency = mono_ms() - t0;
+	long status = 0;
+	curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
+	out->duration_ms = latency;
+	if (rc == CURLE_ABORTED_BY_CALLBACK) {
+		out->aborted = 1;
+	} else if (rc != CURLE_OK) {
+		out->retryable = 1;
+		snprintf(out->error, sizeof out->error, "%s calling %.160s",
+			 rc == CURLE_OPERATION_TIMEDOUT ? "timed out" : curl_easy_strerror(rc), url);
+	} else {
+		classify(in, status, &b, latency, url, out);
+	}
+	out->detail = json_pack("{s:s, s:s, s:I}", "method", method, "url", url, "latency_ms",
+				(json_int_t)latency);
+	json_object_set_new(out->detail, "http_status", status ? json_integer(status) : json_null());
+	curl_slist_free_all(headers);
+	curl_easy_cleanup(c);
+	free(payload);
+	free(b.data);
+}
