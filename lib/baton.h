@@ -65,6 +65,19 @@ typedef void (*baton_log_fn)(void *ud, int level, const char *workflow_id, const
 
 typedef struct baton_engine baton_engine;
 
+/* What one commit changed: a workflow and its resource had new events. */
+typedef struct baton_change {
+	const char *workflow_id; /* borrowed for the duration of the callback */
+	const char *resource;
+} baton_change;
+
+/*
+ * Called on the engine thread right after each commit that recorded events, with one
+ * entry per workflow that had any (so that event streams can wake up). It must be quick
+ * and must not call back into the engine.
+ */
+typedef void (*baton_commit_fn)(void *ud, const baton_change *changes, size_t n);
+
 typedef struct baton_engine_config {
 	const char *db_path;    /* SQLite file; its directory must exist */
 	int threads;            /* steps running at once, >= 1 */
@@ -75,6 +88,8 @@ typedef struct baton_engine_config {
 	/* URL prefixes that HTTP steps may call, NULL-terminated; NULL: no calls at all.
 	 * Borrowed: must outlive the engine. */
 	const char *const *allow_call;
+	baton_commit_fn on_commit; /* may be NULL */
+	void *on_commit_ud;
 } baton_engine_config;
 
 /*
@@ -127,6 +142,26 @@ int baton_engine_events(baton_engine *e, const char *id, int64_t after, json_t *
  * state once the cancellation is committed. BATON_ECONFLICT when it already finished.
  */
 int baton_engine_cancel(baton_engine *e, const char *id, json_t **out, baton_error *err);
+
+/*
+ * Events about resource `name` (lock_requested, lock_acquired, lock_released,
+ * workflow_cancelled) with seq > after: {"resource", "events": [...]}. New reference.
+ */
+int baton_engine_resource_events(baton_engine *e, const char *name, int64_t after, json_t **out,
+				 baton_error *err);
+
+/*
+ * A snapshot of the engine's counters and histograms since open, as JSON (new
+ * reference): {"steps_completed", "steps_failed", "steps_retried", "commits",
+ * "checkpoints", "commit_seconds": histogram, "checkpoints_per_commit": histogram,
+ * "workflows": {status: count}, "resources": {name: {"queue_depth", "holders",
+ * "wait_seconds": histogram, "hold_seconds": histogram}}}, where a histogram is
+ * {"le": [bounds...], "counts": [cumulative...], "count", "sum"}.
+ */
+int baton_engine_metrics(baton_engine *e, json_t **out, baton_error *err);
+
+/* 1 when the engine is ready for new work: recovered, and its last commit succeeded. */
+int baton_engine_ready(baton_engine *e);
 
 /* {"resources": [...]} or one resource's holder, waiters and totals. New references. */
 int baton_engine_resources(baton_engine *e, json_t **out, baton_error *err);

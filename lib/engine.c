@@ -91,8 +91,24 @@ typedef struct reply {
 	int created;
 } reply;
 
+/* Metrics of one resource, read by other threads under metrics_mu. */
+typedef struct res_metrics {
+	char *name;
+	int64_t queue_depth, holders;
+	histogram wait, hold;
+} res_metrics;
+
 struct baton_engine {
 	logger log;
+	baton_commit_fn on_commit;
+	void *on_commit_ud;
+	VEC(baton_change) changes;
+
+	pthread_mutex_t metrics_mu; /* guards the metrics below */
+	uint64_t steps_completed, steps_failed, steps_retried, commits, checkpoints;
+	histogram commit_seconds, checkpoints_per_commit;
+	strmap *res_metrics; /* name -> res_metrics */
+
 	store *st;
 	sched *pool;
 	const workflow_def *def;
@@ -543,9 +559,83 @@ static void run_step_job(void *arg, sched *pool)
 	free(j);
 }
 
-/* After a durable commit: answer callers, start granted steps, log, free finished rows. */
-static void effects(baton_engine *e)
+static res_metrics *res_metrics_of(baton_engine *e, const char *name)
 {
+	res_metrics *m = strmap_get(e->res_metrics, name);
+	if (!m) {
+		m = xcalloc(1, sizeof *m);
+		m->name = xstrdup(name);
+		strmap_put(e->res_metrics, m->name, m);
+	}
+	return m;
+}
+
+static double ms_field(const json_t *data, const char *key)
+{
+	return (double)json_integer_value(json_object_get(data, key)) / 1000.0;
+}
+
+/* Counts a committed round into the metrics; other threads read them under the lock. */
+static void account(baton_engine *e, double commit_seconds)
+{
+	uint64_t outcomes = 0;
+	pthread_mutex_lock(&e->metrics_mu);
+	for (size_t i = 0; i < e->events.n; i++) {
+		const pending_event *ev = &e->events.v[i];
+		if (strcmp(ev->type, "step_completed") == 0) {
+			e->steps_completed++;
+			outcomes++;
+		} else if (strcmp(ev->type, "step_failed") == 0) {
+			if (json_is_integer(json_object_get(ev->data, "retry_in_ms")))
+				e->steps_retried++;
+			else
+				e->steps_failed++;
+			outcomes++;
+		} else if (strcmp(ev->type, "lock_acquired") == 0) {
+			hist_observe(&res_metrics_of(e, ev->wf->resource)->wait, hist_seconds,
+				     ms_field(ev->data, "waited_ms"));
+		} else if (strcmp(ev->type, "lock_released") == 0) {
+			hist_observe(&res_metrics_of(e, ev->wf->resource)->hold, hist_seconds,
+				     ms_field(ev->data, "hold_ms"));
+		}
+	}
+	for (size_t i = 0; i < e->dirty_locks.n; i++) {
+		res_lock *l = e->dirty_locks.v[i];
+		res_metrics *m = res_metrics_of(e, l->row.name);
+		m->queue_depth = l->queue_len;
+		m->holders = l->holder != NULL;
+	}
+	e->commits++;
+	e->checkpoints += outcomes;
+	hist_observe(&e->commit_seconds, hist_seconds, commit_seconds);
+	hist_observe(&e->checkpoints_per_commit, hist_counts, (double)outcomes);
+	pthread_mutex_unlock(&e->metrics_mu);
+}
+
+/* Tells the server which workflows and resources have new events. */
+static void notify(baton_engine *e)
+{
+	if (!e->on_commit || !e->events.n)
+		return;
+	e->changes.n = 0;
+	for (size_t i = 0; i < e->events.n; i++) {
+		wf_row *wf = e->events.v[i].wf;
+		if (wf->noted)
+			continue;
+		wf->noted = 1;
+		baton_change c = {wf->id, wf->resource};
+		VEC_PUSH(e->changes, c);
+	}
+	for (size_t i = 0; i < e->events.n; i++)
+		e->events.v[i].wf->noted = 0;
+	e->on_commit(e->on_commit_ud, e->changes.v, e->changes.n);
+}
+
+/* After a durable commit: answer callers, start granted steps, log, free finished rows. */
+static void effects(baton_engine *e, double commit_seconds)
+{
+	account(e, commit_seconds);
+	notify(e);
 	for (size_t i = 0; i < e->events.n; i++) {
 		log_event(e, &e->events.v[i]);
 		json_decref(e->events.v[i].data);
@@ -591,14 +681,17 @@ static void flush(baton_engine *e)
 	if (!e->dirty_wfs.n && !e->dirty_locks.n && !e->events.n && !e->replies.n)
 		return;
 	baton_error err = {0};
+	struct timespec t0, t1;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
 	int rc = write_batch(e, &err);
+	clock_gettime(CLOCK_MONOTONIC, &t1);
 	if (rc == BATON_OK) {
 		if (e->faulty) {
 			log_at(&e->log, BATON_LOG_WARN, NULL, "storage recovered; resuming");
 			set_faulty(e, 0);
 		}
 		e->fault_backoff_ms = 0;
-		effects(e);
+		effects(e, (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9);
 		return;
 	}
 	if (!e->faulty)
@@ -781,6 +874,13 @@ static void free_lock(void *p)
 	lock_free(p);
 }
 
+static void free_res_metrics(void *p)
+{
+	res_metrics *m = p;
+	free(m->name);
+	free(m);
+}
+
 int baton_engine_open(const baton_engine_config *cfg, baton_engine **out, baton_error *err)
 {
 	if (!cfg || !cfg->db_path || cfg->threads < 1 || cfg->readers < 1)
@@ -789,6 +889,10 @@ int baton_engine_open(const baton_engine_config *cfg, baton_engine **out, baton_
 	e->log = (logger){cfg->log, cfg->log_ud, cfg->log_level};
 	e->def = &mutex_workflow;
 	e->allow_call = cfg->allow_call;
+	e->on_commit = cfg->on_commit;
+	e->on_commit_ud = cfg->on_commit_ud;
+	e->res_metrics = strmap_new();
+	pthread_mutex_init(&e->metrics_mu, NULL);
 	call_global_init();
 	e->wfs = strmap_new();
 	e->locks = strmap_new();
@@ -856,6 +960,9 @@ void baton_engine_close(baton_engine *e, int64_t timeout_ms)
 	free(e->dispatches.v);
 	free(e->replies.v);
 	free(e->finished.v);
+	free(e->changes.v);
+	strmap_free_values(e->res_metrics, free_res_metrics);
+	pthread_mutex_destroy(&e->metrics_mu);
 	strmap_free_values(e->wfs, free_wf);
 	strmap_free_values(e->locks, free_lock);
 	store_close(e->st);
@@ -935,4 +1042,53 @@ int baton_engine_resource(baton_engine *e, const char *name, json_t **out, baton
 	if (!valid_name(name))
 		return err_set(err, BATON_ENOTFOUND, "no resource named \"%.128s\"", name);
 	return store_get_resource(e->st, name, out, err);
+}
+
+static void add_res_metrics(void *ctx, void *value)
+{
+	const res_metrics *r = value;
+	json_object_set_new(ctx, r->name,
+			    json_pack("{s:I, s:I, s:o, s:o}", "queue_depth",
+				      (json_int_t)r->queue_depth, "holders", (json_int_t)r->holders,
+				      "wait_seconds", hist_json(&r->wait, hist_seconds),
+				      "hold_seconds", hist_json(&r->hold, hist_seconds)));
+}
+
+int baton_engine_resource_events(baton_engine *e, const char *name, int64_t after, json_t **out,
+				 baton_error *err)
+{
+	if (!valid_name(name))
+		return err_set(err, BATON_ENOTFOUND, "no resource named \"%.128s\"", name);
+	return store_resource_events(e->st, name, after, out, err);
+}
+
+int baton_engine_ready(baton_engine *e)
+{
+	pthread_mutex_lock(&e->mu);
+	int ready = !e->faulty && !e->draining;
+	pthread_mutex_unlock(&e->mu);
+	return ready;
+}
+
+int baton_engine_metrics(baton_engine *e, json_t **out, baton_error *err)
+{
+	json_t *counts;
+	int rc = store_workflow_counts(e->st, &counts, err);
+	if (rc)
+		return rc;
+	json_t *resources = json_object();
+	pthread_mutex_lock(&e->metrics_mu);
+	json_t *m = json_pack("{s:I, s:I, s:I, s:I, s:I, s:o, s:o}", "steps_completed",
+			      (json_int_t)e->steps_completed, "steps_failed",
+			      (json_int_t)e->steps_failed, "steps_retried",
+			      (json_int_t)e->steps_retried, "commits", (json_int_t)e->commits,
+			      "checkpoints", (json_int_t)e->checkpoints, "commit_seconds",
+			      hist_json(&e->commit_seconds, hist_seconds), "checkpoints_per_commit",
+			      hist_json(&e->checkpoints_per_commit, hist_counts));
+	strmap_each(e->res_metrics, add_res_metrics, resources);
+	pthread_mutex_unlock(&e->metrics_mu);
+	json_object_set_new(m, "workflows", counts);
+	json_object_set_new(m, "resources", resources);
+	*out = m;
+	return BATON_OK;
 }

@@ -80,7 +80,7 @@ typedef struct wf_row {
 	int cur;       /* index of the step in progress, steps_total when done */
 	int dirty_lo, dirty_hi; /* steps [lo, hi) may be dirty */
 	int in_flight; /* an attempt of steps[cur] is executing on a step thread */
-	unsigned dirty : 1, is_new : 1, done : 1, in_batch : 1;
+	unsigned dirty : 1, is_new : 1, done : 1, in_batch : 1, noted : 1;
 } wf_row;
 
 typedef struct resource_row {
@@ -133,6 +133,7 @@ void strmap_put(strmap *m, const char *key, void *value); /* replaces */
 void strmap_del(strmap *m, const char *key);
 size_t strmap_len(const strmap *m);
 void strmap_free_values(strmap *m, void (*fn)(void *)); /* calls fn on each value, frees m */
+void strmap_each(const strmap *m, void (*fn)(void *ctx, void *value), void *ctx);
 
 /* ---- log.c ---- */
 typedef struct logger {
@@ -147,6 +148,18 @@ void logf_(const logger *lg, int level, const char *wf_id, const char *fmt, ...)
 		if ((lg)->fn && (lvl) >= (lg)->level)                                              \
 			logf_((lg), (lvl), (wf), __VA_ARGS__);                                     \
 	} while (0)
+
+/* ---- metrics.c ---- */
+#define HIST_BUCKETS 16
+typedef struct histogram {
+	uint64_t buckets[HIST_BUCKETS]; /* not cumulative; above the last bound only in count */
+	uint64_t count;
+	double sum;
+} histogram;
+extern const double hist_seconds[HIST_BUCKETS];
+extern const double hist_counts[HIST_BUCKETS];
+void hist_observe(histogram *h, const double *bounds, double v);
+json_t *hist_json(const histogram *h, const double *bounds); /* new reference */
 
 /* ---- retry policy (machine.c) ---- */
 /* Wait before retry n (n >= 1): min(initial * backoff^n, max). */
@@ -297,5 +310,8 @@ int store_list_workflows(store *s, const baton_list_query *q, json_t **out, bato
 int store_list_events(store *s, const char *id, int64_t after, json_t **out, baton_error *err);
 int store_list_resources(store *s, json_t **out, baton_error *err);
 int store_get_resource(store *s, const char *name, json_t **out, baton_error *err);
+int store_resource_events(store *s, const char *name, int64_t after, json_t **out,
+			  baton_error *err);
+int store_workflow_counts(store *s, json_t **out, baton_error *err);
 
 #endif

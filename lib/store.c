@@ -39,9 +39,11 @@ static const char schema_sql[] =
 	"  PRIMARY KEY (workflow_seq, idx)) WITHOUT ROWID;"
 	"CREATE INDEX steps_queue ON steps(resource, status, lock_seq);"
 	"CREATE TABLE events ("
-	"  seq INTEGER PRIMARY KEY, workflow_seq INTEGER NOT NULL, ts INTEGER NOT NULL,"
-	"  type TEXT NOT NULL, data TEXT NOT NULL);"
+	"  seq INTEGER PRIMARY KEY, workflow_seq INTEGER NOT NULL, resource TEXT NOT NULL,"
+	"  ts INTEGER NOT NULL, type TEXT NOT NULL, data TEXT NOT NULL);"
 	"CREATE INDEX events_workflow ON events(workflow_seq, seq);"
+	"CREATE INDEX events_resource ON events(resource, seq) WHERE type IN"
+	"  ('lock_requested', 'lock_acquired', 'lock_released', 'workflow_cancelled');"
 	"CREATE TABLE resources ("
 	"  name TEXT PRIMARY KEY, last_token INTEGER NOT NULL, grants INTEGER NOT NULL,"
 	"  total_hold_ms INTEGER NOT NULL, max_hold_ms INTEGER NOT NULL,"
@@ -82,7 +84,8 @@ static const char *const writer_sql[W_NSTMT] = {
 		       " fencing_token=?8, started_at=?9, finished_at=?10, duration_ms=?11,"
 		       " next_attempt_at=?12, error=?13, result=?14"
 		       " WHERE workflow_seq=?1 AND idx=?2",
-	[W_INS_EVENT] = "INSERT INTO events (seq, workflow_seq, ts, type, data) VALUES (?,?,?,?,?)",
+	[W_INS_EVENT] = "INSERT INTO events (seq, workflow_seq, resource, ts, type, data)"
+			" VALUES (?,?,?,?,?,?)",
 	[W_PUT_RES] = "INSERT OR REPLACE INTO resources (name, last_token, grants, total_hold_ms,"
 		      " max_hold_ms, total_wait_ms, max_wait_ms) VALUES (?,?,?,?,?,?,?)",
 	[W_FIND_DEF] = "SELECT definition, status FROM workflows WHERE id=?",
@@ -99,6 +102,8 @@ enum {
 	R_HOLDER,
 	R_WAITERS,
 	R_QUEUE_LEN,
+	R_RES_EVENTS,
+	R_WF_COUNTS,
 	R_NSTMT
 };
 static const char *const reader_sql[R_NSTMT] = {
@@ -118,6 +123,11 @@ static const char *const reader_sql[R_NSTMT] = {
 		      " JOIN workflows w ON w.seq=s.workflow_seq"
 		      " WHERE s.resource=? AND s.status='waiting' ORDER BY s.lock_seq",
 	[R_QUEUE_LEN] = "SELECT count(*) FROM steps WHERE resource=? AND status='waiting'",
+	[R_RES_EVENTS] = "SELECT e.seq, e.ts, e.type, e.data, w.id FROM events e"
+			 " JOIN workflows w ON w.seq=e.workflow_seq WHERE e.resource=?1"
+			 " AND e.seq>?2 AND e.type IN ('lock_requested', 'lock_acquired',"
+			 " 'lock_released', 'workflow_cancelled') ORDER BY e.seq LIMIT 10000",
+	[R_WF_COUNTS] = "SELECT status, count(*) FROM workflows GROUP BY status",
 };
 
 typedef struct reader {
@@ -406,9 +416,10 @@ int store_insert_event(store *s, int64_t seq, const wf_row *wf, int64_t ts, cons
 	sqlite3_stmt *st = s->stmt[W_INS_EVENT];
 	sqlite3_bind_int64(st, 1, seq);
 	sqlite3_bind_int64(st, 2, wf->seq);
-	sqlite3_bind_int64(st, 3, ts);
-	bind_text(st, 4, type);
-	bind_json(st, 5, data);
+	bind_text(st, 3, wf->resource);
+	sqlite3_bind_int64(st, 4, ts);
+	bind_text(st, 5, type);
+	bind_json(st, 6, data);
 	return exec_stmt(s->db, st, err, "inserting an event");
 }
 
@@ -818,6 +829,18 @@ int store_list_events(store *s, const char *id, int64_t after, json_t **out, bat
 	return BATON_OK;
 }
 
+/* 1 when the resource has a row, 0 when it was never used. */
+static int count_query_exists(reader *r, const char *name)
+{
+	sqlite3_stmt *q = rstmt(r, R_RESOURCE);
+	if (!q)
+		return 0;
+	bind_text(q, 1, name);
+	int found = sqlite3_step(q) == SQLITE_ROW;
+	rdone(q);
+	return found;
+}
+
 static json_t *holder_json(reader *r, const char *name)
 {
 	sqlite3_stmt *q = rstmt(r, R_HOLDER);
@@ -929,4 +952,59 @@ int store_get_resource(store *s, const char *name, json_t **out, baton_error *er
 	if (rc == BATON_OK)
 		*out = res;
 	return rc;
+}
+
+int store_resource_events(store *s, const char *name, int64_t after, json_t **out,
+			  baton_error *err)
+{
+	reader *r = reader_get(s);
+	sqlite3_stmt *q = rstmt(r, R_RES_EVENTS);
+	int rc = q ? BATON_OK : fail(r->db, sqlite3_errcode(r->db), err, "preparing a query");
+	json_t *list = json_array();
+	if (rc == BATON_OK && count_query_exists(r, name) == 0)
+		rc = err_set(err, BATON_ENOTFOUND, "no resource named \"%s\"", name);
+	if (rc == BATON_OK) {
+		bind_text(q, 1, name);
+		sqlite3_bind_int64(q, 2, after);
+		int s1;
+		while ((s1 = sqlite3_step(q)) == SQLITE_ROW)
+			json_array_append_new(list,
+					      event_json(q, (const char *)sqlite3_column_text(q, 4)));
+		if (s1 != SQLITE_DONE)
+			rc = fail(r->db, s1, err, "reading events");
+		rdone(q);
+	}
+	reader_put(s, r);
+	if (rc) {
+		json_decref(list);
+		return rc;
+	}
+	*out = json_pack("{s:s, s:o}", "resource", name, "events", list);
+	return BATON_OK;
+}
+
+int store_workflow_counts(store *s, json_t **out, baton_error *err)
+{
+	reader *r = reader_get(s);
+	sqlite3_stmt *q = rstmt(r, R_WF_COUNTS);
+	int rc = q ? BATON_OK : fail(r->db, sqlite3_errcode(r->db), err, "preparing a query");
+	json_t *counts = json_object();
+	for (int i = 0; i < WF_NSTATUS; i++)
+		json_object_set_new(counts, wf_status_name(i), json_integer(0));
+	if (rc == BATON_OK) {
+		int s1;
+		while ((s1 = sqlite3_step(q)) == SQLITE_ROW)
+			json_object_set_new(counts, (const char *)sqlite3_column_text(q, 0),
+					    json_integer(sqlite3_column_int64(q, 1)));
+		if (s1 != SQLITE_DONE)
+			rc = fail(r->db, s1, err, "counting workflows");
+		rdone(q);
+	}
+	reader_put(s, r);
+	if (rc) {
+		json_decref(counts);
+		return rc;
+	}
+	*out = counts;
+	return BATON_OK;
 }

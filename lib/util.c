@@ -212,6 +212,13 @@ size_t strmap_len(const strmap *m)
 	return m->len;
 }
 
+void strmap_each(const strmap *m, void (*fn)(void *ctx, void *value), void *ctx)
+{
+	for (size_t i = 0; i < m->cap; i++)
+		if (m->keys[i] && m->keys[i] != &tombstone)
+			fn(ctx, m->vals[i]);
+}
+
 void strmap_free_values(strmap *m, void (*fn)(void *))
 {
 	if (!m)

@@ -41,6 +41,10 @@ static void usage(FILE *f)
 		"                           (BATON_SHUTDOWN_TIMEOUT, default %lld)\n"
 		"  --allow-call PREFIX      let HTTP steps call URLs under PREFIX; repeatable\n"
 		"                           (BATON_ALLOW_CALL, comma-separated; default: none)\n"
+		"  --token TOKEN            require Authorization: Bearer TOKEN on every path but\n"
+		"                           /healthz and /readyz (BATON_TOKEN; default: none)\n"
+		"  --token-file PATH        read the token from a file (BATON_TOKEN_FILE)\n"
+		"  --log-format FORMAT      text or json (BATON_LOG_FORMAT, default text)\n"
 		"  --help                   print this help\n"
 		"  --version                print the version\n",
 		defaults.listen, defaults.db, defaults.threads, defaults.http_threads,
@@ -119,6 +123,25 @@ static int allow_call_list(config *c, const char *list)
 	return 0;
 }
 
+static int read_token_file(config *c, const char *path)
+{
+	FILE *f = fopen(path, "r");
+	if (!f) {
+		fprintf(stderr, "batond: cannot read the token file %s\n", path);
+		return -1;
+	}
+	size_t n = fread(c->token, 1, sizeof c->token - 1, f);
+	fclose(f);
+	c->token[n] = 0;
+	while (n && (c->token[n - 1] == '\n' || c->token[n - 1] == '\r' || c->token[n - 1] == ' '))
+		c->token[--n] = 0;
+	if (!n) {
+		fprintf(stderr, "batond: the token file %s is empty\n", path);
+		return -1;
+	}
+	return 0;
+}
+
 /* Applies one setting by name, from a flag or the environment. */
 static int set_option(config *c, const char *name, const char *v)
 {
@@ -160,6 +183,25 @@ static int set_option(config *c, const char *name, const char *v)
 	}
 	if (strcmp(name, "allow-call") == 0)
 		return allow_call_list(c, v);
+	if (strcmp(name, "token") == 0) {
+		if (!*v || strlen(v) >= sizeof c->token || strpbrk(v, " \t\r\n")) {
+			fprintf(stderr, "batond: --token must be 1-%zu characters without spaces\n",
+				sizeof c->token - 1);
+			return -1;
+		}
+		snprintf(c->token, sizeof c->token, "%s", v);
+		return 0;
+	}
+	if (strcmp(name, "token-file") == 0)
+		return read_token_file(c, v);
+	if (strcmp(name, "log-format") == 0) {
+		if (strcmp(v, "text") != 0 && strcmp(v, "json") != 0) {
+			fprintf(stderr, "batond: --log-format must be text or json\n");
+			return -1;
+		}
+		c->log_json = strcmp(v, "json") == 0;
+		return 0;
+	}
 	return -1;
 }
 
@@ -171,6 +213,9 @@ static const char *const env_names[][2] = {
 	{"log-level", "BATON_LOG_LEVEL"},
 	{"shutdown-timeout", "BATON_SHUTDOWN_TIMEOUT"},
 	{"allow-call", "BATON_ALLOW_CALL"},
+	{"token", "BATON_TOKEN"},
+	{"token-file", "BATON_TOKEN_FILE"},
+	{"log-format", "BATON_LOG_FORMAT"},
 };
 
 int config_load(config *c, int argc, char **argv)
@@ -183,6 +228,9 @@ int config_load(config *c, int argc, char **argv)
 		{"log-level", required_argument, NULL, 0},
 		{"shutdown-timeout", required_argument, NULL, 0},
 		{"allow-call", required_argument, NULL, 0},
+		{"token", required_argument, NULL, 0},
+		{"token-file", required_argument, NULL, 0},
+		{"log-format", required_argument, NULL, 0},
 		{"help", no_argument, NULL, 'h'},
 		{"version", no_argument, NULL, 'V'},
 		{NULL, 0, NULL, 0},

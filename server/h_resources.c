@@ -24,6 +24,35 @@ int h_resource_get(srv *s, const request *r, const char *const *p, response *out
 	return reply_json(out, 200, res);
 }
 
+int h_resource_events(srv *s, const request *r, const char *const *p, response *out)
+{
+	json_t *events;
+	baton_error err = {0};
+	int64_t after = after_arg(r, out);
+	if (after < 0)
+		return out->status;
+	int stream = srv_wants_stream(r);
+	if (baton_engine_resource_events(s->engine, p[0], stream ? INT64_MAX : after, &events,
+					 &err))
+		return reply_error(out, &err);
+	if (stream) {
+		json_decref(events);
+		return srv_stream_start(s, r, 1, p[0], after, out);
+	}
+	return reply_json(out, 200, events);
+}
+
+/* Ready: recovery finished (it does before the listener opens) and the last commit
+ * succeeded, so the database takes writes. */
+int h_readyz(srv *s, const request *r, const char *const *p, response *out)
+{
+	(void)r;
+	(void)p;
+	if (!baton_engine_ready(s->engine))
+		return reply_problem(out, 503, "not ready: the database is not taking writes");
+	return reply_json(out, 200, json_pack("{s:s}", "status", "ready"));
+}
+
 int h_healthz(srv *s, const request *r, const char *const *p, response *out)
 {
 	(void)s;

@@ -20,6 +20,22 @@ static int is_json_type(const char *ct)
 	return c == 0 || c == ';' || c == ' ' || c == '\t';
 }
 
+/* ?after=SEQ: 0 when absent; -1 (and a 400 in out) when malformed. */
+int64_t after_arg(const request *r, response *out)
+{
+	const char *a = query_arg(r, "after");
+	if (!a)
+		return 0;
+	char *end;
+	errno = 0;
+	long long v = strtoll(a, &end, 10);
+	if (!*a || *end || errno || v < 0) {
+		reply_problem(out, 400, "after: must be a sequence number >= 0");
+		return -1;
+	}
+	return v;
+}
+
 /* Parses the request body as JSON; on failure fills out and returns its status. */
 static int read_json_body(const request *r, response *out, json_t **body)
 {
@@ -92,19 +108,19 @@ int h_workflow_get(srv *s, const request *r, const char *const *p, response *out
 
 int h_workflow_events(srv *s, const request *r, const char *const *p, response *out)
 {
-	long long after = 0;
-	const char *a = query_arg(r, "after");
-	if (a) {
-		char *end;
-		errno = 0;
-		after = strtoll(a, &end, 10);
-		if (!*a || *end || errno || after < 0)
-			return reply_problem(out, 400, "after: must be a sequence number >= 0");
-	}
+	int64_t after = after_arg(r, out);
+	if (after < 0)
+		return out->status;
 	json_t *events;
 	baton_error err = {0};
-	if (baton_engine_events(s->engine, p[0], after, &events, &err))
+	int stream = srv_wants_stream(r);
+	/* A stream first checks that the workflow exists (asking for nothing after the end). */
+	if (baton_engine_events(s->engine, p[0], stream ? INT64_MAX : after, &events, &err))
 		return reply_error(out, &err);
+	if (stream) {
+		json_decref(events);
+		return srv_stream_start(s, r, 0, p[0], after, out);
+	}
 	return reply_json(out, 200, events);
 }
 

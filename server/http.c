@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 static const char problem_base[] = "https://baton.dev/problems/";
 
@@ -86,23 +87,42 @@ const char *query_arg(const request *r, const char *name)
 	return MHD_lookup_connection_value(r->conn, MHD_GET_ARGUMENT_KIND, name);
 }
 
-static enum MHD_Result send_response(struct MHD_Connection *conn, response *out)
+/* The body as text: the plain text when set, else the JSON and a newline. */
+static char *body_text(response *out)
 {
+	if (out->text) {
+		char *t = out->text;
+		out->text = NULL;
+		return t;
+	}
 	char *text = out->body ? json_dumps(out->body, JSON_COMPACT) : NULL;
 	size_t len = text ? strlen(text) : 0;
-	if (text) {
-		char *t = realloc(text, len + 2);
-		if (t) {
-			text = t;
-			text[len++] = '\n';
-			text[len] = 0;
-		}
-	}
-	struct MHD_Response *resp =
-		MHD_create_response_from_buffer(len, text ? text : (void *)"", text ? MHD_RESPMEM_MUST_FREE : MHD_RESPMEM_PERSISTENT);
+	char *t = text ? realloc(text, len + 2) : NULL;
+	if (!t)
+		return text;
+	t[len] = '\n';
+	t[len + 1] = 0;
+	return t;
+}
+
+static enum MHD_Result send_response(struct MHD_Connection *conn, request *r, response *out)
+{
+	struct MHD_Response *resp = out->stream;
+	r->route = out->route;
+	r->status = out->status;
+	r->streaming = resp != NULL;
 	if (!resp) {
-		free(text);
-		return MHD_NO;
+		char *text = body_text(out);
+		resp = MHD_create_response_from_buffer(text ? strlen(text) : 0,
+						       text ? text : (void *)"",
+						       text ? MHD_RESPMEM_MUST_FREE
+							    : MHD_RESPMEM_PERSISTENT);
+		if (!resp) {
+			free(text);
+			json_decref(out->body);
+			out->body = NULL;
+			return MHD_NO;
+		}
 	}
 	if (out->content_type)
 		MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, out->content_type);
@@ -111,11 +131,37 @@ static enum MHD_Result send_response(struct MHD_Connection *conn, response *out)
 		MHD_add_response_header(resp, MHD_HTTP_HEADER_LOCATION, out->location);
 	if (out->allow[0])
 		MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, out->allow);
+	if (out->www_authenticate)
+		MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE,
+					out->www_authenticate);
 	enum MHD_Result ret = MHD_queue_response(conn, (unsigned)out->status, resp);
 	MHD_destroy_response(resp);
 	json_decref(out->body);
 	out->body = NULL;
 	return ret;
+}
+
+/* Compares in time that depends only on the length of the expected token. */
+static int token_matches(const char *given, const char *want)
+{
+	size_t gl = strlen(given), wl = strlen(want);
+	volatile unsigned char diff = (unsigned char)(gl != wl);
+	for (size_t i = 0; i < wl; i++)
+		diff |= (unsigned char)(want[i] ^ (i < gl ? given[i] : 0));
+	return diff == 0;
+}
+
+/* With --token, every path but the health checks needs "Authorization: Bearer TOKEN". */
+static int authorized(const srv *s, struct MHD_Connection *conn, const char *url)
+{
+	if (!s->cfg->token[0] || strcmp(url, "/healthz") == 0 || strcmp(url, "/readyz") == 0)
+		return 1;
+	const char *h = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
+						    MHD_HTTP_HEADER_AUTHORIZATION);
+	static const char scheme[] = "Bearer ";
+	if (!h || strncasecmp(h, scheme, sizeof scheme - 1) != 0)
+		return 0;
+	return token_matches(h + sizeof scheme - 1, s->cfg->token);
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
@@ -132,7 +178,14 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 		r->conn = conn;
 		r->method = method;
 		r->path = url;
+		clock_gettime(CLOCK_MONOTONIC, &r->started);
 		*con_cls = r;
+		if (!authorized(s, conn, url)) {
+			response out = {0};
+			reply_problem(&out, 401, "this server requires Authorization: Bearer <token>");
+			out.www_authenticate = "Bearer realm=\"baton\"";
+			return send_response(conn, r, &out);
+		}
 		const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
 							     MHD_HTTP_HEADER_CONTENT_LENGTH);
 		if (cl && strtoull(cl, NULL, 10) > s->cfg->max_body)
@@ -140,7 +193,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 		if (r->too_large) {
 			response out = {0};
 			reply_problem(&out, 413, "the body is larger than %zu bytes", s->cfg->max_body);
-			return send_response(conn, &out);
+			return send_response(conn, r, &out);
 		}
 		return MHD_YES;
 	}
@@ -175,7 +228,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 		route(s, r, &out);
 	if (!out.status)
 		reply_problem(&out, 500, "no response");
-	return send_response(conn, &out);
+	return send_response(conn, r, &out);
 }
 
 static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
@@ -186,6 +239,13 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
 	(void)toe;
 	request *r = *con_cls;
 	if (r) {
+		struct timespec now;
+		clock_gettime(CLOCK_MONOTONIC, &now);
+		double secs = (double)(now.tv_sec - r->started.tv_sec) +
+			      (double)(now.tv_nsec - r->started.tv_nsec) / 1e9;
+		if (r->status)
+			srv_metrics_request(r->route ? r->route : "unmatched", r->method, r->status,
+					    secs, r->streaming);
 		free(r->body);
 		free(r);
 		*con_cls = NULL;
@@ -215,7 +275,7 @@ int srv_start(srv *s, baton_error *err)
 			 gai_strerror(rc));
 		return -1;
 	}
-	unsigned flags = MHD_USE_AUTO_INTERNAL_THREAD | MHD_USE_ERROR_LOG;
+	unsigned flags = MHD_USE_AUTO_INTERNAL_THREAD | MHD_USE_ERROR_LOG | MHD_ALLOW_SUSPEND_RESUME;
 	if (ai->ai_family == AF_INET6)
 		flags |= MHD_USE_IPv6;
 	s->daemon = MHD_start_daemon(
@@ -236,6 +296,8 @@ int srv_start(srv *s, baton_error *err)
 
 void srv_stop(srv *s)
 {
+	/* Suspended streams must be resumed before the daemon stops. */
+	srv_streams_close();
 	if (s->daemon)
 		MHD_stop_daemon(s->daemon);
 	s->daemon = NULL;

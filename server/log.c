@@ -7,12 +7,15 @@
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 int srv_log_level = BATON_LOG_INFO;
+int srv_log_json = 0;
 
 static const char *const level_names[] = {"DEBUG", "INFO", "WARN", "ERROR"};
+static const char *const json_level[] = {"debug", "info", "warn", "error"};
 
 int srv_parse_level(const char *s)
 {
@@ -35,7 +38,16 @@ void srv_log_line(int level, const char *wf_id, const char *msg)
 	if (level < 0 || level > 3)
 		level = 3;
 	int len;
-	if (wf_id)
+	if (srv_log_json) {
+		json_t *o = json_pack("{s:s, s:s, s:s}", "ts", when, "level", json_level[level], "msg",
+				      msg);
+		if (wf_id)
+			json_object_set_new(o, "workflow_id", json_string(wf_id));
+		char *text = json_dumps(o, JSON_COMPACT);
+		json_decref(o);
+		len = snprintf(line, sizeof line, "%s\n", text ? text : "{}");
+		free(text);
+	} else if (wf_id)
 		len = snprintf(line, sizeof line, "%s %-5s wf=%s %s\n", when, level_names[level],
 			       wf_id, msg);
 	else

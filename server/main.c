@@ -35,6 +35,12 @@ static int make_dirs(const char *db)
 	return (mkdir(dir, 0755) != 0 && errno != EEXIST) ? -1 : 0;
 }
 
+static int is_loopback(const char *host)
+{
+	return strncmp(host, "127.", 4) == 0 || strcmp(host, "::1") == 0 ||
+	       strcmp(host, "localhost") == 0;
+}
+
 static void exit_now(int sig)
 {
 	(void)sig;
@@ -48,6 +54,7 @@ int main(int argc, char **argv)
 	if (rc)
 		return rc > 0 ? 0 : 2;
 	srv_log_level = cfg.log_level;
+	srv_log_json = cfg.log_json;
 
 	sigset_t sigs;
 	sigemptyset(&sigs);
@@ -68,6 +75,7 @@ int main(int argc, char **argv)
 		.log = srv_engine_log,
 		.log_level = cfg.log_level,
 		.allow_call = cfg.allow_call,
+		.on_commit = srv_streams_notify,
 	};
 	srv s = {.cfg = &cfg};
 	baton_error err = {0};
@@ -75,13 +83,22 @@ int main(int argc, char **argv)
 		srv_log(BATON_LOG_ERROR, "cannot open %s: %s", cfg.db, err.msg);
 		return 1;
 	}
-	if (srv_start(&s, &err)) {
+	if (srv_streams_start() != 0)
+		snprintf(err.msg, sizeof err.msg, "cannot start the event-stream thread");
+	else if (srv_start(&s, &err))
+		srv_streams_close();
+	if (err.msg[0]) {
 		srv_log(BATON_LOG_ERROR, "%s", err.msg);
 		baton_engine_close(s.engine, 0);
 		return 1;
 	}
 	srv_log(BATON_LOG_INFO, "batond %s: database %s, %d step threads", BATON_VERSION, cfg.db,
 		cfg.threads);
+	if (!cfg.token[0] && !is_loopback(cfg.host))
+		srv_log(BATON_LOG_WARN,
+			"listening on %s without --token: anyone who reaches this address can"
+			" submit and cancel workflows",
+			cfg.host);
 	for (int i = 0; i < cfg.n_allow_call; i++)
 		srv_log(BATON_LOG_INFO, "HTTP steps may call %s", cfg.allow_call[i]);
 	srv_log(BATON_LOG_INFO, "listening on http://%s%s%s:%d", strchr(cfg.host, ':') ? "[" : "",

@@ -21,7 +21,10 @@ static const route_def routes[] = {
 	{"POST", "/workflows/{id}/cancel", h_workflow_cancel},
 	{"GET", "/resources", h_resources_list},
 	{"GET", "/resources/{name}", h_resource_get},
+	{"GET", "/resources/{name}/events", h_resource_events},
 	{"GET", "/healthz", h_healthz},
+	{"GET", "/readyz", h_readyz},
+	{"GET", "/metrics", h_metrics},
 };
 
 #define MAX_SEGMENT 256
@@ -60,6 +63,7 @@ void route(srv *s, const request *r, response *out)
 	for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++) {
 		if (!match(routes[i].pattern, r->path, caps, &ncaps))
 			continue;
+		out->route = routes[i].pattern;
 		if (strcmp(routes[i].method, r->method) == 0) {
 			const char *params[MAX_PARAMS] = {caps[0], caps[1]};
 			routes[i].handler(s, r, params, out);

@@ -11,6 +11,7 @@
 #include <microhttpd.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <time.h>
 
 /* ---- config.c ---- */
 #define MAX_ALLOW_CALL 32
@@ -28,6 +29,8 @@ typedef struct config {
 	const char *allow_call[MAX_ALLOW_CALL + 1];
 	int n_allow_call;
 	char allow_buf[4096];
+	char token[512]; /* empty: no access control */
+	int log_json;
 } config;
 
 /* 0: run; 1: done (--help, --version printed); -1: invalid, message printed. */
@@ -35,6 +38,7 @@ int config_load(config *c, int argc, char **argv);
 
 /* ---- log.c ---- */
 extern int srv_log_level;
+extern int srv_log_json;
 void srv_log_line(int level, const char *wf_id, const char *msg);
 void srv_logf(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 #define srv_log(level, ...)                                                                        \
@@ -58,6 +62,10 @@ typedef struct request {
 	struct MHD_Connection *conn;
 	const char *method;
 	const char *path;
+	const char *route; /* the matched pattern, for metrics */
+	int status;        /* the answer, for metrics */
+	int streaming;
+	struct timespec started;
 	char *body;
 	size_t body_len, body_cap;
 	int too_large;
@@ -66,9 +74,13 @@ typedef struct request {
 typedef struct response {
 	int status;
 	json_t *body; /* stolen when the response is sent */
+	char *text;   /* malloc'd plain body, used instead of body when set */
+	struct MHD_Response *stream; /* a streaming response, used instead of both */
+	const char *route;
 	const char *content_type;
 	char location[300];
 	char allow[64];
+	const char *www_authenticate;
 } response;
 
 int srv_start(srv *s, baton_error *err);
@@ -88,6 +100,7 @@ typedef int (*handler_fn)(srv *s, const request *r, const char *const *params, r
 void route(srv *s, const request *r, response *out);
 
 /* ---- handlers ---- */
+int64_t after_arg(const request *r, response *out);
 int h_workflows_create(srv *s, const request *r, const char *const *p, response *out);
 int h_workflows_list(srv *s, const request *r, const char *const *p, response *out);
 int h_workflow_get(srv *s, const request *r, const char *const *p, response *out);
@@ -96,5 +109,21 @@ int h_workflow_cancel(srv *s, const request *r, const char *const *p, response *
 int h_resources_list(srv *s, const request *r, const char *const *p, response *out);
 int h_resource_get(srv *s, const request *r, const char *const *p, response *out);
 int h_healthz(srv *s, const request *r, const char *const *p, response *out);
+int h_readyz(srv *s, const request *r, const char *const *p, response *out);
+int h_resource_events(srv *s, const request *r, const char *const *p, response *out);
+int h_metrics(srv *s, const request *r, const char *const *p, response *out);
+
+/* ---- sse.c ---- */
+void srv_streams_notify(void *ud, const baton_change *changes, size_t n); /* baton_commit_fn */
+int srv_streams_start(void);
+void srv_streams_close(void);
+int srv_streams_count(void);
+int srv_wants_stream(const request *r);
+int srv_stream_start(srv *s, const request *r, int is_resource, const char *key, int64_t after,
+		     response *out);
+
+/* ---- metrics.c ---- */
+void srv_metrics_request(const char *route, const char *method, int status, double seconds,
+			 int streaming);
 
 #endif

@@ -1,0 +1,211 @@
+/*
+ * metrics.c - GET /metrics in the Prometheus text format (version 0.0.4): the engine's
+ * counters and histograms, workflows by status, per-resource lock wait and hold times
+ * and queue depth, and the HTTP layer's requests by route, method and status with a
+ * latency histogram. Names follow Prometheus conventions: counters end in _total,
+ * durations are in seconds.
+ */
+#include "server.h"
+
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_SERIES 512
+
+static const double latency_le[] = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
+				    0.1,    0.25,  0.5,    1,     2.5,  5,     10};
+#define NLE (sizeof latency_le / sizeof latency_le[0])
+
+static struct {
+	pthread_mutex_t mu;
+	struct series {
+		const char *route, *method; /* static strings, or interned below */
+		int status;
+		unsigned long long n;
+	} series[MAX_SERIES];
+	int nseries;
+	unsigned long long le[NLE], count;
+	double sum;
+} http = {.mu = PTHREAD_MUTEX_INITIALIZER};
+
+/* Methods other than the usual ones are counted as "OTHER", so labels stay bounded. */
+static const char *method_label(const char *m)
+{
+	static const char *const known[] = {"GET", "POST", "PUT", "PATCH", "DELETE", "HEAD",
+					    "OPTIONS"};
+	for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
+		if (strcmp(m, known[i]) == 0)
+			return known[i];
+	return "OTHER";
+}
+
+void srv_metrics_request(const char *route, const char *method, int status, double seconds,
+			 int streaming)
+{
+	const char *m = method_label(method);
+	pthread_mutex_lock(&http.mu);
+	int i;
+	for (i = 0; i < http.nseries; i++)
+		if (http.series[i].route == route && http.series[i].method == m &&
+		    http.series[i].status == status)
+			break;
+	if (i == http.nseries && i < MAX_SERIES)
+		http.series[http.nseries++] = (struct series){route, m, status, 0};
+	if (i < MAX_SERIES)
+		http.series[i].n++;
+	if (!streaming) {
+		for (size_t b = 0; b < NLE; b++)
+			if (seconds <= latency_le[b])
+				http.le[b]++;
+		http.count++;
+		http.sum += seconds;
+	}
+	pthread_mutex_unlock(&http.mu);
+}
+
+typedef struct buf {
+	char *p;
+	size_t len, cap;
+} buf;
+
+static void put(buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void put(buf *b, const char *fmt, ...)
+{
+	for (;;) {
+		va_list ap;
+		va_start(ap, fmt);
+		int n = vsnprintf(b->p + b->len, b->cap - b->len, fmt, ap);
+		va_end(ap);
+		if (n < 0)
+			return;
+		if ((size_t)n < b->cap - b->len) {
+			b->len += (size_t)n;
+			return;
+		}
+		size_t cap = (b->cap + (size_t)n) * 2;
+		char *p = realloc(b->p, cap);
+		if (!p)
+			return;
+		b->p = p;
+		b->cap = cap;
+	}
+}
+
+static void family(buf *b, const char *name, const char *type, const char *help)
+{
+	put(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+/* One histogram from the engine's JSON form; labels is "" or `resource="x",`. */
+static void histogram(buf *b, const char *name, const char *labels, const json_t *h)
+{
+	size_t i;
+	json_t *le;
+	json_array_foreach(json_object_get(h, "le"), i, le)
+	{
+		put(b, "%s_bucket{%sle=\"%g\"} %lld\n", name, labels, json_real_value(le),
+		    (long long)json_integer_value(json_array_get(json_object_get(h, "counts"), i)));
+	}
+	long long count = (long long)json_integer_value(json_object_get(h, "count"));
+	put(b, "%s_bucket{%sle=\"+Inf\"} %lld\n", name, labels, count);
+	size_t n = strlen(labels);
+	put(b, "%s_sum%s%.*s%s %.6f\n", name, n ? "{" : "", n ? (int)n - 1 : 0, labels,
+	    n ? "}" : "", json_real_value(json_object_get(h, "sum")));
+	put(b, "%s_count%s%.*s%s %lld\n", name, n ? "{" : "", n ? (int)n - 1 : 0, labels,
+	    n ? "}" : "", count);
+}
+
+static void counter(buf *b, const char *name, const char *help, const json_t *m, const char *key)
+{
+	family(b, name, "counter", help);
+	put(b, "%s %lld\n", name, (long long)json_integer_value(json_object_get(m, key)));
+}
+
+static void engine_metrics(buf *b, const json_t *m)
+{
+	const char *key;
+	json_t *v;
+	family(b, "baton_workflows", "gauge", "Workflows stored, by status.");
+	json_object_foreach((json_t *)json_object_get(m, "workflows"), key, v) {
+		put(b, "baton_workflows{status=\"%s\"} %lld\n", key, (long long)json_integer_value(v));
+	}
+	counter(b, "baton_steps_completed_total", "Step attempts that completed.", m,
+		"steps_completed");
+	counter(b, "baton_steps_failed_total", "Steps that failed for good.", m, "steps_failed");
+	counter(b, "baton_steps_retried_total", "Failed step attempts that will be retried.", m,
+		"steps_retried");
+	counter(b, "baton_commits_total", "Checkpoint transactions committed.", m, "commits");
+	counter(b, "baton_checkpoints_total", "Step outcomes checkpointed.", m, "checkpoints");
+	family(b, "baton_commit_duration_seconds", "histogram",
+	       "Time to write and commit one group of checkpoints (fsync included).");
+	histogram(b, "baton_commit_duration_seconds", "", json_object_get(m, "commit_seconds"));
+	family(b, "baton_checkpoints_per_commit", "histogram",
+	       "Step outcomes sharing one commit (group commit).");
+	histogram(b, "baton_checkpoints_per_commit", "", json_object_get(m, "checkpoints_per_commit"));
+	json_t *res = json_object_get(m, "resources");
+	family(b, "baton_resource_queue_depth", "gauge", "Steps waiting for the resource.");
+	json_object_foreach(res, key, v) {
+		put(b, "baton_resource_queue_depth{resource=\"%s\"} %lld\n", key,
+		    (long long)json_integer_value(json_object_get(v, "queue_depth")));
+	}
+	family(b, "baton_resource_held", "gauge", "1 while a step holds the resource.");
+	json_object_foreach(res, key, v) {
+		put(b, "baton_resource_held{resource=\"%s\"} %lld\n", key,
+		    (long long)json_integer_value(json_object_get(v, "holders")));
+	}
+	char labels[300];
+	family(b, "baton_lock_wait_seconds", "histogram", "Time a step waited for its resource.");
+	json_object_foreach(res, key, v) {
+		snprintf(labels, sizeof labels, "resource=\"%s\",", key);
+		histogram(b, "baton_lock_wait_seconds", labels, json_object_get(v, "wait_seconds"));
+	}
+	family(b, "baton_lock_hold_seconds", "histogram", "Time a step held its resource.");
+	json_object_foreach(res, key, v) {
+		snprintf(labels, sizeof labels, "resource=\"%s\",", key);
+		histogram(b, "baton_lock_hold_seconds", labels, json_object_get(v, "hold_seconds"));
+	}
+}
+
+static void http_metrics(buf *b)
+{
+	pthread_mutex_lock(&http.mu);
+	family(b, "baton_http_requests_total", "counter", "HTTP requests answered.");
+	for (int i = 0; i < http.nseries; i++)
+		put(b, "baton_http_requests_total{route=\"%s\",method=\"%s\",status=\"%d\"} %llu\n",
+		    http.series[i].route, http.series[i].method, http.series[i].status,
+		    http.series[i].n);
+	family(b, "baton_http_request_duration_seconds", "histogram",
+	       "Time from a request's arrival to its answer (event streams excluded).");
+	for (size_t i = 0; i < NLE; i++)
+		put(b, "baton_http_request_duration_seconds_bucket{le=\"%g\"} %llu\n", latency_le[i],
+		    http.le[i]);
+	put(b, "baton_http_request_duration_seconds_bucket{le=\"+Inf\"} %llu\n", http.count);
+	put(b, "baton_http_request_duration_seconds_sum %.6f\n", http.sum);
+	put(b, "baton_http_request_duration_seconds_count %llu\n", http.count);
+	pthread_mutex_unlock(&http.mu);
+	family(b, "baton_event_streams", "gauge", "Open event streams.");
+	put(b, "baton_event_streams %d\n", srv_streams_count());
+}
+
+int h_metrics(srv *s, const request *r, const char *const *p, response *out)
+{
+	json_t *m;
+	baton_error err = {0};
+	(void)r;
+	(void)p;
+	if (baton_engine_metrics(s->engine, &m, &err))
+		return reply_error(out, &err);
+	buf b = {0};
+	engine_metrics(&b, m);
+	http_metrics(&b);
+	json_decref(m);
+	if (!b.p)
+		return reply_problem(out, 500, "out of memory");
+	out->status = 200;
+	out->text = b.p;
+	out->content_type = "text/plain; version=0.0.4; charset=utf-8";
+	return 200;
+}

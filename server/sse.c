@@ -1,0 +1,283 @@
+/*
+ * sse.c - Server-Sent Events: GET /workflows/{id}/events and /resources/{name}/events
+ * with Accept: text/event-stream (or ?follow=true).
+ *
+ * Design. A stream never holds a libmicrohttpd thread while it waits. Its response is
+ * a content-reader callback: when it has nothing to send it suspends its connection
+ * (MHD_suspend_connection, as libmicrohttpd documents for content readers) and returns
+ * 0. The engine calls srv_streams_notify after every commit with the workflows and
+ * resources that got events; the hub resumes the matching streams, whose reader then
+ * fetches the new events from the database (a read connection, WAL: no writer waits).
+ * A flag set under the hub's lock closes the race between "nothing new" and "suspend".
+ * Every 15 s the hub wakes all streams to send a comment line, which keeps proxies from
+ * closing them and lets a vanished client be noticed. Each event goes out as
+ * "id: <seq>", "event: <type>", "data: <json>", so a client reconnecting with
+ * Last-Event-ID resumes exactly after the last event it saw. A workflow's stream ends
+ * after the workflow's final event.
+ */
+#include "server.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define KEEPALIVE_MS 15000
+
+typedef struct stream {
+	srv *s;
+	struct MHD_Connection *conn;
+	int is_resource;
+	char key[256]; /* workflow id or resource name */
+	int64_t last_seq;
+	char *buf;     /* formatted, not yet sent */
+	size_t len, off;
+	int finished;  /* the final event is in buf */
+	/* under hub.mu */
+	int suspended, dirty, keepalive;
+	struct stream *prev, *next;
+} stream;
+
+static struct hub {
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	stream *head;
+	int closing;
+	int count;
+	pthread_t ticker;
+	int ticker_started;
+} hub = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, NULL, 0, 0, 0, 0};
+
+static void wake_locked(stream *st)
+{
+	if (st->suspended) {
+		st->suspended = 0;
+		MHD_resume_connection(st->conn);
+	} else {
+		st->dirty = 1;
+	}
+}
+
+void srv_streams_notify(void *ud, const baton_change *changes, size_t n)
+{
+	(void)ud;
+	pthread_mutex_lock(&hub.mu);
+	for (stream *st = hub.head; st; st = st->next) {
+		for (size_t i = 0; i < n; i++) {
+			const char *k = st->is_resource ? changes[i].resource : changes[i].workflow_id;
+			if (strcmp(k, st->key) == 0) {
+				wake_locked(st);
+				break;
+			}
+		}
+	}
+	pthread_mutex_unlock(&hub.mu);
+}
+
+static void *ticker_main(void *arg)
+{
+	(void)arg;
+	pthread_mutex_lock(&hub.mu);
+	while (!hub.closing) {
+		struct timespec ts;
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_sec += KEEPALIVE_MS / 1000;
+		if (pthread_cond_timedwait(&hub.cv, &hub.mu, &ts) != ETIMEDOUT)
+			continue;
+		for (stream *st = hub.head; st; st = st->next) {
+			st->keepalive = 1;
+			wake_locked(st);
+		}
+	}
+	pthread_mutex_unlock(&hub.mu);
+	return NULL;
+}
+
+int srv_streams_start(void)
+{
+	if (pthread_create(&hub.ticker, NULL, ticker_main, NULL) != 0)
+		return -1;
+	hub.ticker_started = 1;
+	return 0;
+}
+
+/* Ends every stream (they are resumed and see `closing`), so the daemon can stop. */
+void srv_streams_close(void)
+{
+	pthread_mutex_lock(&hub.mu);
+	hub.closing = 1;
+	for (stream *st = hub.head; st; st = st->next)
+		wake_locked(st);
+	pthread_cond_broadcast(&hub.cv);
+	pthread_mutex_unlock(&hub.mu);
+	if (hub.ticker_started)
+		pthread_join(hub.ticker, NULL);
+	hub.ticker_started = 0;
+}
+
+int srv_streams_count(void)
+{
+	pthread_mutex_lock(&hub.mu);
+	int n = hub.count;
+	pthread_mutex_unlock(&hub.mu);
+	return n;
+}
+
+static void append(stream *st, const char *text, size_t n)
+{
+	char *b = realloc(st->buf, st->len + n + 1);
+	if (!b)
+		return;
+	st->buf = b;
+	memcpy(st->buf + st->len, text, n);
+	st->len += n;
+	st->buf[st->len] = 0;
+}
+
+static int is_final(const char *type)
+{
+	return strcmp(type, "workflow_completed") == 0 || strcmp(type, "workflow_failed") == 0 ||
+	       strcmp(type, "workflow_cancelled") == 0;
+}
+
+/* Reads events after last_seq into the buffer; returns -1 on a read error. */
+static int fetch(stream *st)
+{
+	json_t *out = NULL;
+	baton_error err = {0};
+	int rc = st->is_resource ? baton_engine_resource_events(st->s->engine, st->key,
+								 st->last_seq, &out, &err)
+				 : baton_engine_events(st->s->engine, st->key, st->last_seq, &out,
+						       &err);
+	if (rc)
+		return -1;
+	size_t i;
+	json_t *ev;
+	json_array_foreach(json_object_get(out, "events"), i, ev)
+	{
+		char *data = json_dumps(ev, JSON_COMPACT);
+		const char *type = json_string_value(json_object_get(ev, "type"));
+		st->last_seq = json_integer_value(json_object_get(ev, "seq"));
+		char head[160];
+		int n = snprintf(head, sizeof head, "id: %lld\nevent: %s\ndata: ",
+				 (long long)st->last_seq, type);
+		append(st, head, (size_t)n);
+		append(st, data, strlen(data));
+		append(st, "\n\n", 2);
+		free(data);
+		if (!st->is_resource && is_final(type))
+			st->finished = 1;
+	}
+	json_decref(out);
+	return 0;
+}
+
+static ssize_t reader(void *cls, uint64_t pos, char *buf, size_t max)
+{
+	stream *st = cls;
+	(void)pos;
+	for (;;) {
+		if (st->off < st->len) {
+			size_t n = st->len - st->off;
+			if (n > max)
+				n = max;
+			memcpy(buf, st->buf + st->off, n);
+			st->off += n;
+			if (st->off == st->len)
+				st->off = st->len = 0;
+			return (ssize_t)n;
+		}
+		if (st->finished)
+			return MHD_CONTENT_READER_END_OF_STREAM;
+		pthread_mutex_lock(&hub.mu);
+		int closing = hub.closing, keepalive = st->keepalive;
+		st->dirty = 0;
+		st->keepalive = 0;
+		pthread_mutex_unlock(&hub.mu);
+		if (closing)
+			return MHD_CONTENT_READER_END_OF_STREAM;
+		if (fetch(st) != 0)
+			return MHD_CONTENT_READER_END_WITH_ERROR;
+		if (st->len)
+			continue;
+		if (keepalive) {
+			append(st, ": keepalive\n\n", 13);
+			continue;
+		}
+		pthread_mutex_lock(&hub.mu);
+		if (st->dirty || st->keepalive || hub.closing) {
+			pthread_mutex_unlock(&hub.mu);
+			continue;
+		}
+		st->suspended = 1;
+		MHD_suspend_connection(st->conn);
+		pthread_mutex_unlock(&hub.mu);
+		return 0;
+	}
+}
+
+static void stream_free(void *cls)
+{
+	stream *st = cls;
+	pthread_mutex_lock(&hub.mu);
+	if (st->prev)
+		st->prev->next = st->next;
+	else
+		hub.head = st->next;
+	if (st->next)
+		st->next->prev = st->prev;
+	hub.count--;
+	pthread_mutex_unlock(&hub.mu);
+	free(st->buf);
+	free(st);
+}
+
+int srv_wants_stream(const request *r)
+{
+	const char *follow = query_arg(r, "follow");
+	const char *accept =
+		MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_ACCEPT);
+	return (follow && strcmp(follow, "true") == 0) ||
+	       (accept && strstr(accept, "text/event-stream"));
+}
+
+/* Starts a stream after `after` (or Last-Event-ID); the key was checked to exist. */
+int srv_stream_start(srv *s, const request *r, int is_resource, const char *key, int64_t after,
+		     response *out)
+{
+	const char *last = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Last-Event-ID");
+	if (last) {
+		char *end;
+		errno = 0;
+		long long v = strtoll(last, &end, 10);
+		if (!*last || *end || errno || v < 0)
+			return reply_problem(out, 400, "Last-Event-ID: must be an event id (seq)");
+		after = v;
+	}
+	stream *st = calloc(1, sizeof *st);
+	if (!st)
+		return reply_problem(out, 500, "out of memory");
+	st->s = s;
+	st->conn = r->conn;
+	st->is_resource = is_resource;
+	snprintf(st->key, sizeof st->key, "%s", key);
+	st->last_seq = after;
+	append(st, "retry: 1000\n\n", 13);
+	pthread_mutex_lock(&hub.mu);
+	st->next = hub.head;
+	if (hub.head)
+		hub.head->prev = st;
+	hub.head = st;
+	hub.count++;
+	pthread_mutex_unlock(&hub.mu);
+	out->stream = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, reader, st,
+							 stream_free);
+	if (!out->stream) {
+		stream_free(st);
+		return reply_problem(out, 500, "out of memory");
+	}
+	out->status = 200;
+	out->content_type = "text/event-stream";
+	return 200;
+}
