@@ -90,6 +90,9 @@ typedef struct baton_engine_config {
 	const char *const *allow_call;
 	baton_commit_fn on_commit; /* may be NULL */
 	void *on_commit_ud;
+	/* Testing seam: while this file exists, the database's writes fail (SQLITE_FULL when
+	 * it starts with "full", else an I/O error). NULL in production. */
+	const char *fault_file;
 } baton_engine_config;
 
 /*

@@ -668,6 +668,44 @@ static void effects(baton_engine *e, double commit_seconds)
 	e->finished.n = 0;
 }
 
+/*
+ * Takes back a submission whose commit failed: its caller is told 503, so the workflow
+ * must not run later either. Nothing of it has left the engine yet (its grant, if any,
+ * was not dispatched), so it is removed from the queue, the batch and memory.
+ */
+static void drop_unacknowledged(baton_engine *e, const char *id)
+{
+	wf_row *wf = strmap_get(e->wfs, id);
+	if (!wf || !wf->is_new)
+		return;
+	res_lock *l = lock_of(e, wf->resource);
+	if (l->holder == wf)
+		l->holder = NULL; /* the next round grants the next waiter */
+	else
+		lock_remove(l, wf);
+	touch_lock(e, l);
+	size_t k = 0;
+	for (size_t i = 0; i < e->dispatches.n; i++)
+		if (e->dispatches.v[i].wf != wf)
+			e->dispatches.v[k++] = e->dispatches.v[i];
+	e->dispatches.n = k;
+	k = 0;
+	for (size_t i = 0; i < e->events.n; i++) {
+		if (e->events.v[i].wf == wf)
+			json_decref(e->events.v[i].data);
+		else
+			e->events.v[k++] = e->events.v[i];
+	}
+	e->events.n = k;
+	k = 0;
+	for (size_t i = 0; i < e->dirty_wfs.n; i++)
+		if (e->dirty_wfs.v[i] != wf)
+			e->dirty_wfs.v[k++] = e->dirty_wfs.v[i];
+	e->dirty_wfs.n = k;
+	strmap_del(e->wfs, wf->id);
+	wf_row_free(wf);
+}
+
 static void set_faulty(baton_engine *e, int faulty)
 {
 	pthread_mutex_lock(&e->mu);
@@ -698,9 +736,14 @@ static void flush(baton_engine *e)
 		log_at(&e->log, BATON_LOG_ERROR, NULL, "commit failed (%s): %s; retrying",
 		       baton_code_name(rc), err.msg);
 	set_faulty(e, 1);
-	/* Callers waiting on this round learn at once; their rows stay and commit later. */
-	for (size_t i = 0; i < e->replies.n; i++)
-		waiter_done(e->replies.v[i].w, BATON_EBUSY, 0, "storage is failing; try again later");
+	/* Callers waiting on this round learn at once. New submissions are taken back; other
+	 * changes (a cancel, step outcomes) stay in memory and commit when storage recovers. */
+	for (size_t i = 0; i < e->replies.n; i++) {
+		reply *r = &e->replies.v[i];
+		if (r->created)
+			drop_unacknowledged(e, r->w->id);
+		waiter_done(r->w, BATON_EBUSY, 0, "storage is failing; try again later");
+	}
 	e->replies.n = 0;
 	e->fault_backoff_ms = e->fault_backoff_ms ? e->fault_backoff_ms * 2 : 50;
 	if (e->fault_backoff_ms > 2000)
@@ -898,7 +941,8 @@ int baton_engine_open(const baton_engine_config *cfg, baton_engine **out, baton_
 	e->locks = strmap_new();
 	pthread_mutex_init(&e->mu, NULL);
 	pthread_cond_init(&e->cv, NULL);
-	int rc = store_open(cfg->db_path, cfg->readers, &e->st, err);
+	const char *vfs = cfg->fault_file ? faultvfs_register(cfg->fault_file) : NULL;
+	int rc = store_open(cfg->db_path, vfs, cfg->readers, &e->st, err);
 	if (rc == BATON_OK)
 		rc = recover(e, err);
 	if (rc == BATON_OK && !(e->pool = sched_new(cfg->threads)))

@@ -279,7 +279,9 @@ int codec_parse_definition(const char *definition, wf_row *wf); /* retry, on_fai
 
 /* ---- store.c: the only file that includes sqlite3.h ---- */
 typedef struct store store;
-int store_open(const char *path, int readers, store **out, baton_error *err);
+/* vfs: NULL for SQLite's default, or a registered VFS name (faultvfs.c). */
+int store_open(const char *path, const char *vfs, int readers, store **out, baton_error *err);
+const char *faultvfs_register(const char *control_path); /* returns the VFS name */
 void store_close(store *s);
 
 /* Engine thread only. */

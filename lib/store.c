@@ -216,10 +216,11 @@ static int exec_sql(sqlite3 *db, const char *sql, baton_error *err)
 	return rc == SQLITE_OK ? BATON_OK : fail(db, rc, err, sql);
 }
 
-static int open_conn(const char *path, int flags, sqlite3 **out, baton_error *err)
+static int open_conn(const char *path, const char *vfs, int flags, sqlite3 **out,
+		     baton_error *err)
 {
 	sqlite3 *db = NULL;
-	int rc = sqlite3_open_v2(path, &db, flags | SQLITE_OPEN_NOMUTEX, NULL);
+	int rc = sqlite3_open_v2(path, &db, flags | SQLITE_OPEN_NOMUTEX, vfs);
 	if (rc != SQLITE_OK) {
 		rc = fail(db, rc, err, path);
 		sqlite3_close(db);
@@ -273,17 +274,17 @@ static int setup_writer(store *s, const char *path, baton_error *err)
 	return BATON_OK;
 }
 
-int store_open(const char *path, int readers, store **out, baton_error *err)
+int store_open(const char *path, const char *vfs, int readers, store **out, baton_error *err)
 {
 	store *s = xcalloc(1, sizeof *s);
 	pthread_mutex_init(&s->pool_mu, NULL);
 	pthread_cond_init(&s->pool_cv, NULL);
-	int rc = open_conn(path, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, &s->db, err);
+	int rc = open_conn(path, vfs, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, &s->db, err);
 	if (rc == BATON_OK)
 		rc = setup_writer(s, path, err);
 	s->readers = xcalloc((size_t)readers, sizeof *s->readers);
 	for (int i = 0; rc == BATON_OK && i < readers; i++) {
-		rc = open_conn(path, SQLITE_OPEN_READONLY, &s->readers[i].db, err);
+		rc = open_conn(path, vfs, SQLITE_OPEN_READONLY, &s->readers[i].db, err);
 		if (rc == BATON_OK) {
 			s->nreaders++;
 			s->readers[i].next_free = s->free_readers;

@@ -76,6 +76,7 @@ int main(int argc, char **argv)
 		.log_level = cfg.log_level,
 		.allow_call = cfg.allow_call,
 		.on_commit = srv_streams_notify,
+		.fault_file = getenv("BATON_TEST_FAULT_FILE"), /* tests only */
 	};
 	srv s = {.cfg = &cfg};
 	baton_error err = {0};
