@@ -29,6 +29,9 @@
 
 enum msg_type { MSG_SUBMIT, MSG_CANCEL, MSG_OUTCOME };
 
+/* Submissions waiting for the engine at most; more are refused with BATON_EBUSY. */
+#define MAX_PENDING_SUBMITS 4096
+
 /* A caller blocked until the engine has committed its request. */
 typedef struct waiter {
 	pthread_mutex_t mu;
@@ -120,6 +123,7 @@ struct baton_engine {
 	pthread_cond_t cv;
 	msg *inbox, *inbox_tail;
 	int stop;     /* the engine thread must finish its work and exit */
+	int pending_submits; /* posted and not yet applied: bounds the inbox under overload */
 	int draining; /* no new grants: shutting down */
 
 	/* Engine thread only. */
@@ -782,6 +786,8 @@ static msg *wait_for_work(baton_engine *e, int *stop)
 	}
 	msg *m = e->inbox;
 	e->inbox = e->inbox_tail = NULL;
+	for (msg *x = m; x; x = x->next)
+		e->pending_submits -= x->type == MSG_SUBMIT;
 	*stop = e->stop;
 	e->no_new_work = e->draining;
 	pthread_mutex_unlock(&e->mu);
@@ -1023,6 +1029,15 @@ int baton_engine_submit(baton_engine *e, const json_t *request_body, json_t **wo
 	if (rc) {
 		wf_row_free(wf);
 		return rc;
+	}
+	pthread_mutex_lock(&e->mu);
+	int full = e->pending_submits >= MAX_PENDING_SUBMITS;
+	if (!full)
+		e->pending_submits++;
+	pthread_mutex_unlock(&e->mu);
+	if (full) {
+		wf_row_free(wf);
+		return err_set(err, BATON_EBUSY, "too many submissions in flight; try again shortly");
 	}
 	waiter w;
 	waiter_init(&w);

@@ -19,6 +19,10 @@ static const config defaults = {
 	.log_level = BATON_LOG_INFO,
 	.shutdown_timeout_ms = 30000,
 	.max_body = 1024 * 1024,
+	.max_connections = 1000,
+	.conn_timeout_s = 30,
+	.max_per_ip = 0,
+	.conn_memory = 64 * 1024,
 };
 
 static void usage(FILE *f)
@@ -45,10 +49,17 @@ static void usage(FILE *f)
 		"                           /healthz and /readyz (BATON_TOKEN; default: none)\n"
 		"  --token-file PATH        read the token from a file (BATON_TOKEN_FILE)\n"
 		"  --log-format FORMAT      text or json (BATON_LOG_FORMAT, default text)\n"
+		"  --max-connections N      open connections at most; past 90%% new requests get\n"
+		"                           503 (BATON_MAX_CONNECTIONS, default %d)\n"
+		"  --conn-timeout SECS      idle connections are closed (BATON_CONN_TIMEOUT,\n"
+		"                           default %d)\n"
+		"  --max-per-ip N           connections per client address, 0 = no limit\n"
+		"                           (BATON_MAX_PER_IP, default 0)\n"
 		"  --help                   print this help\n"
 		"  --version                print the version\n",
 		defaults.listen, defaults.db, defaults.threads, defaults.http_threads,
-		(long long)defaults.shutdown_timeout_ms / 1000);
+		(long long)defaults.shutdown_timeout_ms / 1000, defaults.max_connections,
+		defaults.conn_timeout_s);
 }
 
 static int parse_int(const char *what, const char *s, long lo, long hi, long *out)
@@ -192,6 +203,24 @@ static int set_option(config *c, const char *name, const char *v)
 		snprintf(c->token, sizeof c->token, "%s", v);
 		return 0;
 	}
+	if (strcmp(name, "max-connections") == 0) {
+		if (parse_int("--max-connections", v, 16, 100000, &n))
+			return -1;
+		c->max_connections = (int)n;
+		return 0;
+	}
+	if (strcmp(name, "conn-timeout") == 0) {
+		if (parse_int("--conn-timeout", v, 1, 3600, &n))
+			return -1;
+		c->conn_timeout_s = (int)n;
+		return 0;
+	}
+	if (strcmp(name, "max-per-ip") == 0) {
+		if (parse_int("--max-per-ip", v, 0, 100000, &n))
+			return -1;
+		c->max_per_ip = (int)n;
+		return 0;
+	}
 	if (strcmp(name, "token-file") == 0)
 		return read_token_file(c, v);
 	if (strcmp(name, "log-format") == 0) {
@@ -216,6 +245,9 @@ static const char *const env_names[][2] = {
 	{"token", "BATON_TOKEN"},
 	{"token-file", "BATON_TOKEN_FILE"},
 	{"log-format", "BATON_LOG_FORMAT"},
+	{"max-connections", "BATON_MAX_CONNECTIONS"},
+	{"conn-timeout", "BATON_CONN_TIMEOUT"},
+	{"max-per-ip", "BATON_MAX_PER_IP"},
 };
 
 int config_load(config *c, int argc, char **argv)
@@ -231,6 +263,9 @@ int config_load(config *c, int argc, char **argv)
 		{"token", required_argument, NULL, 0},
 		{"token-file", required_argument, NULL, 0},
 		{"log-format", required_argument, NULL, 0},
+		{"max-connections", required_argument, NULL, 0},
+		{"conn-timeout", required_argument, NULL, 0},
+		{"max-per-ip", required_argument, NULL, 0},
 		{"help", no_argument, NULL, 'h'},
 		{"version", no_argument, NULL, 'V'},
 		{NULL, 0, NULL, 0},

@@ -79,7 +79,10 @@ int reply_error(response *out, const baton_error *err)
 		status = status_of[err->code];
 	if (status >= 500)
 		srv_log(BATON_LOG_WARN, "answering %d: %s", status, err->msg);
-	return reply_problem(out, status, "%s", err->msg);
+	reply_problem(out, status, "%s", err->msg);
+	if (status == 503)
+		out->retry_after = 1;
+	return status;
 }
 
 const char *query_arg(const request *r, const char *name)
@@ -131,6 +134,11 @@ static enum MHD_Result send_response(struct MHD_Connection *conn, request *r, re
 		MHD_add_response_header(resp, MHD_HTTP_HEADER_LOCATION, out->location);
 	if (out->allow[0])
 		MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, out->allow);
+	if (out->retry_after) {
+		char ra[16];
+		snprintf(ra, sizeof ra, "%d", out->retry_after);
+		MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, ra);
+	}
 	if (out->www_authenticate)
 		MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE,
 					out->www_authenticate);
@@ -164,6 +172,26 @@ static int authorized(const srv *s, struct MHD_Connection *conn, const char *url
 	return token_matches(h + sizeof scheme - 1, s->cfg->token);
 }
 
+/* Past 90% of the connection limit, answer 503 at once instead of queueing work. */
+static int overloaded(srv *s)
+{
+	pthread_mutex_lock(&s->conn_mu);
+	int over = s->connections * 10 > s->cfg->max_connections * 9;
+	pthread_mutex_unlock(&s->conn_mu);
+	return over;
+}
+
+static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_ctx,
+			  enum MHD_ConnectionNotificationCode toe)
+{
+	srv *s = cls;
+	(void)conn;
+	(void)socket_ctx;
+	pthread_mutex_lock(&s->conn_mu);
+	s->connections += toe == MHD_CONNECTION_NOTIFY_STARTED ? 1 : -1;
+	pthread_mutex_unlock(&s->conn_mu);
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
 				  const char *method, const char *version,
 				  const char *upload_data, size_t *upload_size, void **con_cls)
@@ -180,6 +208,12 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 		r->path = url;
 		clock_gettime(CLOCK_MONOTONIC, &r->started);
 		*con_cls = r;
+		if (overloaded(s) && strcmp(url, "/healthz") != 0) {
+			response out = {0};
+			reply_problem(&out, 503, "too many connections; try again shortly");
+			out.retry_after = 1;
+			return send_response(conn, r, &out);
+		}
 		if (!authorized(s, conn, url)) {
 			response out = {0};
 			reply_problem(&out, 401, "this server requires Authorization: Bearer <token>");
@@ -281,8 +315,12 @@ int srv_start(srv *s, baton_error *err)
 	s->daemon = MHD_start_daemon(
 		flags, 0, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
 		MHD_OPTION_THREAD_POOL_SIZE, (unsigned)s->cfg->http_threads,
-		MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_CONNECTION_TIMEOUT,
-		(unsigned)60, MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, s, MHD_OPTION_END);
+		MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_NOTIFY_CONNECTION,
+		on_connection, s, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)s->cfg->conn_timeout_s,
+		MHD_OPTION_CONNECTION_LIMIT, (unsigned)s->cfg->max_connections,
+		MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)s->cfg->max_per_ip,
+		MHD_OPTION_CONNECTION_MEMORY_LIMIT, s->cfg->conn_memory,
+		MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, s, MHD_OPTION_END);
 	freeaddrinfo(ai);
 	if (!s->daemon) {
 		snprintf(err->msg, sizeof err->msg, "cannot listen on %s (in use, or not an address of this machine?)",

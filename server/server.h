@@ -9,6 +9,7 @@
 
 #include <jansson.h>
 #include <microhttpd.h>
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <time.h>
@@ -29,6 +30,10 @@ typedef struct config {
 	const char *allow_call[MAX_ALLOW_CALL + 1];
 	int n_allow_call;
 	char allow_buf[4096];
+	int max_connections;
+	int conn_timeout_s;
+	int max_per_ip; /* 0: no limit */
+	size_t conn_memory;
 	char token[512]; /* empty: no access control */
 	int log_json;
 } config;
@@ -56,6 +61,8 @@ typedef struct srv {
 	baton_engine *engine;
 	struct MHD_Daemon *daemon;
 	int port; /* the bound port */
+	int connections; /* open now, under conn_mu */
+	pthread_mutex_t conn_mu;
 } srv;
 
 typedef struct request {
@@ -81,6 +88,7 @@ typedef struct response {
 	char location[300];
 	char allow[64];
 	const char *www_authenticate;
+	int retry_after; /* seconds, 0: no Retry-After */
 } response;
 
 int srv_start(srv *s, baton_error *err);
