@@ -178,6 +178,7 @@ void call_run(const step_input *in, step_output *out)
 	curl_easy_setopt(c, CURLOPT_HTTPHEADER, headers);
 	curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
 	curl_easy_setopt(c, CURLOPT_FOLLOWLOCATION, 0L);
+	curl_easy_setopt(c, CURLOPT_PATH_AS_IS, 1L); /* sent exactly as checked */
 	curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
 	curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, timeout);
 	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);

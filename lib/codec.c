@@ -191,6 +191,34 @@ static int url_allowed(const char *url, const char *const *allow)
 	return 0;
 }
 
+/* A "." or ".." path segment, literal or percent-encoded, could climb out of an allowed
+ * prefix once the URL is normalized, by curl or by the server: such URLs are refused. */
+static int has_dot_segment(const char *url)
+{
+	const char *path = strchr(strstr(url, "//") + 2, '/');
+	for (const char *p = path; p && *p && *p != '?' && *p != '#';) {
+		const char *seg = p + 1;
+		size_t len = strcspn(seg, "/?#");
+		int dots = 0, other = 0;
+		for (size_t i = 0; i < len; i++) {
+			if (seg[i] == '.')
+				dots++;
+			else if (seg[i] == '%' && i + 2 < len + 1 && seg[i + 1] == '2' &&
+				 (seg[i + 2] == 'e' || seg[i + 2] == 'E')) {
+				dots++;
+				i += 2;
+			} else
+				other = 1;
+		}
+		if (!other && (dots == 1 || dots == 2))
+			return 1;
+		p = seg + len;
+		if (*p != '/')
+			break;
+	}
+	return 0;
+}
+
 static int check_url(const json_t *u, const char *where, const char *const *allow,
 		     baton_error *err)
 {
@@ -201,9 +229,12 @@ static int check_url(const json_t *u, const char *where, const char *const *allo
 	    (strncmp(url, "http://", 7) != 0 && strncmp(url, "https://", 8) != 0))
 		return err_set(err, BATON_EINVAL, "%s.url: must be an http:// or https:// URL", where);
 	for (const char *c = url; *c; c++)
-		if ((unsigned char)*c <= 0x20 || *c == 0x7f)
-			return err_set(err, BATON_EINVAL, "%s.url: must not contain spaces or controls",
-				       where);
+		if ((unsigned char)*c <= 0x20 || *c == 0x7f || *c == '\\')
+			return err_set(err, BATON_EINVAL,
+				       "%s.url: must not contain spaces, controls or backslashes", where);
+	if (has_dot_segment(url))
+		return err_set(err, BATON_EINVAL,
+			       "%s.url: must not contain \".\" or \"..\" path segments", where);
 	if (!allow || !*allow)
 		return err_set(err, BATON_EINVAL,
 			       "%s.url: HTTP calls are disabled on this server; start batond with"

@@ -68,6 +68,7 @@ static void finish(wf_row *wf, int status, const workflow_def *def, int64_t now,
 			if (st->status == ST_PENDING || st->status == ST_WAITING ||
 			    st->status == ST_RETRYING) {
 				st->status = ST_CANCELLED;
+				st->next_attempt_at = 0; /* no attempt will come */
 				wf_mark_step(wf, i);
 			}
 		}

@@ -123,6 +123,99 @@ static void test_defaults_and_normalized_definition(void **state)
 	wf_row_free(c);
 }
 
+static void test_call_urls_stay_under_allowed_prefixes(void **state)
+{
+	(void)state;
+	static const char *const allow[] = {"http://127.0.0.1:9000/api/", "http://pay.example", NULL};
+	static const struct {
+		const char *url;
+		int ok;
+	} cases[] = {
+		{"http://127.0.0.1:9000/api/charge", 1},
+		{"http://127.0.0.1:9000/api/", 1},
+		{"http://127.0.0.1:9000/apix", 0},
+		{"http://127.0.0.1:9000/api/../admin", 0},
+		{"http://127.0.0.1:9000/api/%2e%2E/admin", 0},
+		{"http://127.0.0.1:9000/api/./x", 0},
+		{"http://127.0.0.1:9000/api/a..b", 1},
+		{"http://pay.example/charge", 1},
+		{"http://pay.example", 1},
+		{"http://pay.example.evil.org/", 0},
+		{"http://pay.example:81/", 0},
+		{"ftp://pay.example/", 0},
+		{"http://127.0.0.1:9000/api/a b", 0},
+	};
+	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+		json_t *req = json_pack("{s:s, s:[{s:s, s:{s:s}}]}", "resource", "gw", "workers",
+					"name", "a", "call", "url", cases[i].url);
+		wf_row *wf = calloc(1, sizeof *wf);
+		baton_error err = {0};
+		int rc = codec_parse_request(req, wf, allow, &err);
+		if ((rc == BATON_OK) != cases[i].ok)
+			fail_msg("%s: rc %d (%s), wanted %s", cases[i].url, rc, err.msg,
+				 cases[i].ok ? "accepted" : "refused");
+		json_decref(req);
+		wf_row_free(wf);
+	}
+}
+
+static void test_call_headers_and_defaults(void **state)
+{
+	(void)state;
+	static const char *const allow[] = {"http://h/", NULL};
+	wf_row *wf = calloc(1, sizeof *wf);
+	baton_error err = {0};
+	json_t *req = js("{\"resource\":\"gw\",\"call\":{\"url\":\"http://h/x\","
+			 "\"headers\":{\"A\":\"1\",\"B\":\"2\"}},\"workers\":[\"w1\","
+			 "{\"name\":\"w2\",\"call\":{\"method\":\"PUT\",\"headers\":{\"B\":\"3\"}}}]}");
+	assert_int_equal(codec_parse_request(req, wf, allow, &err), BATON_OK);
+	json_t *c1 = json_object_get(wf->steps[0].params, "call");
+	json_t *c2 = json_object_get(wf->steps[1].params, "call");
+	assert_string_equal(json_string_value(json_object_get(c1, "method")), "POST");
+	assert_int_equal(json_integer_value(json_object_get(c1, "timeout_ms")), 10000);
+	assert_string_equal(json_string_value(json_object_get(c2, "method")), "PUT");
+	assert_string_equal(json_string_value(json_object_get(c2, "url")), "http://h/x");
+	json_t *h2 = json_object_get(c2, "headers");
+	assert_string_equal(json_string_value(json_object_get(h2, "A")), "1");
+	assert_string_equal(json_string_value(json_object_get(h2, "B")), "3");
+	/* Header values never leave through the API. */
+	json_t *shown = codec_step(&wf->steps[1]);
+	char *text = json_dumps(shown, 0);
+	assert_null(strstr(text, "\"3\""));
+	free(text);
+	json_decref(shown);
+	json_decref(req);
+	wf_row_free(wf);
+	static const char *const bad[] = {
+		"{\"resource\":\"gw\",\"workers\":[{\"name\":\"a\",\"call\":{\"url\":\"http://h/\","
+		"\"headers\":{\"Idempotency-Key\":\"x\"}}}]}",
+		"{\"resource\":\"gw\",\"workers\":[{\"name\":\"a\",\"call\":{\"url\":\"http://h/\","
+		"\"headers\":{\"Baton-Fencing-Token\":\"9\"}}}]}",
+		"{\"resource\":\"gw\",\"workers\":[{\"name\":\"a\",\"call\":{\"url\":\"http://h/\","
+		"\"headers\":{\"X\":\"a\\r\\nB: c\"}}}]}",
+		"{\"resource\":\"gw\",\"workers\":[{\"name\":\"a\",\"call\":{\"url\":\"http://h/\","
+		"\"method\":\"TRACE\"}}]}",
+		"{\"resource\":\"gw\",\"workers\":[{\"name\":\"a\",\"work_ms\":5,"
+		"\"call\":{\"url\":\"http://h/\"}}]}",
+		"{\"resource\":\"gw\",\"call\":{\"method\":\"GET\"},\"workers\":[\"a\"]}",
+	};
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+		wf = calloc(1, sizeof *wf);
+		req = js(bad[i]);
+		if (codec_parse_request(req, wf, allow, &err) != BATON_EINVAL)
+			fail_msg("accepted: %s", bad[i]);
+		json_decref(req);
+		wf_row_free(wf);
+	}
+	/* No prefixes at all: the message says how to allow calls. */
+	wf = calloc(1, sizeof *wf);
+	req = js("{\"resource\":\"gw\",\"workers\":[{\"name\":\"a\",\"call\":{\"url\":\"http://h/\"}}]}");
+	assert_int_equal(codec_parse_request(req, wf, NULL, &err), BATON_EINVAL);
+	assert_non_null(strstr(err.msg, "--allow-call"));
+	json_decref(req);
+	wf_row_free(wf);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -130,6 +223,8 @@ int main(void)
 		cmocka_unit_test(test_name_limits),
 		cmocka_unit_test(test_too_many_workers),
 		cmocka_unit_test(test_defaults_and_normalized_definition),
+		cmocka_unit_test(test_call_urls_stay_under_allowed_prefixes),
+		cmocka_unit_test(test_call_headers_and_defaults),
 	};
 	return cmocka_run_group_tests_name("codec", tests, NULL, NULL);
 }
