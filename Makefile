@@ -51,7 +51,7 @@ UNIT_BIN := $(patsubst tests/unit/%.c,$(BUILD)/tests/unit/%,$(UNIT_SRC))
 HTTP_BIN := $(patsubst tests/http/%.c,$(BUILD)/tests/http/%,$(HTTP_SRC))
 DEPS_STAMP := build/.deps-ok
 
-.PHONY: all run test check demo demo-crash install clean format format-check format-check-counted deps
+.PHONY: all run test check demo demo-crash install clean format format-check format-check-counted deps fuzz
 all: $(LIBBATON) $(BATOND) $(CLIENT)
 
 deps: $(DEPS_STAMP)
@@ -91,14 +91,32 @@ test: all $(UNIT_BIN) $(HTTP_BIN)
 	  sh scripts/run-tests.sh $(UNIT_BIN) $(HTTP_BIN)
 check: test
 
-demo: all
+demo:
+	@$(MAKE) -s all >/dev/null
 	@sh scripts/demo.sh $(BATOND) $(CLIENT)
-demo-crash: all
+demo-crash:
+	@$(MAKE) -s all >/dev/null
 	@sh scripts/demo.sh $(BATOND) $(CLIENT) --crash
 
 install: all
 	install -d $(DESTDIR)$(PREFIX)/bin
 	install -m 755 $(BATOND) $(CLIENT) $(DESTDIR)$(PREFIX)/bin/
+
+# libFuzzer targets (clang), under ASan+UBSan, each run for FUZZ_SECONDS on a copy of
+# its seed corpus (tests/fuzz/corpus/NAME: seeds and regression cases found so far).
+FUZZ_SECONDS ?= 60
+FUZZ_CC      ?= clang
+FUZZ_FLAGS    = -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -g -O1
+FUZZ_LIB_SRC := $(LIB_SRC)
+FUZZ_SRV_SRC := $(filter-out server/main.c,$(SERVER_SRC))
+build/fuzz/fuzz_request: tests/fuzz/fuzz_request.c $(FUZZ_LIB_SRC) | $(DEPS_STAMP)
+	@mkdir -p $(@D)
+	$(FUZZ_CC) -std=c11 -D_GNU_SOURCE $(FUZZ_FLAGS) -Ilib $(PKG_CFLAGS) $^ -o $@ $(LIBS_ALL)
+build/fuzz/fuzz_route: tests/fuzz/fuzz_route.c $(FUZZ_SRV_SRC) $(FUZZ_LIB_SRC) | $(DEPS_STAMP)
+	@mkdir -p $(@D)
+	$(FUZZ_CC) -std=c11 -D_GNU_SOURCE $(FUZZ_FLAGS) -Ilib -Iserver $(PKG_CFLAGS) $^ -o $@ $(LIBS_ALL)
+fuzz: build/fuzz/fuzz_request build/fuzz/fuzz_route
+	@sh scripts/fuzz.sh $(FUZZ_SECONDS) request route
 
 FORMAT_SRC = $(wildcard lib/*.[ch] server/*.[ch] client/*.[ch] tests/*/*.[ch] bench/*.c)
 format:

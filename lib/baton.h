@@ -122,6 +122,13 @@ void baton_engine_close(baton_engine *e, int64_t timeout_ms);
 int baton_engine_submit(baton_engine *e, const json_t *request, json_t **workflow, int *created,
 			baton_error *err);
 
+/*
+ * Decodes a request body as one JSON value (duplicate keys refused). On success *out is
+ * a new reference. BATON_EINVAL with the line and column of malformed JSON, or
+ * BATON_EINTERNAL when memory ran out while decoding.
+ */
+int baton_decode_json(const char *buf, size_t len, json_t **out, baton_error *err);
+
 /* The committed state of workflow `id`, with its steps; *out is a new reference. */
 int baton_engine_get(baton_engine *e, const char *id, json_t **out, baton_error *err);
 

@@ -31,6 +31,19 @@ typedef struct parse_ctx {
 	const json_t *default_call; /* the workflow's "call", borrowed, or NULL */
 } parse_ctx;
 
+int baton_decode_json(const char *buf, size_t len, json_t **out, baton_error *err)
+{
+	json_error_t jerr;
+	json_oom = 0;
+	*out = json_loadb(buf, len, JSON_REJECT_DUPLICATES, &jerr);
+	if (*out)
+		return BATON_OK;
+	if (json_oom)
+		return err_set(err, BATON_EINTERNAL, "out of memory while decoding the body");
+	return err_set(err, BATON_EINVAL, "malformed JSON at line %d, column %d: %s", jerr.line,
+		       jerr.column, jerr.text);
+}
+
 int valid_name(const char *s)
 {
 	size_t n = strlen(s);
@@ -356,6 +369,8 @@ static int parse_worker(const json_t *w, size_t i, const parse_ctx *ctx, json_t 
 	if (strlen(json_string_value(name)) != json_string_length(name))
 		return err_set(err, BATON_EINVAL, "%s.name: must not contain NUL", where);
 	json_t *p = codec_params_defaults(json_string_value(name));
+	if (!p)
+		return err_set(err, BATON_EINTERNAL, "out of memory");
 	char at0[64];
 	snprintf(at0, sizeof at0, "%s.", where);
 	int rc0;
@@ -404,8 +419,14 @@ static int parse_workers(const json_t *ws, wf_row *wf, const parse_ctx *ctx, jso
 		if ((rc = parse_worker(json_array_get(ws, i), i, ctx, &p, err)))
 			break;
 		step_row *st = &wf->steps[i];
+		const char *name = json_string_value(json_object_get(p, "name"));
+		if (!name) {
+			json_decref(p);
+			rc = err_set(err, BATON_EINTERNAL, "out of memory");
+			break;
+		}
 		st->index = (int)i;
-		st->worker = xstrdup(json_string_value(json_object_get(p, "name")));
+		st->worker = xstrdup(name);
 		st->params = p;
 		st->duration_ms = -1;
 		wf->steps_total = (int)i + 1;
@@ -457,8 +478,21 @@ static json_t *retry_json(const retry_policy *p)
 			 "max_delay_ms", (json_int_t)p->max_delay_ms);
 }
 
+static int parse_request(const json_t *req, wf_row *wf, const char *const *allow_call,
+			 baton_error *err);
+
 int codec_parse_request(const json_t *req, wf_row *wf, const char *const *allow_call,
 			baton_error *err)
+{
+	json_oom = 0;
+	int rc = parse_request(req, wf, allow_call, err);
+	if (json_oom) /* whatever was said, it was said without memory */
+		return err_set(err, BATON_EINTERNAL, "out of memory while reading the request");
+	return rc;
+}
+
+static int parse_request(const json_t *req, wf_row *wf, const char *const *allow_call,
+			 baton_error *err)
 {
 	static const char *const fields[] = {"id",    "resource",   "workers", "retry",
 					     "on_failure", "call", NULL};

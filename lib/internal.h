@@ -135,6 +135,14 @@ size_t strmap_len(const strmap *m);
 void strmap_free_values(strmap *m, void (*fn)(void *)); /* calls fn on each value, frees m */
 void strmap_each(const strmap *m, void (*fn)(void *ctx, void *value), void *ctx);
 
+/*
+ * jansson's allocations go through a tracker that notes a failure in json_oom (this
+ * thread's flag), so that code building JSON can tell "out of memory" from "invalid".
+ * json_alloc_track(NULL) installs it over malloc; tests pass a failing allocator.
+ */
+extern _Thread_local int json_oom;
+void json_alloc_track(void *(*inner)(size_t));
+
 /* ---- log.c ---- */
 typedef struct logger {
 	baton_log_fn fn;

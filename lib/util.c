@@ -112,6 +112,25 @@ void *xcalloc(size_t n, size_t size)
 	return p;
 }
 
+/* ---- jansson allocation tracking ---- */
+
+_Thread_local int json_oom;
+static void *(*json_inner_malloc)(size_t) = malloc;
+
+static void *tracked_malloc(size_t n)
+{
+	void *p = json_inner_malloc(n);
+	if (!p)
+		json_oom = 1;
+	return p;
+}
+
+void json_alloc_track(void *(*inner)(size_t))
+{
+	json_inner_malloc = inner ? inner : malloc;
+	json_set_alloc_funcs(tracked_malloc, free);
+}
+
 /* ---- strmap ---- */
 
 static char tombstone;

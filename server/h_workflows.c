@@ -46,11 +46,9 @@ static int read_json_body(const request *r, response *out, json_t **body)
 				     ct ? ct : "missing");
 	if (r->body_len == 0)
 		return reply_problem(out, 400, "the body is empty; it must be a JSON object");
-	json_error_t jerr;
-	*body = json_loadb(r->body, r->body_len, JSON_REJECT_DUPLICATES, &jerr);
-	if (!*body)
-		return reply_problem(out, 400, "malformed JSON at line %d, column %d: %s",
-				     jerr.line, jerr.column, jerr.text);
+	baton_error err = {0};
+	if (baton_decode_json(r->body, r->body_len, body, &err))
+		return reply_error(out, &err);
 	return 0;
 }
 

@@ -7,12 +7,6 @@
 
 #include <string.h>
 
-typedef struct route_def {
-	const char *method;
-	const char *pattern;
-	handler_fn handler;
-} route_def;
-
 static const route_def routes[] = {
 	{"POST", "/workflows", h_workflows_create},
 	{"GET", "/workflows", h_workflows_list},
@@ -27,7 +21,6 @@ static const route_def routes[] = {
 	{"GET", "/metrics", h_metrics},
 };
 
-#define MAX_SEGMENT 256
 
 /* Matches path against pattern; captured segments are copied into caps. */
 static int match(const char *pattern, const char *path, char caps[MAX_PARAMS][MAX_SEGMENT],
@@ -56,27 +49,36 @@ static int match(const char *pattern, const char *path, char caps[MAX_PARAMS][MA
 	return *pattern == 0 && *path == 0;
 }
 
+const route_def *route_lookup(const char *method, const char *path,
+			      char caps[MAX_PARAMS][MAX_SEGMENT], char *allow, size_t allow_len)
+{
+	int ncaps;
+	allow[0] = 0;
+	for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++) {
+		if (!match(routes[i].pattern, path, caps, &ncaps))
+			continue;
+		if (strcmp(routes[i].method, method) == 0)
+			return &routes[i];
+		size_t n = strlen(allow);
+		snprintf(allow + n, allow_len - n, "%s%s", n ? ", " : "", routes[i].method);
+	}
+	return NULL;
+}
+
 void route(srv *s, const request *r, response *out)
 {
 	char caps[MAX_PARAMS][MAX_SEGMENT];
-	int ncaps, matched = 0;
-	for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++) {
-		if (!match(routes[i].pattern, r->path, caps, &ncaps))
-			continue;
-		out->route = routes[i].pattern;
-		if (strcmp(routes[i].method, r->method) == 0) {
-			const char *params[MAX_PARAMS] = {caps[0], caps[1]};
-			routes[i].handler(s, r, params, out);
-			return;
-		}
-		size_t n = strlen(out->allow);
-		snprintf(out->allow + n, sizeof out->allow - n, "%s%s", n ? ", " : "",
-			 routes[i].method);
-		matched = 1;
-	}
-	if (matched)
+	const route_def *rd = route_lookup(r->method, r->path, caps, out->allow, sizeof out->allow);
+	if (rd) {
+		const char *params[MAX_PARAMS] = {caps[0], caps[1]};
+		out->route = rd->pattern;
+		rd->handler(s, r, params, out);
+		out->allow[0] = 0;
+	} else if (out->allow[0]) {
+		out->route = "unmatched-method";
 		reply_problem(out, 405, "%s is not allowed on %s (allowed: %s)", r->method, r->path,
 			      out->allow);
-	else
+	} else {
 		reply_problem(out, 404, "no such path: %s", r->path);
+	}
 }

@@ -105,6 +105,16 @@ const char *query_arg(const request *r, const char *name);
 /* ---- routes.c ---- */
 #define MAX_PARAMS 2
 typedef int (*handler_fn)(srv *s, const request *r, const char *const *params, response *out);
+#define MAX_SEGMENT 256
+typedef struct route_def {
+	const char *method;
+	const char *pattern;
+	handler_fn handler;
+} route_def;
+/* The route for method and path, its "{x}" segments copied into caps; NULL when none
+ * matches, with allow listing the methods the path has (empty: unknown path). */
+const route_def *route_lookup(const char *method, const char *path,
+			      char caps[MAX_PARAMS][MAX_SEGMENT], char *allow, size_t allow_len);
 void route(srv *s, const request *r, response *out);
 
 /* ---- handlers ---- */

@@ -1,0 +1,118 @@
+/*
+ * client.h: internals shared by the files of `baton`, the command-line client of batond.
+ *
+ * The client is a thin layer over the REST API of docs/api-contract.md:
+ *   main.c      global options, usage, the command table, exit codes
+ *   http.c      one libcurl handle: GET/POST that return the status and the parsed JSON body
+ *   commands.c  submit, get, list, cancel, events, resources (human output or --json)
+ *   demo.c      `baton demo [--crash]`: the origin's distributed-mutex demo, rendered live
+ *   util.c      JSON field access and small formatting helpers
+ *
+ * Every command returns the process exit status, so errors travel as plain ints:
+ * a function that fails has already told the user why on stderr.
+ */
+#ifndef BATON_CLIENT_H
+#define BATON_CLIENT_H
+
+#include <stdio.h>
+
+#include <jansson.h>
+
+/* Process exit statuses (contract: "Exit codes"). Never change their meaning. */
+enum {
+	EXIT_OK = 0,	      /* success; for demo: the workflow completed */
+	EXIT_FAILED = 1,      /* the server answered with an error, or the workflow failed */
+	EXIT_USAGE = 2,	      /* bad command line; usage went to stderr */
+	EXIT_UNREACHABLE = 3, /* no HTTP answer from the server */
+};
+
+#define BATON_CLIENT_VERSION "0.1.0"
+#define DEFAULT_SERVER	     "http://127.0.0.1:8080"
+
+/* ---- http.c ---------------------------------------------------------------------------- */
+
+typedef struct http http;
+
+/* One HTTP answer. body is a new reference (NULL when the answer had no body). */
+struct http_reply {
+	long status;
+	json_t *body;
+};
+
+/*
+ * Returns a new connection to the server at base_url ("http://host:port", an optional
+ * trailing slash is ignored), or NULL after printing why. The handle keeps the connection
+ * alive between requests; it is not thread-safe. Free with http_free (accepts NULL).
+ */
+http *http_new(const char *base_url);
+void http_free(http *h);
+
+/*
+ * Sends METHOD base_url+path. body (borrowed, may be NULL) is sent as application/json;
+ * a POST without body is sent empty. On EXIT_OK, *reply holds the status and the parsed
+ * body (caller frees with http_reply_fini), whatever the status. Otherwise returns
+ * EXIT_UNREACHABLE (no answer) or EXIT_FAILED (an answer that is not JSON), after
+ * printing why on stderr; *reply is then empty.
+ */
+int http_request(http *h, const char *method, const char *path, const json_t *body,
+		 struct http_reply *reply);
+void http_reply_fini(struct http_reply *reply);
+
+/*
+ * http_request, plus the error statuses: returns EXIT_OK with *out a new reference to the
+ * JSON body of a 2xx answer (and *status, when status is not NULL, the HTTP status);
+ * for 4xx/5xx prints the problem document and returns EXIT_FAILED.
+ */
+int http_call(http *h, const char *method, const char *path, const json_t *body, json_t **out,
+	      long *status);
+
+/* Returns a new string: s percent-encoded for a path segment or query value (free()).
+ * Out of memory is fatal here, as in the path builders of commands.c: exits with 1. */
+char *http_escape(const char *s);
+
+/* ---- util.c ---------------------------------------------------------------------------- */
+
+/* Borrowed string field of obj, or dflt when absent, null or not a string. */
+const char *jstr(const json_t *obj, const char *key, const char *dflt);
+/* Integer field of obj, or dflt when absent, null or not an integer. */
+json_int_t jint(const json_t *obj, const char *key, json_int_t dflt);
+/* 1 when obj has key with a non-null value. */
+int jhas(const json_t *obj, const char *key);
+
+/* Prints v indented by 2 spaces, keys in server order, then a newline. */
+void print_json(FILE *out, const json_t *v);
+/* Prints s as-is when it is a plain token ([A-Za-z0-9._:/@+-]), else as a JSON string. */
+void print_token(FILE *out, const char *s);
+
+/* Formats ms as seconds the way JavaScript prints ms / 1000 ("2", "1.5", "0.25"). */
+void format_secs(char *buf, size_t len, json_int_t ms);
+
+/* Monotonic clock in milliseconds; sleep for ms milliseconds. */
+long long monotonic_ms(void);
+void sleep_ms(long ms);
+
+/* ---- commands.c / demo.c --------------------------------------------------------------- */
+
+/* What every command gets: the connection and the global options. */
+struct cli {
+	http *http;
+	int json; /* --json: print the server's JSON instead of human output */
+};
+
+/* Commands: argv[0] is the command name; each returns an exit status. */
+int cmd_submit(struct cli *cli, int argc, char **argv);
+int cmd_get(struct cli *cli, int argc, char **argv);
+int cmd_list(struct cli *cli, int argc, char **argv);
+int cmd_cancel(struct cli *cli, int argc, char **argv);
+int cmd_events(struct cli *cli, int argc, char **argv);
+int cmd_resources(struct cli *cli, int argc, char **argv);
+int cmd_demo(struct cli *cli, int argc, char **argv);
+
+/* main.c: prints the usage to out (stdout for --help, stderr for a usage error). */
+void usage(FILE *out);
+/* Prints "baton: <message>" and the usage on stderr; returns EXIT_USAGE. */
+int usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* usage_error for the argument getopt_long just rejected (argv[optind - 1]). */
+int bad_option(const char *cmd, char **argv);
+
+#endif

@@ -1,0 +1,291 @@
+/*
+ * http.c: the client's only contact with the network.
+ *
+ * One libcurl easy handle per process, reused for every request so that the demo's
+ * 50 ms polling rides one kept-alive connection. Bodies are JSON both ways; an answer
+ * is read whole into memory (capped) and parsed with jansson. Transport failures map
+ * to EXIT_UNREACHABLE, error statuses to EXIT_FAILED with the problem document
+ * (RFC 9457) summarised on stderr.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include <curl/curl.h>
+
+#include "client.h"
+
+enum {
+	CONNECT_TIMEOUT_MS = 5000,
+	REQUEST_TIMEOUT_MS = 30000,
+	MAX_REPLY_BYTES = 64 << 20, /* a 10000-step workflow is a few MiB */
+};
+
+struct http {
+	CURL *curl;
+	char *base; /* base URL without trailing slash */
+	struct curl_slist *get_headers;
+	struct curl_slist *post_headers;  /* JSON body */
+	struct curl_slist *empty_headers; /* POST without body: no Content-Type */
+	char errbuf[CURL_ERROR_SIZE];
+};
+
+/* The answer being received. */
+struct buf {
+	char *data;
+	size_t len, cap;
+	int overflow;
+};
+
+static size_t on_data(char *ptr, size_t size, size_t nmemb, void *userdata)
+{
+	struct buf *b = userdata;
+	size_t n = size * nmemb;
+
+	if (b->len + n + 1 > MAX_REPLY_BYTES) {
+		b->overflow = 1;
+		return 0; /* aborts the transfer */
+	}
+	if (b->len + n + 1 > b->cap) {
+		size_t cap = b->cap ? b->cap : 4096;
+		while (cap < b->len + n + 1)
+			cap *= 2;
+		char *p = realloc(b->data, cap);
+		if (!p)
+			return 0;
+		b->data = p;
+		b->cap = cap;
+	}
+	memcpy(b->data + b->len, ptr, n);
+	b->len += n;
+	b->data[b->len] = '\0';
+	return n;
+}
+
+static struct curl_slist *headers(const char *const *lines)
+{
+	struct curl_slist *list = NULL;
+
+	for (; *lines; lines++) {
+		struct curl_slist *l = curl_slist_append(list, *lines);
+		if (!l) {
+			curl_slist_free_all(list);
+			return NULL;
+		}
+		list = l;
+	}
+	return list;
+}
+
+http *http_new(const char *base_url)
+{
+	static const char *const get_h[] = {"Accept: application/json", NULL};
+	static const char *const post_h[] = {"Accept: application/json",
+					     "Content-Type: application/json", "Expect:", NULL};
+	static const char *const empty_h[] = {"Accept: application/json",
+					      "Content-Type:", "Expect:", NULL};
+	http *h = calloc(1, sizeof(*h));
+
+	if (!h || curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
+		fprintf(stderr, "baton: cannot initialise libcurl\n");
+		free(h);
+		return NULL;
+	}
+	h->base = strdup(base_url);
+	h->curl = curl_easy_init();
+	h->get_headers = headers(get_h);
+	h->post_headers = headers(post_h);
+	h->empty_headers = headers(empty_h);
+	if (!h->base || !h->curl || !h->get_headers || !h->post_headers || !h->empty_headers) {
+		fprintf(stderr, "baton: out of memory\n");
+		http_free(h);
+		return NULL;
+	}
+	size_t n = strlen(h->base);
+	while (n > 0 && h->base[n - 1] == '/')
+		h->base[--n] = '\0';
+	return h;
+}
+
+void http_free(http *h)
+{
+	if (!h)
+		return;
+	if (h->curl)
+		curl_easy_cleanup(h->curl);
+	curl_slist_free_all(h->get_headers);
+	curl_slist_free_all(h->post_headers);
+	curl_slist_free_all(h->empty_headers);
+	free(h->base);
+	free(h);
+	curl_global_cleanup();
+}
+
+/* Sets the options of one request on the reused handle. */
+static int prepare(http *h, const char *method, const char *url, const char *payload, struct buf *b)
+{
+	CURL *c = h->curl;
+	int post = strcmp(method, "POST") == 0;
+
+	curl_easy_reset(c);
+	h->errbuf[0] = '\0';
+	if (curl_easy_setopt(c, CURLOPT_URL, url) != CURLE_OK)
+		return -1;
+	curl_easy_setopt(c, CURLOPT_ERRORBUFFER, h->errbuf);
+	curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+	curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, (long)CONNECT_TIMEOUT_MS);
+	curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, (long)REQUEST_TIMEOUT_MS);
+	curl_easy_setopt(c, CURLOPT_USERAGENT, "baton/" BATON_CLIENT_VERSION);
+	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_data);
+	curl_easy_setopt(c, CURLOPT_WRITEDATA, b);
+	if (post) {
+		curl_easy_setopt(c, CURLOPT_POST, 1L);
+		curl_easy_setopt(c, CURLOPT_POSTFIELDS, payload ? payload : "");
+		curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE,
+				 (curl_off_t)(payload ? strlen(payload) : 0));
+		curl_easy_setopt(c, CURLOPT_HTTPHEADER,
+				 payload ? h->post_headers : h->empty_headers);
+	} else {
+		curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST,
+				 strcmp(method, "GET") == 0 ? NULL : method);
+		curl_easy_setopt(c, CURLOPT_HTTPHEADER, h->get_headers);
+	}
+	return 0;
+}
+
+/* Reports a transfer that got no usable answer; returns the exit status it deserves. */
+static int transport_error(const http *h, CURLcode rc, const char *url, const struct buf *b)
+{
+	const char *why = h->errbuf[0] ? h->errbuf : curl_easy_strerror(rc);
+
+	if (b->overflow) {
+		fprintf(stderr, "baton: %s: answer larger than %d MiB\n", url,
+			MAX_REPLY_BYTES >> 20);
+		return EXIT_FAILED;
+	}
+	switch (rc) {
+	case CURLE_URL_MALFORMAT:
+	case CURLE_UNSUPPORTED_PROTOCOL:
+		fprintf(stderr, "baton: bad server URL \"%s\": %s\n", h->base, why);
+		return EXIT_USAGE;
+	case CURLE_OUT_OF_MEMORY:
+	case CURLE_WRITE_ERROR:
+		fprintf(stderr, "baton: %s: out of memory\n", url);
+		return EXIT_FAILED;
+	default:
+		fprintf(stderr, "baton: server unreachable at %s: %s\n", h->base, why);
+		return EXIT_UNREACHABLE;
+	}
+}
+
+/* Parses the answer body; an empty body is a NULL json, anything else must be JSON. */
+static int parse_reply(const char *url, const struct buf *b, struct http_reply *reply)
+{
+	json_error_t err;
+
+	if (b->len == 0)
+		return EXIT_OK;
+	reply->body = json_loadb(b->data, b->len, JSON_DECODE_ANY, &err);
+	if (!reply->body) {
+		fprintf(stderr, "baton: %s: HTTP %ld with a body that is not JSON: %s\n", url,
+			reply->status, err.text);
+		return EXIT_FAILED;
+	}
+	return EXIT_OK;
+}
+
+int http_request(http *h, const char *method, const char *path, const json_t *body,
+		 struct http_reply *reply)
+{
+	struct buf b = {0};
+	char *payload = NULL;
+	char *url = NULL;
+	int rc = EXIT_FAILED;
+
+	reply->status = 0;
+	reply->body = NULL;
+	if (asprintf(&url, "%s%s", h->base, path) < 0) {
+		url = NULL;
+		fprintf(stderr, "baton: out of memory\n");
+		goto out;
+	}
+	if (body && !(payload = json_dumps(body, JSON_COMPACT))) {
+		fprintf(stderr, "baton: cannot encode the request body\n");
+		goto out;
+	}
+	if (prepare(h, method, url, payload, &b) < 0) {
+		fprintf(stderr, "baton: cannot prepare request to %s\n", url);
+		goto out;
+	}
+	CURLcode cc = curl_easy_perform(h->curl);
+	if (cc != CURLE_OK) {
+		rc = transport_error(h, cc, url, &b);
+		goto out;
+	}
+	curl_easy_getinfo(h->curl, CURLINFO_RESPONSE_CODE, &reply->status);
+	rc = parse_reply(url, &b, reply);
+out:
+	free(b.data);
+	free(payload);
+	free(url);
+	return rc;
+}
+
+void http_reply_fini(struct http_reply *reply)
+{
+	if (!reply)
+		return;
+	json_decref(reply->body);
+	reply->body = NULL;
+}
+
+/* Summarises an error answer: "baton: HTTP 404 Not Found: workflow \"x\" not found". */
+static void print_problem(const char *method, const char *path, const struct http_reply *r)
+{
+	const char *title = jstr(r->body, "title", NULL);
+	const char *detail = jstr(r->body, "detail", NULL);
+
+	fprintf(stderr, "baton: %s %s: HTTP %ld", method, path, r->status);
+	if (title)
+		fprintf(stderr, " %s", title);
+	if (detail)
+		fprintf(stderr, ": %s", detail);
+	fputc('\n', stderr);
+}
+
+int http_call(http *h, const char *method, const char *path, const json_t *body, json_t **out,
+	      long *status)
+{
+	struct http_reply r;
+	int rc = http_request(h, method, path, body, &r);
+
+	*out = NULL;
+	if (rc != EXIT_OK)
+		return rc;
+	if (status)
+		*status = r.status;
+	if (r.status < 200 || r.status > 299) {
+		print_problem(method, path, &r);
+		http_reply_fini(&r);
+		return EXIT_FAILED;
+	}
+	if (!r.body) {
+		fprintf(stderr, "baton: %s %s: HTTP %ld with an empty body\n", method, path,
+			r.status);
+		return EXIT_FAILED;
+	}
+	*out = r.body; /* ownership moves to the caller */
+	return EXIT_OK;
+}
+
+char *http_escape(const char *s)
+{
+	char *e = curl_easy_escape(NULL, s, 0);
+	char *copy = e ? strdup(e) : NULL;
+
+	curl_free(e);
+	if (!copy) {
+		fprintf(stderr, "baton: out of memory\n");
+		exit(EXIT_FAILED);
+	}
+	return copy;
+}
