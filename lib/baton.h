@@ -29,14 +29,14 @@
 /* Result codes of every fallible call. Values never change meaning once published. */
 enum baton_code {
 	BATON_OK = 0,
-	BATON_EINVAL = 1,       /* the input is invalid: the caller must change it */
-	BATON_ENOTFOUND = 2,    /* no such workflow or resource */
-	BATON_ECONFLICT = 3,    /* conflicts with the current state (id reuse, finished) */
-	BATON_EBUSY = 4,        /* temporarily unable (storage failing, shutting down) */
-	BATON_EIO = 5,          /* the storage failed */
-	BATON_ECORRUPT = 6,     /* the database is not a baton database or is damaged */
-	BATON_EINTERNAL = 7,    /* out of memory or another internal failure */
-	BATON_ETOOLARGE = 8,    /* the input is larger than the engine accepts */
+	BATON_EINVAL = 1,    /* the input is invalid: the caller must change it */
+	BATON_ENOTFOUND = 2, /* no such workflow or resource */
+	BATON_ECONFLICT = 3, /* conflicts with the current state (id reuse, finished) */
+	BATON_EBUSY = 4,     /* temporarily unable (storage failing, shutting down) */
+	BATON_EIO = 5,	     /* the storage failed */
+	BATON_ECORRUPT = 6,  /* the database is not a baton database or is damaged */
+	BATON_EINTERNAL = 7, /* out of memory or another internal failure */
+	BATON_ETOOLARGE = 8, /* the input is larger than the engine accepts */
 };
 
 /* Detail of a failed call, owned by the caller (as jansson's json_error_t). */
@@ -79,12 +79,12 @@ typedef struct baton_change {
 typedef void (*baton_commit_fn)(void *ud, const baton_change *changes, size_t n);
 
 typedef struct baton_engine_config {
-	const char *db_path;    /* SQLite file; its directory must exist */
-	int threads;            /* steps running at once, >= 1 */
-	int readers;            /* read-only connections for queries, >= 1 */
-	baton_log_fn log;       /* may be NULL: no logging */
+	const char *db_path; /* SQLite file; its directory must exist */
+	int threads;	     /* steps running at once, >= 1 */
+	int readers;	     /* read-only connections for queries, >= 1 */
+	baton_log_fn log;    /* may be NULL: no logging */
 	void *log_ud;
-	int log_level;          /* lines below this level are not even formatted */
+	int log_level; /* lines below this level are not even formatted */
 	/* URL prefixes that HTTP steps may call, NULL-terminated; NULL: no calls at all.
 	 * Borrowed: must outlive the engine. */
 	const char *const *allow_call;
@@ -136,8 +136,8 @@ int baton_engine_get(baton_engine *e, const char *id, json_t **out, baton_error 
 typedef struct baton_list_query {
 	const char *status;
 	const char *resource;
-	int limit;              /* 1..1000, 0 means 50 */
-	const char *cursor;     /* next_cursor of a previous page, or NULL */
+	int limit;	    /* 1..1000, 0 means 50 */
+	const char *cursor; /* next_cursor of a previous page, or NULL */
 } baton_list_query;
 
 /* Workflows, newest first: {"workflows": [...], "next_cursor"}; *out is a new reference. */

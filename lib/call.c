@@ -111,7 +111,8 @@ static struct curl_slist *request_headers(const step_input *in, const json_t *ca
 	const char *key;
 	json_t *v;
 	int has_type = 0;
-	json_object_foreach((json_t *)json_object_get(call, "headers"), key, v) {
+	json_object_foreach((json_t *)json_object_get(call, "headers"), key, v)
+	{
 		h = add_header(h, key, json_string_value(v));
 		has_type |= strcasecmp(key, "content-type") == 0;
 	}
@@ -200,13 +201,15 @@ void call_run(const step_input *in, step_output *out)
 	} else if (rc != CURLE_OK) {
 		out->retryable = 1;
 		snprintf(out->error, sizeof out->error, "%s calling %.160s",
-			 rc == CURLE_OPERATION_TIMEDOUT ? "timed out" : curl_easy_strerror(rc), url);
+			 rc == CURLE_OPERATION_TIMEDOUT ? "timed out" : curl_easy_strerror(rc),
+			 url);
 	} else {
 		classify(in, status, &b, latency, url, out);
 	}
 	out->detail = json_pack("{s:s, s:s, s:I}", "method", method, "url", url, "latency_ms",
 				(json_int_t)latency);
-	json_object_set_new(out->detail, "http_status", status ? json_integer(status) : json_null());
+	json_object_set_new(out->detail, "http_status",
+			    status ? json_integer(status) : json_null());
 	curl_slist_free_all(headers);
 	curl_easy_cleanup(c);
 	free(payload);

@@ -11,19 +11,19 @@
 
 /* Defaults of a workflow's retry policy: the first retry comes after 2 s. */
 static const retry_policy default_retry = {
-	.max_attempts = 10,
-	.initial_delay_ms = 1000,
-	.backoff = 2.0,
-	.max_delay_ms = 30000,
+    .max_attempts = 10,
+    .initial_delay_ms = 1000,
+    .backoff = 2.0,
+    .max_delay_ms = 30000,
 };
 
-#define MAX_WORK_MS 3600000
-#define MAX_FAIL_ATTEMPTS 1000
-#define MAX_ATTEMPTS 1000
-#define MAX_DELAY_MS 86400000
-#define MAX_CALL_TIMEOUT_MS 300000
+#define MAX_WORK_MS		3600000
+#define MAX_FAIL_ATTEMPTS	1000
+#define MAX_ATTEMPTS		1000
+#define MAX_DELAY_MS		86400000
+#define MAX_CALL_TIMEOUT_MS	300000
 #define DEFAULT_CALL_TIMEOUT_MS 10000
-#define MAX_HEADER_VALUE 1024
+#define MAX_HEADER_VALUE	1024
 
 /* What a submission may use beyond its own fields: the operator's allowed URL prefixes. */
 typedef struct parse_ctx {
@@ -79,7 +79,8 @@ static int only_fields(const json_t *obj, const char *const *allowed, const char
 {
 	const char *key;
 	json_t *v;
-	json_object_foreach((json_t *)obj, key, v) {
+	json_object_foreach((json_t *)obj, key, v)
+	{
 		int ok = 0;
 		for (const char *const *a = allowed; *a; a++)
 			ok |= strcmp(key, *a) == 0;
@@ -90,8 +91,8 @@ static int only_fields(const json_t *obj, const char *const *allowed, const char
 }
 
 /* An optional integer field within [lo, hi]; *out keeps its default when absent. */
-static int int_field(const json_t *obj, const char *key, json_int_t lo, json_int_t hi,
-		     int64_t *out, const char *where, baton_error *err)
+static int int_field(const json_t *obj, const char *key, json_int_t lo, json_int_t hi, int64_t *out,
+		     const char *where, baton_error *err)
 {
 	json_t *v = json_object_get(obj, key);
 	if (!v)
@@ -152,8 +153,9 @@ static int is_token_char(unsigned char c)
 /* Headers the request may not set: baton's own, and those that frame the message. */
 static int reserved_header(const char *name)
 {
-	static const char *const reserved[] = {"idempotency-key", "host", "content-length",
-					       "transfer-encoding", "connection", "expect", NULL};
+	static const char *const reserved[] = {
+	    "idempotency-key", "host", "content-length", "transfer-encoding", "connection",
+	    "expect",	       NULL};
 	if (strncasecmp(name, "baton-", 6) == 0)
 		return 1;
 	for (const char *const *r = reserved; *r; r++)
@@ -167,19 +169,21 @@ static int parse_headers(const json_t *h, const char *where, baton_error *err)
 	const char *key;
 	json_t *v;
 	if (!json_is_object(h))
-		return err_set(err, BATON_EINVAL, "%s.headers: must be an object of strings", where);
-	json_object_foreach((json_t *)h, key, v) {
+		return err_set(err, BATON_EINVAL, "%s.headers: must be an object of strings",
+			       where);
+	json_object_foreach((json_t *)h, key, v)
+	{
 		size_t n = strlen(key);
 		int ok = n > 0 && n <= 128;
 		for (size_t i = 0; ok && i < n; i++)
 			ok = is_token_char((unsigned char)key[i]);
 		if (!ok)
-			return err_set(err, BATON_EINVAL, "%s.headers: \"%.64s\" is not a header name",
-				       where, key);
+			return err_set(err, BATON_EINVAL,
+				       "%s.headers: \"%.64s\" is not a header name", where, key);
 		if (reserved_header(key))
 			return err_set(err, BATON_EINVAL,
-				       "%s.headers: \"%s\" is set by baton and cannot be given", where,
-				       key);
+				       "%s.headers: \"%s\" is set by baton and cannot be given",
+				       where, key);
 		if (!json_is_string(v) || json_string_length(v) > MAX_HEADER_VALUE ||
 		    strcspn(json_string_value(v), "\r\n") != json_string_length(v))
 			return err_set(err, BATON_EINVAL,
@@ -198,7 +202,8 @@ static int url_allowed(const char *url, const char *const *allow)
 		if (n == 0 || strncmp(url, *allow, n) != 0)
 			continue;
 		char next = url[n];
-		if ((*allow)[n - 1] == '/' || next == 0 || next == '/' || next == '?' || next == '#')
+		if ((*allow)[n - 1] == '/' || next == 0 || next == '/' || next == '?' ||
+		    next == '#')
 			return 1;
 	}
 	return 0;
@@ -232,27 +237,29 @@ static int has_dot_segment(const char *url)
 	return 0;
 }
 
-static int check_url(const json_t *u, const char *where, const char *const *allow,
-		     baton_error *err)
+static int check_url(const json_t *u, const char *where, const char *const *allow, baton_error *err)
 {
 	if (!u)
 		return err_set(err, BATON_EINVAL, "%s.url: is required", where);
 	const char *url = json_string_value(u);
 	if (!url || json_string_length(u) > 2048 ||
 	    (strncmp(url, "http://", 7) != 0 && strncmp(url, "https://", 8) != 0))
-		return err_set(err, BATON_EINVAL, "%s.url: must be an http:// or https:// URL", where);
+		return err_set(err, BATON_EINVAL, "%s.url: must be an http:// or https:// URL",
+			       where);
 	for (const char *c = url; *c; c++)
 		if ((unsigned char)*c <= 0x20 || *c == 0x7f || *c == '\\')
 			return err_set(err, BATON_EINVAL,
-				       "%s.url: must not contain spaces, controls or backslashes", where);
+				       "%s.url: must not contain spaces, controls or backslashes",
+				       where);
 	if (has_dot_segment(url))
 		return err_set(err, BATON_EINVAL,
 			       "%s.url: must not contain \".\" or \"..\" path segments", where);
 	if (!allow || !*allow)
-		return err_set(err, BATON_EINVAL,
-			       "%s.url: HTTP calls are disabled on this server; start batond with"
-			       " --allow-call PREFIX (or BATON_ALLOW_CALL) to allow URLs under PREFIX",
-			       where);
+		return err_set(
+		    err, BATON_EINVAL,
+		    "%s.url: HTTP calls are disabled on this server; start batond with"
+		    " --allow-call PREFIX (or BATON_ALLOW_CALL) to allow URLs under PREFIX",
+		    where);
 	if (!url_allowed(url, allow))
 		return err_set(err, BATON_EINVAL,
 			       "%s.url: \"%.200s\" is not under a prefix allowed by --allow-call",
@@ -267,15 +274,15 @@ static int check_method(const json_t *m, const char *where, baton_error *err)
 	for (const char *const *x = methods; s && *x; x++)
 		if (strcmp(s, *x) == 0)
 			return BATON_OK;
-	return err_set(err, BATON_EINVAL,
-		       "%s.method: must be POST, PUT, PATCH, GET or DELETE", where);
+	return err_set(err, BATON_EINVAL, "%s.method: must be POST, PUT, PATCH, GET or DELETE",
+		       where);
 }
 
 /* The fields of a "call" object, at workflow or worker level (url checked later). */
 static int check_call_fields(const json_t *c, const char *where, baton_error *err)
 {
-	static const char *const fields[] = {"method", "url", "headers", "body", "timeout_ms",
-					     NULL};
+	static const char *const fields[] = {"method", "url",	     "headers",
+					     "body",   "timeout_ms", NULL};
 	if (!json_is_object(c))
 		return err_set(err, BATON_EINVAL, "%s: must be an object", where);
 	char at[80];
@@ -285,7 +292,8 @@ static int check_call_fields(const json_t *c, const char *where, baton_error *er
 	if ((rc = only_fields(c, fields, at, err)) ||
 	    (rc = int_field(c, "timeout_ms", 1, MAX_CALL_TIMEOUT_MS, &t, at, err)))
 		return rc;
-	if (json_object_get(c, "method") && (rc = check_method(json_object_get(c, "method"), where, err)))
+	if (json_object_get(c, "method") &&
+	    (rc = check_method(json_object_get(c, "method"), where, err)))
 		return rc;
 	if (json_object_get(c, "headers") &&
 	    (rc = parse_headers(json_object_get(c, "headers"), where, err)))
@@ -364,8 +372,8 @@ static int parse_worker(const json_t *w, size_t i, const parse_ctx *ctx, json_t 
 	if (!json_is_string(name))
 		return err_set(err, BATON_EINVAL, "%s.name: must be a string", where);
 	if (!valid_worker_name(json_string_value(name), json_string_length(name)))
-		return err_set(err, BATON_EINVAL,
-			       "%s.name: must be 1-128 bytes of printable UTF-8", where);
+		return err_set(err, BATON_EINVAL, "%s.name: must be 1-128 bytes of printable UTF-8",
+			       where);
 	if (strlen(json_string_value(name)) != json_string_length(name))
 		return err_set(err, BATON_EINVAL, "%s.name: must not contain NUL", where);
 	json_t *p = codec_params_defaults(json_string_value(name));
@@ -410,7 +418,8 @@ static int parse_workers(const json_t *ws, wf_row *wf, const parse_ctx *ctx, jso
 		return err_set(err, BATON_EINVAL, "workers: must be an array");
 	size_t n = json_array_size(ws);
 	if (n == 0 || n > MAX_WORKERS)
-		return err_set(err, BATON_EINVAL, "workers: must hold 1 to %d workers", MAX_WORKERS);
+		return err_set(err, BATON_EINVAL, "workers: must hold 1 to %d workers",
+			       MAX_WORKERS);
 	wf->steps = xcalloc(n, sizeof *wf->steps);
 	strmap *seen = strmap_new();
 	int rc = BATON_OK;
@@ -432,8 +441,9 @@ static int parse_workers(const json_t *ws, wf_row *wf, const parse_ctx *ctx, jso
 		wf->steps_total = (int)i + 1;
 		json_array_append(norm, p);
 		if (strmap_get(seen, st->worker))
-			rc = err_set(err, BATON_EINVAL, "workers[%zu]: duplicate worker name \"%.128s\"",
-				     i, st->worker);
+			rc = err_set(err, BATON_EINVAL,
+				     "workers[%zu]: duplicate worker name \"%.128s\"", i,
+				     st->worker);
 		strmap_put(seen, st->worker, st);
 	}
 	strmap_free(seen);
@@ -494,8 +504,8 @@ int codec_parse_request(const json_t *req, wf_row *wf, const char *const *allow_
 static int parse_request(const json_t *req, wf_row *wf, const char *const *allow_call,
 			 baton_error *err)
 {
-	static const char *const fields[] = {"id",    "resource",   "workers", "retry",
-					     "on_failure", "call", NULL};
+	static const char *const fields[] = {"id",	   "resource", "workers", "retry",
+					     "on_failure", "call",     NULL};
 	parse_ctx ctx = {.allow_call = allow_call};
 	if (!json_is_object(req))
 		return err_set(err, BATON_EINVAL, "the body must be a JSON object");
@@ -553,7 +563,8 @@ static json_t *redacted_call(const json_t *call)
 	json_t *c = json_deep_copy(call), *h = json_object_get(c, "headers");
 	const char *key;
 	json_t *v;
-	json_object_foreach(h, key, v) {
+	json_object_foreach(h, key, v)
+	{
 		json_object_set_new(h, key, json_string("<redacted>"));
 	}
 	return c;
@@ -564,7 +575,8 @@ json_t *codec_step(const step_row *st)
 	json_t *o = json_pack("{s:i, s:s}", "index", st->index, "worker", st->worker);
 	const char *key;
 	json_t *v;
-	json_object_foreach(st->params, key, v) {
+	json_object_foreach(st->params, key, v)
+	{
 		if (strcmp(key, "call") == 0)
 			json_object_set_new(o, key, redacted_call(v));
 		else if (strcmp(key, "name") != 0)
@@ -603,8 +615,9 @@ json_t *codec_workflow(const wf_row *wf)
 	json_t *o = codec_workflow_summary(wf);
 	json_object_set_new(o, "cancel_requested", json_boolean(wf->cancel_requested));
 	json_object_set_new(o, "retry", retry_json(&wf->retry));
-	json_object_set_new(o, "on_failure",
-			    json_string(wf->on_failure == ON_FAILURE_CONTINUE ? "continue" : "fail"));
+	json_object_set_new(
+	    o, "on_failure",
+	    json_string(wf->on_failure == ON_FAILURE_CONTINUE ? "continue" : "fail"));
 	json_t *steps = json_array();
 	for (int i = 0; i < wf->steps_total; i++)
 		json_array_append_new(steps, codec_step(&wf->steps[i]));

@@ -45,9 +45,9 @@ typedef struct waiter {
 
 typedef struct msg {
 	int type;
-	wf_row *wf;       /* SUBMIT: the new row (owned); OUTCOME: the running workflow */
-	char *id;         /* CANCEL */
-	waiter *w;        /* SUBMIT, CANCEL */
+	wf_row *wf;	  /* SUBMIT: the new row (owned); OUTCOME: the running workflow */
+	char *id;	  /* CANCEL */
+	waiter *w;	  /* SUBMIT, CANCEL */
 	int idx, attempt; /* OUTCOME */
 	step_output out;  /* OUTCOME */
 	struct msg *next;
@@ -122,15 +122,15 @@ struct baton_engine {
 	pthread_mutex_t mu; /* guards the inbox and the flags below */
 	pthread_cond_t cv;
 	msg *inbox, *inbox_tail;
-	int stop;     /* the engine thread must finish its work and exit */
+	int stop;	     /* the engine thread must finish its work and exit */
 	int pending_submits; /* posted and not yet applied: bounds the inbox under overload */
-	int draining; /* no new grants: shutting down */
+	int draining;	     /* no new grants: shutting down */
 
 	/* Engine thread only. */
-	int faulty;      /* commits are failing */
+	int faulty;	 /* commits are failing */
 	int no_new_work; /* copy of draining, taken with each round */
-	strmap *wfs;   /* id -> wf_row, unfinished workflows */
-	strmap *locks; /* resource name -> res_lock */
+	strmap *wfs;	 /* id -> wf_row, unfinished workflows */
+	strmap *locks;	 /* resource name -> res_lock */
 	int64_t wf_seq, event_seq, lock_seq;
 	VEC(wf_row *) dirty_wfs;
 	VEC(res_lock *) dirty_locks;
@@ -308,8 +308,8 @@ static int same_definition(baton_engine *e, const char *id, const char *def, int
 		*rc_out = BATON_OK;
 	} else {
 		*rc_out = BATON_ECONFLICT;
-		snprintf(detail, dlen,
-			 "workflow \"%s\" already exists with a different definition", id);
+		snprintf(detail, dlen, "workflow \"%s\" already exists with a different definition",
+			 id);
 	}
 	free(stored);
 	return 1;
@@ -323,7 +323,7 @@ static void apply_submit(baton_engine *e, msg *m, int64_t now)
 	if (e->faulty || e->no_new_work) {
 		waiter_done(m->w, BATON_EBUSY, 0,
 			    e->no_new_work ? "the server is shutting down"
-					: "storage is failing; try again later");
+					   : "storage is failing; try again later");
 		wf_row_free(wf);
 		return;
 	}
@@ -488,8 +488,9 @@ static void log_event(baton_engine *e, const pending_event *ev)
 	} else if (strcmp(ev->type, "step_completed") == 0) {
 		json_int_t d = json_integer_value(json_object_get(ev->data, "duration_ms"));
 		if (attempt > 1)
-			log_at(lg, BATON_LOG_INFO, id, "[%s] Done — %lldms, lock released (retry %lld)",
-			       w, (long long)d, (long long)attempt);
+			log_at(lg, BATON_LOG_INFO, id,
+			       "[%s] Done — %lldms, lock released (retry %lld)", w, (long long)d,
+			       (long long)attempt);
 		else
 			log_at(lg, BATON_LOG_INFO, id, "[%s] Done — %lldms, lock released", w,
 			       (long long)d);
@@ -542,16 +543,16 @@ static void run_step_job(void *arg, sched *pool)
 	const wf_row *wf = j->wf;
 	const step_row *st = &wf->steps[j->idx];
 	step_input in = {
-		.workflow_id = wf->id,
-		.resource = wf->resource,
-		.worker = st->worker,
-		.index = j->idx,
-		.attempt = j->attempt,
-		.fencing_token = j->token,
-		.params = st->params,
-		.sleep_ms = sleep_on_pool,
-		.aborted = pool_aborted,
-		.sleep_ctx = pool,
+	    .workflow_id = wf->id,
+	    .resource = wf->resource,
+	    .worker = st->worker,
+	    .index = j->idx,
+	    .attempt = j->attempt,
+	    .fencing_token = j->token,
+	    .params = st->params,
+	    .sleep_ms = sleep_on_pool,
+	    .aborted = pool_aborted,
+	    .sleep_ctx = pool,
 	};
 	msg *m = xcalloc(1, sizeof *m);
 	m->type = MSG_OUTCOME;
@@ -733,7 +734,8 @@ static void flush(baton_engine *e)
 			set_faulty(e, 0);
 		}
 		e->fault_backoff_ms = 0;
-		effects(e, (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9);
+		effects(e,
+			(double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9);
 		return;
 	}
 	if (!e->faulty)
@@ -829,7 +831,7 @@ static void *engine_main(void *arg)
 typedef struct recovery {
 	baton_engine *e;
 	VEC(wf_row *) interrupted; /* held the resource when the process stopped */
-	VEC(wf_row *) waiting;     /* were queued for it */
+	VEC(wf_row *) waiting;	   /* were queued for it */
 } recovery;
 
 static void recover_resource(void *ctx, resource_row *r)
@@ -849,7 +851,7 @@ static void recover_workflow(void *ctx, wf_row *wf)
 	wf->dirty_lo = wf->steps_total;
 	wf->cur = 0;
 	while (wf->cur < wf->steps_total && (wf->steps[wf->cur].status == ST_COMPLETED ||
-					      wf->steps[wf->cur].status == ST_FAILED))
+					     wf->steps[wf->cur].status == ST_FAILED))
 		wf->cur++;
 	if (wf->cur == wf->steps_total) { /* cannot happen: the last step commits the end */
 		log_at(&e->log, BATON_LOG_ERROR, wf->id, "unfinished workflow has no step left");
@@ -933,7 +935,8 @@ static void free_res_metrics(void *p)
 int baton_engine_open(const baton_engine_config *cfg, baton_engine **out, baton_error *err)
 {
 	if (!cfg || !cfg->db_path || cfg->threads < 1 || cfg->readers < 1)
-		return err_set(err, BATON_EINVAL, "db_path, threads >= 1 and readers >= 1 are required");
+		return err_set(err, BATON_EINVAL,
+			       "db_path, threads >= 1 and readers >= 1 are required");
 	baton_engine *e = xcalloc(1, sizeof *e);
 	e->log = (logger){cfg->log, cfg->log_ud, cfg->log_level};
 	e->def = &mutex_workflow;
@@ -1038,7 +1041,8 @@ int baton_engine_submit(baton_engine *e, const json_t *request_body, json_t **wo
 	pthread_mutex_unlock(&e->mu);
 	if (full) {
 		wf_row_free(wf);
-		return err_set(err, BATON_EBUSY, "too many submissions in flight; try again shortly");
+		return err_set(err, BATON_EBUSY,
+			       "too many submissions in flight; try again shortly");
 	}
 	waiter w;
 	waiter_init(&w);
@@ -1138,13 +1142,13 @@ int baton_engine_metrics(baton_engine *e, json_t **out, baton_error *err)
 		return rc;
 	json_t *resources = json_object();
 	pthread_mutex_lock(&e->metrics_mu);
-	json_t *m = json_pack("{s:I, s:I, s:I, s:I, s:I, s:o, s:o}", "steps_completed",
-			      (json_int_t)e->steps_completed, "steps_failed",
-			      (json_int_t)e->steps_failed, "steps_retried",
-			      (json_int_t)e->steps_retried, "commits", (json_int_t)e->commits,
-			      "checkpoints", (json_int_t)e->checkpoints, "commit_seconds",
-			      hist_json(&e->commit_seconds, hist_seconds), "checkpoints_per_commit",
-			      hist_json(&e->checkpoints_per_commit, hist_counts));
+	json_t *m =
+	    json_pack("{s:I, s:I, s:I, s:I, s:I, s:o, s:o}", "steps_completed",
+		      (json_int_t)e->steps_completed, "steps_failed", (json_int_t)e->steps_failed,
+		      "steps_retried", (json_int_t)e->steps_retried, "commits",
+		      (json_int_t)e->commits, "checkpoints", (json_int_t)e->checkpoints,
+		      "commit_seconds", hist_json(&e->commit_seconds, hist_seconds),
+		      "checkpoints_per_commit", hist_json(&e->checkpoints_per_commit, hist_counts));
 	strmap_each(e->res_metrics, add_res_metrics, resources);
 	pthread_mutex_unlock(&e->metrics_mu);
 	json_object_set_new(m, "workflows", counts);

@@ -115,10 +115,9 @@ static int f_unfetch(sqlite3_file *f, sqlite3_int64 off, void *p)
 }
 
 static const sqlite3_io_methods fault_methods = {
-	3,          f_close,    f_read,        f_write,     f_truncate,   f_sync,
-	f_size,     f_lock,     f_unlock,      f_reserved,  f_control,    f_sector,
-	f_device,   f_shm_map,  f_shm_lock,    f_shm_barrier, f_shm_unmap, f_fetch,
-	f_unfetch,
+    3,		f_close,       f_read,	    f_write,   f_truncate, f_sync,   f_size,
+    f_lock,	f_unlock,      f_reserved,  f_control, f_sector,   f_device, f_shm_map,
+    f_shm_lock, f_shm_barrier, f_shm_unmap, f_fetch,   f_unfetch,
 };
 
 static int v_open(sqlite3_vfs *vfs, const char *name, sqlite3_file *f, int flags, int *out)
@@ -198,23 +197,23 @@ static void init_vfs(void)
 {
 	real_vfs = sqlite3_vfs_find(NULL);
 	fault_vfs = (sqlite3_vfs){
-		.iVersion = 2,
-		.szOsFile = (int)sizeof(fault_file) + real_vfs->szOsFile,
-		.mxPathname = real_vfs->mxPathname,
-		.zName = "baton-fault",
-		.xOpen = v_open,
-		.xDelete = v_delete,
-		.xAccess = v_access,
-		.xFullPathname = v_full,
-		.xDlOpen = v_dlopen,
-		.xDlError = v_dlerror,
-		.xDlSym = v_dlsym,
-		.xDlClose = v_dlclose,
-		.xRandomness = v_random,
-		.xSleep = v_sleep,
-		.xCurrentTime = v_time,
-		.xGetLastError = v_lasterr,
-		.xCurrentTimeInt64 = v_time64,
+	    .iVersion = 2,
+	    .szOsFile = (int)sizeof(fault_file) + real_vfs->szOsFile,
+	    .mxPathname = real_vfs->mxPathname,
+	    .zName = "baton-fault",
+	    .xOpen = v_open,
+	    .xDelete = v_delete,
+	    .xAccess = v_access,
+	    .xFullPathname = v_full,
+	    .xDlOpen = v_dlopen,
+	    .xDlError = v_dlerror,
+	    .xDlSym = v_dlsym,
+	    .xDlClose = v_dlclose,
+	    .xRandomness = v_random,
+	    .xSleep = v_sleep,
+	    .xCurrentTime = v_time,
+	    .xGetLastError = v_lasterr,
+	    .xCurrentTimeInt64 = v_time64,
 	};
 	sqlite3_vfs_register(&fault_vfs, 0);
 }

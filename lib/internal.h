@@ -18,10 +18,10 @@
 
 enum wf_status { WF_PENDING, WF_RUNNING, WF_COMPLETED, WF_FAILED, WF_CANCELLED, WF_NSTATUS };
 enum step_status {
-	ST_PENDING,   /* not reached yet */
-	ST_WAITING,   /* queued for the resource */
-	ST_RUNNING,   /* holds the resource, its attempt is executing */
-	ST_RETRYING,  /* failed, waits for next_attempt_at */
+	ST_PENDING,  /* not reached yet */
+	ST_WAITING,  /* queued for the resource */
+	ST_RUNNING,  /* holds the resource, its attempt is executing */
+	ST_RETRYING, /* failed, waits for next_attempt_at */
 	ST_COMPLETED,
 	ST_FAILED,
 	ST_CANCELLED,
@@ -30,7 +30,7 @@ enum step_status {
 enum on_failure { ON_FAILURE_FAIL, ON_FAILURE_CONTINUE };
 
 #define MAX_WORKERS 10000
-#define MAX_NAME 128
+#define MAX_NAME    128
 
 const char *wf_status_name(int s);
 int wf_status_parse(const char *s); /* -1 when unknown */
@@ -52,7 +52,7 @@ typedef struct step_row {
 	int attempts;
 	int64_t lock_seq; /* FIFO order of the current lock request */
 	int64_t requested_at;
-	int64_t token;    /* fencing token of the latest grant, 0 = none */
+	int64_t token; /* fencing token of the latest grant, 0 = none */
 	int64_t started_at, finished_at;
 	int64_t duration_ms; /* -1 = none */
 	int64_t next_attempt_at;
@@ -77,9 +77,9 @@ typedef struct wf_row {
 	int on_failure;
 	step_row *steps;
 	/* engine-only */
-	int cur;       /* index of the step in progress, steps_total when done */
+	int cur;		/* index of the step in progress, steps_total when done */
 	int dirty_lo, dirty_hi; /* steps [lo, hi) may be dirty */
-	int in_flight; /* an attempt of steps[cur] is executing on a step thread */
+	int in_flight;		/* an attempt of steps[cur] is executing on a step thread */
 	unsigned dirty : 1, is_new : 1, done : 1, in_batch : 1, noted : 1;
 } wf_row;
 
@@ -116,12 +116,12 @@ void resource_row_fini(resource_row *r);
 int64_t now_ms(void);
 int64_t mono_ms(void);
 void format_time(int64_t ms, char buf[32]);
-json_t *time_json(int64_t ms);            /* new reference: string or null */
+json_t *time_json(int64_t ms); /* new reference: string or null */
 int err_set(baton_error *err, int code, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4))); /* returns code */
-int random_id(char out[33]);                /* 128 random bits as hex */
+    __attribute__((format(printf, 3, 4))); /* returns code */
+int random_id(char out[33]);		   /* 128 random bits as hex */
 uint32_t fnv1a(const char *s);
-char *xstrdup(const char *s);               /* aborts on out of memory */
+char *xstrdup(const char *s); /* aborts on out of memory */
 void *xcalloc(size_t n, size_t size);
 
 /* A string-keyed hash map of borrowed pointers (keys are borrowed too). */
@@ -150,7 +150,7 @@ typedef struct logger {
 	int level;
 } logger;
 void logf_(const logger *lg, int level, const char *wf_id, const char *fmt, ...)
-	__attribute__((format(printf, 4, 5)));
+    __attribute__((format(printf, 4, 5)));
 #define log_at(lg, lvl, wf, ...)                                                                   \
 	do {                                                                                       \
 		if ((lg)->fn && (lvl) >= (lg)->level)                                              \
@@ -181,20 +181,20 @@ typedef struct step_input {
 	int index;
 	int attempt;
 	int64_t fencing_token;
-	const json_t *params;                   /* borrowed */
+	const json_t *params;			/* borrowed */
 	int (*sleep_ms)(void *ctx, int64_t ms); /* returns non-zero when aborted */
-	int (*aborted)(void *ctx);              /* non-zero once the engine stops */
+	int (*aborted)(void *ctx);		/* non-zero once the engine stops */
 	void *sleep_ctx;
 } step_input;
 
 typedef struct step_output {
-	json_t *result;       /* new reference on success */
-	char error[256];      /* on failure */
-	int retryable;        /* a failure that may succeed on a later attempt */
+	json_t *result;		/* new reference on success */
+	char error[256];	/* on failure */
+	int retryable;		/* a failure that may succeed on a later attempt */
 	int64_t retry_after_ms; /* minimum wait asked for by the resource, 0 = none */
 	int64_t duration_ms;
-	int aborted;          /* the engine is stopping: nothing to record */
-	json_t *detail;       /* new reference or NULL: added to the attempt's event */
+	int aborted;	/* the engine is stopping: nothing to record */
+	json_t *detail; /* new reference or NULL: added to the attempt's event */
 } step_output;
 
 /*
@@ -221,17 +221,16 @@ typedef struct event_sink {
 
 /* What the engine must do after a transition. */
 typedef struct transition {
-	int release;         /* the step's hold on the resource ends */
-	int request;         /* index of a step that must queue for the resource, or -1 */
-	int64_t timer_at;    /* > 0: wake the workflow at this time (retry wait) */
-	int finished;        /* the workflow reached a final status */
+	int release;	  /* the step's hold on the resource ends */
+	int request;	  /* index of a step that must queue for the resource, or -1 */
+	int64_t timer_at; /* > 0: wake the workflow at this time (retry wait) */
+	int finished;	  /* the workflow reached a final status */
 } transition;
 
 void machine_request(wf_row *wf, int idx, int64_t lock_seq, int64_t now, const event_sink *ev);
-void machine_grant(wf_row *wf, int64_t token, int64_t waited_ms, int64_t now,
-		   const event_sink *ev);
-transition machine_outcome(wf_row *wf, const step_output *out, const workflow_def *def,
-			   int64_t now, const event_sink *ev);
+void machine_grant(wf_row *wf, int64_t token, int64_t waited_ms, int64_t now, const event_sink *ev);
+transition machine_outcome(wf_row *wf, const step_output *out, const workflow_def *def, int64_t now,
+			   const event_sink *ev);
 transition machine_timer(wf_row *wf, int64_t now);
 transition machine_cancel(wf_row *wf, const workflow_def *def, int64_t now, const event_sink *ev);
 void machine_interrupted(wf_row *wf, const event_sink *ev);
@@ -253,9 +252,9 @@ typedef struct res_lock {
 
 res_lock *lock_new(const char *name);
 void lock_free(res_lock *l);
-void lock_enqueue(res_lock *l, wf_row *wf);      /* at the tail */
-int lock_remove(res_lock *l, const wf_row *wf);   /* 1 when it was queued */
-wf_row *lock_pop(res_lock *l);                    /* head, or NULL */
+void lock_enqueue(res_lock *l, wf_row *wf);	/* at the tail */
+int lock_remove(res_lock *l, const wf_row *wf); /* 1 when it was queued */
+wf_row *lock_pop(res_lock *l);			/* head, or NULL */
 /* Grants the resource to the head waiter when free; returns it, or NULL. */
 wf_row *lock_grant_next(res_lock *l, int64_t now, int64_t *waited_ms);
 /* Ends the current hold at `now` and accounts for it. */
@@ -269,9 +268,9 @@ sched *sched_new(int threads);
 void sched_submit(sched *s, sched_job_fn fn, void *arg);
 int sched_sleep(sched *s, int64_t ms); /* non-zero when aborted */
 int sched_aborted(sched *s);
-void sched_abort(sched *s);            /* wakes every sched_sleep with "aborted" */
+void sched_abort(sched *s);		       /* wakes every sched_sleep with "aborted" */
 int sched_drain(sched *s, int64_t timeout_ms); /* waits for idle; 0 when idle */
-void sched_free(sched *s);             /* joins the threads; jobs left are dropped */
+void sched_free(sched *s);		       /* joins the threads; jobs left are dropped */
 
 /* ---- codec.c: JSON in and out, all input validation ---- */
 int valid_name(const char *s);
@@ -279,10 +278,10 @@ int valid_name(const char *s);
  * allow_call: NULL-terminated URL prefixes that HTTP steps may call (NULL: none). */
 int codec_parse_request(const json_t *req, wf_row *wf, const char *const *allow_call,
 			baton_error *err);
-json_t *codec_workflow(const wf_row *wf);          /* new reference */
-json_t *codec_workflow_summary(const wf_row *wf);  /* new reference */
-json_t *codec_step(const step_row *st);            /* new reference */
-json_t *codec_params_defaults(const char *name);   /* worker object with defaults */
+json_t *codec_workflow(const wf_row *wf);			/* new reference */
+json_t *codec_workflow_summary(const wf_row *wf);		/* new reference */
+json_t *codec_step(const step_row *st);				/* new reference */
+json_t *codec_params_defaults(const char *name);		/* worker object with defaults */
 int codec_parse_definition(const char *definition, wf_row *wf); /* retry, on_failure */
 
 /* ---- store.c: the only file that includes sqlite3.h ---- */
@@ -311,8 +310,7 @@ int store_counters_load(store *s, store_counters *c, baton_error *err);
 /* Calls fn for every resource row, then every unfinished workflow (fully loaded, owned by fn). */
 int store_load_resources(store *s, void (*fn)(void *ctx, resource_row *r), void *ctx,
 			 baton_error *err);
-int store_load_unfinished(store *s, void (*fn)(void *ctx, wf_row *wf), void *ctx,
-			  baton_error *err);
+int store_load_unfinished(store *s, void (*fn)(void *ctx, wf_row *wf), void *ctx, baton_error *err);
 
 /* Any thread: read-only queries on a pooled connection. */
 int store_get_workflow(store *s, const char *id, json_t **out, baton_error *err);

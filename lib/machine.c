@@ -88,8 +88,7 @@ void machine_request(wf_row *wf, int idx, int64_t lock_seq, int64_t now, const e
 	emit(ev, wf, "lock_requested", step_data(st, st->attempts + 1));
 }
 
-void machine_grant(wf_row *wf, int64_t token, int64_t waited_ms, int64_t now,
-		   const event_sink *ev)
+void machine_grant(wf_row *wf, int64_t token, int64_t waited_ms, int64_t now, const event_sink *ev)
 {
 	step_row *st = &wf->steps[wf->cur];
 	if (wf->status == WF_PENDING) {
@@ -176,8 +175,8 @@ static void step_failed(wf_row *wf, step_row *st, const step_output *out, const 
 	finish(wf, WF_FAILED, def, now, ev, t);
 }
 
-transition machine_outcome(wf_row *wf, const step_output *out, const workflow_def *def,
-			   int64_t now, const event_sink *ev)
+transition machine_outcome(wf_row *wf, const step_output *out, const workflow_def *def, int64_t now,
+			   const event_sink *ev)
 {
 	transition t = {.release = 1, .request = -1};
 	step_row *st = &wf->steps[wf->cur];

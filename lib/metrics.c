@@ -6,11 +6,10 @@
 #include "internal.h"
 
 /* Seconds: from a millisecond to a minute. */
-const double hist_seconds[HIST_BUCKETS] = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
-					   0.05,   0.1,   0.25,   0.5,   1,    2.5,
-					   5,      10,    30,     60};
+const double hist_seconds[HIST_BUCKETS] = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
+					   0.25,   0.5,	  1,	  2.5,	 5,    10,    30,   60};
 /* Counts: checkpoints sharing one commit. */
-const double hist_counts[HIST_BUCKETS] = {1,   2,   4,    8,    16,   32,   64,    128,
+const double hist_counts[HIST_BUCKETS] = {1,   2,   4,	  8,	16,   32,   64,	   128,
 					  256, 512, 1024, 2048, 4096, 8192, 16384, 32768};
 
 void hist_observe(histogram *h, const double *bounds, double v)

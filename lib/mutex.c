@@ -50,8 +50,8 @@ static json_t *exclusive_resource_access_result(const wf_row *wf)
 		if (st->status == ST_COMPLETED)
 			json_array_append(processed, st->result);
 		else if (st->status == ST_FAILED)
-			json_array_append_new(failed, json_pack("{s:s, s:s?}", "workerId", st->worker,
-								"error", st->error));
+			json_array_append_new(failed, json_pack("{s:s, s:s?}", "workerId",
+								st->worker, "error", st->error));
 	}
 	json_t *r = json_pack("{s:s, s:o, s:I, s:I}", "resource", wf->resource, "processed",
 			      processed, "workersProcessed", (json_int_t)json_array_size(processed),
@@ -64,7 +64,7 @@ static json_t *exclusive_resource_access_result(const wf_row *wf)
 }
 
 const workflow_def mutex_workflow = {
-	.kind = "exclusive_resource_access",
-	.run_step = access_resource,
-	.result = exclusive_resource_access_result,
+    .kind = "exclusive_resource_access",
+    .run_step = access_resource,
+    .result = exclusive_resource_access_result,
 };

@@ -22,39 +22,39 @@
 #define SCHEMA_VERSION 1
 
 static const char schema_sql[] =
-	"CREATE TABLE workflows ("
-	"  seq INTEGER PRIMARY KEY, id TEXT NOT NULL UNIQUE, resource TEXT NOT NULL,"
-	"  definition TEXT NOT NULL, status TEXT NOT NULL,"
-	"  cancel_requested INTEGER NOT NULL DEFAULT 0, created_at INTEGER NOT NULL,"
-	"  started_at INTEGER, finished_at INTEGER, steps_total INTEGER NOT NULL,"
-	"  steps_completed INTEGER NOT NULL DEFAULT 0, result TEXT, error TEXT);"
-	"CREATE INDEX workflows_status ON workflows(status, seq);"
-	"CREATE INDEX workflows_resource ON workflows(resource, seq);"
-	"CREATE TABLE steps ("
-	"  workflow_seq INTEGER NOT NULL, idx INTEGER NOT NULL, worker TEXT NOT NULL,"
-	"  resource TEXT NOT NULL, params TEXT NOT NULL, status TEXT NOT NULL,"
-	"  attempts INTEGER NOT NULL DEFAULT 0, lock_seq INTEGER, requested_at INTEGER,"
-	"  fencing_token INTEGER, started_at INTEGER, finished_at INTEGER, duration_ms INTEGER,"
-	"  next_attempt_at INTEGER, error TEXT, result TEXT,"
-	"  PRIMARY KEY (workflow_seq, idx)) WITHOUT ROWID;"
-	"CREATE INDEX steps_queue ON steps(resource, status, lock_seq);"
-	"CREATE TABLE events ("
-	"  seq INTEGER PRIMARY KEY, workflow_seq INTEGER NOT NULL, resource TEXT NOT NULL,"
-	"  ts INTEGER NOT NULL, type TEXT NOT NULL, data TEXT NOT NULL);"
-	"CREATE INDEX events_workflow ON events(workflow_seq, seq);"
-	"CREATE INDEX events_resource ON events(resource, seq) WHERE type IN"
-	"  ('lock_requested', 'lock_acquired', 'lock_released', 'workflow_cancelled');"
-	"CREATE TABLE resources ("
-	"  name TEXT PRIMARY KEY, last_token INTEGER NOT NULL, grants INTEGER NOT NULL,"
-	"  total_hold_ms INTEGER NOT NULL, max_hold_ms INTEGER NOT NULL,"
-	"  total_wait_ms INTEGER NOT NULL, max_wait_ms INTEGER NOT NULL) WITHOUT ROWID;"
-	"PRAGMA user_version = 1;";
+    "CREATE TABLE workflows ("
+    "  seq INTEGER PRIMARY KEY, id TEXT NOT NULL UNIQUE, resource TEXT NOT NULL,"
+    "  definition TEXT NOT NULL, status TEXT NOT NULL,"
+    "  cancel_requested INTEGER NOT NULL DEFAULT 0, created_at INTEGER NOT NULL,"
+    "  started_at INTEGER, finished_at INTEGER, steps_total INTEGER NOT NULL,"
+    "  steps_completed INTEGER NOT NULL DEFAULT 0, result TEXT, error TEXT);"
+    "CREATE INDEX workflows_status ON workflows(status, seq);"
+    "CREATE INDEX workflows_resource ON workflows(resource, seq);"
+    "CREATE TABLE steps ("
+    "  workflow_seq INTEGER NOT NULL, idx INTEGER NOT NULL, worker TEXT NOT NULL,"
+    "  resource TEXT NOT NULL, params TEXT NOT NULL, status TEXT NOT NULL,"
+    "  attempts INTEGER NOT NULL DEFAULT 0, lock_seq INTEGER, requested_at INTEGER,"
+    "  fencing_token INTEGER, started_at INTEGER, finished_at INTEGER, duration_ms INTEGER,"
+    "  next_attempt_at INTEGER, error TEXT, result TEXT,"
+    "  PRIMARY KEY (workflow_seq, idx)) WITHOUT ROWID;"
+    "CREATE INDEX steps_queue ON steps(resource, status, lock_seq);"
+    "CREATE TABLE events ("
+    "  seq INTEGER PRIMARY KEY, workflow_seq INTEGER NOT NULL, resource TEXT NOT NULL,"
+    "  ts INTEGER NOT NULL, type TEXT NOT NULL, data TEXT NOT NULL);"
+    "CREATE INDEX events_workflow ON events(workflow_seq, seq);"
+    "CREATE INDEX events_resource ON events(resource, seq) WHERE type IN"
+    "  ('lock_requested', 'lock_acquired', 'lock_released', 'workflow_cancelled');"
+    "CREATE TABLE resources ("
+    "  name TEXT PRIMARY KEY, last_token INTEGER NOT NULL, grants INTEGER NOT NULL,"
+    "  total_hold_ms INTEGER NOT NULL, max_hold_ms INTEGER NOT NULL,"
+    "  total_wait_ms INTEGER NOT NULL, max_wait_ms INTEGER NOT NULL) WITHOUT ROWID;"
+    "PRAGMA user_version = 1;";
 
 #define WF_COLS                                                                                    \
-	"seq, id, resource, definition, status, cancel_requested, created_at, started_at,"        \
+	"seq, id, resource, definition, status, cancel_requested, created_at, started_at,"         \
 	" finished_at, steps_total, steps_completed, result, error"
 #define STEP_COLS                                                                                  \
-	"idx, worker, params, status, attempts, lock_seq, requested_at, fencing_token,"           \
+	"idx, worker, params, status, attempts, lock_seq, requested_at, fencing_token,"            \
 	" started_at, finished_at, duration_ms, next_attempt_at, error, result"
 
 /* Writer statements, prepared once on the engine's connection. */
@@ -72,23 +72,23 @@ enum {
 	W_NSTMT
 };
 static const char *const writer_sql[W_NSTMT] = {
-	[W_BEGIN] = "BEGIN IMMEDIATE",
-	[W_COMMIT] = "COMMIT",
-	[W_ROLLBACK] = "ROLLBACK",
-	[W_INS_WF] = "INSERT INTO workflows (" WF_COLS ") VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
-	[W_UPD_WF] = "UPDATE workflows SET status=?2, cancel_requested=?3, started_at=?4,"
-		     " finished_at=?5, steps_completed=?6, result=?7, error=?8 WHERE seq=?1",
-	[W_INS_STEP] = "INSERT INTO steps (workflow_seq, resource, " STEP_COLS
-		       ") VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-	[W_UPD_STEP] = "UPDATE steps SET status=?4, attempts=?5, lock_seq=?6, requested_at=?7,"
-		       " fencing_token=?8, started_at=?9, finished_at=?10, duration_ms=?11,"
-		       " next_attempt_at=?12, error=?13, result=?14"
-		       " WHERE workflow_seq=?1 AND idx=?2",
-	[W_INS_EVENT] = "INSERT INTO events (seq, workflow_seq, resource, ts, type, data)"
-			" VALUES (?,?,?,?,?,?)",
-	[W_PUT_RES] = "INSERT OR REPLACE INTO resources (name, last_token, grants, total_hold_ms,"
-		      " max_hold_ms, total_wait_ms, max_wait_ms) VALUES (?,?,?,?,?,?,?)",
-	[W_FIND_DEF] = "SELECT definition, status FROM workflows WHERE id=?",
+    [W_BEGIN] = "BEGIN IMMEDIATE",
+    [W_COMMIT] = "COMMIT",
+    [W_ROLLBACK] = "ROLLBACK",
+    [W_INS_WF] = "INSERT INTO workflows (" WF_COLS ") VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
+    [W_UPD_WF] = "UPDATE workflows SET status=?2, cancel_requested=?3, started_at=?4,"
+		 " finished_at=?5, steps_completed=?6, result=?7, error=?8 WHERE seq=?1",
+    [W_INS_STEP] = "INSERT INTO steps (workflow_seq, resource, " STEP_COLS
+		   ") VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+    [W_UPD_STEP] = "UPDATE steps SET status=?4, attempts=?5, lock_seq=?6, requested_at=?7,"
+		   " fencing_token=?8, started_at=?9, finished_at=?10, duration_ms=?11,"
+		   " next_attempt_at=?12, error=?13, result=?14"
+		   " WHERE workflow_seq=?1 AND idx=?2",
+    [W_INS_EVENT] = "INSERT INTO events (seq, workflow_seq, resource, ts, type, data)"
+		    " VALUES (?,?,?,?,?,?)",
+    [W_PUT_RES] = "INSERT OR REPLACE INTO resources (name, last_token, grants, total_hold_ms,"
+		  " max_hold_ms, total_wait_ms, max_wait_ms) VALUES (?,?,?,?,?,?,?)",
+    [W_FIND_DEF] = "SELECT definition, status FROM workflows WHERE id=?",
 };
 
 /* Reader statements, prepared on first use on each pooled connection. */
@@ -107,27 +107,27 @@ enum {
 	R_NSTMT
 };
 static const char *const reader_sql[R_NSTMT] = {
-	[R_WF_BY_ID] = "SELECT " WF_COLS " FROM workflows WHERE id=?",
-	[R_STEPS] = "SELECT " STEP_COLS " FROM steps WHERE workflow_seq=? ORDER BY idx",
-	[R_QUEUE_POS] = "SELECT count(*) FROM steps WHERE resource=? AND status='waiting'"
-			" AND lock_seq<=?",
-	[R_EVENTS] = "SELECT seq, ts, type, data FROM events WHERE workflow_seq=? AND seq>?"
-		     " ORDER BY seq LIMIT 10000",
-	[R_RESOURCES] = "SELECT name FROM resources ORDER BY name",
-	[R_RESOURCE] = "SELECT last_token, grants, total_hold_ms, max_hold_ms, total_wait_ms,"
-		       " max_wait_ms FROM resources WHERE name=?",
-	[R_HOLDER] = "SELECT w.id, s.idx, s.worker, s.fencing_token, s.started_at FROM steps s"
-		     " JOIN workflows w ON w.seq=s.workflow_seq"
-		     " WHERE s.resource=? AND s.status='running'",
-	[R_WAITERS] = "SELECT w.id, s.idx, s.worker, s.requested_at FROM steps s"
-		      " JOIN workflows w ON w.seq=s.workflow_seq"
-		      " WHERE s.resource=? AND s.status='waiting' ORDER BY s.lock_seq",
-	[R_QUEUE_LEN] = "SELECT count(*) FROM steps WHERE resource=? AND status='waiting'",
-	[R_RES_EVENTS] = "SELECT e.seq, e.ts, e.type, e.data, w.id FROM events e"
-			 " JOIN workflows w ON w.seq=e.workflow_seq WHERE e.resource=?1"
-			 " AND e.seq>?2 AND e.type IN ('lock_requested', 'lock_acquired',"
-			 " 'lock_released', 'workflow_cancelled') ORDER BY e.seq LIMIT 10000",
-	[R_WF_COUNTS] = "SELECT status, count(*) FROM workflows GROUP BY status",
+    [R_WF_BY_ID] = "SELECT " WF_COLS " FROM workflows WHERE id=?",
+    [R_STEPS] = "SELECT " STEP_COLS " FROM steps WHERE workflow_seq=? ORDER BY idx",
+    [R_QUEUE_POS] = "SELECT count(*) FROM steps WHERE resource=? AND status='waiting'"
+		    " AND lock_seq<=?",
+    [R_EVENTS] = "SELECT seq, ts, type, data FROM events WHERE workflow_seq=? AND seq>?"
+		 " ORDER BY seq LIMIT 10000",
+    [R_RESOURCES] = "SELECT name FROM resources ORDER BY name",
+    [R_RESOURCE] = "SELECT last_token, grants, total_hold_ms, max_hold_ms, total_wait_ms,"
+		   " max_wait_ms FROM resources WHERE name=?",
+    [R_HOLDER] = "SELECT w.id, s.idx, s.worker, s.fencing_token, s.started_at FROM steps s"
+		 " JOIN workflows w ON w.seq=s.workflow_seq"
+		 " WHERE s.resource=? AND s.status='running'",
+    [R_WAITERS] = "SELECT w.id, s.idx, s.worker, s.requested_at FROM steps s"
+		  " JOIN workflows w ON w.seq=s.workflow_seq"
+		  " WHERE s.resource=? AND s.status='waiting' ORDER BY s.lock_seq",
+    [R_QUEUE_LEN] = "SELECT count(*) FROM steps WHERE resource=? AND status='waiting'",
+    [R_RES_EVENTS] = "SELECT e.seq, e.ts, e.type, e.data, w.id FROM events e"
+		     " JOIN workflows w ON w.seq=e.workflow_seq WHERE e.resource=?1"
+		     " AND e.seq>?2 AND e.type IN ('lock_requested', 'lock_acquired',"
+		     " 'lock_released', 'workflow_cancelled') ORDER BY e.seq LIMIT 10000",
+    [R_WF_COUNTS] = "SELECT status, count(*) FROM workflows GROUP BY status",
 };
 
 typedef struct reader {
@@ -216,8 +216,7 @@ static int exec_sql(sqlite3 *db, const char *sql, baton_error *err)
 	return rc == SQLITE_OK ? BATON_OK : fail(db, rc, err, sql);
 }
 
-static int open_conn(const char *path, const char *vfs, int flags, sqlite3 **out,
-		     baton_error *err)
+static int open_conn(const char *path, const char *vfs, int flags, sqlite3 **out, baton_error *err)
 {
 	sqlite3 *db = NULL;
 	int rc = sqlite3_open_v2(path, &db, flags | SQLITE_OPEN_NOMUTEX, vfs);
@@ -256,8 +255,8 @@ static int setup_writer(store *s, const char *path, baton_error *err)
 			rc = exec_sql(s->db, schema_sql, err);
 		else if (v != SCHEMA_VERSION)
 			rc = err_set(err, BATON_ECORRUPT,
-				     "%s: schema version %d is not one this batond knows (%d)", path,
-				     v, SCHEMA_VERSION);
+				     "%s: schema version %d is not one this batond knows (%d)",
+				     path, v, SCHEMA_VERSION);
 	}
 	if (rc) {
 		exec_sql(s->db, "ROLLBACK", NULL);
@@ -446,8 +445,7 @@ int store_find_workflow(store *s, const char *id, char **def, int *status, baton
 	if (rc == SQLITE_ROW) {
 		*def = xstrdup((const char *)sqlite3_column_text(st, 0));
 		*status = wf_status_parse((const char *)sqlite3_column_text(st, 1));
-	}
-	else if (rc == SQLITE_DONE)
+	} else if (rc == SQLITE_DONE)
 		out = BATON_ENOTFOUND;
 	else
 		out = fail(s->db, rc, err, "looking up a workflow");
@@ -460,7 +458,8 @@ static int64_t query_int(sqlite3 *db, const char *sql)
 {
 	sqlite3_stmt *st;
 	int64_t v = 0;
-	if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) == SQLITE_OK && sqlite3_step(st) == SQLITE_ROW)
+	if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) == SQLITE_OK &&
+	    sqlite3_step(st) == SQLITE_ROW)
 		v = sqlite3_column_int64(st, 0);
 	sqlite3_finalize(st);
 	return v;
@@ -524,9 +523,8 @@ static int read_steps(sqlite3_stmt *st, wf_row *wf, int capacity)
 		r->token = sqlite3_column_int64(st, 7);
 		r->started_at = sqlite3_column_int64(st, 8);
 		r->finished_at = sqlite3_column_int64(st, 9);
-		r->duration_ms = sqlite3_column_type(st, 10) == SQLITE_NULL
-					 ? -1
-					 : sqlite3_column_int64(st, 10);
+		r->duration_ms =
+		    sqlite3_column_type(st, 10) == SQLITE_NULL ? -1 : sqlite3_column_int64(st, 10);
 		r->next_attempt_at = sqlite3_column_int64(st, 11);
 		r->error = column_strdup(st, 12);
 		r->result = column_json(st, 13);
@@ -547,13 +545,13 @@ int store_load_resources(store *s, void (*fn)(void *ctx, resource_row *r), void 
 		return fail(s->db, rc, err, "loading resources");
 	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
 		resource_row r = {
-			.name = column_strdup(st, 0),
-			.last_token = sqlite3_column_int64(st, 1),
-			.grants = sqlite3_column_int64(st, 2),
-			.total_hold_ms = sqlite3_column_int64(st, 3),
-			.max_hold_ms = sqlite3_column_int64(st, 4),
-			.total_wait_ms = sqlite3_column_int64(st, 5),
-			.max_wait_ms = sqlite3_column_int64(st, 6),
+		    .name = column_strdup(st, 0),
+		    .last_token = sqlite3_column_int64(st, 1),
+		    .grants = sqlite3_column_int64(st, 2),
+		    .total_hold_ms = sqlite3_column_int64(st, 3),
+		    .max_hold_ms = sqlite3_column_int64(st, 4),
+		    .total_wait_ms = sqlite3_column_int64(st, 5),
+		    .max_wait_ms = sqlite3_column_int64(st, 6),
 		};
 		fn(ctx, &r);
 	}
@@ -561,8 +559,7 @@ int store_load_resources(store *s, void (*fn)(void *ctx, resource_row *r), void 
 	return rc == SQLITE_DONE ? BATON_OK : fail(s->db, rc, err, "loading resources");
 }
 
-int store_load_unfinished(store *s, void (*fn)(void *ctx, wf_row *wf), void *ctx,
-			  baton_error *err)
+int store_load_unfinished(store *s, void (*fn)(void *ctx, wf_row *wf), void *ctx, baton_error *err)
 {
 	sqlite3_stmt *q, *steps;
 	int rc = sqlite3_prepare_v2(s->db,
@@ -580,7 +577,8 @@ int store_load_unfinished(store *s, void (*fn)(void *ctx, wf_row *wf), void *ctx
 		int total = sqlite3_column_int(q, 9);
 		wf_row *wf = read_wf(q);
 		wf->steps = xcalloc((size_t)total, sizeof *wf->steps);
-		if ((rc = read_steps(steps, wf, total)) != SQLITE_DONE || wf->steps_total != total) {
+		if ((rc = read_steps(steps, wf, total)) != SQLITE_DONE ||
+		    wf->steps_total != total) {
 			wf_row_free(wf);
 			rc = rc == SQLITE_DONE ? SQLITE_CORRUPT : rc;
 			break;
@@ -722,16 +720,18 @@ int store_list_workflows(store *s, const baton_list_query *q, json_t **out, bato
 		return err_set(err, BATON_EINVAL,
 			       "status: must be pending, running, completed, failed or cancelled");
 	if (q->resource && !valid_name(q->resource))
-		return err_set(err, BATON_EINVAL, "resource: must be 1-128 characters of [A-Za-z0-9._:-]");
+		return err_set(err, BATON_EINVAL,
+			       "resource: must be 1-128 characters of [A-Za-z0-9._:-]");
 	if (q->cursor && parse_cursor(q->cursor, &before))
 		return err_set(err, BATON_EINVAL, "cursor: not a cursor this server returned");
 	reader *r = reader_get(s);
 	sqlite3_stmt *st;
-	int rc = sqlite3_prepare_v2(r->db,
-				    "SELECT " WF_COLS " FROM workflows WHERE seq < ?1"
-				    " AND (?2 IS NULL OR status = ?2) AND (?3 IS NULL OR resource = ?3)"
-				    " ORDER BY seq DESC LIMIT ?4",
-				    -1, &st, NULL);
+	int rc =
+	    sqlite3_prepare_v2(r->db,
+			       "SELECT " WF_COLS " FROM workflows WHERE seq < ?1"
+			       " AND (?2 IS NULL OR status = ?2) AND (?3 IS NULL OR resource = ?3)"
+			       " ORDER BY seq DESC LIMIT ?4",
+			       -1, &st, NULL);
 	if (rc != SQLITE_OK) {
 		rc = fail(r->db, rc, err, "listing workflows");
 		reader_put(s, r);
@@ -781,10 +781,10 @@ int store_list_workflows(store *s, const baton_list_query *q, json_t **out, bato
 
 static json_t *event_json(sqlite3_stmt *st, const char *wf_id)
 {
-	json_t *e = json_pack("{s:I, s:o, s:s, s:s}", "seq",
-			      (json_int_t)sqlite3_column_int64(st, 0), "ts",
-			      time_json(sqlite3_column_int64(st, 1)), "type",
-			      (const char *)sqlite3_column_text(st, 2), "workflow_id", wf_id);
+	json_t *e =
+	    json_pack("{s:I, s:o, s:s, s:s}", "seq", (json_int_t)sqlite3_column_int64(st, 0), "ts",
+		      time_json(sqlite3_column_int64(st, 1)), "type",
+		      (const char *)sqlite3_column_text(st, 2), "workflow_id", wf_id);
 	json_t *data = column_json(st, 3);
 	if (json_is_object(data))
 		json_object_update_missing(e, data);
@@ -796,8 +796,8 @@ int store_list_events(store *s, const char *id, int64_t after, json_t **out, bat
 {
 	reader *r = reader_get(s);
 	sqlite3_stmt *q = rstmt(r, R_WF_BY_ID), *ev = rstmt(r, R_EVENTS);
-	int rc = (!q || !ev) ? fail(r->db, sqlite3_errcode(r->db), err, "preparing a query")
-			     : BATON_OK;
+	int rc =
+	    (!q || !ev) ? fail(r->db, sqlite3_errcode(r->db), err, "preparing a query") : BATON_OK;
 	int64_t seq = 0;
 	if (rc == BATON_OK) {
 		bind_text(q, 1, id);
@@ -883,9 +883,9 @@ int store_list_resources(store *s, json_t **out, baton_error *err)
 		while (sqlite3_step(q) == SQLITE_ROW) {
 			const char *name = (const char *)sqlite3_column_text(q, 0);
 			json_array_append_new(
-				list, json_pack("{s:s, s:o, s:I}", "name", name, "holder",
-						holder_json(r, name), "queue_length",
-						(json_int_t)count_query(r, R_QUEUE_LEN, name)));
+			    list, json_pack("{s:s, s:o, s:I}", "name", name, "holder",
+					    holder_json(r, name), "queue_length",
+					    (json_int_t)count_query(r, R_QUEUE_LEN, name)));
 		}
 		rdone(q);
 	}
@@ -908,9 +908,9 @@ static json_t *waiters_json(reader *r, const char *name)
 		return list;
 	bind_text(q, 1, name);
 	for (int pos = 1; sqlite3_step(q) == SQLITE_ROW; pos++) {
-		json_t *w = json_pack("{s:s, s:i, s:s, s:i}", "workflow_id", sqlite3_column_text(q, 0),
-				      "step", sqlite3_column_int(q, 1), "worker",
-				      sqlite3_column_text(q, 2), "position", pos);
+		json_t *w = json_pack("{s:s, s:i, s:s, s:i}", "workflow_id",
+				      sqlite3_column_text(q, 0), "step", sqlite3_column_int(q, 1),
+				      "worker", sqlite3_column_text(q, 2), "position", pos);
 		json_object_set_new(w, "waiting_since", time_json(sqlite3_column_int64(q, 3)));
 		json_array_append_new(list, w);
 	}
@@ -928,17 +928,17 @@ int store_get_resource(store *s, const char *name, json_t **out, baton_error *er
 		bind_text(q, 1, name);
 		int s1 = sqlite3_step(q);
 		if (s1 == SQLITE_ROW) {
-			json_t *totals = json_pack(
-				"{s:I, s:I, s:I, s:I, s:I}", "grants",
-				(json_int_t)sqlite3_column_int64(q, 1), "total_hold_ms",
-				(json_int_t)sqlite3_column_int64(q, 2), "max_hold_ms",
-				(json_int_t)sqlite3_column_int64(q, 3), "total_wait_ms",
-				(json_int_t)sqlite3_column_int64(q, 4), "max_wait_ms",
-				(json_int_t)sqlite3_column_int64(q, 5));
-			res = json_pack("{s:s, s:I, s:o, s:o, s:o}", "name", name,
-					"last_fencing_token", (json_int_t)sqlite3_column_int64(q, 0),
-					"holder", holder_json(r, name), "waiters",
-					waiters_json(r, name), "totals", totals);
+			json_t *totals =
+			    json_pack("{s:I, s:I, s:I, s:I, s:I}", "grants",
+				      (json_int_t)sqlite3_column_int64(q, 1), "total_hold_ms",
+				      (json_int_t)sqlite3_column_int64(q, 2), "max_hold_ms",
+				      (json_int_t)sqlite3_column_int64(q, 3), "total_wait_ms",
+				      (json_int_t)sqlite3_column_int64(q, 4), "max_wait_ms",
+				      (json_int_t)sqlite3_column_int64(q, 5));
+			res = json_pack(
+			    "{s:s, s:I, s:o, s:o, s:o}", "name", name, "last_fencing_token",
+			    (json_int_t)sqlite3_column_int64(q, 0), "holder", holder_json(r, name),
+			    "waiters", waiters_json(r, name), "totals", totals);
 		} else if (s1 == SQLITE_DONE) {
 			rc = err_set(err, BATON_ENOTFOUND, "no resource named \"%s\"", name);
 		} else {
@@ -955,8 +955,7 @@ int store_get_resource(store *s, const char *name, json_t **out, baton_error *er
 	return rc;
 }
 
-int store_resource_events(store *s, const char *name, int64_t after, json_t **out,
-			  baton_error *err)
+int store_resource_events(store *s, const char *name, int64_t after, json_t **out, baton_error *err)
 {
 	reader *r = reader_get(s);
 	sqlite3_stmt *q = rstmt(r, R_RES_EVENTS);
@@ -969,8 +968,8 @@ int store_resource_events(store *s, const char *name, int64_t after, json_t **ou
 		sqlite3_bind_int64(q, 2, after);
 		int s1;
 		while ((s1 = sqlite3_step(q)) == SQLITE_ROW)
-			json_array_append_new(list,
-					      event_json(q, (const char *)sqlite3_column_text(q, 4)));
+			json_array_append_new(
+			    list, event_json(q, (const char *)sqlite3_column_text(q, 4)));
 		if (s1 != SQLITE_DONE)
 			rc = fail(r->db, s1, err, "reading events");
 		rdone(q);

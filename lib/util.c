@@ -57,7 +57,7 @@ int err_set(baton_error *err, int code, const char *fmt, ...)
 
 const char *baton_code_name(int code)
 {
-	static const char *names[] = {"ok",        "invalid", "not found", "conflict", "busy",
+	static const char *names[] = {"ok",	   "invalid", "not found", "conflict", "busy",
 				      "i/o error", "corrupt", "internal",  "too large"};
 	if (code < 0 || (size_t)code >= sizeof names / sizeof names[0])
 		return "unknown";
@@ -252,7 +252,7 @@ void strmap_free_values(strmap *m, void (*fn)(void *))
 
 static const char *wf_names[WF_NSTATUS] = {"pending", "running", "completed", "failed",
 					   "cancelled"};
-static const char *step_names[ST_NSTATUS] = {"pending",   "waiting", "running",  "retrying",
+static const char *step_names[ST_NSTATUS] = {"pending",	  "waiting", "running",	 "retrying",
 					     "completed", "failed",  "cancelled"};
 
 const char *wf_status_name(int s)

@@ -12,17 +12,17 @@
 #include <string.h>
 
 static const config defaults = {
-	.listen = "127.0.0.1:8080",
-	.db = "./data/baton.db",
-	.threads = 4,
-	.http_threads = 8,
-	.log_level = BATON_LOG_INFO,
-	.shutdown_timeout_ms = 30000,
-	.max_body = 1024 * 1024,
-	.max_connections = 1000,
-	.conn_timeout_s = 30,
-	.max_per_ip = 0,
-	.conn_memory = 64 * 1024,
+    .listen = "127.0.0.1:8080",
+    .db = "./data/baton.db",
+    .threads = 4,
+    .http_threads = 8,
+    .log_level = BATON_LOG_INFO,
+    .shutdown_timeout_ms = 30000,
+    .max_body = 1024 * 1024,
+    .max_connections = 1000,
+    .conn_timeout_s = 30,
+    .max_per_ip = 0,
+    .conn_memory = 64 * 1024,
 };
 
 static void usage(FILE *f)
@@ -40,7 +40,8 @@ static void usage(FILE *f)
 		"                           (BATON_DB, default %s)\n"
 		"  --threads N              steps running at once (BATON_THREADS, default %d)\n"
 		"  --http-threads N         HTTP threads (BATON_HTTP_THREADS, default %d)\n"
-		"  --log-level LEVEL        debug, info, warn or error (BATON_LOG_LEVEL, default info)\n"
+		"  --log-level LEVEL        debug, info, warn or error (BATON_LOG_LEVEL, default "
+		"info)\n"
 		"  --shutdown-timeout SECS  how long SIGTERM waits for running steps\n"
 		"                           (BATON_SHUTDOWN_TIMEOUT, default %lld)\n"
 		"  --allow-call PREFIX      let HTTP steps call URLs under PREFIX; repeatable\n"
@@ -106,7 +107,8 @@ static int parse_listen(config *c, const char *s)
 static int add_allow_call(config *c, const char *prefix)
 {
 	if (strncmp(prefix, "http://", 7) != 0 && strncmp(prefix, "https://", 8) != 0) {
-		fprintf(stderr, "batond: --allow-call wants an http:// or https:// prefix, not \"%s\"\n",
+		fprintf(stderr,
+			"batond: --allow-call wants an http:// or https:// prefix, not \"%s\"\n",
 			prefix);
 		return -1;
 	}
@@ -235,40 +237,40 @@ static int set_option(config *c, const char *name, const char *v)
 }
 
 static const char *const env_names[][2] = {
-	{"listen", "BATON_LISTEN"},
-	{"db", "BATON_DB"},
-	{"threads", "BATON_THREADS"},
-	{"http-threads", "BATON_HTTP_THREADS"},
-	{"log-level", "BATON_LOG_LEVEL"},
-	{"shutdown-timeout", "BATON_SHUTDOWN_TIMEOUT"},
-	{"allow-call", "BATON_ALLOW_CALL"},
-	{"token", "BATON_TOKEN"},
-	{"token-file", "BATON_TOKEN_FILE"},
-	{"log-format", "BATON_LOG_FORMAT"},
-	{"max-connections", "BATON_MAX_CONNECTIONS"},
-	{"conn-timeout", "BATON_CONN_TIMEOUT"},
-	{"max-per-ip", "BATON_MAX_PER_IP"},
+    {"listen", "BATON_LISTEN"},
+    {"db", "BATON_DB"},
+    {"threads", "BATON_THREADS"},
+    {"http-threads", "BATON_HTTP_THREADS"},
+    {"log-level", "BATON_LOG_LEVEL"},
+    {"shutdown-timeout", "BATON_SHUTDOWN_TIMEOUT"},
+    {"allow-call", "BATON_ALLOW_CALL"},
+    {"token", "BATON_TOKEN"},
+    {"token-file", "BATON_TOKEN_FILE"},
+    {"log-format", "BATON_LOG_FORMAT"},
+    {"max-connections", "BATON_MAX_CONNECTIONS"},
+    {"conn-timeout", "BATON_CONN_TIMEOUT"},
+    {"max-per-ip", "BATON_MAX_PER_IP"},
 };
 
 int config_load(config *c, int argc, char **argv)
 {
 	static const struct option opts[] = {
-		{"listen", required_argument, NULL, 0},
-		{"db", required_argument, NULL, 0},
-		{"threads", required_argument, NULL, 0},
-		{"http-threads", required_argument, NULL, 0},
-		{"log-level", required_argument, NULL, 0},
-		{"shutdown-timeout", required_argument, NULL, 0},
-		{"allow-call", required_argument, NULL, 0},
-		{"token", required_argument, NULL, 0},
-		{"token-file", required_argument, NULL, 0},
-		{"log-format", required_argument, NULL, 0},
-		{"max-connections", required_argument, NULL, 0},
-		{"conn-timeout", required_argument, NULL, 0},
-		{"max-per-ip", required_argument, NULL, 0},
-		{"help", no_argument, NULL, 'h'},
-		{"version", no_argument, NULL, 'V'},
-		{NULL, 0, NULL, 0},
+	    {"listen", required_argument, NULL, 0},
+	    {"db", required_argument, NULL, 0},
+	    {"threads", required_argument, NULL, 0},
+	    {"http-threads", required_argument, NULL, 0},
+	    {"log-level", required_argument, NULL, 0},
+	    {"shutdown-timeout", required_argument, NULL, 0},
+	    {"allow-call", required_argument, NULL, 0},
+	    {"token", required_argument, NULL, 0},
+	    {"token-file", required_argument, NULL, 0},
+	    {"log-format", required_argument, NULL, 0},
+	    {"max-connections", required_argument, NULL, 0},
+	    {"conn-timeout", required_argument, NULL, 0},
+	    {"max-per-ip", required_argument, NULL, 0},
+	    {"help", no_argument, NULL, 'h'},
+	    {"version", no_argument, NULL, 'V'},
+	    {NULL, 0, NULL, 0},
 	};
 	*c = defaults;
 	if (parse_listen(c, defaults.listen))
@@ -304,8 +306,9 @@ int config_load(config *c, int argc, char **argv)
 			c->allow_call[0] = NULL;
 			flag_allow_seen = 1;
 		}
-		if (strcmp(opts[idx].name, "allow-call") == 0 ? add_allow_call(c, optarg)
-							      : set_option(c, opts[idx].name, optarg))
+		if (strcmp(opts[idx].name, "allow-call") == 0
+			? add_allow_call(c, optarg)
+			: set_option(c, opts[idx].name, optarg))
 			return -1;
 	}
 	if (optind < argc) {

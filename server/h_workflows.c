@@ -39,8 +39,8 @@ int64_t after_arg(const request *r, response *out)
 /* Parses the request body as JSON; on failure fills out and returns its status. */
 static int read_json_body(const request *r, response *out, json_t **body)
 {
-	const char *ct = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND,
-						     MHD_HTTP_HEADER_CONTENT_TYPE);
+	const char *ct =
+	    MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_TYPE);
 	if (!is_json_type(ct))
 		return reply_problem(out, 415, "the body must be application/json, not %s",
 				     ct ? ct : "missing");
@@ -73,9 +73,9 @@ int h_workflows_create(srv *s, const request *r, const char *const *p, response 
 int h_workflows_list(srv *s, const request *r, const char *const *p, response *out)
 {
 	baton_list_query q = {
-		.status = query_arg(r, "status"),
-		.resource = query_arg(r, "resource"),
-		.cursor = query_arg(r, "cursor"),
+	    .status = query_arg(r, "status"),
+	    .resource = query_arg(r, "resource"),
+	    .cursor = query_arg(r, "cursor"),
 	};
 	const char *limit = query_arg(r, "limit");
 	(void)p;

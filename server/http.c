@@ -24,15 +24,15 @@ static const struct {
 	int status;
 	const char *slug, *title;
 } problems[] = {
-	{400, "invalid-request", "Invalid request"},
-	{401, "unauthorized", "Unauthorized"},
-	{404, "not-found", "Not found"},
-	{405, "method-not-allowed", "Method not allowed"},
-	{409, "conflict", "Conflict"},
-	{413, "payload-too-large", "Payload too large"},
-	{415, "unsupported-media-type", "Unsupported media type"},
-	{500, "internal", "Internal server error"},
-	{503, "unavailable", "Service unavailable"},
+    {400, "invalid-request", "Invalid request"},
+    {401, "unauthorized", "Unauthorized"},
+    {404, "not-found", "Not found"},
+    {405, "method-not-allowed", "Method not allowed"},
+    {409, "conflict", "Conflict"},
+    {413, "payload-too-large", "Payload too large"},
+    {415, "unsupported-media-type", "Unsupported media type"},
+    {500, "internal", "Internal server error"},
+    {503, "unavailable", "Service unavailable"},
 };
 
 int reply_json(response *out, int status, json_t *body)
@@ -60,8 +60,8 @@ int reply_problem(response *out, int status, const char *fmt, ...)
 	char type[128];
 	snprintf(type, sizeof type, "%s%s", problem_base, slug);
 	reply_json(out, status,
-		   json_pack("{s:s, s:s, s:i, s:s}", "type", type, "title", title, "status",
-			     status, "detail", detail));
+		   json_pack("{s:s, s:s, s:i, s:s}", "type", type, "title", title, "status", status,
+			     "detail", detail));
 	out->content_type = "application/problem+json";
 	return status;
 }
@@ -70,9 +70,9 @@ int reply_problem(response *out, int status, const char *fmt, ...)
 int reply_error(response *out, const baton_error *err)
 {
 	static const int status_of[] = {
-		[BATON_OK] = 200,         [BATON_EINVAL] = 400,   [BATON_ENOTFOUND] = 404,
-		[BATON_ECONFLICT] = 409,  [BATON_EBUSY] = 503,    [BATON_EIO] = 503,
-		[BATON_ECORRUPT] = 500,   [BATON_EINTERNAL] = 500, [BATON_ETOOLARGE] = 413,
+	    [BATON_OK] = 200,	     [BATON_EINVAL] = 400,    [BATON_ENOTFOUND] = 404,
+	    [BATON_ECONFLICT] = 409, [BATON_EBUSY] = 503,     [BATON_EIO] = 503,
+	    [BATON_ECORRUPT] = 500,  [BATON_EINTERNAL] = 500, [BATON_ETOOLARGE] = 413,
 	};
 	int status = 500;
 	if (err->code >= 0 && (size_t)err->code < sizeof status_of / sizeof status_of[0])
@@ -116,10 +116,9 @@ static enum MHD_Result send_response(struct MHD_Connection *conn, request *r, re
 	r->streaming = resp != NULL;
 	if (!resp) {
 		char *text = body_text(out);
-		resp = MHD_create_response_from_buffer(text ? strlen(text) : 0,
-						       text ? text : (void *)"",
-						       text ? MHD_RESPMEM_MUST_FREE
-							    : MHD_RESPMEM_PERSISTENT);
+		resp = MHD_create_response_from_buffer(
+		    text ? strlen(text) : 0, text ? text : (void *)"",
+		    text ? MHD_RESPMEM_MUST_FREE : MHD_RESPMEM_PERSISTENT);
 		if (!resp) {
 			free(text);
 			json_decref(out->body);
@@ -164,8 +163,8 @@ static int authorized(const srv *s, struct MHD_Connection *conn, const char *url
 {
 	if (!s->cfg->token[0] || strcmp(url, "/healthz") == 0 || strcmp(url, "/readyz") == 0)
 		return 1;
-	const char *h = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
-						    MHD_HTTP_HEADER_AUTHORIZATION);
+	const char *h =
+	    MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
 	static const char scheme[] = "Bearer ";
 	if (!h || strncasecmp(h, scheme, sizeof scheme - 1) != 0)
 		return 0;
@@ -193,8 +192,8 @@ static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
-				  const char *method, const char *version,
-				  const char *upload_data, size_t *upload_size, void **con_cls)
+				  const char *method, const char *version, const char *upload_data,
+				  size_t *upload_size, void **con_cls)
 {
 	srv *s = cls;
 	request *r = *con_cls;
@@ -216,7 +215,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 		}
 		if (!authorized(s, conn, url)) {
 			response out = {0};
-			reply_problem(&out, 401, "this server requires Authorization: Bearer <token>");
+			reply_problem(&out, 401,
+				      "this server requires Authorization: Bearer <token>");
 			out.www_authenticate = "Bearer realm=\"baton\"";
 			return send_response(conn, r, &out);
 		}
@@ -226,7 +226,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 			r->too_large = 1;
 		if (r->too_large) {
 			response out = {0};
-			reply_problem(&out, 413, "the body is larger than %zu bytes", s->cfg->max_body);
+			reply_problem(&out, 413, "the body is larger than %zu bytes",
+				      s->cfg->max_body);
 			return send_response(conn, r, &out);
 		}
 		return MHD_YES;
@@ -299,8 +300,10 @@ static void on_mhd_log(void *cls, const char *fmt, va_list ap)
 
 int srv_start(srv *s, baton_error *err)
 {
-	struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
-				 .ai_flags = AI_PASSIVE}, *ai = NULL;
+	struct addrinfo hints = {.ai_family = AF_UNSPEC,
+				 .ai_socktype = SOCK_STREAM,
+				 .ai_flags = AI_PASSIVE},
+			*ai = NULL;
 	char port[16];
 	snprintf(port, sizeof port, "%d", s->cfg->port);
 	int rc = getaddrinfo(s->cfg->host, port, &hints, &ai);
@@ -309,25 +312,28 @@ int srv_start(srv *s, baton_error *err)
 			 gai_strerror(rc));
 		return -1;
 	}
-	unsigned flags = MHD_USE_AUTO_INTERNAL_THREAD | MHD_USE_ERROR_LOG | MHD_ALLOW_SUSPEND_RESUME;
+	unsigned flags =
+	    MHD_USE_AUTO_INTERNAL_THREAD | MHD_USE_ERROR_LOG | MHD_ALLOW_SUSPEND_RESUME;
 	if (ai->ai_family == AF_INET6)
 		flags |= MHD_USE_IPv6;
 	s->daemon = MHD_start_daemon(
-		flags, 0, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
-		MHD_OPTION_THREAD_POOL_SIZE, (unsigned)s->cfg->http_threads,
-		MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_NOTIFY_CONNECTION,
-		on_connection, s, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)s->cfg->conn_timeout_s,
-		MHD_OPTION_CONNECTION_LIMIT, (unsigned)s->cfg->max_connections,
-		MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)s->cfg->max_per_ip,
-		MHD_OPTION_CONNECTION_MEMORY_LIMIT, s->cfg->conn_memory,
-		MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, s, MHD_OPTION_END);
+	    flags, 0, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
+	    MHD_OPTION_THREAD_POOL_SIZE, (unsigned)s->cfg->http_threads,
+	    MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_NOTIFY_CONNECTION,
+	    on_connection, s, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)s->cfg->conn_timeout_s,
+	    MHD_OPTION_CONNECTION_LIMIT, (unsigned)s->cfg->max_connections,
+	    MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)s->cfg->max_per_ip,
+	    MHD_OPTION_CONNECTION_MEMORY_LIMIT, s->cfg->conn_memory, MHD_OPTION_EXTERNAL_LOGGER,
+	    on_mhd_log, s, MHD_OPTION_END);
 	freeaddrinfo(ai);
 	if (!s->daemon) {
-		snprintf(err->msg, sizeof err->msg, "cannot listen on %s (in use, or not an address of this machine?)",
+		snprintf(err->msg, sizeof err->msg,
+			 "cannot listen on %s (in use, or not an address of this machine?)",
 			 s->cfg->listen);
 		return -1;
 	}
-	const union MHD_DaemonInfo *info = MHD_get_daemon_info(s->daemon, MHD_DAEMON_INFO_BIND_PORT);
+	const union MHD_DaemonInfo *info =
+	    MHD_get_daemon_info(s->daemon, MHD_DAEMON_INFO_BIND_PORT);
 	s->port = info ? info->port : s->cfg->port;
 	return 0;
 }

@@ -39,8 +39,8 @@ void srv_log_line(int level, const char *wf_id, const char *msg)
 		level = 3;
 	int len;
 	if (srv_log_json) {
-		json_t *o = json_pack("{s:s, s:s, s:s}", "ts", when, "level", json_level[level], "msg",
-				      msg);
+		json_t *o = json_pack("{s:s, s:s, s:s}", "ts", when, "level", json_level[level],
+				      "msg", msg);
 		if (wf_id)
 			json_object_set_new(o, "workflow_id", json_string(wf_id));
 		char *text = json_dumps(o, JSON_COMPACT);

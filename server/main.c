@@ -69,14 +69,14 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	baton_engine_config ecfg = {
-		.db_path = cfg.db,
-		.threads = cfg.threads,
-		.readers = cfg.http_threads,
-		.log = srv_engine_log,
-		.log_level = cfg.log_level,
-		.allow_call = cfg.allow_call,
-		.on_commit = srv_streams_notify,
-		.fault_file = getenv("BATON_TEST_FAULT_FILE"), /* tests only */
+	    .db_path = cfg.db,
+	    .threads = cfg.threads,
+	    .readers = cfg.http_threads,
+	    .log = srv_engine_log,
+	    .log_level = cfg.log_level,
+	    .allow_call = cfg.allow_call,
+	    .on_commit = srv_streams_notify,
+	    .fault_file = getenv("BATON_TEST_FAULT_FILE"), /* tests only */
 	};
 	srv s = {.cfg = &cfg, .conn_mu = PTHREAD_MUTEX_INITIALIZER};
 	baton_error err = {0};

@@ -16,7 +16,7 @@
 #define MAX_SERIES 512
 
 static const double latency_le[] = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
-				    0.1,    0.25,  0.5,    1,     2.5,  5,     10};
+				    0.1,    0.25,  0.5,	   1,	  2.5,	5,     10};
 #define NLE (sizeof latency_le / sizeof latency_le[0])
 
 static struct {
@@ -34,8 +34,8 @@ static struct {
 /* Methods other than the usual ones are counted as "OTHER", so labels stay bounded. */
 static const char *method_label(const char *m)
 {
-	static const char *const known[] = {"GET", "POST", "PUT", "PATCH", "DELETE", "HEAD",
-					    "OPTIONS"};
+	static const char *const known[] = {"GET",    "POST", "PUT",	"PATCH",
+					    "DELETE", "HEAD", "OPTIONS"};
 	for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
 		if (strcmp(m, known[i]) == 0)
 			return known[i];
@@ -129,8 +129,10 @@ static void engine_metrics(buf *b, const json_t *m)
 	const char *key;
 	json_t *v;
 	family(b, "baton_workflows", "gauge", "Workflows stored, by status.");
-	json_object_foreach((json_t *)json_object_get(m, "workflows"), key, v) {
-		put(b, "baton_workflows{status=\"%s\"} %lld\n", key, (long long)json_integer_value(v));
+	json_object_foreach((json_t *)json_object_get(m, "workflows"), key, v)
+	{
+		put(b, "baton_workflows{status=\"%s\"} %lld\n", key,
+		    (long long)json_integer_value(v));
 	}
 	counter(b, "baton_steps_completed_total", "Step attempts that completed.", m,
 		"steps_completed");
@@ -144,26 +146,31 @@ static void engine_metrics(buf *b, const json_t *m)
 	histogram(b, "baton_commit_duration_seconds", "", json_object_get(m, "commit_seconds"));
 	family(b, "baton_checkpoints_per_commit", "histogram",
 	       "Step outcomes sharing one commit (group commit).");
-	histogram(b, "baton_checkpoints_per_commit", "", json_object_get(m, "checkpoints_per_commit"));
+	histogram(b, "baton_checkpoints_per_commit", "",
+		  json_object_get(m, "checkpoints_per_commit"));
 	json_t *res = json_object_get(m, "resources");
 	family(b, "baton_resource_queue_depth", "gauge", "Steps waiting for the resource.");
-	json_object_foreach(res, key, v) {
+	json_object_foreach(res, key, v)
+	{
 		put(b, "baton_resource_queue_depth{resource=\"%s\"} %lld\n", key,
 		    (long long)json_integer_value(json_object_get(v, "queue_depth")));
 	}
 	family(b, "baton_resource_held", "gauge", "1 while a step holds the resource.");
-	json_object_foreach(res, key, v) {
+	json_object_foreach(res, key, v)
+	{
 		put(b, "baton_resource_held{resource=\"%s\"} %lld\n", key,
 		    (long long)json_integer_value(json_object_get(v, "holders")));
 	}
 	char labels[300];
 	family(b, "baton_lock_wait_seconds", "histogram", "Time a step waited for its resource.");
-	json_object_foreach(res, key, v) {
+	json_object_foreach(res, key, v)
+	{
 		snprintf(labels, sizeof labels, "resource=\"%s\",", key);
 		histogram(b, "baton_lock_wait_seconds", labels, json_object_get(v, "wait_seconds"));
 	}
 	family(b, "baton_lock_hold_seconds", "histogram", "Time a step held its resource.");
-	json_object_foreach(res, key, v) {
+	json_object_foreach(res, key, v)
+	{
 		snprintf(labels, sizeof labels, "resource=\"%s\",", key);
 		histogram(b, "baton_lock_hold_seconds", labels, json_object_get(v, "hold_seconds"));
 	}
@@ -180,8 +187,8 @@ static void http_metrics(buf *b)
 	family(b, "baton_http_request_duration_seconds", "histogram",
 	       "Time from a request's arrival to its answer (event streams excluded).");
 	for (size_t i = 0; i < NLE; i++)
-		put(b, "baton_http_request_duration_seconds_bucket{le=\"%g\"} %llu\n", latency_le[i],
-		    http.le[i]);
+		put(b, "baton_http_request_duration_seconds_bucket{le=\"%g\"} %llu\n",
+		    latency_le[i], http.le[i]);
 	put(b, "baton_http_request_duration_seconds_bucket{le=\"+Inf\"} %llu\n", http.count);
 	put(b, "baton_http_request_duration_seconds_sum %.6f\n", http.sum);
 	put(b, "baton_http_request_duration_seconds_count %llu\n", http.count);

@@ -8,19 +8,18 @@
 #include <string.h>
 
 static const route_def routes[] = {
-	{"POST", "/workflows", h_workflows_create},
-	{"GET", "/workflows", h_workflows_list},
-	{"GET", "/workflows/{id}", h_workflow_get},
-	{"GET", "/workflows/{id}/events", h_workflow_events},
-	{"POST", "/workflows/{id}/cancel", h_workflow_cancel},
-	{"GET", "/resources", h_resources_list},
-	{"GET", "/resources/{name}", h_resource_get},
-	{"GET", "/resources/{name}/events", h_resource_events},
-	{"GET", "/healthz", h_healthz},
-	{"GET", "/readyz", h_readyz},
-	{"GET", "/metrics", h_metrics},
+    {"POST", "/workflows", h_workflows_create},
+    {"GET", "/workflows", h_workflows_list},
+    {"GET", "/workflows/{id}", h_workflow_get},
+    {"GET", "/workflows/{id}/events", h_workflow_events},
+    {"POST", "/workflows/{id}/cancel", h_workflow_cancel},
+    {"GET", "/resources", h_resources_list},
+    {"GET", "/resources/{name}", h_resource_get},
+    {"GET", "/resources/{name}/events", h_resource_events},
+    {"GET", "/healthz", h_healthz},
+    {"GET", "/readyz", h_readyz},
+    {"GET", "/metrics", h_metrics},
 };
-
 
 /* Matches path against pattern; captured segments are copied into caps. */
 static int match(const char *pattern, const char *path, char caps[MAX_PARAMS][MAX_SEGMENT],

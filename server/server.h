@@ -17,11 +17,11 @@
 /* ---- config.c ---- */
 #define MAX_ALLOW_CALL 32
 typedef struct config {
-	char listen[300];        /* HOST:PORT as given */
+	char listen[300]; /* HOST:PORT as given */
 	char host[256];
 	int port;
 	char db[4096];
-	int threads;             /* steps running at once */
+	int threads; /* steps running at once */
 	int http_threads;
 	int log_level;
 	int64_t shutdown_timeout_ms;
@@ -60,7 +60,7 @@ typedef struct srv {
 	const config *cfg;
 	baton_engine *engine;
 	struct MHD_Daemon *daemon;
-	int port; /* the bound port */
+	int port;	 /* the bound port */
 	int connections; /* open now, under conn_mu */
 	pthread_mutex_t conn_mu;
 } srv;
@@ -70,7 +70,7 @@ typedef struct request {
 	const char *method;
 	const char *path;
 	const char *route; /* the matched pattern, for metrics */
-	int status;        /* the answer, for metrics */
+	int status;	   /* the answer, for metrics */
 	int streaming;
 	struct timespec started;
 	char *body;
@@ -80,8 +80,8 @@ typedef struct request {
 
 typedef struct response {
 	int status;
-	json_t *body; /* stolen when the response is sent */
-	char *text;   /* malloc'd plain body, used instead of body when set */
+	json_t *body;		     /* stolen when the response is sent */
+	char *text;		     /* malloc'd plain body, used instead of body when set */
 	struct MHD_Response *stream; /* a streaming response, used instead of both */
 	const char *route;
 	const char *content_type;
@@ -96,7 +96,7 @@ void srv_stop(srv *s);
 
 /* Fills out with a problem+json body (RFC 9457); returns status. */
 int reply_problem(response *out, int status, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
+    __attribute__((format(printf, 3, 4)));
 /* Maps a library error to its HTTP problem. */
 int reply_error(response *out, const baton_error *err);
 int reply_json(response *out, int status, json_t *body /* stolen */);

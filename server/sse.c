@@ -31,9 +31,9 @@ typedef struct stream {
 	int is_resource;
 	char key[256]; /* workflow id or resource name */
 	int64_t last_seq;
-	char *buf;     /* formatted, not yet sent */
+	char *buf; /* formatted, not yet sent */
 	size_t len, off;
-	int finished;  /* the final event is in buf */
+	int finished; /* the final event is in buf */
 	/* under hub.mu */
 	int suspended, dirty, keepalive;
 	struct stream *prev, *next;
@@ -65,7 +65,8 @@ void srv_streams_notify(void *ud, const baton_change *changes, size_t n)
 	pthread_mutex_lock(&hub.mu);
 	for (stream *st = hub.head; st; st = st->next) {
 		for (size_t i = 0; i < n; i++) {
-			const char *k = st->is_resource ? changes[i].resource : changes[i].workflow_id;
+			const char *k =
+			    st->is_resource ? changes[i].resource : changes[i].workflow_id;
 			if (strcmp(k, st->key) == 0) {
 				wake_locked(st);
 				break;
@@ -146,10 +147,10 @@ static int fetch(stream *st)
 {
 	json_t *out = NULL;
 	baton_error err = {0};
-	int rc = st->is_resource ? baton_engine_resource_events(st->s->engine, st->key,
-								 st->last_seq, &out, &err)
-				 : baton_engine_events(st->s->engine, st->key, st->last_seq, &out,
-						       &err);
+	int rc =
+	    st->is_resource
+		? baton_engine_resource_events(st->s->engine, st->key, st->last_seq, &out, &err)
+		: baton_engine_events(st->s->engine, st->key, st->last_seq, &out, &err);
 	if (rc)
 		return -1;
 	size_t i;
@@ -160,8 +161,8 @@ static int fetch(stream *st)
 		const char *type = json_string_value(json_object_get(ev, "type"));
 		st->last_seq = json_integer_value(json_object_get(ev, "seq"));
 		char head[160];
-		int n = snprintf(head, sizeof head, "id: %lld\nevent: %s\ndata: ",
-				 (long long)st->last_seq, type);
+		int n = snprintf(head, sizeof head,
+				 "id: %lld\nevent: %s\ndata: ", (long long)st->last_seq, type);
 		append(st, head, (size_t)n);
 		append(st, data, strlen(data));
 		append(st, "\n\n", 2);
@@ -237,7 +238,7 @@ int srv_wants_stream(const request *r)
 {
 	const char *follow = query_arg(r, "follow");
 	const char *accept =
-		MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_ACCEPT);
+	    MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_ACCEPT);
 	return (follow && strcmp(follow, "true") == 0) ||
 	       (accept && strstr(accept, "text/event-stream"));
 }
@@ -271,8 +272,8 @@ int srv_stream_start(srv *s, const request *r, int is_resource, const char *key,
 	hub.head = st;
 	hub.count++;
 	pthread_mutex_unlock(&hub.mu);
-	out->stream = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, reader, st,
-							 stream_free);
+	out->stream =
+	    MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, reader, st, stream_free);
 	if (!out->stream) {
 		stream_free(st);
 		return reply_problem(out, 500, "out of memory");

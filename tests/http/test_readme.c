@@ -109,9 +109,10 @@ static int run_blocks(hs_server *s, const char *readme)
 		if (expect) {
 			char want[32];
 			snprintf(want, sizeof want, "\"status\":%d", expect);
-			if (!strstr(out, want) || !strstr(out, "\"type\":\"https://baton.dev/problems/"))
-				fail_msg("README block expected a %d problem:\n%s\noutput:\n%s", expect,
-					 block, out);
+			if (!strstr(out, want) ||
+			    !strstr(out, "\"type\":\"https://baton.dev/problems/"))
+				fail_msg("README block expected a %d problem:\n%s\noutput:\n%s",
+					 expect, block, out);
 		}
 		free(out);
 		free(script);
@@ -187,7 +188,7 @@ static int teardown(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test_setup_teardown(test_readme_curl_examples, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_readme_curl_examples, setup, teardown),
 	};
 	return cmocka_run_group_tests_name("readme", tests, NULL, NULL);
 }

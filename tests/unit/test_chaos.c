@@ -23,10 +23,10 @@ static void test_every_allocation_failure_is_survived(void **state)
 	(void)state;
 	static const char *const allow[] = {"http://h/", NULL};
 	static const char body[] =
-		"{\"id\":\"pay-1\",\"resource\":\"payment-gateway\","
-		"\"call\":{\"url\":\"http://h/a\",\"headers\":{\"Authorization\":\"Bearer x\"}},"
-		"\"retry\":{\"max_attempts\":3},\"workers\":[\"worker-A\","
-		"{\"name\":\"worker-B\",\"call\":{\"url\":\"http://h/b\",\"body\":{\"n\":[1,2]}}}]}";
+	    "{\"id\":\"pay-1\",\"resource\":\"payment-gateway\","
+	    "\"call\":{\"url\":\"http://h/a\",\"headers\":{\"Authorization\":\"Bearer x\"}},"
+	    "\"retry\":{\"max_attempts\":3},\"workers\":[\"worker-A\","
+	    "{\"name\":\"worker-B\",\"call\":{\"url\":\"http://h/b\",\"body\":{\"n\":[1,2]}}}]}";
 	int ok_runs = 0, failed_runs = 0;
 	for (fail_at = 1; fail_at < 5000; fail_at++) {
 		count = 0;
@@ -61,7 +61,7 @@ static void test_every_allocation_failure_is_survived(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_every_allocation_failure_is_survived),
+	    cmocka_unit_test(test_every_allocation_failure_is_survived),
 	};
 	return cmocka_run_group_tests_name("chaos", tests, NULL, NULL);
 }

@@ -9,37 +9,37 @@ static const struct {
 	const char *json;
 	const char *needle; /* expected in the error message */
 } invalid[] = {
-	{"[]", "JSON object"},
-	{"{}", "resource: is required"},
-	{"{\"resource\":\"gw\"}", "workers: is required"},
-	{"{\"resource\":\"gw\",\"workers\":[]}", "1 to 10000"},
-	{"{\"resource\":\"gw\",\"workers\":\"a\"}", "workers: must be an array"},
-	{"{\"resource\":\"gw\",\"workers\":[\"a\",\"a\"]}", "duplicate worker name"},
-	{"{\"resource\":\"gw\",\"workers\":[1]}", "workers[0]: must be a name or an object"},
-	{"{\"resource\":\"gw\",\"workers\":[\"\"]}", "workers[0].name"},
-	{"{\"resource\":\"gw\",\"workers\":[\"a\\u0001b\"]}", "printable"},
-	{"{\"resource\":\"gw\",\"workers\":[\"a\\u0085b\"]}", "printable"},
-	{"{\"resource\":\"gw\",\"workers\":[{}]}", "workers[0].name: is required"},
-	{"{\"resource\":\"gw\",\"workers\":[{\"name\":3}]}", "must be a string"},
-	{"{\"resource\":\"gw\",\"workers\":[{\"name\":\"a\",\"x\":1}]}", "unknown field \"x\""},
-	{"{\"resource\":\"gw\",\"workers\":[{\"name\":\"a\",\"work_ms\":-1}]}", "work_ms"},
-	{"{\"resource\":\"gw\",\"workers\":[{\"name\":\"a\",\"work_ms\":1.5}]}", "integer"},
-	{"{\"resource\":\"gw\",\"workers\":[{\"name\":\"a\",\"work_ms\":3600001}]}", "work_ms"},
-	{"{\"resource\":\"gw\",\"workers\":[{\"name\":\"a\",\"fail_attempts\":\"1\"}]}",
-	 "fail_attempts"},
-	{"{\"resource\":\"gw\",\"workers\":[\"a\"],\"extra\":true}", "unknown field \"extra\""},
-	{"{\"resource\":\"g w\",\"workers\":[\"a\"]}", "resource: must be"},
-	{"{\"resource\":\"../etc\",\"workers\":[\"a\"]}", "resource: must be"},
-	{"{\"resource\":7,\"workers\":[\"a\"]}", "resource: must be a string"},
-	{"{\"id\":\"x'; DROP TABLE workflows;--\",\"resource\":\"gw\",\"workers\":[\"a\"]}",
-	 "id: must be"},
-	{"{\"id\":\"\",\"resource\":\"gw\",\"workers\":[\"a\"]}", "id: must be"},
-	{"{\"resource\":\"gw\",\"workers\":[\"a\"],\"retry\":1}", "retry: must be an object"},
-	{"{\"resource\":\"gw\",\"workers\":[\"a\"],\"retry\":{\"max_attempts\":0}}",
-	 "retry.max_attempts"},
-	{"{\"resource\":\"gw\",\"workers\":[\"a\"],\"retry\":{\"backoff\":0.5}}", "retry.backoff"},
-	{"{\"resource\":\"gw\",\"workers\":[\"a\"],\"retry\":{\"jitter\":1}}", "unknown field"},
-	{"{\"resource\":\"gw\",\"workers\":[\"a\"],\"on_failure\":\"ignore\"}", "on_failure"},
+    {"[]", "JSON object"},
+    {"{}", "resource: is required"},
+    {"{\"resource\":\"gw\"}", "workers: is required"},
+    {"{\"resource\":\"gw\",\"workers\":[]}", "1 to 10000"},
+    {"{\"resource\":\"gw\",\"workers\":\"a\"}", "workers: must be an array"},
+    {"{\"resource\":\"gw\",\"workers\":[\"a\",\"a\"]}", "duplicate worker name"},
+    {"{\"resource\":\"gw\",\"workers\":[1]}", "workers[0]: must be a name or an object"},
+    {"{\"resource\":\"gw\",\"workers\":[\"\"]}", "workers[0].name"},
+    {"{\"resource\":\"gw\",\"workers\":[\"a\\u0001b\"]}", "printable"},
+    {"{\"resource\":\"gw\",\"workers\":[\"a\\u0085b\"]}", "printable"},
+    {"{\"resource\":\"gw\",\"workers\":[{}]}", "workers[0].name: is required"},
+    {"{\"resource\":\"gw\",\"workers\":[{\"name\":3}]}", "must be a string"},
+    {"{\"resource\":\"gw\",\"workers\":[{\"name\":\"a\",\"x\":1}]}", "unknown field \"x\""},
+    {"{\"resource\":\"gw\",\"workers\":[{\"name\":\"a\",\"work_ms\":-1}]}", "work_ms"},
+    {"{\"resource\":\"gw\",\"workers\":[{\"name\":\"a\",\"work_ms\":1.5}]}", "integer"},
+    {"{\"resource\":\"gw\",\"workers\":[{\"name\":\"a\",\"work_ms\":3600001}]}", "work_ms"},
+    {"{\"resource\":\"gw\",\"workers\":[{\"name\":\"a\",\"fail_attempts\":\"1\"}]}",
+     "fail_attempts"},
+    {"{\"resource\":\"gw\",\"workers\":[\"a\"],\"extra\":true}", "unknown field \"extra\""},
+    {"{\"resource\":\"g w\",\"workers\":[\"a\"]}", "resource: must be"},
+    {"{\"resource\":\"../etc\",\"workers\":[\"a\"]}", "resource: must be"},
+    {"{\"resource\":7,\"workers\":[\"a\"]}", "resource: must be a string"},
+    {"{\"id\":\"x'; DROP TABLE workflows;--\",\"resource\":\"gw\",\"workers\":[\"a\"]}",
+     "id: must be"},
+    {"{\"id\":\"\",\"resource\":\"gw\",\"workers\":[\"a\"]}", "id: must be"},
+    {"{\"resource\":\"gw\",\"workers\":[\"a\"],\"retry\":1}", "retry: must be an object"},
+    {"{\"resource\":\"gw\",\"workers\":[\"a\"],\"retry\":{\"max_attempts\":0}}",
+     "retry.max_attempts"},
+    {"{\"resource\":\"gw\",\"workers\":[\"a\"],\"retry\":{\"backoff\":0.5}}", "retry.backoff"},
+    {"{\"resource\":\"gw\",\"workers\":[\"a\"],\"retry\":{\"jitter\":1}}", "unknown field"},
+    {"{\"resource\":\"gw\",\"workers\":[\"a\"],\"on_failure\":\"ignore\"}", "on_failure"},
 };
 
 static void test_invalid_requests_are_rejected_with_the_field_named(void **state)
@@ -126,24 +126,25 @@ static void test_defaults_and_normalized_definition(void **state)
 static void test_call_urls_stay_under_allowed_prefixes(void **state)
 {
 	(void)state;
-	static const char *const allow[] = {"http://127.0.0.1:9000/api/", "http://pay.example", NULL};
+	static const char *const allow[] = {"http://127.0.0.1:9000/api/", "http://pay.example",
+					    NULL};
 	static const struct {
 		const char *url;
 		int ok;
 	} cases[] = {
-		{"http://127.0.0.1:9000/api/charge", 1},
-		{"http://127.0.0.1:9000/api/", 1},
-		{"http://127.0.0.1:9000/apix", 0},
-		{"http://127.0.0.1:9000/api/../admin", 0},
-		{"http://127.0.0.1:9000/api/%2e%2E/admin", 0},
-		{"http://127.0.0.1:9000/api/./x", 0},
-		{"http://127.0.0.1:9000/api/a..b", 1},
-		{"http://pay.example/charge", 1},
-		{"http://pay.example", 1},
-		{"http://pay.example.evil.org/", 0},
-		{"http://pay.example:81/", 0},
-		{"ftp://pay.example/", 0},
-		{"http://127.0.0.1:9000/api/a b", 0},
+	    {"http://127.0.0.1:9000/api/charge", 1},
+	    {"http://127.0.0.1:9000/api/", 1},
+	    {"http://127.0.0.1:9000/apix", 0},
+	    {"http://127.0.0.1:9000/api/../admin", 0},
+	    {"http://127.0.0.1:9000/api/%2e%2E/admin", 0},
+	    {"http://127.0.0.1:9000/api/./x", 0},
+	    {"http://127.0.0.1:9000/api/a..b", 1},
+	    {"http://pay.example/charge", 1},
+	    {"http://pay.example", 1},
+	    {"http://pay.example.evil.org/", 0},
+	    {"http://pay.example:81/", 0},
+	    {"ftp://pay.example/", 0},
+	    {"http://127.0.0.1:9000/api/a b", 0},
 	};
 	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
 		json_t *req = json_pack("{s:s, s:[{s:s, s:{s:s}}]}", "resource", "gw", "workers",
@@ -165,9 +166,10 @@ static void test_call_headers_and_defaults(void **state)
 	static const char *const allow[] = {"http://h/", NULL};
 	wf_row *wf = calloc(1, sizeof *wf);
 	baton_error err = {0};
-	json_t *req = js("{\"resource\":\"gw\",\"call\":{\"url\":\"http://h/x\","
-			 "\"headers\":{\"A\":\"1\",\"B\":\"2\"}},\"workers\":[\"w1\","
-			 "{\"name\":\"w2\",\"call\":{\"method\":\"PUT\",\"headers\":{\"B\":\"3\"}}}]}");
+	json_t *req =
+	    js("{\"resource\":\"gw\",\"call\":{\"url\":\"http://h/x\","
+	       "\"headers\":{\"A\":\"1\",\"B\":\"2\"}},\"workers\":[\"w1\","
+	       "{\"name\":\"w2\",\"call\":{\"method\":\"PUT\",\"headers\":{\"B\":\"3\"}}}]}");
 	assert_int_equal(codec_parse_request(req, wf, allow, &err), BATON_OK);
 	json_t *c1 = json_object_get(wf->steps[0].params, "call");
 	json_t *c2 = json_object_get(wf->steps[1].params, "call");
@@ -187,17 +189,17 @@ static void test_call_headers_and_defaults(void **state)
 	json_decref(req);
 	wf_row_free(wf);
 	static const char *const bad[] = {
-		"{\"resource\":\"gw\",\"workers\":[{\"name\":\"a\",\"call\":{\"url\":\"http://h/\","
-		"\"headers\":{\"Idempotency-Key\":\"x\"}}}]}",
-		"{\"resource\":\"gw\",\"workers\":[{\"name\":\"a\",\"call\":{\"url\":\"http://h/\","
-		"\"headers\":{\"Baton-Fencing-Token\":\"9\"}}}]}",
-		"{\"resource\":\"gw\",\"workers\":[{\"name\":\"a\",\"call\":{\"url\":\"http://h/\","
-		"\"headers\":{\"X\":\"a\\r\\nB: c\"}}}]}",
-		"{\"resource\":\"gw\",\"workers\":[{\"name\":\"a\",\"call\":{\"url\":\"http://h/\","
-		"\"method\":\"TRACE\"}}]}",
-		"{\"resource\":\"gw\",\"workers\":[{\"name\":\"a\",\"work_ms\":5,"
-		"\"call\":{\"url\":\"http://h/\"}}]}",
-		"{\"resource\":\"gw\",\"call\":{\"method\":\"GET\"},\"workers\":[\"a\"]}",
+	    "{\"resource\":\"gw\",\"workers\":[{\"name\":\"a\",\"call\":{\"url\":\"http://h/\","
+	    "\"headers\":{\"Idempotency-Key\":\"x\"}}}]}",
+	    "{\"resource\":\"gw\",\"workers\":[{\"name\":\"a\",\"call\":{\"url\":\"http://h/\","
+	    "\"headers\":{\"Baton-Fencing-Token\":\"9\"}}}]}",
+	    "{\"resource\":\"gw\",\"workers\":[{\"name\":\"a\",\"call\":{\"url\":\"http://h/\","
+	    "\"headers\":{\"X\":\"a\\r\\nB: c\"}}}]}",
+	    "{\"resource\":\"gw\",\"workers\":[{\"name\":\"a\",\"call\":{\"url\":\"http://h/\","
+	    "\"method\":\"TRACE\"}}]}",
+	    "{\"resource\":\"gw\",\"workers\":[{\"name\":\"a\",\"work_ms\":5,"
+	    "\"call\":{\"url\":\"http://h/\"}}]}",
+	    "{\"resource\":\"gw\",\"call\":{\"method\":\"GET\"},\"workers\":[\"a\"]}",
 	};
 	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
 		wf = calloc(1, sizeof *wf);
@@ -209,7 +211,8 @@ static void test_call_headers_and_defaults(void **state)
 	}
 	/* No prefixes at all: the message says how to allow calls. */
 	wf = calloc(1, sizeof *wf);
-	req = js("{\"resource\":\"gw\",\"workers\":[{\"name\":\"a\",\"call\":{\"url\":\"http://h/\"}}]}");
+	req = js("{\"resource\":\"gw\",\"workers\":[{\"name\":\"a\",\"call\":{\"url\":\"http://h/"
+		 "\"}}]}");
 	assert_int_equal(codec_parse_request(req, wf, NULL, &err), BATON_EINVAL);
 	assert_non_null(strstr(err.msg, "--allow-call"));
 	json_decref(req);
@@ -219,12 +222,12 @@ static void test_call_headers_and_defaults(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_invalid_requests_are_rejected_with_the_field_named),
-		cmocka_unit_test(test_name_limits),
-		cmocka_unit_test(test_too_many_workers),
-		cmocka_unit_test(test_defaults_and_normalized_definition),
-		cmocka_unit_test(test_call_urls_stay_under_allowed_prefixes),
-		cmocka_unit_test(test_call_headers_and_defaults),
+	    cmocka_unit_test(test_invalid_requests_are_rejected_with_the_field_named),
+	    cmocka_unit_test(test_name_limits),
+	    cmocka_unit_test(test_too_many_workers),
+	    cmocka_unit_test(test_defaults_and_normalized_definition),
+	    cmocka_unit_test(test_call_urls_stay_under_allowed_prefixes),
+	    cmocka_unit_test(test_call_headers_and_defaults),
 	};
 	return cmocka_run_group_tests_name("codec", tests, NULL, NULL);
 }

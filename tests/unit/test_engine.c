@@ -205,8 +205,8 @@ static void test_close_mid_step_resumes_as_new_attempt(void **state)
 	json_t *ev;
 	json_array_foreach(json_object_get(events, "events"), i, ev)
 	{
-		interrupted += strcmp(json_string_value(json_object_get(ev, "type")),
-				      "step_interrupted") == 0;
+		interrupted +=
+		    strcmp(json_string_value(json_object_get(ev, "type")), "step_interrupted") == 0;
 		assert_true(json_integer_value(json_object_get(ev, "seq")) > last);
 		last = json_integer_value(json_object_get(ev, "seq"));
 	}
@@ -275,15 +275,15 @@ static void test_cancel_and_unknown_ids(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test_setup_teardown(test_steps_complete_in_order_without_overlap, setup,
-						teardown),
-		cmocka_unit_test_setup_teardown(test_resubmit_is_idempotent_and_conflicts_are_refused,
-						setup, teardown),
-		cmocka_unit_test_setup_teardown(test_generated_ids_are_128_bit_hex, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_close_mid_step_resumes_as_new_attempt, setup,
-						teardown),
-		cmocka_unit_test_setup_teardown(test_retry_wait_survives_reopen, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_cancel_and_unknown_ids, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_steps_complete_in_order_without_overlap, setup,
+					    teardown),
+	    cmocka_unit_test_setup_teardown(test_resubmit_is_idempotent_and_conflicts_are_refused,
+					    setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_generated_ids_are_128_bit_hex, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_close_mid_step_resumes_as_new_attempt, setup,
+					    teardown),
+	    cmocka_unit_test_setup_teardown(test_retry_wait_survives_reopen, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_cancel_and_unknown_ids, setup, teardown),
 	};
 	return cmocka_run_group_tests_name("engine", tests, NULL, NULL);
 }

@@ -77,9 +77,9 @@ static void test_tokens_continue_from_persisted_high_water_mark(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_grants_in_fifo_order_one_at_a_time),
-		cmocka_unit_test(test_removed_waiter_is_skipped),
-		cmocka_unit_test(test_tokens_continue_from_persisted_high_water_mark),
+	    cmocka_unit_test(test_grants_in_fifo_order_one_at_a_time),
+	    cmocka_unit_test(test_removed_waiter_is_skipped),
+	    cmocka_unit_test(test_tokens_continue_from_persisted_high_water_mark),
 	};
 	return cmocka_run_group_tests_name("lock", tests, NULL, NULL);
 }

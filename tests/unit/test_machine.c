@@ -56,7 +56,7 @@ static void test_retry_delay_policy(void **state)
 	assert_int_equal(retry_delay_ms(&p, 1), 2000); /* the origin's first retry: 2 s */
 	assert_int_equal(retry_delay_ms(&p, 2), 4000);
 	assert_int_equal(retry_delay_ms(&p, 4), 16000);
-	assert_int_equal(retry_delay_ms(&p, 5), 30000); /* capped */
+	assert_int_equal(retry_delay_ms(&p, 5), 30000);	  /* capped */
 	assert_int_equal(retry_delay_ms(&p, 900), 30000); /* no overflow */
 	retry_policy flat = {3, 500, 1.0, 30000};
 	assert_int_equal(retry_delay_ms(&flat, 7), 500);
@@ -205,7 +205,7 @@ static void test_cancel_while_running_waits_for_the_step(void **state)
 	json_decref(o.result);
 	assert_true(t.release);
 	assert_true(t.finished);
-	assert_int_equal(t.request, -1); /* no later step starts */
+	assert_int_equal(t.request, -1);		     /* no later step starts */
 	assert_int_equal(wf->steps[0].status, ST_COMPLETED); /* its checkpoint is kept */
 	assert_int_equal(wf->steps[1].status, ST_CANCELLED);
 	assert_int_equal(wf->status, WF_CANCELLED);
@@ -258,15 +258,15 @@ static void test_interrupted_step_queues_again_as_new_attempt(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_retry_delay_policy),
-		cmocka_unit_test(test_happy_path_runs_each_step_once_in_order),
-		cmocka_unit_test(test_failed_attempt_waits_with_backoff_then_retries),
-		cmocka_unit_test(test_retry_after_longer_than_backoff_wins),
-		cmocka_unit_test(test_attempts_exhausted_fail_the_workflow),
-		cmocka_unit_test(test_non_retryable_failure_with_continue_runs_next_worker),
-		cmocka_unit_test(test_cancel_while_running_waits_for_the_step),
-		cmocka_unit_test(test_cancel_while_waiting_or_retrying_is_immediate),
-		cmocka_unit_test(test_interrupted_step_queues_again_as_new_attempt),
+	    cmocka_unit_test(test_retry_delay_policy),
+	    cmocka_unit_test(test_happy_path_runs_each_step_once_in_order),
+	    cmocka_unit_test(test_failed_attempt_waits_with_backoff_then_retries),
+	    cmocka_unit_test(test_retry_after_longer_than_backoff_wins),
+	    cmocka_unit_test(test_attempts_exhausted_fail_the_workflow),
+	    cmocka_unit_test(test_non_retryable_failure_with_continue_runs_next_worker),
+	    cmocka_unit_test(test_cancel_while_running_waits_for_the_step),
+	    cmocka_unit_test(test_cancel_while_waiting_or_retrying_is_immediate),
+	    cmocka_unit_test(test_interrupted_step_queues_again_as_new_attempt),
 	};
 	return cmocka_run_group_tests_name("machine", tests, NULL, NULL);
 }
