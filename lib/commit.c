@@ -1,0 +1,325 @@
+/*
+ * commit.c - group commit and what follows it.
+ *
+ * Everything the engine changed in one round (dirty workflow and step rows, resource
+ * rows, new events) is written in one transaction. Only when it is durable do its
+ * effects happen: callers are answered, granted steps are handed to the step threads,
+ * log lines are written, metrics are counted, event streams are woken, finished rows
+ * are freed. When the commit fails, the round stays pending and is retried with backoff,
+ * and submissions of that round are taken back (their callers get BATON_EBUSY).
+ */
+#include "engine.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static int write_batch(baton_engine *e, baton_error *err)
+{
+	int rc = store_begin(e->st, err);
+	for (size_t i = 0; rc == BATON_OK && i < e->dirty_wfs.n; i++) {
+		wf_row *wf = e->dirty_wfs.v[i];
+		if (wf->is_new) {
+			rc = store_insert_workflow(e->st, wf, err);
+			continue;
+		}
+		rc = store_update_workflow(e->st, wf, err);
+		for (int k = wf->dirty_lo; rc == BATON_OK && k < wf->dirty_hi; k++)
+			if (wf->steps[k].dirty)
+				rc = store_update_step(e->st, wf, &wf->steps[k], err);
+	}
+	for (size_t i = 0; rc == BATON_OK && i < e->dirty_locks.n; i++)
+		if (e->dirty_locks.v[i]->dirty)
+			rc = store_put_resource(e->st, &e->dirty_locks.v[i]->row, err);
+	for (size_t i = 0; rc == BATON_OK && i < e->events.n; i++) {
+		pending_event *ev = &e->events.v[i];
+		rc = store_insert_event(e->st, ev->seq, ev->wf, ev->ts, ev->type, ev->data, err);
+	}
+	if (rc == BATON_OK)
+		rc = store_commit(e->st, err);
+	if (rc)
+		store_rollback(e->st);
+	return rc;
+}
+
+static void log_event(baton_engine *e, const pending_event *ev)
+{
+	const logger *lg = &e->log;
+	const char *w = json_string_value(json_object_get(ev->data, "worker"));
+	json_int_t attempt = json_integer_value(json_object_get(ev->data, "attempt"));
+	const char *id = ev->wf->id;
+	if (strcmp(ev->type, "lock_acquired") == 0) {
+		log_at(lg, BATON_LOG_INFO, id, "[%s] Acquired lock on \"%s\"...", w,
+		       ev->wf->resource);
+	} else if (strcmp(ev->type, "step_completed") == 0) {
+		json_int_t d = json_integer_value(json_object_get(ev->data, "duration_ms"));
+		if (attempt > 1)
+			log_at(lg, BATON_LOG_INFO, id,
+			       "[%s] Done — %lldms, lock released (retry %lld)", w, (long long)d,
+			       (long long)attempt);
+		else
+			log_at(lg, BATON_LOG_INFO, id, "[%s] Done — %lldms, lock released", w,
+			       (long long)d);
+	} else if (strcmp(ev->type, "step_failed") == 0) {
+		const char *why = json_string_value(json_object_get(ev->data, "error"));
+		json_t *retry = json_object_get(ev->data, "retry_in_ms");
+		if (json_is_integer(retry))
+			log_at(lg, BATON_LOG_WARN, id,
+			       "[%s] FAILED — %s (lock released, retrying in %g s...)", w, why,
+			       (double)json_integer_value(retry) / 1000.0);
+		else
+			log_at(lg, BATON_LOG_WARN, id,
+			       "[%s] FAILED — %s (lock released, giving up after %lld attempts)", w,
+			       why, (long long)attempt);
+	} else if (strcmp(ev->type, "step_interrupted") == 0) {
+		log_at(lg, BATON_LOG_WARN, id,
+		       "[%s] attempt %lld was cut off by a restart; it runs again", w,
+		       (long long)attempt);
+	} else if (strcmp(ev->type, "workflow_completed") == 0) {
+		log_at(lg, BATON_LOG_INFO, id, "workflow completed in %lld ms",
+		       (long long)(ev->wf->finished_at - ev->wf->started_at));
+	} else if (strcmp(ev->type, "workflow_failed") == 0) {
+		log_at(lg, BATON_LOG_WARN, id, "workflow failed: %s", ev->wf->error);
+	} else if (strcmp(ev->type, "workflow_cancelled") == 0) {
+		log_at(lg, BATON_LOG_INFO, id, "workflow cancelled");
+	}
+}
+
+typedef struct step_job {
+	baton_engine *e;
+	wf_row *wf;
+	int idx, attempt;
+	int64_t token;
+} step_job;
+
+static int sleep_on_pool(void *ctx, int64_t ms)
+{
+	return sched_sleep(ctx, ms);
+}
+
+static int pool_aborted(void *ctx)
+{
+	return sched_aborted(ctx);
+}
+
+/* Runs on a step thread: the fields it reads never change while the step is in flight. */
+static void run_step_job(void *arg, sched *pool)
+{
+	step_job *j = arg;
+	const wf_row *wf = j->wf;
+	const step_row *st = &wf->steps[j->idx];
+	step_input in = {
+	    .workflow_id = wf->id,
+	    .resource = wf->resource,
+	    .worker = st->worker,
+	    .index = j->idx,
+	    .attempt = j->attempt,
+	    .fencing_token = j->token,
+	    .params = st->params,
+	    .sleep_ms = sleep_on_pool,
+	    .aborted = pool_aborted,
+	    .sleep_ctx = pool,
+	};
+	msg *m = xcalloc(1, sizeof *m);
+	m->type = MSG_OUTCOME;
+	m->wf = j->wf;
+	m->idx = j->idx;
+	m->attempt = j->attempt;
+	j->e->def->run_step(&in, &m->out);
+	eng_post(j->e, m);
+	free(j);
+}
+
+static res_metrics *res_metrics_of(baton_engine *e, const char *name)
+{
+	res_metrics *m = strmap_get(e->res_metrics, name);
+	if (!m) {
+		m = xcalloc(1, sizeof *m);
+		m->name = xstrdup(name);
+		strmap_put(e->res_metrics, m->name, m);
+	}
+	return m;
+}
+
+static double ms_field(const json_t *data, const char *key)
+{
+	return (double)json_integer_value(json_object_get(data, key)) / 1000.0;
+}
+
+/* Counts a committed round into the metrics; other threads read them under the lock. */
+static void account(baton_engine *e, double commit_seconds)
+{
+	uint64_t outcomes = 0;
+	pthread_mutex_lock(&e->metrics_mu);
+	for (size_t i = 0; i < e->events.n; i++) {
+		const pending_event *ev = &e->events.v[i];
+		if (strcmp(ev->type, "step_completed") == 0) {
+			e->steps_completed++;
+			outcomes++;
+		} else if (strcmp(ev->type, "step_failed") == 0) {
+			if (json_is_integer(json_object_get(ev->data, "retry_in_ms")))
+				e->steps_retried++;
+			else
+				e->steps_failed++;
+			outcomes++;
+		} else if (strcmp(ev->type, "lock_acquired") == 0) {
+			hist_observe(&res_metrics_of(e, ev->wf->resource)->wait, hist_seconds,
+				     ms_field(ev->data, "waited_ms"));
+		} else if (strcmp(ev->type, "lock_released") == 0) {
+			hist_observe(&res_metrics_of(e, ev->wf->resource)->hold, hist_seconds,
+				     ms_field(ev->data, "hold_ms"));
+		}
+	}
+	for (size_t i = 0; i < e->dirty_locks.n; i++) {
+		res_lock *l = e->dirty_locks.v[i];
+		res_metrics *m = res_metrics_of(e, l->row.name);
+		m->queue_depth = l->queue_len;
+		m->holders = l->holder != NULL;
+	}
+	e->commits++;
+	e->checkpoints += outcomes;
+	hist_observe(&e->commit_seconds, hist_seconds, commit_seconds);
+	hist_observe(&e->checkpoints_per_commit, hist_counts, (double)outcomes);
+	pthread_mutex_unlock(&e->metrics_mu);
+}
+
+/* Tells the server which workflows and resources have new events. */
+static void notify(baton_engine *e)
+{
+	if (!e->on_commit || !e->events.n)
+		return;
+	e->changes.n = 0;
+	for (size_t i = 0; i < e->events.n; i++) {
+		wf_row *wf = e->events.v[i].wf;
+		if (wf->noted)
+			continue;
+		wf->noted = 1;
+		baton_change c = {wf->id, wf->resource};
+		VEC_PUSH(e->changes, c);
+	}
+	for (size_t i = 0; i < e->events.n; i++)
+		e->events.v[i].wf->noted = 0;
+	e->on_commit(e->on_commit_ud, e->changes.v, e->changes.n);
+}
+
+/* After a durable commit: answer callers, start granted steps, log, free finished rows. */
+static void effects(baton_engine *e, double commit_seconds)
+{
+	account(e, commit_seconds);
+	notify(e);
+	for (size_t i = 0; i < e->events.n; i++) {
+		log_event(e, &e->events.v[i]);
+		json_decref(e->events.v[i].data);
+	}
+	e->events.n = 0;
+	for (size_t i = 0; i < e->replies.n; i++)
+		eng_waiter_done(e->replies.v[i].w, e->replies.v[i].rc, e->replies.v[i].created,
+				NULL);
+	e->replies.n = 0;
+	for (size_t i = 0; i < e->dispatches.n; i++) {
+		dispatch *d = &e->dispatches.v[i];
+		step_job *j = xcalloc(1, sizeof *j);
+		*j = (step_job){e, d->wf, d->idx, d->attempt, d->token};
+		sched_submit(e->pool, run_step_job, j);
+	}
+	e->dispatches.n = 0;
+	for (size_t i = 0; i < e->dirty_wfs.n; i++) {
+		wf_clear_dirty(e->dirty_wfs.v[i]);
+		e->dirty_wfs.v[i]->in_batch = 0;
+	}
+	e->dirty_wfs.n = 0;
+	for (size_t i = 0; i < e->dirty_locks.n; i++) {
+		e->dirty_locks.v[i]->dirty = 0;
+		e->dirty_locks.v[i]->in_batch = 0;
+	}
+	e->dirty_locks.n = 0;
+	for (size_t i = 0; i < e->finished.n; i++) {
+		strmap_del(e->wfs, e->finished.v[i]->id);
+		wf_row_free(e->finished.v[i]);
+	}
+	e->finished.n = 0;
+}
+
+/*
+ * Takes back a submission whose commit failed: its caller is told 503, so the workflow
+ * must not run later either. Nothing of it has left the engine yet (its grant, if any,
+ * was not dispatched), so it is removed from the queue, the batch and memory.
+ */
+static void drop_unacknowledged(baton_engine *e, const char *id)
+{
+	wf_row *wf = strmap_get(e->wfs, id);
+	if (!wf || !wf->is_new)
+		return;
+	res_lock *l = eng_lock_of(e, wf->resource);
+	if (l->holder == wf)
+		l->holder = NULL; /* the next round grants the next waiter */
+	else
+		lock_remove(l, wf);
+	eng_touch_lock(e, l);
+	size_t k = 0;
+	for (size_t i = 0; i < e->dispatches.n; i++)
+		if (e->dispatches.v[i].wf != wf)
+			e->dispatches.v[k++] = e->dispatches.v[i];
+	e->dispatches.n = k;
+	k = 0;
+	for (size_t i = 0; i < e->events.n; i++) {
+		if (e->events.v[i].wf == wf)
+			json_decref(e->events.v[i].data);
+		else
+			e->events.v[k++] = e->events.v[i];
+	}
+	e->events.n = k;
+	k = 0;
+	for (size_t i = 0; i < e->dirty_wfs.n; i++)
+		if (e->dirty_wfs.v[i] != wf)
+			e->dirty_wfs.v[k++] = e->dirty_wfs.v[i];
+	e->dirty_wfs.n = k;
+	strmap_del(e->wfs, wf->id);
+	wf_row_free(wf);
+}
+
+static void set_faulty(baton_engine *e, int faulty)
+{
+	pthread_mutex_lock(&e->mu);
+	e->faulty = faulty;
+	pthread_mutex_unlock(&e->mu);
+}
+
+/* Commits the round; on failure keeps everything pending and schedules a retry. */
+void eng_flush(baton_engine *e)
+{
+	if (!e->dirty_wfs.n && !e->dirty_locks.n && !e->events.n && !e->replies.n)
+		return;
+	baton_error err = {0};
+	struct timespec t0, t1;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	int rc = write_batch(e, &err);
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	if (rc == BATON_OK) {
+		if (e->faulty) {
+			log_at(&e->log, BATON_LOG_WARN, NULL, "storage recovered; resuming");
+			set_faulty(e, 0);
+		}
+		e->fault_backoff_ms = 0;
+		effects(e,
+			(double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9);
+		return;
+	}
+	if (!e->faulty)
+		log_at(&e->log, BATON_LOG_ERROR, NULL, "commit failed (%s): %s; retrying",
+		       baton_code_name(rc), err.msg);
+	set_faulty(e, 1);
+	/* Callers waiting on this round learn at once. New submissions are taken back; other
+	 * changes (a cancel, step outcomes) stay in memory and commit when storage recovers. */
+	for (size_t i = 0; i < e->replies.n; i++) {
+		reply *r = &e->replies.v[i];
+		if (r->created)
+			drop_unacknowledged(e, r->w->id);
+		eng_waiter_done(r->w, BATON_EBUSY, 0, "storage is failing; try again later");
+	}
+	e->replies.n = 0;
+	e->fault_backoff_ms = e->fault_backoff_ms ? e->fault_backoff_ms * 2 : 50;
+	if (e->fault_backoff_ms > 2000)
+		e->fault_backoff_ms = 2000;
+	e->retry_commit_at = mono_ms() + e->fault_backoff_ms;
+}

@@ -1,0 +1,145 @@
+/*
+ * engine.h - the engine's private state, shared by engine.c (inbox, transitions, the
+ * loop and the public API), commit.c (group commit and its effects) and recover.c.
+ * Everything here belongs to the engine thread unless a comment names a lock.
+ */
+#ifndef BATON_ENGINE_H
+#define BATON_ENGINE_H
+
+#include "internal.h"
+
+enum msg_type { MSG_SUBMIT, MSG_CANCEL, MSG_OUTCOME };
+
+/* Submissions waiting for the engine at most; more are refused with BATON_EBUSY. */
+#define MAX_PENDING_SUBMITS 4096
+
+/* A caller blocked until the engine has committed its request. */
+typedef struct waiter {
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	int done;
+	int rc;
+	int created;
+	char id[MAX_NAME + 1];
+	char msg[512];
+} waiter;
+
+typedef struct msg {
+	int type;
+	wf_row *wf;	  /* SUBMIT: the new row (owned); OUTCOME: the running workflow */
+	char *id;	  /* CANCEL */
+	waiter *w;	  /* SUBMIT, CANCEL */
+	int idx, attempt; /* OUTCOME */
+	step_output out;  /* OUTCOME */
+	struct msg *next;
+} msg;
+
+typedef struct pending_event {
+	int64_t seq, ts;
+	wf_row *wf;
+	const char *type; /* static string from machine.c */
+	json_t *data;
+} pending_event;
+
+typedef struct timer {
+	int64_t at;
+	char *id;
+} timer;
+
+/* A growable array of any element type. */
+#define VEC(T)                                                                                     \
+	struct {                                                                                   \
+		T *v;                                                                              \
+		size_t n, cap;                                                                     \
+	}
+#define VEC_PUSH(vec, x)                                                                           \
+	do {                                                                                       \
+		if ((vec).n == (vec).cap) {                                                        \
+			(vec).cap = (vec).cap ? (vec).cap * 2 : 16;                                \
+			(vec).v = realloc((vec).v, (vec).cap * sizeof *(vec).v);                   \
+			if (!(vec).v)                                                              \
+				abort();                                                           \
+		}                                                                                  \
+		(vec).v[(vec).n++] = (x);                                                          \
+	} while (0)
+
+typedef struct dispatch {
+	wf_row *wf;
+	int idx, attempt;
+	int64_t token;
+} dispatch;
+
+typedef struct reply {
+	waiter *w;
+	int rc;
+	int created;
+} reply;
+
+/* Metrics of one resource, read by other threads under metrics_mu. */
+typedef struct res_metrics {
+	char *name;
+	int64_t queue_depth, holders;
+	histogram wait, hold;
+} res_metrics;
+
+struct baton_engine {
+	logger log;
+	baton_commit_fn on_commit;
+	void *on_commit_ud;
+	VEC(baton_change) changes;
+
+	pthread_mutex_t metrics_mu; /* guards the metrics below */
+	uint64_t steps_completed, steps_failed, steps_retried, commits, checkpoints;
+	histogram commit_seconds, checkpoints_per_commit;
+	strmap *res_metrics; /* name -> res_metrics */
+
+	store *st;
+	sched *pool;
+	const workflow_def *def;
+	const char *const *allow_call;
+	pthread_t thread;
+	int thread_started;
+
+	pthread_mutex_t mu; /* guards the inbox and the flags below */
+	pthread_cond_t cv;
+	msg *inbox, *inbox_tail;
+	int stop;	     /* the engine thread must finish its work and exit */
+	int pending_submits; /* posted and not yet applied: bounds the inbox under overload */
+	int draining;	     /* no new grants: shutting down */
+
+	/* Engine thread only. */
+	int faulty;	 /* commits are failing */
+	int no_new_work; /* copy of draining, taken with each round */
+	strmap *wfs;	 /* id -> wf_row, unfinished workflows */
+	strmap *locks;	 /* resource name -> res_lock */
+	int64_t wf_seq, event_seq, lock_seq;
+	VEC(wf_row *) dirty_wfs;
+	VEC(res_lock *) dirty_locks;
+	VEC(pending_event) events;
+	VEC(dispatch) dispatches;
+	VEC(reply) replies;
+	VEC(wf_row *) finished;
+	VEC(timer) timers; /* binary min-heap on .at */
+	int64_t fault_backoff_ms, retry_commit_at;
+};
+
+/* engine.c */
+void eng_waiter_done(waiter *w, int rc, int created, const char *msg_text);
+void eng_timer_push(baton_engine *e, int64_t at, const char *id);
+void eng_on_event(void *ctx, const wf_row *wf, const char *type, json_t *data);
+void eng_touch_wf(baton_engine *e, wf_row *wf);
+void eng_touch_lock(baton_engine *e, res_lock *l);
+res_lock *eng_lock_of(baton_engine *e, const char *name);
+void eng_request(baton_engine *e, wf_row *wf, int idx, int64_t now);
+void eng_follow(baton_engine *e, wf_row *wf, transition t, int64_t now);
+void eng_grant(baton_engine *e, int64_t now);
+void eng_post(baton_engine *e, msg *m);
+
+/* commit.c: commits the round; on success performs its effects, on failure keeps
+ * everything pending and schedules a retry. */
+void eng_flush(baton_engine *e);
+
+/* recover.c: loads every unfinished workflow and queues it again. */
+int eng_recover(baton_engine *e, baton_error *err);
+
+#endif

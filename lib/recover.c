@@ -1,0 +1,94 @@
+/*
+ * recover.c - start-up: every unfinished workflow is loaded and resumes. Steps that were
+ * running when the process stopped run again as a new attempt and get their resource
+ * back before any later request; steps waiting for a resource queue again in their
+ * original order; retry waits keep their persisted time.
+ */
+#include "engine.h"
+
+#include <stdlib.h>
+
+typedef struct recovery {
+	baton_engine *e;
+	VEC(wf_row *) interrupted; /* held the resource when the process stopped */
+	VEC(wf_row *) waiting;	   /* were queued for it */
+} recovery;
+
+static void recover_resource(void *ctx, resource_row *r)
+{
+	baton_engine *e = ctx;
+	res_lock *l = lock_new(r->name);
+	resource_row_fini(&l->row);
+	l->row = *r;
+	strmap_put(e->locks, l->row.name, l);
+}
+
+static void recover_workflow(void *ctx, wf_row *wf)
+{
+	recovery *rc = ctx;
+	baton_engine *e = rc->e;
+	event_sink ev = {eng_on_event, e};
+	wf->dirty_lo = wf->steps_total;
+	wf->cur = 0;
+	while (wf->cur < wf->steps_total && (wf->steps[wf->cur].status == ST_COMPLETED ||
+					     wf->steps[wf->cur].status == ST_FAILED))
+		wf->cur++;
+	if (wf->cur == wf->steps_total) { /* cannot happen: the last step commits the end */
+		log_at(&e->log, BATON_LOG_ERROR, wf->id, "unfinished workflow has no step left");
+		wf_row_free(wf);
+		return;
+	}
+	strmap_put(e->wfs, wf->id, wf);
+	step_row *st = &wf->steps[wf->cur];
+	if (st->status == ST_RUNNING) {
+		machine_interrupted(wf, &ev);
+		VEC_PUSH(rc->interrupted, wf);
+	} else if (st->status == ST_WAITING) {
+		VEC_PUSH(rc->waiting, wf);
+	} else if (st->status == ST_RETRYING) {
+		eng_timer_push(e, st->next_attempt_at, wf->id);
+	} else {
+		eng_request(e, wf, wf->cur, now_ms());
+	}
+	eng_touch_wf(e, wf);
+}
+
+static int by_lock_seq(const void *a, const void *b)
+{
+	const wf_row *x = *(wf_row *const *)a, *y = *(wf_row *const *)b;
+	int64_t xs = x->steps[x->cur].lock_seq, ys = y->steps[y->cur].lock_seq;
+	return (xs > ys) - (xs < ys);
+}
+
+static void requeue(baton_engine *e, wf_row **v, size_t n)
+{
+	if (n > 1)
+		qsort(v, n, sizeof *v, by_lock_seq);
+	for (size_t i = 0; i < n; i++) {
+		res_lock *l = eng_lock_of(e, v[i]->resource);
+		lock_enqueue(l, v[i]);
+		eng_touch_lock(e, l);
+	}
+	free(v);
+}
+
+int eng_recover(baton_engine *e, baton_error *err)
+{
+	store_counters c;
+	recovery r = {.e = e};
+	int rc;
+	if ((rc = store_counters_load(e->st, &c, err)) ||
+	    (rc = store_load_resources(e->st, recover_resource, e, err)))
+		return rc;
+	e->wf_seq = c.wf_seq;
+	e->event_seq = c.event_seq;
+	e->lock_seq = c.lock_seq;
+	rc = store_load_unfinished(e->st, recover_workflow, &r, err);
+	/* A step that held its resource gets it back before every later request. */
+	requeue(e, r.interrupted.v, r.interrupted.n);
+	requeue(e, r.waiting.v, r.waiting.n);
+	if (rc == BATON_OK && strmap_len(e->wfs))
+		log_at(&e->log, BATON_LOG_INFO, NULL, "resuming %zu unfinished workflow%s",
+		       strmap_len(e->wfs), strmap_len(e->wfs) == 1 ? "" : "s");
+	return rc;
+}
