@@ -1,0 +1,218 @@
+/*
+ * harness.h - runs the real batond for the HTTP tests and talks to it over HTTP.
+ *
+ * Each test gets its own batond process and temporary directory (mkdtemp), as
+ * libmicrohttpd's src/testcurl and redis's start_server do: the server binds
+ * 127.0.0.1:0 and says in its log which port it bound; the harness polls the log
+ * for that line with a deadline. Durability is proven by killing the process with
+ * SIGKILL and starting it again on the same database file (beanstalkd's testserv.c).
+ *
+ * Three kinds of functions live here:
+ *  - lifecycle (hs_open .. hs_close) returns error codes and prints what went wrong,
+ *    so it can run in cmocka setup and teardown;
+ *  - requests (hs_send, hs_get, hs_post ...) use one libcurl easy handle per call and
+ *    may be called from any thread once hs_open has run;
+ *  - checks and waits (hs_get_json, hs_wait_*, hs_assert_* ...) fail the running
+ *    cmocka test when their expectation is not met, so they must only be called from
+ *    the test's own thread. Every wait is bounded by a deadline; none sleeps a fixed
+ *    time to let something happen.
+ *
+ * Environment: BATOND (absolute path of the server binary, required),
+ * BATON_TEST_KEEP (set: keep the temporary directories for inspection),
+ * BATON_TEST_FILTER / BATON_TEST_SKIP (cmocka patterns such as "test_cancel*": run only
+ * the matching tests / skip them; see hs_filters_from_env).
+ */
+#ifndef BATON_TEST_HARNESS_H
+#define BATON_TEST_HARNESS_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* Deadlines, generous on purpose: 2 cores, sanitizer builds, a loaded CI machine. */
+#define HS_START_TIMEOUT_MS 20000
+#define HS_STOP_TIMEOUT_MS 15000
+#define HS_REQUEST_TIMEOUT_MS 15000
+#define HS_POLL_MS 10
+
+/* Returned by the time helpers for a JSON null. */
+#define HS_NO_TIME INT64_MIN
+
+typedef struct hs_server hs_server;
+
+/* Applies BATON_TEST_FILTER and BATON_TEST_SKIP to the cmocka run; call first in main. */
+void hs_filters_from_env(void);
+
+/* ---- lifecycle ------------------------------------------------------------------ */
+
+/*
+ * Creates a fresh temporary directory and starts $BATOND in it with
+ * `--listen 127.0.0.1:0 --db DIR/baton.db` followed by `extra_args` (NULL-terminated,
+ * may be NULL; copied). Returns NULL, after printing why, when the server could not be
+ * started or did not report its port within HS_START_TIMEOUT_MS.
+ */
+hs_server *hs_open(const char *const *extra_args);
+
+/* Starts the server again on the same database (after hs_stop or hs_kill). 0 or -1. */
+int hs_start(hs_server *s);
+
+/*
+ * Sends SIGTERM and waits for the process to exit. Returns its exit status (0..255),
+ * 128 + signal when a signal ended it, or -1 when it did not exit within
+ * HS_STOP_TIMEOUT_MS (it is then killed with SIGKILL).
+ */
+int hs_stop(hs_server *s);
+
+/* Kills the server with SIGKILL and reaps it. */
+void hs_kill(hs_server *s);
+
+/*
+ * Stops the server if it runs (SIGTERM), checks that it exited with status 0 and that
+ * no log holds a sanitizer report or more or less than one "listening on" line, removes
+ * the temporary directory and frees `s`. Returns 0, or -1 when one of those checks
+ * failed: it then prints the log tail and keeps the directory for inspection.
+ * Accepts NULL.
+ */
+int hs_close(hs_server *s);
+
+int hs_port(const hs_server *s);
+/* Whether the server process was started and has not been stopped or killed by us. */
+bool hs_running(const hs_server *s);
+/* Whether the process still lives (reaps it, and returns false, when it died). */
+bool hs_alive(hs_server *s);
+const char *hs_db_path(const hs_server *s);
+
+/* The concatenated logs of every start of the server; the caller frees it. */
+char *hs_log_text(const hs_server *s);
+
+/* Prints the last `max_bytes` of the current log to stderr (for failure messages). */
+void hs_dump_log(const hs_server *s, size_t max_bytes);
+
+/* ---- requests ------------------------------------------------------------------- */
+
+typedef struct hs_request {
+	const char *method;       /* "GET", "POST", "PUT", "DELETE", ... */
+	const char *path;         /* "/workflows?limit=2", sent as given */
+	const char *content_type; /* NULL: the request carries no Content-Type header */
+	const char *body;         /* NULL: no body */
+	size_t body_len;
+	bool chunked;             /* send the body with Transfer-Encoding: chunked */
+} hs_request;
+
+typedef struct hs_response {
+	long status; /* 0 when no response arrived (see error) */
+	char *content_type, *location, *allow; /* header values, NULL when absent */
+	char *body;  /* NUL-terminated; NULL when empty */
+	size_t body_len;
+	json_t *json; /* the parsed body, NULL when empty or not JSON */
+	char error[256];
+} hs_response;
+
+/*
+ * Sends one request to the server and fills `r` (which the caller then releases with
+ * hs_response_fini). Returns 0 when a response arrived, -1 otherwise (r->error says
+ * why). Thread-safe.
+ */
+int hs_send(const hs_server *s, const hs_request *req, hs_response *r);
+int hs_get(const hs_server *s, const char *path, hs_response *r);
+/* POST with Content-Type application/json; `body` is a NUL-terminated string or NULL. */
+int hs_post(const hs_server *s, const char *path, const char *body, hs_response *r);
+void hs_response_fini(hs_response *r);
+
+/* `text` percent-encoded for a query string; the caller frees it. */
+char *hs_url_escape(const char *text);
+
+/* ---- checks (cmocka, test thread only) ------------------------------------------ */
+
+/* GET `path`, asserts `status` and a JSON body; returns the body (new reference). */
+json_t *hs_get_json(const hs_server *s, const char *path, long status);
+
+/* GET /workflows/{id}, asserted 200. New reference. */
+json_t *hs_get_workflow(const hs_server *s, const char *id);
+
+/*
+ * GET /workflows/{id}/events, asserted 200 with the documented envelope, every event
+ * with seq, ts, type and workflow_id, seq strictly increasing. Returns the events array
+ * (new reference).
+ */
+json_t *hs_get_events(const hs_server *s, const char *id);
+
+/*
+ * POSTs `body` (stolen) to /workflows, asserts 201, a Location of /workflows/{id} and a
+ * JSON workflow. Returns it (new reference).
+ */
+json_t *hs_create_workflow(const hs_server *s, json_t *body);
+
+/* The asserted-present string member `key` of `obj` (borrowed). */
+const char *hs_str(const json_t *obj, const char *key);
+/* The asserted-present integer member `key` of `obj`. */
+json_int_t hs_int(const json_t *obj, const char *key);
+
+/*
+ * Parses an RFC 3339 UTC time with milliseconds ("2026-11-30T05:40:00.123Z") into
+ * milliseconds since the epoch. Returns 0, or -1 when `text` has another form.
+ */
+int hs_parse_time(const char *text, int64_t *ms);
+
+/* Member `key` of `obj` as a time in ms; asserts it is present and well formed. */
+int64_t hs_time(const json_t *obj, const char *key);
+/* The same, but a JSON null gives HS_NO_TIME. */
+int64_t hs_time_or_null(const json_t *obj, const char *key);
+
+/*
+ * Asserts that `wf` has every member GET /workflows/{id} documents, each with its type
+ * (times well formed), steps indexed 0..n-1, steps_total and steps_completed consistent.
+ */
+void hs_assert_workflow_shape(const json_t *wf);
+
+/* Asserts an application/problem+json answer with `status` and problem type `slug`. */
+void hs_assert_problem(const hs_response *r, long status, const char *slug, const char *what);
+
+/* Asserts that Allow lists exactly the comma-separated methods of `methods`. */
+void hs_assert_allow(const hs_response *r, const char *methods);
+
+/* ---- waits ---------------------------------------------------------------------- */
+
+int64_t hs_now_ms(void);
+
+typedef bool (*hs_pred)(void *arg);
+
+/* Polls `pred` every HS_POLL_MS until it is true (returns true) or timeout (false). */
+bool hs_wait_until(hs_pred pred, void *arg, int timeout_ms);
+
+/*
+ * Polls GET /workflows/{id} until its status is `status` and returns that state (new
+ * reference). Fails the test on timeout, or at once when the workflow reaches another
+ * final status.
+ */
+json_t *hs_wait_workflow(const hs_server *s, const char *id, const char *status, int timeout_ms);
+
+/* The same for steps[step].status; returns the whole workflow. */
+json_t *hs_wait_step(const hs_server *s, const char *id, size_t step, const char *status,
+		     int timeout_ms);
+
+/* ---- the database file, read-only ----------------------------------------------- */
+
+/*
+ * Runs a one-integer query (such as "SELECT count(*) FROM workflows") on a read-only
+ * connection to the server's database. Returns the value, or -1 after printing the
+ * SQLite error.
+ */
+long long hs_db_count(const hs_server *s, const char *sql);
+
+/* ---- baton specifics ------------------------------------------------------------ */
+
+/* The default work_ms of a worker: 100 + FNV-1a 32-bit hash of the name % 100. */
+int hs_default_work_ms(const char *worker);
+
+/*
+ * The first event of `events` with `type` whose "step" is `step` (any when -1) and whose
+ * "attempt" is `attempt` (any when -1); borrowed, NULL when there is none.
+ */
+json_t *hs_event_find(const json_t *events, const char *type, int step, int attempt);
+
+/* How many events of `events` match, with the same filters as hs_event_find. */
+size_t hs_event_count(const json_t *events, const char *type, int step, int attempt);
+
+#endif
