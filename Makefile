@@ -88,7 +88,7 @@ run: $(BATOND)
 
 test: all $(UNIT_BIN) $(HTTP_BIN)
 	@BATOND=$(abspath $(BATOND)) BATON_CLIENT=$(abspath $(CLIENT)) \
-	  sh scripts/run-tests.sh $(UNIT_BIN) $(HTTP_BIN)
+	  sh scripts/run-tests.sh $(UNIT_BIN) $(HTTP_BIN) scripts/check-openapi.py
 check: test
 
 demo:

@@ -143,8 +143,12 @@ typedef struct baton_list_query {
 /* Workflows, newest first: {"workflows": [...], "next_cursor"}; *out is a new reference. */
 int baton_engine_list(baton_engine *e, const baton_list_query *q, json_t **out, baton_error *err);
 
-/* Events of workflow `id` with seq > after: {"workflow_id", "events": [...]}. New reference. */
-int baton_engine_events(baton_engine *e, const char *id, int64_t after, json_t **out,
+/*
+ * Events of workflow `id` with seq > after, at most `limit` of them (0: all):
+ * {"workflow_id", "status", "events": [...]}, the status read before the events. New
+ * reference.
+ */
+int baton_engine_events(baton_engine *e, const char *id, int64_t after, int limit, json_t **out,
 			baton_error *err);
 
 /*
@@ -155,10 +159,11 @@ int baton_engine_cancel(baton_engine *e, const char *id, json_t **out, baton_err
 
 /*
  * Events about resource `name` (lock_requested, lock_acquired, lock_released,
- * workflow_cancelled) with seq > after: {"resource", "events": [...]}. New reference.
+ * workflow_cancelled) with seq > after, at most `limit` (0: all): {"resource", "events"}.
+ * New reference.
  */
-int baton_engine_resource_events(baton_engine *e, const char *name, int64_t after, json_t **out,
-				 baton_error *err);
+int baton_engine_resource_events(baton_engine *e, const char *name, int64_t after, int limit,
+				 json_t **out, baton_error *err);
 
 /*
  * A snapshot of the engine's counters and histograms since open, as JSON (new

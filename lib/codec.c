@@ -85,7 +85,8 @@ static int only_fields(const json_t *obj, const char *const *allowed, const char
 		for (const char *const *a = allowed; *a; a++)
 			ok |= strcmp(key, *a) == 0;
 		if (!ok)
-			return err_set(err, BATON_EINVAL, "%sunknown field \"%.64s\"", where, key);
+			return err_set(err, BATON_EINVAL, "%s%sunknown field \"%.64s\"", where,
+				       *where ? ": " : "", key);
 	}
 	return BATON_OK;
 }
@@ -118,7 +119,7 @@ static int parse_retry(const json_t *r, retry_policy *p, baton_error *err)
 		return err_set(err, BATON_EINVAL, "retry: must be an object");
 	int64_t max_attempts = p->max_attempts;
 	int rc;
-	if ((rc = only_fields(r, fields, "retry: ", err)) ||
+	if ((rc = only_fields(r, fields, "retry", err)) ||
 	    (rc = int_field(r, "max_attempts", 1, MAX_ATTEMPTS, &max_attempts, "retry.", err)) ||
 	    (rc = int_field(r, "initial_delay_ms", 0, MAX_DELAY_MS, &p->initial_delay_ms, "retry.",
 			    err)) ||
@@ -289,7 +290,7 @@ static int check_call_fields(const json_t *c, const char *where, baton_error *er
 	snprintf(at, sizeof at, "%s.", where);
 	int64_t t = DEFAULT_CALL_TIMEOUT_MS;
 	int rc;
-	if ((rc = only_fields(c, fields, at, err)) ||
+	if ((rc = only_fields(c, fields, where, err)) ||
 	    (rc = int_field(c, "timeout_ms", 1, MAX_CALL_TIMEOUT_MS, &t, at, err)))
 		return rc;
 	if (json_object_get(c, "method") &&
@@ -379,10 +380,8 @@ static int parse_worker(const json_t *w, size_t i, const parse_ctx *ctx, json_t 
 	json_t *p = codec_params_defaults(json_string_value(name));
 	if (!p)
 		return err_set(err, BATON_EINTERNAL, "out of memory");
-	char at0[64];
-	snprintf(at0, sizeof at0, "%s.", where);
 	int rc0;
-	if (json_is_object(w) && (rc0 = only_fields(w, fields, at0, err))) {
+	if (json_is_object(w) && (rc0 = only_fields(w, fields, where, err))) {
 		json_decref(p);
 		return rc0;
 	}

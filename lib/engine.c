@@ -577,12 +577,12 @@ int baton_engine_list(baton_engine *e, const baton_list_query *q, json_t **out, 
 	return store_list_workflows(e->st, q, out, err);
 }
 
-int baton_engine_events(baton_engine *e, const char *id, int64_t after, json_t **out,
+int baton_engine_events(baton_engine *e, const char *id, int64_t after, int limit, json_t **out,
 			baton_error *err)
 {
 	if (!valid_name(id))
 		return err_set(err, BATON_ENOTFOUND, "no workflow with id \"%.128s\"", id);
-	return store_list_events(e->st, id, after, out, err);
+	return store_list_events(e->st, id, after, limit, out, err);
 }
 
 int baton_engine_resources(baton_engine *e, json_t **out, baton_error *err)
@@ -607,12 +607,12 @@ static void add_res_metrics(void *ctx, void *value)
 				      "hold_seconds", hist_json(&r->hold, hist_seconds)));
 }
 
-int baton_engine_resource_events(baton_engine *e, const char *name, int64_t after, json_t **out,
-				 baton_error *err)
+int baton_engine_resource_events(baton_engine *e, const char *name, int64_t after, int limit,
+				 json_t **out, baton_error *err)
 {
 	if (!valid_name(name))
 		return err_set(err, BATON_ENOTFOUND, "no resource named \"%.128s\"", name);
-	return store_resource_events(e->st, name, after, out, err);
+	return store_resource_events(e->st, name, after, limit, out, err);
 }
 
 int baton_engine_ready(baton_engine *e)

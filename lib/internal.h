@@ -315,10 +315,11 @@ int store_load_unfinished(store *s, void (*fn)(void *ctx, wf_row *wf), void *ctx
 /* Any thread: read-only queries on a pooled connection. */
 int store_get_workflow(store *s, const char *id, json_t **out, baton_error *err);
 int store_list_workflows(store *s, const baton_list_query *q, json_t **out, baton_error *err);
-int store_list_events(store *s, const char *id, int64_t after, json_t **out, baton_error *err);
+int store_list_events(store *s, const char *id, int64_t after, int limit, json_t **out,
+		      baton_error *err);
 int store_list_resources(store *s, json_t **out, baton_error *err);
 int store_get_resource(store *s, const char *name, json_t **out, baton_error *err);
-int store_resource_events(store *s, const char *name, int64_t after, json_t **out,
+int store_resource_events(store *s, const char *name, int64_t after, int limit, json_t **out,
 			  baton_error *err);
 int store_workflow_counts(store *s, json_t **out, baton_error *err);
 

@@ -112,7 +112,7 @@ static const char *const reader_sql[R_NSTMT] = {
     [R_QUEUE_POS] = "SELECT count(*) FROM steps WHERE resource=? AND status='waiting'"
 		    " AND lock_seq<=?",
     [R_EVENTS] = "SELECT seq, ts, type, data FROM events WHERE workflow_seq=? AND seq>?"
-		 " ORDER BY seq LIMIT 10000",
+		 " ORDER BY seq LIMIT ?3",
     [R_RESOURCES] = "SELECT name FROM resources ORDER BY name",
     [R_RESOURCE] = "SELECT last_token, grants, total_hold_ms, max_hold_ms, total_wait_ms,"
 		   " max_wait_ms FROM resources WHERE name=?",
@@ -126,7 +126,7 @@ static const char *const reader_sql[R_NSTMT] = {
     [R_RES_EVENTS] = "SELECT e.seq, e.ts, e.type, e.data, w.id FROM events e"
 		     " JOIN workflows w ON w.seq=e.workflow_seq WHERE e.resource=?1"
 		     " AND e.seq>?2 AND e.type IN ('lock_requested', 'lock_acquired',"
-		     " 'lock_released', 'workflow_cancelled') ORDER BY e.seq LIMIT 10000",
+		     " 'lock_released', 'workflow_cancelled') ORDER BY e.seq LIMIT ?3",
     [R_WF_COUNTS] = "SELECT status, count(*) FROM workflows GROUP BY status",
 };
 
@@ -792,19 +792,23 @@ static json_t *event_json(sqlite3_stmt *st, const char *wf_id)
 	return e;
 }
 
-int store_list_events(store *s, const char *id, int64_t after, json_t **out, baton_error *err)
+int store_list_events(store *s, const char *id, int64_t after, int limit, json_t **out,
+		      baton_error *err)
 {
 	reader *r = reader_get(s);
 	sqlite3_stmt *q = rstmt(r, R_WF_BY_ID), *ev = rstmt(r, R_EVENTS);
 	int rc =
 	    (!q || !ev) ? fail(r->db, sqlite3_errcode(r->db), err, "preparing a query") : BATON_OK;
 	int64_t seq = 0;
+	char status[16] = "";
 	if (rc == BATON_OK) {
 		bind_text(q, 1, id);
 		int s1 = sqlite3_step(q);
-		if (s1 == SQLITE_ROW)
+		if (s1 == SQLITE_ROW) {
 			seq = sqlite3_column_int64(q, 0);
-		else if (s1 == SQLITE_DONE)
+			snprintf(status, sizeof status, "%s",
+				 (const char *)sqlite3_column_text(q, 4));
+		} else if (s1 == SQLITE_DONE)
 			rc = err_set(err, BATON_ENOTFOUND, "no workflow with id \"%s\"", id);
 		else
 			rc = fail(r->db, s1, err, "reading a workflow");
@@ -814,6 +818,7 @@ int store_list_events(store *s, const char *id, int64_t after, json_t **out, bat
 	if (rc == BATON_OK) {
 		sqlite3_bind_int64(ev, 1, seq);
 		sqlite3_bind_int64(ev, 2, after);
+		sqlite3_bind_int(ev, 3, limit > 0 ? limit : -1);
 		int s2;
 		while ((s2 = sqlite3_step(ev)) == SQLITE_ROW)
 			json_array_append_new(list, event_json(ev, id));
@@ -826,7 +831,9 @@ int store_list_events(store *s, const char *id, int64_t after, json_t **out, bat
 		json_decref(list);
 		return rc;
 	}
-	*out = json_pack("{s:s, s:o}", "workflow_id", id, "events", list);
+	/* The status is read with the events: a stream that sees a final status and no
+	 * newer event knows it has everything. */
+	*out = json_pack("{s:s, s:s, s:o}", "workflow_id", id, "status", status, "events", list);
 	return BATON_OK;
 }
 
@@ -955,7 +962,8 @@ int store_get_resource(store *s, const char *name, json_t **out, baton_error *er
 	return rc;
 }
 
-int store_resource_events(store *s, const char *name, int64_t after, json_t **out, baton_error *err)
+int store_resource_events(store *s, const char *name, int64_t after, int limit, json_t **out,
+			  baton_error *err)
 {
 	reader *r = reader_get(s);
 	sqlite3_stmt *q = rstmt(r, R_RES_EVENTS);
@@ -966,6 +974,7 @@ int store_resource_events(store *s, const char *name, int64_t after, json_t **ou
 	if (rc == BATON_OK) {
 		bind_text(q, 1, name);
 		sqlite3_bind_int64(q, 2, after);
+		sqlite3_bind_int(q, 3, limit > 0 ? limit : -1);
 		int s1;
 		while ((s1 = sqlite3_step(q)) == SQLITE_ROW)
 			json_array_append_new(

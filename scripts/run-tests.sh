@@ -14,6 +14,11 @@ for t in "$@"; do
 	cat "$log"
 	p=$(sed -n 's/^\[  PASSED  \] \([0-9]*\) test.*/\1/p' "$log" | tail -n 1)
 	f=$(sed -n 's/^\[  FAILED  \] \([0-9]*\) test.*/\1/p' "$log" | tail -n 1)
+	# Scripts close with the plain line "N passed, N failed".
+	if [ -z "$p$f" ]; then
+		p=$(sed -n 's/^\([0-9]*\) passed, [0-9]* failed.*/\1/p' "$log" | tail -n 1)
+		f=$(sed -n 's/^[0-9]* passed, \([0-9]*\) failed.*/\1/p' "$log" | tail -n 1)
+	fi
 	passed=$((passed + ${p:-0}))
 	failed=$((failed + ${f:-0}))
 	if [ "$rc" -ne 0 ] && [ "${f:-0}" -eq 0 ]; then

@@ -32,8 +32,11 @@ int h_resource_events(srv *s, const request *r, const char *const *p, response *
 	if (after < 0)
 		return out->status;
 	int stream = srv_wants_stream(r);
-	if (baton_engine_resource_events(s->engine, p[0], stream ? INT64_MAX : after, &events,
-					 &err))
+	int limit = limit_arg(r, out);
+	if (limit < 0)
+		return out->status;
+	if (baton_engine_resource_events(s->engine, p[0], stream ? INT64_MAX : after, limit,
+					 &events, &err))
 		return reply_error(out, &err);
 	if (stream) {
 		json_decref(events);

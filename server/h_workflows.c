@@ -36,6 +36,22 @@ int64_t after_arg(const request *r, response *out)
 	return v;
 }
 
+/* ?limit=N for event lists: 0 when absent (all), -1 (and a 400 in out) when malformed. */
+int limit_arg(const request *r, response *out)
+{
+	const char *a = query_arg(r, "limit");
+	if (!a)
+		return 0;
+	char *end;
+	errno = 0;
+	long v = strtol(a, &end, 10);
+	if (!*a || *end || errno || v < 1 || v > 100000) {
+		reply_problem(out, 400, "limit: must be between 1 and 100000");
+		return -1;
+	}
+	return (int)v;
+}
+
 /* Parses the request body as JSON; on failure fills out and returns its status. */
 static int read_json_body(const request *r, response *out, json_t **body)
 {
@@ -113,7 +129,10 @@ int h_workflow_events(srv *s, const request *r, const char *const *p, response *
 	baton_error err = {0};
 	int stream = srv_wants_stream(r);
 	/* A stream first checks that the workflow exists (asking for nothing after the end). */
-	if (baton_engine_events(s->engine, p[0], stream ? INT64_MAX : after, &events, &err))
+	int limit = limit_arg(r, out);
+	if (limit < 0)
+		return out->status;
+	if (baton_engine_events(s->engine, p[0], stream ? INT64_MAX : after, limit, &events, &err))
 		return reply_error(out, &err);
 	if (stream) {
 		json_decref(events);

@@ -119,6 +119,7 @@ void route(srv *s, const request *r, response *out);
 
 /* ---- handlers ---- */
 int64_t after_arg(const request *r, response *out);
+int limit_arg(const request *r, response *out);
 int h_workflows_create(srv *s, const request *r, const char *const *p, response *out);
 int h_workflows_list(srv *s, const request *r, const char *const *p, response *out);
 int h_workflow_get(srv *s, const request *r, const char *const *p, response *out);

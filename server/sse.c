@@ -24,6 +24,7 @@
 #include <time.h>
 
 #define KEEPALIVE_MS 15000
+#define FETCH	     1000 /* events read per step of a stream */
 
 typedef struct stream {
 	srv *s;
@@ -147,15 +148,21 @@ static int fetch(stream *st)
 {
 	json_t *out = NULL;
 	baton_error err = {0};
-	int rc =
-	    st->is_resource
-		? baton_engine_resource_events(st->s->engine, st->key, st->last_seq, &out, &err)
-		: baton_engine_events(st->s->engine, st->key, st->last_seq, &out, &err);
+	int rc = st->is_resource
+		     ? baton_engine_resource_events(st->s->engine, st->key, st->last_seq, FETCH,
+						    &out, &err)
+		     : baton_engine_events(st->s->engine, st->key, st->last_seq, FETCH, &out, &err);
 	if (rc)
 		return -1;
 	size_t i;
 	json_t *ev;
-	json_array_foreach(json_object_get(out, "events"), i, ev)
+	json_t *events = json_object_get(out, "events");
+	const char *status = json_string_value(json_object_get(out, "status"));
+	if (!st->is_resource && json_array_size(events) == 0 && status &&
+	    (strcmp(status, "completed") == 0 || strcmp(status, "failed") == 0 ||
+	     strcmp(status, "cancelled") == 0))
+		st->finished = 1; /* resumed after the final event: nothing more will come */
+	json_array_foreach(events, i, ev)
 	{
 		char *data = json_dumps(ev, JSON_COMPACT);
 		const char *type = json_string_value(json_object_get(ev, "type"));
@@ -240,7 +247,7 @@ int srv_wants_stream(const request *r)
 	const char *accept =
 	    MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_ACCEPT);
 	return (follow && strcmp(follow, "true") == 0) ||
-	       (accept && strstr(accept, "text/event-stream"));
+	       (accept && strcasestr(accept, "text/event-stream"));
 }
 
 /* Starts a stream after `after` (or Last-Event-ID); the key was checked to exist. */

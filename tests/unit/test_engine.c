@@ -198,7 +198,7 @@ static void test_close_mid_step_resumes_as_new_attempt(void **state)
 	json_decref(wf);
 	json_t *events;
 	baton_error err;
-	assert_int_equal(baton_engine_events(f->e, "long", 0, &events, &err), BATON_OK);
+	assert_int_equal(baton_engine_events(f->e, "long", 0, 0, &events, &err), BATON_OK);
 	int interrupted = 0;
 	json_int_t last = 0;
 	size_t i;

@@ -1,0 +1,492 @@
+#!/usr/bin/env bash
+# tests/docker/run.sh - builds docker/Dockerfile and proves the image does what the
+# README says: it serves on its published port, runs a workflow, stops cleanly on
+# SIGTERM (exit 0, running step drained), keeps its workflows on the /data volume across
+# a restart and a brand-new container, runs as non-root, and its HEALTHCHECK works.
+#
+#   bash tests/docker/run.sh            (as root where only podman can be set up)
+#
+# Engine, first that works: `docker` (a reachable daemon); else, as root,
+# ../shared/tools/container-check.sh (rootful podman with runc and a local
+# debian:bookworm-slim, for machines with no Docker engine and no registry), which
+# builds the image and smoke-tests it (/healthz, HEALTHCHECK) with --keep-image; else a
+# working `podman`. BATON_TEST_ENGINE=docker|podman|container-check forces one,
+# CONTAINER_CHECK=PATH names the script. The engine's layer cache is kept, as after any
+# build, so that reruns are fast.
+#
+# Skips (exit 0, "0 passed, 0 failed, 1 skipped") only when container tooling cannot
+# start here: container-check's exit 3, or no engine and no container-check at all.
+# A failed build or check is a failure. All traffic goes to 127.0.0.1, every wait is
+# bounded, and the container, the volume and the image are removed at the end, also on
+# failure (trap). Last line: "N passed, N failed"; exit status non-zero on any failure.
+
+set -uo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+CONTAINER_CHECK=${CONTAINER_CHECK:-$ROOT/../shared/tools/container-check.sh}
+RUN_ID=baton-dtest-$(date +%Y%m%d%H%M%S)-$$
+CTR=$RUN_ID
+VOL=$RUN_ID-data
+IMAGE=localhost/baton-dtest:$RUN_ID
+TOKEN=dtest-$RANDOM$RANDOM$RANDOM
+CPORT=8080
+STOP_TIMEOUT=40 # > batond's 30 s shutdown timeout: SIGTERM must never become SIGKILL
+STOP_LIMIT=15   # the longest step here is 2.5 s: a clean stop takes far less than this
+TMP=$(mktemp -d)
+ENG="" IMAGE_OURS=0 PORT="" CLEANED=0
+pass=0 fail=0
+T0=$(date +%s.%N)
+
+say() { printf '[docker-test %(%H:%M:%S)T] %s\n' -1 "$*"; }
+secs() { awk -v a="$1" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }'; }
+ok() {
+	pass=$((pass + 1))
+	echo "ok   $*"
+}
+not_ok() {
+	fail=$((fail + 1))
+	echo "FAIL $*"
+}
+# check DESCRIPTION COMMAND...: one counted assertion.
+check() {
+	local what=$1
+	shift
+	if "$@"; then ok "$what"; else not_ok "$what"; fi
+}
+# Every engine call is bounded, so a wedged engine fails the test instead of hanging it.
+eng() { timeout 300 "$ENG" "$@"; }
+# quiet ENGINE-ARGS...: stderr only on failure (podman without systemd says "unable to
+# get systemd connection" on every start of an image with a HEALTHCHECK; harmless).
+quiet() {
+	eng "$@" >/dev/null 2>"$TMP/engine.err" && return 0
+	grep -v 'unable to get systemd connection' "$TMP/engine.err" | sed 's/^/    /'
+	return 1
+}
+
+summary() {
+	say "total $(secs "$T0")s"
+	echo "$pass passed, $fail failed"
+	((fail == 0))
+}
+
+skip() {
+	echo "SKIP: $*"
+	echo "SKIP: container tooling cannot start on this machine; the image was not tested"
+	echo "0 passed, 0 failed, 1 skipped"
+	exit 0
+}
+
+remove_all() {
+	[[ -n $ENG ]] || return 0
+	eng rm -f -v "$CTR" "$CTR-2" >/dev/null 2>&1
+	eng volume rm -f "$VOL" >/dev/null 2>&1
+	((IMAGE_OURS)) && eng rmi -f "$IMAGE" >/dev/null 2>&1
+	return 0
+}
+
+on_exit() {
+	local rc=$?
+	((CLEANED)) || remove_all
+	rm -rf "$TMP"
+	exit "$rc"
+}
+trap on_exit EXIT
+trap 'echo "interrupted"; exit 130' INT TERM
+
+need_tools() {
+	local missing=()
+	command -v curl >/dev/null || missing+=(curl)
+	command -v jq >/dev/null || missing+=(jq)
+	((${#missing[@]})) || return 0
+	if [[ $(id -u) == 0 ]] && command -v apt-get >/dev/null; then
+		say "installing ${missing[*]} with apt-get"
+		{ timeout 600 apt-get update -qq && DEBIAN_FRONTEND=noninteractive timeout 600 \
+			apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null; } || true
+	fi
+	for t in "${missing[@]}"; do
+		command -v "$t" >/dev/null || {
+			not_ok "the test needs $t on the host"
+			summary
+			exit 1
+		}
+	done
+}
+
+# ------------------------------------------------------------------ engine and build
+engine_works() { command -v "$1" >/dev/null && timeout 20 "$1" info >/dev/null 2>&1; }
+
+# Sets KIND: docker, podman or container-check; skips when none can work here.
+pick_engine() {
+	KIND=${BATON_TEST_ENGINE:-}
+	[[ -z $KIND ]] || return 0
+	if engine_works docker; then
+		KIND=docker
+	elif [[ $(id -u) == 0 && -f $CONTAINER_CHECK ]]; then
+		KIND=container-check
+	elif engine_works podman; then
+		KIND=podman
+	else
+		skip "no working docker or podman, and no $CONTAINER_CHECK (run as root) to set" \
+			"podman up"
+	fi
+}
+
+# container-check.sh builds the image and smoke-tests it; it keeps the image for us.
+build_with_container_check() {
+	local log=$TMP/container-check.log rc t
+	t=$(date +%s.%N)
+	say "building and smoke-testing with $CONTAINER_CHECK --keep-image"
+	bash "$CONTAINER_CHECK" --keep-image "$ROOT" "http://localhost:$CPORT/healthz" 2>&1 |
+		tee "$log" | sed 's/^/    /'
+	rc=${PIPESTATUS[0]}
+	# It keeps the image even when a later check fails: remove it in the end all the same.
+	local kept
+	kept=$(sed -n 's/.*kept image \([^ ]*\).*/\1/p' "$log" | tail -n 1)
+	if ((rc != 3)) && [[ -n $kept ]]; then
+		IMAGE=$kept IMAGE_OURS=1 ENG=podman
+		# The settings container-check wrote for this machine (runc, cgroupfs, rlimits).
+		local conf=${CONTAINER_CHECK_STATE:-/var/lib/container-check}/containers.conf
+		[[ -n ${CONTAINERS_CONF:-} || ! -f $conf ]] || export CONTAINERS_CONF=$conf
+	fi
+	case $rc in
+	0) ;;
+	3) skip "container-check.sh could not set up podman or the base image (exit 3)" ;;
+	*)
+		local why=("" "no 200 from /healthz, the container exited, or HEALTHCHECK failed"
+			"usage error" "" "the image build failed" "the container would not start")
+		not_ok "image builds and passes container-check (exit $rc: ${why[rc]:-unknown})"
+		return 1
+		;;
+	esac
+	if [[ -z $kept ]]; then
+		not_ok "container-check.sh said which image it kept"
+		return 1
+	fi
+	ok "image builds and passes container-check: /healthz 200 and HEALTHCHECK ($(secs "$t")s)"
+}
+
+build_direct() {
+	local t log=$TMP/build.log args=()
+	t=$(date +%s.%N)
+	[[ $ENG == podman ]] && args=(--format docker) # OCI format would drop HEALTHCHECK
+	say "building: $ENG build ${args[*]}${args[*]:+ }-f docker/Dockerfile -t $IMAGE $ROOT"
+	IMAGE_OURS=1
+	if ! timeout 1800 "$ENG" build "${args[@]}" -f "$ROOT/docker/Dockerfile" -t "$IMAGE" \
+		"$ROOT" >"$log" 2>&1; then
+		tail -n 40 "$log" | sed 's/^/    /'
+		not_ok "image builds ($ENG build)"
+		return 1
+	fi
+	ok "image builds ($ENG build, $(secs "$t")s)"
+}
+
+# ------------------------------------------------------------------ helpers
+# api METHOD PATH [BODY] [--no-token]: sets CODE, the answer is in $TMP/body.
+api() {
+	local method=$1 path=$2 body=${3:-} auth=(-H "Authorization: Bearer $TOKEN")
+	[[ ${4:-} == --no-token ]] && auth=()
+	local args=(-s -o "$TMP/body" -w '%{http_code}' --max-time 10 -X "$method" "${auth[@]}")
+	[[ -n $body ]] && args+=(-H 'Content-Type: application/json' --data-binary "$body")
+	CODE=$(curl "${args[@]}" "http://127.0.0.1:$PORT$path" 2>/dev/null) || CODE=000
+}
+
+running() { [[ $(eng inspect -f '{{.State.Running}}' "$1" 2>/dev/null) == true ]]; }
+
+show_logs() {
+	echo "    --- last lines of $1's log:"
+	eng logs --tail 30 "$1" 2>&1 | sed 's/^/    /'
+}
+
+# The host port the engine picked for 127.0.0.1::8080 (re-read after every start).
+read_port() {
+	PORT=$(eng port "$1" "$CPORT/tcp" 2>/dev/null | sed -n '1s/.*://p')
+	[[ $PORT =~ ^[0-9]+$ ]]
+}
+
+# wait_healthy CTR SECONDS: /healthz answers 200 through the published port.
+wait_healthy() {
+	local deadline=$(($(date +%s) + $2))
+	read_port "$1" || return 1
+	while (($(date +%s) < deadline)); do
+		running "$1" || return 1
+		api GET /healthz "" --no-token
+		[[ $CODE == 200 ]] && return 0
+		sleep 0.3
+	done
+	return 1
+}
+
+# wait_workflow ID SECONDS: polls until the workflow is finished; its JSON in $TMP/body.
+wait_workflow() {
+	local deadline=$(($(date +%s) + $2)) status
+	while (($(date +%s) < deadline)); do
+		api GET "/workflows/$1"
+		status=$(jq -r .status "$TMP/body" 2>/dev/null)
+		[[ $CODE == 200 && $status =~ ^(completed|failed|cancelled)$ ]] && return 0
+		sleep 0.2
+	done
+	echo "    workflow $1 not finished after $2 s: HTTP $CODE $(head -c 400 "$TMP/body")"
+	return 1
+}
+
+# wait_step_running ID INDEX SECONDS
+wait_step_running() {
+	local deadline=$(($(date +%s) + $3))
+	while (($(date +%s) < deadline)); do
+		api GET "/workflows/$1"
+		[[ $CODE == 200 ]] && jq -e --argjson i "$2" '.steps[$i].status == "running"' \
+			"$TMP/body" >/dev/null 2>&1 && return 0
+		sleep 0.1
+	done
+	return 1
+}
+
+jq_true() { jq -e "$@" >/dev/null 2>&1; }
+
+# The HEALTHCHECK the container got from the image, run inside it with extra exec args.
+# (Read from the container: podman's Docker-compatible API leaves it out of image
+# inspect.)
+run_healthcheck() {
+	local ctr=$1
+	shift
+	local kind cmd=()
+	kind=$(jq -r '.Test[0]' "$TMP/hc.json" 2>/dev/null)
+	mapfile -t cmd < <(jq -r '.Test[1:][]' "$TMP/hc.json" 2>/dev/null)
+	case $kind in
+	CMD) eng exec "$@" "$ctr" "${cmd[@]}" ;;
+	CMD-SHELL) eng exec "$@" "$ctr" /bin/sh -c "${cmd[0]}" ;;
+	*) return 2 ;;
+	esac
+}
+
+# A test that cannot fail is worse than none: the probe must notice a dead port.
+healthcheck_fails_elsewhere() {
+	! run_healthcheck "$CTR" -e BATON_LISTEN=0.0.0.0:1 >/dev/null 2>&1
+}
+
+# stop_clean CTR: SIGTERM (the image's STOPSIGNAL), then exit code 0 and a clean
+# shutdown in the log, well inside the stop timeout (no SIGKILL).
+stop_clean() {
+	local t code el before
+	before=$(eng logs "$1" 2>&1 | wc -l)
+	t=$(date +%s.%N)
+	eng stop -t "$STOP_TIMEOUT" "$1" >/dev/null 2>&1
+	el=$(secs "$t")
+	code=$(eng inspect -f '{{.State.ExitCode}}' "$1" 2>/dev/null)
+	say "$1 stopped in ${el}s with exit code $code"
+	check "$2: stop (SIGTERM) exits 0 within ${STOP_LIMIT}s (exit ${code:-?}, ${el}s)" \
+		test "${code:-x}" = 0 -a "${el%.*}" -lt "$STOP_LIMIT"
+	eng logs "$1" 2>&1 | tail -n +"$((before + 1))" >"$TMP/stoplog"
+	check "$2: batond logged a clean SIGTERM shutdown" clean_shutdown_logged
+	clean_shutdown_logged || sed 's/^/    /' "$TMP/stoplog" | tail -n 10
+}
+
+# The log lines of this run of the container end with batond's own shutdown.
+clean_shutdown_logged() {
+	grep -q 'Terminated: shutting down' "$TMP/stoplog" &&
+		tail -n 1 "$TMP/stoplog" | grep -q 'INFO  stopped$'
+}
+
+# ------------------------------------------------------------------ the checks
+check_image_config() {
+	local cfg=$TMP/config.json
+	eng image inspect -f '{{json .Config}}' "$IMAGE" >"$cfg" 2>/dev/null
+	check "image: runs as a non-root user ($(jq -r .User "$cfg"))" \
+		jq_true '(.User // "") as $u | $u != "" and ($u | test("^(0|root)(:|$)") | not)' "$cfg"
+	check "image: ENTRYPOINT is batond, STOPSIGNAL SIGTERM" \
+		jq_true '.Entrypoint == ["batond"] and ((.StopSignal // "SIGTERM") | ascii_upcase | test("^(SIGTERM|TERM|15)$"))' "$cfg"
+	check "image: VOLUME /data, EXPOSE 8080" \
+		jq_true '(.Volumes | has("/data")) and (.ExposedPorts | has("8080/tcp"))' "$cfg"
+	check "image: BATON_LISTEN=0.0.0.0:8080 and BATON_DB=/data/baton.db" \
+		jq_true '(.Env | index("BATON_LISTEN=0.0.0.0:8080")) and (.Env | index("BATON_DB=/data/baton.db"))' "$cfg"
+}
+
+# docker/compose.yaml is validated where Compose v2 is installed (not on every machine).
+check_compose_file() {
+	if ! timeout 20 docker compose version >/dev/null 2>&1; then
+		say "note: no 'docker compose' here; docker/compose.yaml not validated"
+		return 0
+	fi
+	check "docker/compose.yaml is valid (docker compose config)" \
+		timeout 60 docker compose -f "$ROOT/docker/compose.yaml" config -q
+}
+
+start_first() {
+	local t
+	t=$(date +%s.%N)
+	if ! eng volume create "$VOL" >/dev/null; then
+		not_ok "volume $VOL created"
+		return 1
+	fi
+	if ! quiet run -d --name "$CTR" -v "$VOL:/data" -p "127.0.0.1::$CPORT" \
+		-e "BATON_TOKEN=$TOKEN" --stop-timeout "$STOP_TIMEOUT" "$IMAGE"; then
+		not_ok "container starts with a named volume and a published port"
+		return 1
+	fi
+	if ! wait_healthy "$CTR" 60; then
+		not_ok "/healthz answers 200 on 127.0.0.1:${PORT:-?} within 60 s"
+		show_logs "$CTR"
+		return 1
+	fi
+	ok "container up, /healthz 200 on 127.0.0.1:$PORT without a token ($(secs "$t")s)"
+}
+
+check_runtime() {
+	local status
+	status=$(eng exec "$CTR" cat /proc/1/status 2>/dev/null)
+	check "PID 1 is batond" [ "$(eng exec "$CTR" cat /proc/1/comm 2>/dev/null)" = batond ]
+	check "PID 1 runs as non-root ($(awk '/^Uid:/ { print $2 "/" $3 }' <<<"$status"))" \
+		awk '/^Uid:/ { u = ($2 != 0 && $3 != 0 && $4 != 0) } END { exit !u }' <<<"$status"
+	check "PID 1 has no effective capabilities" \
+		grep -Eq '^CapEff:[[:space:]]+0+$' <<<"$status"
+	check "the database lives on the volume (/data/baton.db)" \
+		eng exec "$CTR" test -s /data/baton.db
+	eng container inspect -f '{{json .Config.Healthcheck}}' "$CTR" >"$TMP/hc.json" 2>/dev/null
+	check "the image has a HEALTHCHECK ($(jq -c '.Test[0:2]' "$TMP/hc.json" 2>/dev/null)...)" \
+		jq_true '(.Test | length > 1) and .Test[0] != "NONE"' "$TMP/hc.json"
+	check "the image's HEALTHCHECK command passes" run_healthcheck "$CTR"
+	check "the HEALTHCHECK command fails when nothing listens (BATON_LISTEN port 1)" \
+		healthcheck_fails_elsewhere
+	api GET /workflows "" --no-token
+	check "BATON_TOKEN is enforced: /workflows without it answers 401 (got $CODE)" \
+		[ "$CODE" = 401 ]
+}
+
+WF1='{"id": "docker-wf-1", "resource": "payment-gateway",
+      "workers": [{"name": "worker-A", "work_ms": 50}, {"name": "worker-B", "work_ms": 50},
+                  {"name": "worker-C", "work_ms": 50}]}'
+# worker-A is still running when the container is stopped: SIGTERM must drain it.
+WF2='{"id": "docker-wf-2", "resource": "payment-gateway",
+      "workers": [{"name": "worker-A", "work_ms": 2500}, {"name": "worker-B", "work_ms": 50}]}'
+WF1_OK='.id == "docker-wf-1" and .status == "completed" and .steps_completed == 3
+	and ([.steps[].worker] == ["worker-A", "worker-B", "worker-C"])
+	and ([.steps[].status] == ["completed", "completed", "completed"])
+	and ([.steps[].attempts] == [1, 1, 1]) and ([.steps[].fencing_token] == [1, 2, 3])
+	and .result.workersProcessed == 3'
+WF2_OK='.id == "docker-wf-2" and .status == "completed" and .steps[0].attempts == 1
+	and ([.steps[].status] == ["completed", "completed"])'
+
+run_workflow() {
+	local t
+	t=$(date +%s.%N)
+	api POST /workflows "$WF1"
+	check "POST /workflows through the published port answers 201 (got $CODE)" [ "$CODE" = 201 ]
+	if wait_workflow docker-wf-1 30 && jq_true "$WF1_OK" "$TMP/body"; then
+		ok "docker-wf-1 completed: worker-A..C once each, fencing tokens 1..3 ($(secs "$t")s)"
+		cp "$TMP/body" "$TMP/wf1.before"
+	else
+		not_ok "docker-wf-1 completed: worker-A..C once each, fencing tokens 1..3"
+		head -c 1500 "$TMP/body" | sed 's/^/    /'
+		echo
+	fi
+}
+
+restart_same_container() {
+	local t
+	api POST /workflows "$WF2"
+	check "POST docker-wf-2 answers 201 (got $CODE)" [ "$CODE" = 201 ]
+	check "docker-wf-2's worker-A is running when the stop comes" \
+		wait_step_running docker-wf-2 0 15
+	stop_clean "$CTR" "restart"
+	t=$(date +%s.%N)
+	if ! quiet start "$CTR" || ! wait_healthy "$CTR" 60; then
+		not_ok "the same container starts again on the same volume"
+		show_logs "$CTR"
+		return 1
+	fi
+	ok "the same container starts again, /healthz 200 on 127.0.0.1:$PORT ($(secs "$t")s)"
+	check_survivors "after the restart"
+	if wait_workflow docker-wf-2 30 && jq_true "$WF2_OK" "$TMP/body"; then
+		ok "docker-wf-2 completed; the step running at SIGTERM was drained, not re-run"
+	else
+		not_ok "docker-wf-2 completed; the step running at SIGTERM was drained, not re-run"
+		head -c 1500 "$TMP/body" | sed 's/^/    /'
+		echo
+	fi
+}
+
+# check_survivors WHEN: docker-wf-1 is still there, completed, and unchanged.
+check_survivors() {
+	api GET /workflows/docker-wf-1
+	if [[ $CODE == 200 ]] && jq_true "$WF1_OK" "$TMP/body" && [[ -f $TMP/wf1.before ]] &&
+		diff <(jq -S . "$TMP/wf1.before") <(jq -S . "$TMP/body") >/dev/null; then
+		ok "$1: docker-wf-1 is still there, completed and unchanged"
+	else
+		not_ok "$1: docker-wf-1 is still there, completed and unchanged (HTTP $CODE)"
+		head -c 1500 "$TMP/body" | sed 's/^/    /'
+		echo
+	fi
+}
+
+# A brand-new container on the same volume (the old one removed), hardened as the
+# compose file runs it: the data lives in the volume, not in a container layer.
+new_container_same_volume() {
+	local t
+	stop_clean "$CTR" "second stop"
+	eng rm -f -v "$CTR" >/dev/null 2>&1
+	t=$(date +%s.%N)
+	if ! quiet run -d --name "$CTR-2" -v "$VOL:/data" -p "127.0.0.1::$CPORT" \
+		-e "BATON_TOKEN=$TOKEN" --stop-timeout "$STOP_TIMEOUT" \
+		--read-only --tmpfs /tmp --cap-drop=ALL --security-opt=no-new-privileges "$IMAGE" ||
+		! wait_healthy "$CTR-2" 60; then
+		not_ok "a new container (read-only root, no capabilities) starts on the same volume"
+		show_logs "$CTR-2"
+		return 1
+	fi
+	ok "a new container (read-only root, no capabilities) starts on the same volume ($(secs "$t")s)"
+	check_survivors "in a new container"
+	api GET '/workflows?resource=payment-gateway'
+	check "the new container lists both workflows, completed" \
+		jq_true '[.workflows[] | select(.status == "completed") | .id] | sort == ["docker-wf-1", "docker-wf-2"]' "$TMP/body"
+	stop_clean "$CTR-2" "new container"
+}
+
+cleanup_checks() {
+	remove_all
+	CLEANED=1
+	local left=()
+	eng container inspect "$CTR" >/dev/null 2>&1 && left+=("$CTR")
+	eng container inspect "$CTR-2" >/dev/null 2>&1 && left+=("$CTR-2")
+	eng volume inspect "$VOL" >/dev/null 2>&1 && left+=("$VOL")
+	eng image inspect "$IMAGE" >/dev/null 2>&1 && left+=("$IMAGE")
+	check "cleanup removed the containers, the volume and the image${left:+ (left: ${left[*]})}" \
+		[ ${#left[@]} = 0 ]
+}
+
+# ------------------------------------------------------------------ main
+main() {
+	need_tools
+	pick_engine
+	case $KIND in
+	docker | podman)
+		ENG=$KIND
+		build_direct || {
+			summary
+			return
+		}
+		;;
+	container-check)
+		build_with_container_check || {
+			summary
+			return
+		}
+		;;
+	*)
+		not_ok "BATON_TEST_ENGINE must be docker, podman or container-check, not \"$KIND\""
+		summary
+		return
+		;;
+	esac
+	say "engine $ENG ($(eng --version 2>/dev/null | head -n 1)), image $IMAGE"
+	check_compose_file
+	check_image_config
+	if start_first; then
+		check_runtime
+		run_workflow
+		restart_same_container && new_container_same_volume
+	fi
+	cleanup_checks
+	summary
+}
+
+main "$@"
