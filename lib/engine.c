@@ -112,7 +112,8 @@ static timer timer_pop(baton_engine *e)
 void eng_on_event(void *ctx, const wf_row *wf, const char *type, json_t *data)
 {
 	baton_engine *e = ctx;
-	pending_event ev = {++e->event_seq, now_ms(), (wf_row *)wf, type, data};
+	/* Every event of a round carries the round's time, the time its transitions used. */
+	pending_event ev = {++e->event_seq, e->now, (wf_row *)wf, type, data};
 	VEC_PUSH(e->events, ev);
 }
 
@@ -378,7 +379,7 @@ static void *engine_main(void *arg)
 	for (;;) {
 		int stop;
 		msg *m = wait_for_work(e, &stop);
-		int64_t now = now_ms();
+		int64_t now = e->now = now_ms();
 		while (m) {
 			msg *next = m->next;
 			if (m->type == MSG_SUBMIT)
@@ -442,12 +443,13 @@ int baton_engine_open(const baton_engine_config *cfg, baton_engine **out, baton_
 	pthread_cond_init(&e->cv, NULL);
 	const char *vfs = cfg->fault_file ? faultvfs_register(cfg->fault_file) : NULL;
 	int rc = store_open(cfg->db_path, vfs, cfg->readers, &e->st, err);
+	e->now = now_ms();
 	if (rc == BATON_OK)
 		rc = eng_recover(e, err);
 	if (rc == BATON_OK && !(e->pool = sched_new(cfg->threads)))
 		rc = err_set(err, BATON_EINTERNAL, "cannot start step threads");
 	if (rc == BATON_OK) {
-		eng_grant(e, now_ms());
+		eng_grant(e, e->now);
 		eng_flush(e);
 		if (e->faulty)
 			rc = err_set(err, BATON_EIO, "cannot commit the recovered state");

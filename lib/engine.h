@@ -113,6 +113,7 @@ struct baton_engine {
 	strmap *wfs;	 /* id -> wf_row, unfinished workflows */
 	strmap *locks;	 /* resource name -> res_lock */
 	int64_t wf_seq, event_seq, lock_seq;
+	int64_t now; /* the current round's time (ms since the epoch) */
 	VEC(wf_row *) dirty_wfs;
 	VEC(res_lock *) dirty_locks;
 	VEC(pending_event) events;

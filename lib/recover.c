@@ -48,7 +48,7 @@ static void recover_workflow(void *ctx, wf_row *wf)
 	} else if (st->status == ST_RETRYING) {
 		eng_timer_push(e, st->next_attempt_at, wf->id);
 	} else {
-		eng_request(e, wf, wf->cur, now_ms());
+		eng_request(e, wf, wf->cur, e->now);
 	}
 	eng_touch_wf(e, wf);
 }
