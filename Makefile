@@ -51,7 +51,7 @@ UNIT_BIN := $(patsubst tests/unit/%.c,$(BUILD)/tests/unit/%,$(UNIT_SRC))
 HTTP_BIN := $(patsubst tests/http/%.c,$(BUILD)/tests/http/%,$(HTTP_SRC))
 DEPS_STAMP := build/.deps-ok
 
-.PHONY: all run test check demo demo-crash install clean format format-check format-check-counted deps fuzz
+.PHONY: all run test check demo demo-crash install clean format format-check format-check-counted deps fuzz valgrind-test
 all: $(LIBBATON) $(BATOND) $(CLIENT)
 
 deps: $(DEPS_STAMP)
@@ -90,6 +90,11 @@ test: all $(UNIT_BIN) $(HTTP_BIN)
 	@BATOND=$(abspath $(BATOND)) BATON_CLIENT=$(abspath $(CLIENT)) \
 	  sh scripts/run-tests.sh $(UNIT_BIN) $(HTTP_BIN) scripts/check-openapi.py
 check: test
+
+# The HTTP suites once more with batond under valgrind (memory errors, definite leaks).
+valgrind-test: all $(HTTP_BIN)
+	@BATOND=$(abspath scripts/valgrind-batond.sh) VALGRIND_BATOND=$(abspath $(BATOND)) \
+	  BATON_CLIENT=$(abspath $(CLIENT)) sh scripts/run-tests.sh $(HTTP_BIN)
 
 demo:
 	@$(MAKE) -s all >/dev/null
