@@ -18,6 +18,8 @@
 #include <string.h>
 #include <strings.h>
 
+#define DISCARD_MAX (16u * 1024 * 1024)
+
 static const char problem_base[] = "https://baton.dev/problems/";
 
 static const struct {
@@ -222,9 +224,13 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 		}
 		const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
 							     MHD_HTTP_HEADER_CONTENT_LENGTH);
-		if (cl && strtoull(cl, NULL, 10) > s->cfg->max_body)
+		unsigned long long announced = cl ? strtoull(cl, NULL, 10) : 0;
+		if (announced > s->cfg->max_body)
 			r->too_large = 1;
-		if (r->too_large) {
+		/* A body up to DISCARD_MAX is read and dropped before the 413, so that the
+		 * client, still sending, sees the answer instead of a broken pipe; a larger one
+		 * is refused before a byte of it is read. */
+		if (r->too_large && announced > DISCARD_MAX) {
 			response out = {0};
 			reply_problem(&out, 413, "the body is larger than %zu bytes",
 				      s->cfg->max_body);

@@ -30,7 +30,7 @@
 #include <sqlite3.h>
 
 #define MAX_EXTRA_ARGS 16
-#define LISTEN_MARK "listening on http://"
+#define LISTEN_MARK    "listening on http://"
 
 struct hs_server {
 	char dir[PATH_MAX];
@@ -115,9 +115,18 @@ void hs_filters_from_env(void)
 
 /* ---- lifecycle ------------------------------------------------------------------- */
 
-int hs_port(const hs_server *s) { return s->port; }
-bool hs_running(const hs_server *s) { return s->pid > 0; }
-const char *hs_db_path(const hs_server *s) { return s->db; }
+int hs_port(const hs_server *s)
+{
+	return s->port;
+}
+bool hs_running(const hs_server *s)
+{
+	return s->pid > 0;
+}
+const char *hs_db_path(const hs_server *s)
+{
+	return s->db;
+}
 
 bool hs_alive(hs_server *s)
 {
@@ -369,8 +378,8 @@ static int check_logs(const hs_server *s)
 			continue;
 		int listening = count_occurrences(text, "listening on http://");
 		if (listening != 1) {
-			fprintf(stderr, "harness: %s has %d \"listening on\" lines, expected 1\n", path,
-				listening);
+			fprintf(stderr, "harness: %s has %d \"listening on\" lines, expected 1\n",
+				path, listening);
 			rc = -1;
 		}
 		for (size_t r = 0; r < sizeof reports / sizeof reports[0]; r++) {
@@ -401,12 +410,14 @@ int hs_close(hs_server *s)
 	if (s->pid > 0) {
 		int status = hs_stop(s);
 		if (status > 128)
-			fprintf(stderr,
-				"harness: batond was ended by signal %d (the harness sent SIGTERM), "
-				"expected exit status 0\n",
-				status - 128);
+			fprintf(
+			    stderr,
+			    "harness: batond was ended by signal %d (the harness sent SIGTERM), "
+			    "expected exit status 0\n",
+			    status - 128);
 		else if (status != 0)
-			fprintf(stderr, "harness: batond exited with %d after SIGTERM, expected 0\n",
+			fprintf(stderr,
+				"harness: batond exited with %d after SIGTERM, expected 0\n",
 				status);
 		if (status != 0)
 			rc = -1;
@@ -415,8 +426,8 @@ int hs_close(hs_server *s)
 		rc = -1;
 	if (rc != 0)
 		hs_dump_log(s, 6000);
-	if (rc != 0 || getenv("BATON_TEST_KEEP"))
-		fprintf(stderr, "harness: kept %s for inspection\n", s->dir);
+	if (getenv("BATON_TEST_KEEP"))
+		fprintf(stderr, "harness: kept %s\n", s->dir);
 	else if (s->dir[0])
 		nftw(s->dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
 	for (int i = 0; s->extra[i]; i++)
@@ -508,7 +519,8 @@ int hs_send(const hs_server *s, const hs_request *req, hs_response *r)
 	char url[2048];
 	snprintf(url, sizeof url, "http://127.0.0.1:%d%s", s->port, req->path);
 	char ctype[256];
-	struct curl_slist *headers = curl_slist_append(NULL, "Expect:");
+	struct curl_slist *headers =
+	    curl_slist_append(NULL, req->expect_continue ? "Expect: 100-continue" : "Expect:");
 	if (req->content_type) {
 		snprintf(ctype, sizeof ctype, "Content-Type: %s", req->content_type);
 		headers = curl_slist_append(headers, ctype);
@@ -651,7 +663,8 @@ json_t *hs_get_events(const hs_server *s, const char *id)
 	json_int_t prev = 0;
 	size_t i;
 	json_t *ev;
-	json_array_foreach(events, i, ev) {
+	json_array_foreach(events, i, ev)
+	{
 		json_int_t seq = hs_int(ev, "seq");
 		if (i > 0 && seq <= prev)
 			fail_msg("events of %s: seq %lld after %lld, not strictly increasing", id,
@@ -724,8 +737,8 @@ static bool all_digits(const char *p, size_t n)
 int hs_parse_time(const char *t, int64_t *ms)
 {
 	/* 2026-11-30T05:40:00.123Z: exactly 24 characters. */
-	if (!t || strlen(t) != 24 || t[4] != '-' || t[7] != '-' || t[10] != 'T' ||
-	    t[13] != ':' || t[16] != ':' || t[19] != '.' || t[23] != 'Z')
+	if (!t || strlen(t) != 24 || t[4] != '-' || t[7] != '-' || t[10] != 'T' || t[13] != ':' ||
+	    t[16] != ':' || t[19] != '.' || t[23] != 'Z')
 		return -1;
 	if (!all_digits(t, 4) || !all_digits(t + 5, 2) || !all_digits(t + 8, 2) ||
 	    !all_digits(t + 11, 2) || !all_digits(t + 14, 2) || !all_digits(t + 17, 2) ||
@@ -794,7 +807,7 @@ static void want_type(const json_t *obj, const char *key, json_type type, bool n
 
 static void assert_step_shape(const json_t *st, size_t index)
 {
-	static const char *const statuses[] = {"pending",   "waiting", "running", "retrying",
+	static const char *const statuses[] = {"pending",   "waiting", "running",   "retrying",
 					       "completed", "failed",  "cancelled", NULL};
 	if (hs_int(st, "index") != (json_int_t)index)
 		fail_msg("step %zu has index %lld", index, (long long)hs_int(st, "index"));
@@ -817,8 +830,8 @@ static void assert_step_shape(const json_t *st, size_t index)
 
 void hs_assert_workflow_shape(const json_t *wf)
 {
-	static const char *const statuses[] = {"pending", "running", "completed", "failed",
-					       "cancelled", NULL};
+	static const char *const statuses[] = {"pending", "running",   "completed",
+					       "failed",  "cancelled", NULL};
 	assert_true(json_is_object(wf));
 	hs_str(wf, "id");
 	hs_str(wf, "resource");
@@ -844,7 +857,8 @@ void hs_assert_workflow_shape(const json_t *wf)
 	json_int_t completed = 0;
 	size_t i;
 	json_t *st;
-	json_array_foreach(steps, i, st) {
+	json_array_foreach(steps, i, st)
+	{
 		assert_step_shape(st, i);
 		completed += strcmp(hs_str(st, "status"), "completed") == 0;
 	}
@@ -973,8 +987,9 @@ static json_t *wait_status(const hs_server *s, const char *id, long step, const 
 		if (hopeless || mono_ms() >= deadline) {
 			hs_dump_log(s, 3000);
 			if (step >= 0)
-				fail_msg("workflow %s step %ld: status %s (workflow %s), waited for %s",
-					 id, step, last, hopeless ? "finished" : "running", status);
+				fail_msg(
+				    "workflow %s step %ld: status %s (workflow %s), waited for %s",
+				    id, step, last, hopeless ? "finished" : "running", status);
 			fail_msg("workflow %s: status %s, waited %s for %s", id, last,
 				 hopeless ? "(final)" : "in vain", status);
 		}
@@ -1048,7 +1063,8 @@ json_t *hs_event_find(const json_t *events, const char *type, int step, int atte
 {
 	size_t i;
 	json_t *ev;
-	json_array_foreach(events, i, ev) {
+	json_array_foreach(events, i, ev)
+	{
 		if (event_matches(ev, type, step, attempt))
 			return ev;
 	}
@@ -1059,7 +1075,8 @@ size_t hs_event_count(const json_t *events, const char *type, int step, int atte
 {
 	size_t n = 0, i;
 	json_t *ev;
-	json_array_foreach(events, i, ev) {
+	json_array_foreach(events, i, ev)
+	{
 		if (event_matches(ev, type, step, attempt))
 			n++;
 	}

@@ -31,10 +31,10 @@
 #include <stdint.h>
 
 /* Deadlines, generous on purpose: 2 cores, sanitizer builds, a loaded CI machine. */
-#define HS_START_TIMEOUT_MS 20000
-#define HS_STOP_TIMEOUT_MS 15000
+#define HS_START_TIMEOUT_MS   20000
+#define HS_STOP_TIMEOUT_MS    15000
 #define HS_REQUEST_TIMEOUT_MS 15000
-#define HS_POLL_MS 10
+#define HS_POLL_MS	      10
 
 /* Returned by the time helpers for a JSON null. */
 #define HS_NO_TIME INT64_MIN
@@ -70,9 +70,8 @@ void hs_kill(hs_server *s);
 /*
  * Stops the server if it runs (SIGTERM), checks that it exited with status 0 and that
  * no log holds a sanitizer report or more or less than one "listening on" line, removes
- * the temporary directory and frees `s`. Returns 0, or -1 when one of those checks
- * failed: it then prints the log tail and keeps the directory for inspection.
- * Accepts NULL.
+ * the temporary directory and frees `s`. Returns 0, or -1 (after printing the log tail)
+ * when one of those checks failed. Accepts NULL.
  */
 int hs_close(hs_server *s);
 
@@ -92,18 +91,19 @@ void hs_dump_log(const hs_server *s, size_t max_bytes);
 /* ---- requests ------------------------------------------------------------------- */
 
 typedef struct hs_request {
-	const char *method;       /* "GET", "POST", "PUT", "DELETE", ... */
-	const char *path;         /* "/workflows?limit=2", sent as given */
+	const char *method;	  /* "GET", "POST", "PUT", "DELETE", ... */
+	const char *path;	  /* "/workflows?limit=2", sent as given */
 	const char *content_type; /* NULL: the request carries no Content-Type header */
-	const char *body;         /* NULL: no body */
+	const char *body;	  /* NULL: no body */
 	size_t body_len;
-	bool chunked;             /* send the body with Transfer-Encoding: chunked */
+	bool chunked;	      /* send the body with Transfer-Encoding: chunked */
+	bool expect_continue; /* send Expect: 100-continue (by default no Expect) */
 } hs_request;
 
 typedef struct hs_response {
-	long status; /* 0 when no response arrived (see error) */
+	long status;			       /* 0 when no response arrived (see error) */
 	char *content_type, *location, *allow; /* header values, NULL when absent */
-	char *body;  /* NUL-terminated; NULL when empty */
+	char *body;			       /* NUL-terminated; NULL when empty */
 	size_t body_len;
 	json_t *json; /* the parsed body, NULL when empty or not JSON */
 	char error[256];

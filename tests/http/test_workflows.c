@@ -1,0 +1,1091 @@
+/*
+ * test_workflows.c - the core of batond, over HTTP against the real binary:
+ * a workflow's steps run in worker order, one at a time, each checkpointed; a failed
+ * step waits and retries without re-running the others; a SIGKILL in the middle of a
+ * step or of a retry wait loses nothing; on_failure; idempotent submission; ids;
+ * listing with filters and cursor paging; 404 and 405.
+ *
+ * Each test starts its own batond on a fresh temporary database (harness.h).
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../harness/harness.h"
+
+#define WAIT_MS 30000
+#define EM_DASH "\xe2\x80\x94"
+
+static const char *const ABCDE[] = {"worker-A", "worker-B", "worker-C", "worker-D", "worker-E"};
+
+static int setup(void **state)
+{
+	hs_server *s = hs_open(NULL);
+	*state = s;
+	return s ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+	return hs_close(*state);
+}
+
+static json_t *step_at(const json_t *wf, size_t i)
+{
+	json_t *st = json_array_get(json_object_get(wf, "steps"), i);
+	assert_non_null(st);
+	return st;
+}
+
+/* The five origin workers; worker C may carry extra members (stolen). */
+static json_t *origin_workers(json_t *worker_c)
+{
+	json_t *ws = json_array();
+	for (size_t i = 0; i < 5; i++) {
+		if (i == 2 && worker_c)
+			json_array_append_new(ws, worker_c);
+		else
+			json_array_append_new(ws, json_string(ABCDE[i]));
+	}
+	return ws;
+}
+
+/*
+ * Finds, from offset *pos of `log`, the first line about workflow `id` and `worker`
+ * ("wf=<id> [<worker>]") that contains `needle`; moves *pos past that line start.
+ */
+static bool log_line(const char *log, size_t *pos, const char *id, const char *worker,
+		     const char *needle)
+{
+	char tag[512];
+	snprintf(tag, sizeof tag, "wf=%s [%s]", id, worker);
+	const char *line = log + *pos;
+	while (*line) {
+		const char *eol = strchr(line, '\n');
+		size_t len = eol ? (size_t)(eol - line) : strlen(line);
+		char *copy = strndup(line, len);
+		bool hit = strstr(copy, tag) && strstr(copy, needle);
+		free(copy);
+		if (hit) {
+			*pos = (size_t)(line - log) + 1;
+			return true;
+		}
+		if (!eol)
+			break;
+		line = eol + 1;
+	}
+	return false;
+}
+
+/* The result a completed step of `worker` on `resource` must carry. */
+static void assert_step_result(const json_t *result, const char *worker, const char *resource,
+			       json_int_t work_ms)
+{
+	char action[256];
+	snprintf(action, sizeof action, "updated-%s", resource);
+	assert_true(json_is_object(result));
+	assert_int_equal(json_object_size(result), 3);
+	assert_string_equal(hs_str(result, "workerId"), worker);
+	assert_string_equal(hs_str(result, "action"), action);
+	assert_true(hs_int(result, "duration") >= work_ms);
+}
+
+/* The step events (lock_*, step_*) of `events`, in order. New reference. */
+static json_t *step_events(const json_t *events)
+{
+	json_t *out = json_array();
+	size_t i;
+	json_t *ev;
+	json_array_foreach(events, i, ev)
+	{
+		const char *t = hs_str(ev, "type");
+		if (strncmp(t, "lock_", 5) == 0 || strncmp(t, "step_", 5) == 0)
+			json_array_append(out, ev);
+	}
+	return out;
+}
+
+/* Asserts that event `ev` has `type`, `step`, `worker` and `attempt`. */
+static void assert_event(const json_t *ev, const char *type, int step, const char *worker,
+			 int attempt)
+{
+	if (!ev)
+		fail_msg("missing event %s for step %d", type, step);
+	if (strcmp(hs_str(ev, "type"), type) != 0 || hs_int(ev, "step") != step ||
+	    strcmp(hs_str(ev, "worker"), worker) != 0 || hs_int(ev, "attempt") != attempt) {
+		char *dump = json_dumps(ev, JSON_COMPACT);
+		fail_msg("expected %s of step %d (%s) attempt %d, got %s", type, step, worker,
+			 attempt, dump);
+	}
+}
+
+/*
+ * Happy path: five workers run once each, in order, never overlapping; the result and
+ * the event log have the documented shape and order; default work_ms, retry policy and
+ * on_failure are applied; ?after= filters events; the log shows each step.
+ */
+static void test_happy_path(void **state)
+{
+	hs_server *s = *state;
+	json_t *created =
+	    hs_create_workflow(s, json_pack("{s:s, s:o}", "resource", "payment-gateway", "workers",
+					    origin_workers(NULL)));
+	hs_assert_workflow_shape(created);
+	const char *status = hs_str(created, "status");
+	assert_true(strcmp(status, "pending") == 0 || strcmp(status, "running") == 0);
+	assert_true(json_is_false(json_object_get(created, "cancel_requested")));
+	assert_int_equal(hs_int(created, "steps_total"), 5);
+	char *id = strdup(hs_str(created, "id"));
+
+	json_t *wf = hs_wait_workflow(s, id, "completed", WAIT_MS);
+	hs_assert_workflow_shape(wf);
+	assert_string_equal(hs_str(wf, "resource"), "payment-gateway");
+	assert_string_equal(hs_str(wf, "created_at"), hs_str(created, "created_at"));
+	assert_true(json_is_null(json_object_get(wf, "error")));
+	assert_int_equal(hs_int(wf, "steps_completed"), 5);
+	assert_string_equal(hs_str(wf, "on_failure"), "fail");
+	json_t *retry = json_object_get(wf, "retry");
+	assert_int_equal(hs_int(retry, "max_attempts"), 10);
+	assert_int_equal(hs_int(retry, "initial_delay_ms"), 1000);
+	assert_true(json_number_value(json_object_get(retry, "backoff")) == 2.0);
+	assert_int_equal(hs_int(retry, "max_delay_ms"), 30000);
+	int64_t created_at = hs_time(wf, "created_at"), started_at = hs_time(wf, "started_at");
+	int64_t finished_at = hs_time(wf, "finished_at");
+	assert_true(created_at <= started_at && started_at <= finished_at);
+
+	int64_t prev_end = started_at;
+	json_int_t prev_token = 0, sum_work = 0;
+	for (size_t i = 0; i < 5; i++) {
+		json_t *st = step_at(wf, i);
+		json_int_t work = hs_default_work_ms(ABCDE[i]);
+		sum_work += work;
+		assert_string_equal(hs_str(st, "worker"), ABCDE[i]);
+		assert_int_equal(hs_int(st, "work_ms"), work);
+		assert_int_equal(hs_int(st, "fail_attempts"), 0);
+		assert_string_equal(hs_str(st, "status"), "completed");
+		assert_int_equal(hs_int(st, "attempts"), 1);
+		assert_true(json_is_null(json_object_get(st, "queue_position")));
+		assert_true(json_is_null(json_object_get(st, "next_attempt_at")));
+		assert_true(json_is_null(json_object_get(st, "error")));
+		int64_t st_start = hs_time(st, "started_at"), st_end = hs_time(st, "finished_at");
+		/* Worker order and no overlap: this step began after the previous one ended. */
+		if (st_start < prev_end)
+			fail_msg("step %zu started at %lld, before the previous step ended (%lld)",
+				 i, (long long)st_start, (long long)prev_end);
+		assert_true(st_end - st_start >= work);
+		assert_true(hs_int(st, "duration_ms") >= work);
+		assert_true(st_end <= finished_at);
+		prev_end = st_end;
+		json_int_t token = hs_int(st, "fencing_token");
+		assert_true(token > prev_token);
+		prev_token = token;
+		assert_step_result(json_object_get(st, "result"), ABCDE[i], "payment-gateway",
+				   work);
+	}
+
+	json_t *result = json_object_get(wf, "result");
+	assert_string_equal(hs_str(result, "resource"), "payment-gateway");
+	json_t *processed = json_object_get(result, "processed");
+	assert_int_equal(json_array_size(processed), 5);
+	for (size_t i = 0; i < 5; i++)
+		assert_true(json_equal(json_array_get(processed, i),
+				       json_object_get(step_at(wf, i), "result")));
+	assert_int_equal(hs_int(result, "workersProcessed"), 5);
+	assert_true(hs_int(result, "totalMs") >= sum_work);
+	json_t *failed = json_object_get(result, "failed");
+	assert_true(!failed || (json_is_array(failed) && json_array_size(failed) == 0));
+
+	/* Events: submitted first, completed last, per step requested/acquired/completed/released.
+	 */
+	json_t *events = hs_get_events(s, id);
+	size_t n = json_array_size(events);
+	assert_true(n >= 2 + 4 * 5);
+	json_t *first = json_array_get(events, 0), *last = json_array_get(events, n - 1);
+	assert_string_equal(hs_str(first, "type"), "workflow_submitted");
+	assert_string_equal(hs_str(first, "resource"), "payment-gateway");
+	assert_int_equal(hs_int(first, "steps_total"), 5);
+	assert_string_equal(hs_str(last, "type"), "workflow_completed");
+	assert_true(json_equal(json_object_get(last, "result"), result));
+	assert_int_equal(hs_event_count(events, "workflow_started", -1, -1), 1);
+	assert_int_equal(hs_event_count(events, "step_failed", -1, -1), 0);
+	assert_int_equal(hs_event_count(events, "step_interrupted", -1, -1), 0);
+	json_t *started_ev = hs_event_find(events, "workflow_started", -1, -1);
+	json_t *done0 = hs_event_find(events, "step_completed", 0, 1);
+	assert_non_null(done0);
+	assert_true(hs_int(started_ev, "seq") < hs_int(done0, "seq"));
+
+	json_t *sev = step_events(events);
+	assert_int_equal(json_array_size(sev), 4 * 5);
+	for (size_t i = 0; i < 5; i++) {
+		json_t *st = step_at(wf, i);
+		json_int_t work = hs_int(st, "work_ms");
+		json_t *req = json_array_get(sev, 4 * i), *acq = json_array_get(sev, 4 * i + 1);
+		json_t *done = json_array_get(sev, 4 * i + 2),
+		       *rel = json_array_get(sev, 4 * i + 3);
+		assert_event(req, "lock_requested", (int)i, ABCDE[i], 1);
+		assert_event(acq, "lock_acquired", (int)i, ABCDE[i], 1);
+		assert_event(done, "step_completed", (int)i, ABCDE[i], 1);
+		assert_event(rel, "lock_released", (int)i, ABCDE[i], 1);
+		assert_string_equal(hs_str(acq, "resource"), "payment-gateway");
+		assert_int_equal(hs_int(acq, "fencing_token"), hs_int(st, "fencing_token"));
+		assert_true(hs_int(acq, "waited_ms") >= 0);
+		assert_true(hs_int(done, "duration_ms") >= work);
+		assert_true(
+		    json_equal(json_object_get(done, "result"), json_object_get(st, "result")));
+		assert_string_equal(hs_str(rel, "resource"), "payment-gateway");
+		assert_int_equal(hs_int(rel, "fencing_token"), hs_int(st, "fencing_token"));
+		assert_true(hs_int(rel, "hold_ms") >= work);
+		assert_true(hs_time(acq, "ts") <= hs_time(rel, "ts"));
+	}
+
+	/* ?after=SEQ returns exactly the events after SEQ. */
+	json_int_t after = hs_int(json_array_get(events, 3), "seq");
+	char path[256];
+	snprintf(path, sizeof path, "/workflows/%s/events?after=%lld", id, (long long)after);
+	json_t *tail = hs_get_json(s, path, 200);
+	json_t *tail_events = json_object_get(tail, "events");
+	assert_int_equal(json_array_size(tail_events), n - 4);
+	for (size_t i = 0; i < n - 4; i++)
+		assert_true(
+		    json_equal(json_array_get(tail_events, i), json_array_get(events, i + 4)));
+
+	/* The log tells the story the demo tells, in order. */
+	char *log = hs_log_text(s);
+	size_t pos = 0;
+	for (size_t i = 0; i < 5; i++) {
+		if (!log_line(log, &pos, id, ABCDE[i], "Acquired lock on \"payment-gateway\""))
+			fail_msg(
+			    "log lacks \"wf=%s [%s] Acquired lock on \\\"payment-gateway\\\"\" "
+			    "in order",
+			    id, ABCDE[i]);
+		if (!log_line(log, &pos, id, ABCDE[i], "Done " EM_DASH " ") ||
+		    !strstr(log + pos, "ms, lock released"))
+			fail_msg("log lacks \"wf=%s [%s] Done — Nms, lock released\" in order", id,
+				 ABCDE[i]);
+	}
+	free(log);
+
+	json_decref(tail);
+	json_decref(sev);
+	json_decref(events);
+	json_decref(wf);
+	json_decref(created);
+	free(id);
+}
+
+/*
+ * worker-C fails its first attempt: it is retried after the default 2 s, alone; A and B
+ * are not re-run, D and E run after C's success; attempts are 1,1,2,1,1.
+ */
+static void test_failed_step_retries_after_wait(void **state)
+{
+	hs_server *s = *state;
+	json_t *c = json_pack("{s:s, s:i}", "name", "worker-C", "fail_attempts", 1);
+	json_t *created =
+	    hs_create_workflow(s, json_pack("{s:s, s:o}", "resource", "payment-gateway", "workers",
+					    origin_workers(c)));
+	char *id = strdup(hs_str(created, "id"));
+	json_decref(created);
+
+	/* While C waits for its retry, it is "retrying" with a next_attempt_at. */
+	json_t *waiting = hs_wait_step(s, id, 2, "retrying", WAIT_MS);
+	hs_assert_workflow_shape(waiting);
+	assert_string_equal(hs_str(waiting, "status"), "running");
+	json_t *wc = step_at(waiting, 2);
+	assert_int_equal(hs_int(wc, "attempts"), 1);
+	assert_true(strlen(hs_str(wc, "error")) > 0);
+	int64_t next_at = hs_time(wc, "next_attempt_at");
+	assert_string_equal(hs_str(step_at(waiting, 0), "status"), "completed");
+	assert_string_equal(hs_str(step_at(waiting, 1), "status"), "completed");
+	assert_string_equal(hs_str(step_at(waiting, 3), "status"), "pending");
+	assert_string_equal(hs_str(step_at(waiting, 4), "status"), "pending");
+
+	json_t *wf = hs_wait_workflow(s, id, "completed", WAIT_MS);
+	hs_assert_workflow_shape(wf);
+	static const json_int_t attempts[] = {1, 1, 2, 1, 1};
+	for (size_t i = 0; i < 5; i++) {
+		assert_string_equal(hs_str(step_at(wf, i), "status"), "completed");
+		assert_int_equal(hs_int(step_at(wf, i), "attempts"), attempts[i]);
+	}
+	assert_int_equal(hs_int(json_object_get(wf, "result"), "workersProcessed"), 5);
+
+	json_t *events = hs_get_events(s, id);
+	for (int i = 0; i < 5; i++) {
+		/* Only C acquired the lock twice: A and B were not re-run. */
+		assert_int_equal(hs_event_count(events, "lock_acquired", i, -1), i == 2 ? 2 : 1);
+		assert_int_equal(hs_event_count(events, "step_completed", i, -1), 1);
+	}
+	json_t *fail = hs_event_find(events, "step_failed", 2, 1);
+	assert_non_null(fail);
+	assert_string_equal(hs_str(fail, "worker"), "worker-C");
+	assert_true(strlen(hs_str(fail, "error")) > 0);
+	assert_int_equal(hs_int(fail, "retry_in_ms"), 2000);
+	assert_int_equal(hs_time(fail, "next_attempt_at"), next_at);
+	json_t *rel1 = hs_event_find(events, "lock_released", 2, 1);
+	json_t *acq1 = hs_event_find(events, "lock_acquired", 2, 1);
+	json_t *acq2 = hs_event_find(events, "lock_acquired", 2, 2);
+	json_t *done2 = hs_event_find(events, "step_completed", 2, 2);
+	json_t *acq_d = hs_event_find(events, "lock_acquired", 3, 1);
+	assert_non_null(rel1);
+	assert_non_null(acq2);
+	assert_non_null(done2);
+	assert_non_null(acq_d);
+	assert_true(hs_int(fail, "seq") < hs_int(rel1, "seq"));
+	assert_true(hs_int(rel1, "seq") < hs_int(acq2, "seq"));
+	assert_true(hs_int(done2, "seq") < hs_int(acq_d, "seq"));
+	assert_null(hs_event_find(events, "step_completed", 2, 1));
+
+	/* The wait between the failure and the retry: about 2 s, not earlier than planned. */
+	int64_t waited = hs_time(acq2, "ts") - hs_time(fail, "ts");
+	if (waited < 1900 || waited > 6000)
+		fail_msg("worker-C retried %lld ms after failing, expected about 2000",
+			 (long long)waited);
+	assert_true(hs_time(acq2, "ts") >= next_at);
+	assert_true(hs_int(acq2, "fencing_token") > hs_int(acq1, "fencing_token"));
+	assert_int_equal(hs_int(step_at(wf, 2), "fencing_token"), hs_int(acq2, "fencing_token"));
+
+	char *log = hs_log_text(s);
+	size_t pos = 0;
+	if (!log_line(log, &pos, id, "worker-C",
+		      "FAILED " EM_DASH " resource timeout (lock released, retrying in 2 s"))
+		fail_msg("log lacks \"[worker-C] FAILED — resource timeout (lock released, "
+			 "retrying in 2 s...)\"");
+	if (!log_line(log, &pos, id, "worker-C", "lock released (retry 2)"))
+		fail_msg("log lacks \"[worker-C] Done — Nms, lock released (retry 2)\"");
+	free(log);
+
+	json_decref(events);
+	json_decref(wf);
+	json_decref(waiting);
+	free(id);
+}
+
+/*
+ * SIGKILL while step 3 (worker-C) runs; on restart the workflow completes, A and B keep
+ * their single attempt and checkpoint, C runs again as attempt 2 after a step_interrupted
+ * event, D and E run once.
+ */
+static void test_sigkill_mid_step_resumes(void **state)
+{
+	hs_server *s = *state;
+	json_t *c = json_pack("{s:s, s:i}", "name", "worker-C", "work_ms", 1500);
+	json_t *created =
+	    hs_create_workflow(s, json_pack("{s:s, s:o}", "resource", "payment-gateway", "workers",
+					    origin_workers(c)));
+	char *id = strdup(hs_str(created, "id"));
+	json_decref(created);
+
+	json_t *before = hs_wait_step(s, id, 2, "running", WAIT_MS);
+	hs_kill(s);
+	assert_int_equal(hs_start(s), 0);
+
+	/* What was checkpointed survived the kill as it was. */
+	json_t *after = hs_get_workflow(s, id);
+	for (size_t i = 0; i < 2; i++) {
+		json_t *b = step_at(before, i), *a = step_at(after, i);
+		assert_string_equal(hs_str(a, "status"), "completed");
+		assert_int_equal(hs_int(a, "attempts"), 1);
+		assert_true(json_equal(json_object_get(a, "result"), json_object_get(b, "result")));
+		assert_string_equal(hs_str(a, "finished_at"), hs_str(b, "finished_at"));
+	}
+
+	json_t *wf = hs_wait_workflow(s, id, "completed", WAIT_MS);
+	hs_assert_workflow_shape(wf);
+	static const json_int_t attempts[] = {1, 1, 2, 1, 1};
+	for (size_t i = 0; i < 5; i++) {
+		json_t *st = step_at(wf, i);
+		assert_string_equal(hs_str(st, "status"), "completed");
+		if (hs_int(st, "attempts") != attempts[i])
+			fail_msg("step %zu (%s) has %lld attempts after the restart, expected %lld",
+				 i, ABCDE[i], (long long)hs_int(st, "attempts"),
+				 (long long)attempts[i]);
+	}
+	for (size_t i = 0; i < 2; i++) {
+		assert_int_equal(hs_int(step_at(wf, i), "fencing_token"),
+				 hs_int(step_at(before, i), "fencing_token"));
+		assert_string_equal(hs_str(step_at(wf, i), "started_at"),
+				    hs_str(step_at(before, i), "started_at"));
+	}
+	assert_int_equal(hs_int(json_object_get(wf, "result"), "workersProcessed"), 5);
+	assert_int_equal(
+	    json_array_size(json_object_get(json_object_get(wf, "result"), "processed")), 5);
+
+	json_t *events = hs_get_events(s, id);
+	json_t *intr = hs_event_find(events, "step_interrupted", 2, 1);
+	if (!intr)
+		fail_msg("no step_interrupted event for worker-C's attempt 1");
+	assert_string_equal(hs_str(intr, "worker"), "worker-C");
+	assert_int_equal(hs_event_count(events, "step_interrupted", -1, -1), 1);
+	for (int i = 0; i < 5; i++) {
+		assert_int_equal(hs_event_count(events, "step_completed", i, -1), 1);
+		assert_int_equal(hs_event_count(events, "lock_acquired", i, -1), i == 2 ? 2 : 1);
+	}
+	json_t *acq1 = hs_event_find(events, "lock_acquired", 2, 1);
+	json_t *acq2 = hs_event_find(events, "lock_acquired", 2, 2);
+	assert_non_null(acq1);
+	assert_non_null(acq2);
+	assert_non_null(hs_event_find(events, "step_completed", 2, 2));
+	assert_true(hs_int(intr, "seq") < hs_int(acq2, "seq"));
+	assert_true(hs_int(acq2, "fencing_token") > hs_int(acq1, "fencing_token"));
+	assert_string_equal(hs_str(json_array_get(events, json_array_size(events) - 1), "type"),
+			    "workflow_completed");
+
+	json_decref(events);
+	json_decref(wf);
+	json_decref(after);
+	json_decref(before);
+	free(id);
+}
+
+/*
+ * A restart (SIGKILL) during a retry wait keeps next_attempt_at as it was, and the retry
+ * does not start before it.
+ */
+static void test_restart_during_retry_wait_keeps_schedule(void **state)
+{
+	hs_server *s = *state;
+	json_t *body = json_pack("{s:s, s:s, s:[{s:s, s:i, s:i}, {s:s, s:i}], s:{s:i, s:f}}", "id",
+				 "retry-restart", "resource", "printer", "workers", "name",
+				 "worker-A", "work_ms", 10, "fail_attempts", 1, "name", "worker-B",
+				 "work_ms", 10, "retry", "initial_delay_ms", 3000, "backoff", 1.0);
+	json_decref(hs_create_workflow(s, body));
+
+	json_t *before = hs_wait_step(s, "retry-restart", 0, "retrying", WAIT_MS);
+	const char *planned_text = hs_str(step_at(before, 0), "next_attempt_at");
+	int64_t planned = hs_time(step_at(before, 0), "next_attempt_at");
+	json_t *events = hs_get_events(s, "retry-restart");
+	json_t *fail = hs_event_find(events, "step_failed", 0, 1);
+	assert_non_null(fail);
+	assert_int_equal(hs_int(fail, "retry_in_ms"), 3000);
+	int64_t offset = planned - hs_time(fail, "ts");
+	if (offset < 2900 || offset > 3100)
+		fail_msg("next_attempt_at is %lld ms after the failure, expected 3000",
+			 (long long)offset);
+	json_decref(events);
+
+	hs_kill(s);
+	assert_int_equal(hs_start(s), 0);
+	json_t *after = hs_get_workflow(s, "retry-restart");
+	/* The restart takes milliseconds; the 3 s wait is still running. */
+	assert_true(hs_now_ms() < planned);
+	assert_string_equal(hs_str(step_at(after, 0), "status"), "retrying");
+	assert_string_equal(hs_str(step_at(after, 0), "next_attempt_at"), planned_text);
+	assert_int_equal(hs_int(step_at(after, 0), "attempts"), 1);
+
+	json_t *wf = hs_wait_workflow(s, "retry-restart", "completed", WAIT_MS);
+	assert_int_equal(hs_int(step_at(wf, 0), "attempts"), 2);
+	assert_int_equal(hs_int(step_at(wf, 1), "attempts"), 1);
+	events = hs_get_events(s, "retry-restart");
+	json_t *acq2 = hs_event_find(events, "lock_acquired", 0, 2);
+	assert_non_null(acq2);
+	int64_t retried = hs_time(acq2, "ts");
+	if (retried < planned)
+		fail_msg("the retry started at %lld, before next_attempt_at %lld",
+			 (long long)retried, (long long)planned);
+	assert_true(retried < planned + 5000);
+	assert_int_equal(hs_event_count(events, "step_interrupted", -1, -1), 0);
+	assert_int_equal(hs_event_count(events, "lock_acquired", 0, -1), 2);
+
+	json_decref(events);
+	json_decref(wf);
+	json_decref(after);
+	json_decref(before);
+}
+
+/*
+ * The retry policy: wait before retry n = min(initial_delay_ms * backoff^n, max_delay_ms),
+ * here 50 ms * 3^n capped at 500 ms: 150, 450, 500; no retry starts before its time.
+ */
+static void test_retry_backoff_schedule(void **state)
+{
+	hs_server *s = *state;
+	json_t *body = json_pack("{s:s, s:s, s:[{s:s, s:i, s:i}], s:{s:i, s:i, s:f, s:i}}", "id",
+				 "backoff", "resource", "printer", "workers", "name", "flaky",
+				 "work_ms", 0, "fail_attempts", 3, "retry", "max_attempts", 4,
+				 "initial_delay_ms", 50, "backoff", 3.0, "max_delay_ms", 500);
+	json_decref(hs_create_workflow(s, body));
+	json_t *wf = hs_wait_workflow(s, "backoff", "completed", WAIT_MS);
+	assert_int_equal(hs_int(step_at(wf, 0), "attempts"), 4);
+	json_t *events = hs_get_events(s, "backoff");
+	static const json_int_t waits[] = {150, 450, 500};
+	for (int n = 1; n <= 3; n++) {
+		json_t *fail = hs_event_find(events, "step_failed", 0, n);
+		json_t *next = hs_event_find(events, "lock_acquired", 0, n + 1);
+		assert_non_null(fail);
+		assert_non_null(next);
+		if (hs_int(fail, "retry_in_ms") != waits[n - 1])
+			fail_msg("retry %d: retry_in_ms %lld, expected %lld", n,
+				 (long long)hs_int(fail, "retry_in_ms"), (long long)waits[n - 1]);
+		int64_t due = hs_time(fail, "next_attempt_at");
+		assert_true(due - hs_time(fail, "ts") >= waits[n - 1] - 1);
+		if (hs_time(next, "ts") < due)
+			fail_msg("attempt %d started at %lld, before its next_attempt_at %lld",
+				 n + 1, (long long)hs_time(next, "ts"), (long long)due);
+	}
+	assert_int_equal(hs_event_count(events, "step_failed", -1, -1), 3);
+	json_decref(events);
+	json_decref(wf);
+}
+
+/*
+ * SIGTERM while a step runs: batond shuts down cleanly (exit 0, checked by the harness
+ * as well) and, started again, finishes the workflow with every step completed once.
+ */
+static void test_sigterm_mid_step_is_clean(void **state)
+{
+	hs_server *s = *state;
+	json_t *body =
+	    json_pack("{s:s, s:s, s:[{s:s, s:i}, {s:s, s:i}]}", "id", "term", "resource", "printer",
+		      "workers", "name", "long", "work_ms", 1500, "name", "short", "work_ms", 10);
+	json_decref(hs_create_workflow(s, body));
+	json_decref(hs_wait_step(s, "term", 0, "running", WAIT_MS));
+	assert_int_equal(hs_stop(s), 0);
+	assert_int_equal(hs_start(s), 0);
+	json_t *wf = hs_wait_workflow(s, "term", "completed", WAIT_MS);
+	json_t *events = hs_get_events(s, "term");
+	for (int i = 0; i < 2; i++) {
+		assert_int_equal(hs_event_count(events, "step_completed", i, -1), 1);
+		/* Run again only if it was interrupted; never completed twice. */
+		assert_int_equal(hs_int(step_at(wf, (size_t)i), "attempts"),
+				 1 + (json_int_t)hs_event_count(events, "step_interrupted", i, -1));
+	}
+	json_decref(events);
+	json_decref(wf);
+}
+
+/*
+ * A long history: three workers failing 999 times each before succeeding make 12003
+ * events; GET /workflows/{id}/events returns all of them (the contract sets no limit),
+ * and ?after= continues from any point.
+ */
+static void test_long_event_history_is_complete(void **state)
+{
+	hs_server *s = *state;
+	json_t *workers = json_array();
+	static const char *const names[] = {"a", "b", "c"};
+	for (size_t i = 0; i < 3; i++)
+		json_array_append_new(workers, json_pack("{s:s, s:i, s:i}", "name", names[i],
+							 "work_ms", 0, "fail_attempts", 999));
+	json_decref(
+	    hs_create_workflow(s, json_pack("{s:s, s:s, s:o, s:{s:i, s:i}}", "id", "long-history",
+					    "resource", "history", "workers", workers, "retry",
+					    "max_attempts", 1000, "initial_delay_ms", 0)));
+	json_t *wf = hs_wait_workflow(s, "long-history", "completed", 120000);
+	for (size_t i = 0; i < 3; i++)
+		assert_int_equal(hs_int(step_at(wf, i), "attempts"), 1000);
+	json_decref(wf);
+
+	enum { EXPECTED = 3 * 1000 * 4 + 3 };
+	json_t *events = hs_get_events(s, "long-history");
+	size_t n = json_array_size(events);
+	const char *last = hs_str(json_array_get(events, n - 1), "type");
+	if (n != EXPECTED || strcmp(last, "workflow_completed") != 0)
+		fail_msg("GET /workflows/long-history/events returned %zu events ending with %s, "
+			 "expected all %d ending with workflow_completed",
+			 n, last, EXPECTED);
+	json_int_t after = hs_int(json_array_get(events, n - 101), "seq");
+	char path[256];
+	snprintf(path, sizeof path, "/workflows/long-history/events?after=%lld", (long long)after);
+	json_t *tail = hs_get_json(s, path, 200);
+	assert_int_equal(json_array_size(json_object_get(tail, "events")), 100);
+	json_decref(tail);
+	json_decref(events);
+}
+
+/* The three-worker workflow whose middle worker always fails; `on_failure` may be NULL. */
+static json_t *failing_middle(const char *id, const char *on_failure)
+{
+	json_t *body = json_pack("{s:s, s:s, s:[{s:s, s:i}, {s:s, s:i, s:i}, {s:s, s:i}], "
+				 "s:{s:i, s:i}}",
+				 "id", id, "resource", "ledger", "workers", "name", "a", "work_ms",
+				 10, "name", "b", "work_ms", 10, "fail_attempts", 5, "name", "c",
+				 "work_ms", 10, "retry", "max_attempts", 2, "initial_delay_ms", 0);
+	if (on_failure)
+		json_object_set_new(body, "on_failure", json_string(on_failure));
+	return body;
+}
+
+/* Asserts b's two failed attempts: the first one retried at once, the second final. */
+static void assert_failed_twice(const json_t *events)
+{
+	json_t *f1 = hs_event_find(events, "step_failed", 1, 1);
+	json_t *f2 = hs_event_find(events, "step_failed", 1, 2);
+	assert_non_null(f1);
+	assert_non_null(f2);
+	assert_int_equal(hs_int(f1, "retry_in_ms"), 0);
+	hs_time(f1, "next_attempt_at");
+	assert_true(json_is_null(json_object_get(f2, "retry_in_ms")));
+	assert_true(json_is_null(json_object_get(f2, "next_attempt_at")));
+	assert_true(strlen(hs_str(f2, "error")) > 0);
+	assert_int_equal(hs_event_count(events, "step_failed", -1, -1), 2);
+}
+
+/* on_failure "fail" (the default): a step failing for good fails the workflow; later steps never
+ * start. */
+static void test_on_failure_fail_stops_workflow(void **state)
+{
+	hs_server *s = *state;
+	json_decref(hs_create_workflow(s, failing_middle("stop-on-fail", NULL)));
+	json_t *wf = hs_wait_workflow(s, "stop-on-fail", "failed", WAIT_MS);
+	hs_assert_workflow_shape(wf);
+	assert_string_equal(hs_str(wf, "on_failure"), "fail");
+	assert_true(strlen(hs_str(wf, "error")) > 0);
+	hs_time(wf, "finished_at");
+	assert_int_equal(hs_int(wf, "steps_completed"), 1);
+	assert_string_equal(hs_str(step_at(wf, 0), "status"), "completed");
+	json_t *b = step_at(wf, 1), *c = step_at(wf, 2);
+	assert_string_equal(hs_str(b, "status"), "failed");
+	assert_int_equal(hs_int(b, "attempts"), 2);
+	assert_true(strlen(hs_str(b, "error")) > 0);
+	assert_true(json_is_null(json_object_get(b, "result")));
+	const char *c_status = hs_str(c, "status");
+	if (strcmp(c_status, "pending") != 0 && strcmp(c_status, "cancelled") != 0)
+		fail_msg("the step after the failed one is %s", c_status);
+	assert_int_equal(hs_int(c, "attempts"), 0);
+	assert_true(json_is_null(json_object_get(c, "started_at")));
+
+	json_t *events = hs_get_events(s, "stop-on-fail");
+	assert_failed_twice(events);
+	assert_int_equal(hs_event_count(events, "lock_requested", 2, -1), 0);
+	assert_int_equal(hs_event_count(events, "lock_acquired", 2, -1), 0);
+	json_t *last = json_array_get(events, json_array_size(events) - 1);
+	assert_string_equal(hs_str(last, "type"), "workflow_failed");
+	assert_true(strlen(hs_str(last, "error")) > 0);
+	assert_int_equal(hs_event_count(events, "workflow_completed", -1, -1), 0);
+	json_decref(events);
+	json_decref(wf);
+}
+
+/* on_failure "continue": the failed step is recorded and the next steps still run. */
+static void test_on_failure_continue_runs_the_rest(void **state)
+{
+	hs_server *s = *state;
+	json_decref(hs_create_workflow(s, failing_middle("go-on", "continue")));
+	json_t *wf = hs_wait_workflow(s, "go-on", "completed", WAIT_MS);
+	hs_assert_workflow_shape(wf);
+	assert_string_equal(hs_str(wf, "on_failure"), "continue");
+	assert_int_equal(hs_int(wf, "steps_completed"), 2);
+	json_t *b = step_at(wf, 1), *c = step_at(wf, 2);
+	assert_string_equal(hs_str(b, "status"), "failed");
+	assert_int_equal(hs_int(b, "attempts"), 2);
+	assert_string_equal(hs_str(c, "status"), "completed");
+	assert_int_equal(hs_int(c, "attempts"), 1);
+
+	json_t *result = json_object_get(wf, "result");
+	json_t *processed = json_object_get(result, "processed");
+	assert_int_equal(json_array_size(processed), 2);
+	assert_true(
+	    json_equal(json_array_get(processed, 0), json_object_get(step_at(wf, 0), "result")));
+	assert_true(json_equal(json_array_get(processed, 1), json_object_get(c, "result")));
+	assert_int_equal(hs_int(result, "workersProcessed"), 2);
+	json_t *failed = json_object_get(result, "failed");
+	assert_int_equal(json_array_size(failed), 1);
+	assert_string_equal(hs_str(json_array_get(failed, 0), "workerId"), "b");
+	assert_true(strlen(hs_str(json_array_get(failed, 0), "error")) > 0);
+
+	json_t *events = hs_get_events(s, "go-on");
+	assert_failed_twice(events);
+	json_t *final_fail = hs_event_find(events, "step_failed", 1, 2);
+	json_t *acq_c = hs_event_find(events, "lock_acquired", 2, 1);
+	assert_non_null(acq_c);
+	assert_true(hs_int(final_fail, "seq") < hs_int(acq_c, "seq"));
+	assert_non_null(hs_event_find(events, "workflow_completed", -1, -1));
+	assert_null(hs_event_find(events, "workflow_failed", -1, -1));
+	json_decref(events);
+	json_decref(wf);
+}
+
+/* POSTs `text` and returns the response (the caller finishes it). */
+static hs_response post_text(hs_server *s, const char *text)
+{
+	hs_response r;
+	hs_post(s, "/workflows", text, &r);
+	return r;
+}
+
+/*
+ * Re-posting an id: the same (normalized) definition gives 200 and the stored workflow,
+ * without a second run; any different definition gives 409 and changes nothing.
+ */
+static void test_repost_same_id(void **state)
+{
+	hs_server *s = *state;
+	static const char original[] =
+	    "{\"id\":\"order-42\",\"resource\":\"till\","
+	    "\"workers\":[\"worker-A\",{\"name\":\"worker-B\",\"work_ms\":20}]}";
+	hs_response r = post_text(s, original);
+	assert_int_equal(r.status, 201);
+	hs_response_fini(&r);
+	json_t *stored = hs_wait_workflow(s, "order-42", "completed", WAIT_MS);
+
+	char explicit_defaults[1024];
+	snprintf(explicit_defaults, sizeof explicit_defaults,
+		 "{\"on_failure\":\"fail\",\"workers\":[{\"name\":\"worker-A\",\"work_ms\":%d,"
+		 "\"fail_attempts\":0},{\"work_ms\":20,\"name\":\"worker-B\"}],"
+		 "\"retry\":{\"max_attempts\":10,\"initial_delay_ms\":1000,\"backoff\":2.0,"
+		 "\"max_delay_ms\":30000},\"resource\":\"till\",\"id\":\"order-42\"}",
+		 hs_default_work_ms("worker-A"));
+	const char *same[] = {original, explicit_defaults};
+	for (size_t i = 0; i < 2; i++) {
+		r = post_text(s, same[i]);
+		if (r.status != 200)
+			fail_msg("re-POST of the same definition %s: %ld %s, expected 200", same[i],
+				 r.status, r.body ? r.body : "");
+		if (!json_equal(r.json, stored))
+			fail_msg("re-POST answered %s, not the stored workflow", r.body);
+		hs_response_fini(&r);
+	}
+
+	static const char *const conflicting[] = {
+	    "{\"id\":\"order-42\",\"resource\":\"other\","
+	    "\"workers\":[\"worker-A\",{\"name\":\"worker-B\",\"work_ms\":20}]}",
+	    "{\"id\":\"order-42\",\"resource\":\"till\","
+	    "\"workers\":[{\"name\":\"worker-B\",\"work_ms\":20},\"worker-A\"]}",
+	    "{\"id\":\"order-42\",\"resource\":\"till\","
+	    "\"workers\":[\"worker-A\",{\"name\":\"worker-B\",\"work_ms\":21}]}",
+	    "{\"id\":\"order-42\",\"resource\":\"till\","
+	    "\"workers\":[\"worker-A\",{\"name\":\"worker-B\",\"work_ms\":20,\"fail_attempts\":1}]"
+	    "}",
+	    "{\"id\":\"order-42\",\"resource\":\"till\",\"workers\":[\"worker-A\","
+	    "{\"name\":\"worker-B\",\"work_ms\":20},\"worker-C\"]}",
+	    "{\"id\":\"order-42\",\"resource\":\"till\","
+	    "\"workers\":[\"worker-A\",{\"name\":\"worker-B\",\"work_ms\":20}],"
+	    "\"retry\":{\"max_attempts\":3}}",
+	    "{\"id\":\"order-42\",\"resource\":\"till\","
+	    "\"workers\":[\"worker-A\",{\"name\":\"worker-B\",\"work_ms\":20}],"
+	    "\"on_failure\":\"continue\"}",
+	};
+	for (size_t i = 0; i < sizeof conflicting / sizeof conflicting[0]; i++) {
+		r = post_text(s, conflicting[i]);
+		hs_assert_problem(&r, 409, "conflict", conflicting[i]);
+		hs_response_fini(&r);
+	}
+	json_t *now = hs_get_workflow(s, "order-42");
+	assert_true(json_equal(now, stored));
+	assert_int_equal(hs_db_count(s, "SELECT count(*) FROM workflows"), 1);
+
+	/* A re-POST while the workflow runs does not start it again. */
+	static const char running[] = "{\"id\":\"order-43\",\"resource\":\"till\","
+				      "\"workers\":[{\"name\":\"slow\",\"work_ms\":400}]}";
+	r = post_text(s, running);
+	assert_int_equal(r.status, 201);
+	hs_response_fini(&r);
+	r = post_text(s, running);
+	assert_int_equal(r.status, 200);
+	assert_string_equal(hs_str(r.json, "id"), "order-43");
+	hs_response_fini(&r);
+	json_decref(hs_wait_workflow(s, "order-43", "completed", WAIT_MS));
+	json_t *events = hs_get_events(s, "order-43");
+	assert_int_equal(hs_event_count(events, "workflow_submitted", -1, -1), 1);
+	assert_int_equal(hs_event_count(events, "lock_acquired", -1, -1), 1);
+	assert_int_equal(hs_db_count(s, "SELECT count(*) FROM workflows"), 2);
+
+	json_decref(events);
+	json_decref(now);
+	json_decref(stored);
+}
+
+static bool is_hex32(const char *id)
+{
+	if (strlen(id) != 32)
+		return false;
+	for (const char *p = id; *p; p++)
+		if (!((*p >= '0' && *p <= '9') || (*p >= 'a' && *p <= 'f')))
+			return false;
+	return true;
+}
+
+/* Without an id, batond generates 32 lowercase hex characters, different each time. */
+static void test_generated_ids(void **state)
+{
+	hs_server *s = *state;
+	char *ids[4];
+	for (size_t i = 0; i < 4; i++) {
+		json_t *wf =
+		    hs_create_workflow(s, json_pack("{s:s, s:[{s:s, s:i}]}", "resource", "ids",
+						    "workers", "name", "w", "work_ms", 0));
+		ids[i] = strdup(hs_str(wf, "id"));
+		if (!is_hex32(ids[i]))
+			fail_msg("generated id \"%s\" is not 32 lowercase hex characters", ids[i]);
+		for (size_t j = 0; j < i; j++)
+			assert_string_not_equal(ids[i], ids[j]);
+		json_decref(wf);
+	}
+	for (size_t i = 0; i < 4; i++) {
+		json_decref(hs_wait_workflow(s, ids[i], "completed", WAIT_MS));
+		free(ids[i]);
+	}
+}
+
+/* GET `path` and returns the ids of its "workflows", comma-joined; *cursor gets next_cursor. */
+static char *list_ids(hs_server *s, const char *path, char **cursor)
+{
+	json_t *doc = hs_get_json(s, path, 200);
+	json_t *items = json_object_get(doc, "workflows");
+	assert_true(json_is_array(items));
+	json_t *next = json_object_get(doc, "next_cursor");
+	assert_true(json_is_null(next) || json_is_string(next));
+	if (cursor)
+		*cursor = json_is_string(next) ? strdup(json_string_value(next)) : NULL;
+	else
+		assert_true(json_is_null(next));
+	size_t cap = 1;
+	for (size_t k = 0; k < json_array_size(items); k++)
+		cap += strlen(hs_str(json_array_get(items, k), "id")) + 1;
+	char *out = calloc(1, cap);
+	int64_t prev = INT64_MAX;
+	size_t i;
+	json_t *it;
+	json_array_foreach(items, i, it)
+	{
+		static const char *const keys[] = {"id",	  "resource",	    "status",
+						   "created_at",  "started_at",	    "finished_at",
+						   "steps_total", "steps_completed"};
+		for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++)
+			if (!json_object_get(it, keys[k]))
+				fail_msg("GET %s: item without \"%s\"", path, keys[k]);
+		hs_time_or_null(it, "started_at");
+		hs_time_or_null(it, "finished_at");
+		hs_int(it, "steps_total");
+		hs_int(it, "steps_completed");
+		int64_t created = hs_time(it, "created_at");
+		assert_true(created <= prev); /* newest first */
+		prev = created;
+		if (i > 0)
+			strcat(out, ",");
+		strcat(out, hs_str(it, "id"));
+	}
+	json_decref(doc);
+	return out;
+}
+
+/*
+ * Pages through `base` with `limit`, following next_cursor; returns all ids joined.
+ * When `insert_after_first` is set, POSTs it after the first page.
+ */
+static char *page_all(hs_server *s, const char *base, int limit, const char *insert_after_first)
+{
+	char *all = calloc(1, 4096), *cursor = NULL;
+	for (int page = 0; page < 50; page++) {
+		char path[1024];
+		char sep = strchr(base, '?') ? '&' : '?';
+		if (cursor) {
+			char *escaped = hs_url_escape(cursor);
+			snprintf(path, sizeof path, "%s%climit=%d&cursor=%s", base, sep, limit,
+				 escaped);
+			free(escaped);
+		} else
+			snprintf(path, sizeof path, "%s%climit=%d", base, sep, limit);
+		free(cursor);
+		char *ids = list_ids(s, path, &cursor);
+		size_t n = *ids ? 1 : 0;
+		for (const char *p = ids; *p; p++)
+			n += *p == ',';
+		assert_true(n <= (size_t)limit);
+		if (strlen(all) + strlen(ids) + 2 > 4096)
+			fail_msg("paging %s returned more than it could hold: [%s]", base, all);
+		if (*ids) {
+			if (*all)
+				strcat(all, ",");
+			strcat(all, ids);
+		}
+		free(ids);
+		if (page == 0 && insert_after_first) {
+			/* A workflow created between pages must not shift the next pages. */
+			hs_response r;
+			hs_post(s, "/workflows", insert_after_first, &r);
+			assert_int_equal(r.status, 201);
+			hs_response_fini(&r);
+		}
+		if (!cursor)
+			return all;
+	}
+	fail_msg("paging %s did not end after 50 pages", base);
+	return all;
+}
+
+static void post_ok(hs_server *s, const char *id, const char *resource, const char *workers,
+		    const char *extra)
+{
+	char body[1024];
+	snprintf(body, sizeof body, "{\"id\":\"%s\",\"resource\":\"%s\",\"workers\":%s%s}", id,
+		 resource, workers, extra ? extra : "");
+	hs_response r;
+	hs_post(s, "/workflows", body, &r);
+	if (r.status != 201)
+		fail_msg("POST %s: %ld %s", body, r.status, r.body ? r.body : "");
+	hs_response_fini(&r);
+}
+
+/* GET /workflows: newest first, status and resource filters, limit, stable cursor paging. */
+static void test_list_filters_and_paging(void **state)
+{
+	hs_server *s = *state;
+	static const char quick[] = "[{\"name\":\"w\",\"work_ms\":0}]";
+	post_ok(s, "wf-01", "list-a", quick, NULL);
+	post_ok(s, "wf-02", "list-a", quick, NULL);
+	post_ok(s, "wf-03", "list-a", quick, NULL);
+	post_ok(s, "wf-04", "list-b", quick, NULL);
+	post_ok(s, "wf-05", "list-b", quick, NULL);
+	post_ok(s, "wf-06", "list-c", "[{\"name\":\"w\",\"work_ms\":0,\"fail_attempts\":1}]",
+		",\"retry\":{\"max_attempts\":1}");
+	static const char *const done[] = {"wf-01", "wf-02", "wf-03", "wf-04", "wf-05"};
+	for (size_t i = 0; i < 5; i++)
+		json_decref(hs_wait_workflow(s, done[i], "completed", WAIT_MS));
+	json_decref(hs_wait_workflow(s, "wf-06", "failed", WAIT_MS));
+	post_ok(s, "wf-07", "list-d", "[{\"name\":\"hold\",\"work_ms\":2500}]", NULL);
+	json_decref(hs_wait_workflow(s, "wf-07", "running", WAIT_MS));
+	post_ok(s, "wf-08", "list-d", quick, NULL);
+	post_ok(s, "wf-09", "list-d", quick, NULL);
+	hs_response r;
+	hs_post(s, "/workflows/wf-09/cancel", NULL, &r);
+	assert_int_equal(r.status, 200);
+	hs_response_fini(&r);
+	json_t *pending = hs_get_workflow(s, "wf-08");
+	assert_string_equal(hs_str(pending, "status"), "pending");
+	json_decref(pending);
+
+	static const struct {
+		const char *query, *want;
+	} cases[] = {
+	    {"/workflows", "wf-09,wf-08,wf-07,wf-06,wf-05,wf-04,wf-03,wf-02,wf-01"},
+	    {"/workflows?status=completed", "wf-05,wf-04,wf-03,wf-02,wf-01"},
+	    {"/workflows?status=failed", "wf-06"},
+	    {"/workflows?status=running", "wf-07"},
+	    {"/workflows?status=pending", "wf-08"},
+	    {"/workflows?status=cancelled", "wf-09"},
+	    {"/workflows?resource=list-a", "wf-03,wf-02,wf-01"},
+	    {"/workflows?resource=list-d&status=pending", "wf-08"},
+	    {"/workflows?status=completed&resource=list-b", "wf-05,wf-04"},
+	    {"/workflows?resource=nothing-here", ""},
+	    {"/workflows?limit=1000", "wf-09,wf-08,wf-07,wf-06,wf-05,wf-04,wf-03,wf-02,wf-01"},
+	};
+	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+		char *got = list_ids(s, cases[i].query, NULL);
+		if (strcmp(got, cases[i].want) != 0)
+			fail_msg("GET %s listed [%s], expected [%s]", cases[i].query, got,
+				 cases[i].want);
+		free(got);
+	}
+	json_t *doc = hs_get_json(s, "/workflows?resource=list-c", 200);
+	json_t *item = json_array_get(json_object_get(doc, "workflows"), 0);
+	assert_string_equal(hs_str(item, "status"), "failed");
+	assert_int_equal(hs_int(item, "steps_total"), 1);
+	assert_int_equal(hs_int(item, "steps_completed"), 0);
+	json_decref(doc);
+
+	/* Pages of 2 give the same list; a workflow created meanwhile does not disturb them. */
+	char *paged = page_all(s, "/workflows?resource=list-a&status=completed", 2, NULL);
+	assert_string_equal(paged, "wf-03,wf-02,wf-01");
+	free(paged);
+	paged = page_all(s, "/workflows", 2,
+			 "{\"id\":\"wf-10\",\"resource\":\"list-d\",\"workers\":[\"w\"]}");
+	assert_string_equal(paged, "wf-09,wf-08,wf-07,wf-06,wf-05,wf-04,wf-03,wf-02,wf-01");
+	free(paged);
+	paged = page_all(s, "/workflows?status=completed", 1, NULL);
+	assert_string_equal(paged, "wf-05,wf-04,wf-03,wf-02,wf-01");
+	free(paged);
+
+	json_decref(hs_wait_workflow(s, "wf-08", "completed", WAIT_MS));
+	json_decref(hs_wait_workflow(s, "wf-10", "completed", WAIT_MS));
+}
+
+/* Unknown ids and paths: 404 problem documents; /healthz answers ok. */
+static void test_not_found(void **state)
+{
+	hs_server *s = *state;
+	json_t *health = hs_get_json(s, "/healthz", 200);
+	assert_string_equal(hs_str(health, "status"), "ok");
+	json_decref(health);
+	post_ok(s, "known", "nf", "[{\"name\":\"w\",\"work_ms\":0}]", NULL);
+
+	static const struct {
+		const char *method, *path;
+	} cases[] = {
+	    {"GET", "/workflows/no-such-workflow"},
+	    {"GET", "/workflows/no-such-workflow/events"},
+	    {"POST", "/workflows/no-such-workflow/cancel"},
+	    {"GET", "/resources/never-used"},
+	    {"GET", "/"},
+	    {"GET", "/nope"},
+	    {"GET", "/workflows/known/nope"},
+	    {"GET", "/workflows/known/events/1"},
+	    {"POST", "/workflows/known/cancel/now"},
+	    {"GET", "/resources/nf/waiters"},
+	    {"GET", "/healthz/deep"},
+	};
+	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+		hs_request req = {.method = cases[i].method, .path = cases[i].path};
+		hs_response r;
+		hs_send(s, &req, &r);
+		char what[256];
+		snprintf(what, sizeof what, "%s %s", cases[i].method, cases[i].path);
+		hs_assert_problem(&r, 404, "not-found", what);
+		hs_response_fini(&r);
+	}
+	json_decref(hs_wait_workflow(s, "known", "completed", WAIT_MS));
+}
+
+/* Known paths with a method they do not serve: 405 with the right Allow header. */
+static void test_method_not_allowed(void **state)
+{
+	hs_server *s = *state;
+	post_ok(s, "m1", "mna", "[{\"name\":\"w\",\"work_ms\":0}]", NULL);
+	json_decref(hs_wait_workflow(s, "m1", "completed", WAIT_MS));
+	static const struct {
+		const char *method, *path, *allow;
+	} cases[] = {
+	    {"DELETE", "/workflows", "GET, POST"},   {"PUT", "/workflows", "GET, POST"},
+	    {"PATCH", "/workflows", "GET, POST"},    {"DELETE", "/workflows/m1", "GET"},
+	    {"POST", "/workflows/m1", "GET"},	     {"PUT", "/workflows/m1", "GET"},
+	    {"GET", "/workflows/m1/cancel", "POST"}, {"DELETE", "/workflows/m1/cancel", "POST"},
+	    {"POST", "/workflows/m1/events", "GET"}, {"POST", "/resources", "GET"},
+	    {"DELETE", "/resources/mna", "GET"},     {"POST", "/healthz", "GET"},
+	};
+	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+		bool post = strcmp(cases[i].method, "POST") == 0;
+		hs_request req = {.method = cases[i].method,
+				  .path = cases[i].path,
+				  .content_type = post ? "application/json" : NULL,
+				  .body = post ? "{}" : NULL,
+				  .body_len = post ? 2 : 0};
+		hs_response r;
+		hs_send(s, &req, &r);
+		char what[256];
+		snprintf(what, sizeof what, "%s %s", cases[i].method, cases[i].path);
+		hs_assert_problem(&r, 405, "method-not-allowed", what);
+		hs_assert_allow(&r, cases[i].allow);
+		hs_response_fini(&r);
+	}
+	assert_int_equal(hs_db_count(s, "SELECT count(*) FROM workflows"), 1);
+}
+
+int main(void)
+{
+	hs_filters_from_env();
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test_setup_teardown(test_happy_path, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_failed_step_retries_after_wait, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_sigkill_mid_step_resumes, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_restart_during_retry_wait_keeps_schedule, setup,
+					    teardown),
+	    cmocka_unit_test_setup_teardown(test_retry_backoff_schedule, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_sigterm_mid_step_is_clean, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_long_event_history_is_complete, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_on_failure_fail_stops_workflow, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_on_failure_continue_runs_the_rest, setup,
+					    teardown),
+	    cmocka_unit_test_setup_teardown(test_repost_same_id, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_generated_ids, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_list_filters_and_paging, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_not_found, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_method_not_allowed, setup, teardown),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
