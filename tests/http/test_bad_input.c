@@ -19,6 +19,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <unistd.h>
+
 #include "../harness/harness.h"
 
 #define WAIT_MS	  30000
@@ -669,6 +675,82 @@ static void test_limits_are_accepted(void **state)
 	free(name128);
 }
 
+/* Sends raw bytes on a fresh connection; returns the status of the answer, or 0. */
+static long raw_status(const hs_server *s, const char *req, size_t len)
+{
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+	struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)hs_port(s))};
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	struct timeval tv = {.tv_sec = 15};
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+	long status = 0;
+	if (connect(fd, (struct sockaddr *)&a, sizeof a) == 0) {
+		size_t sent = 0;
+		while (sent < len) {
+			ssize_t n = send(fd, req + sent, len - sent, MSG_NOSIGNAL);
+			if (n <= 0)
+				break;
+			sent += (size_t)n;
+		}
+		char buf[64] = "";
+		ssize_t n = recv(fd, buf, sizeof buf - 1, 0);
+		if (n > 12 && sscanf(buf, "HTTP/1.%*d %ld", &status) != 1)
+			status = 0;
+	}
+	close(fd);
+	return status;
+}
+
+/* Wrong methods on every route, and headers over the per-connection memory limit. */
+static void test_wrong_methods_and_oversized_headers(void **state)
+{
+	hs_server *s = *state;
+	baseline(s);
+	static const struct {
+		const char *path, *allow;
+	} paths[] = {
+	    {"/workflows", "POST, GET"},
+	    {"/workflows/baseline", "GET"},
+	    {"/workflows/baseline/events", "GET"},
+	    {"/workflows/baseline/cancel", "POST"},
+	    {"/resources", "GET"},
+	    {"/resources/bad-input", "GET"},
+	    {"/resources/bad-input/events", "GET"},
+	    {"/healthz", "GET"},
+	    {"/readyz", "GET"},
+	    {"/metrics", "GET"},
+	};
+	static const char *const methods[] = {"GET", "POST", "PUT", "DELETE", "PATCH", "OPTIONS"};
+	int cases = 0;
+	for (size_t i = 0; i < LEN(paths); i++) {
+		for (size_t m = 0; m < LEN(methods); m++) {
+			if (strstr(paths[i].allow, methods[m]))
+				continue;
+			char what[160];
+			snprintf(what, sizeof what, "%s %s", methods[m], paths[i].path);
+			hs_request req = {.method = methods[m], .path = paths[i].path};
+			hs_response r;
+			hs_send(s, &req, &r);
+			hs_assert_problem(&r, 405, "method-not-allowed", what);
+			hs_assert_allow(&r, paths[i].allow);
+			hs_response_fini(&r);
+			assert_unharmed(s, what);
+			cases++;
+		}
+	}
+	assert_true(cases >= 40);
+	/* 70 KB of headers: answered 431 by libmicrohttpd itself, nothing else happens. */
+	size_t big = 70000;
+	char *req = malloc(big + 256);
+	int n = snprintf(req, 256, "POST /workflows HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Big: ");
+	memset(req + n, 'x', big);
+	n += (int)big;
+	n += snprintf(req + n, 256, "\r\nContent-Length: 2\r\n\r\n{}");
+	assert_int_equal(raw_status(s, req, (size_t)n), 431);
+	free(req);
+	assert_unharmed(s, "70 KB of headers");
+}
+
 int main(void)
 {
 	hs_filters_from_env();
@@ -683,6 +765,8 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_unsupported_media_type, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_bad_queries_and_paths, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_limits_are_accepted, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_wrong_methods_and_oversized_headers, setup,
+					    teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
