@@ -51,7 +51,7 @@ UNIT_BIN := $(patsubst tests/unit/%.c,$(BUILD)/tests/unit/%,$(UNIT_SRC))
 HTTP_BIN := $(patsubst tests/http/%.c,$(BUILD)/tests/http/%,$(HTTP_SRC))
 DEPS_STAMP := build/.deps-ok
 
-.PHONY: all run test check demo demo-crash install clean format format-check format-check-counted deps fuzz valgrind-test
+.PHONY: all run test check demo demo-crash install clean format format-check format-check-counted deps fuzz valgrind-test torture torture-ci
 all: $(LIBBATON) $(BATOND) $(CLIENT)
 
 deps: $(DEPS_STAMP)
@@ -82,6 +82,18 @@ $(BUILD)/tests/unit/%: $(BUILD)/obj/tests/unit/%.o $(LIBBATON)
 $(BUILD)/tests/http/%: $(BUILD)/obj/tests/http/%.o $(call obj,$(HARNESS_SRC)) $(LIBBATON)
 	@mkdir -p $(@D)
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(LIBS_ALL) $(CMOCKA_LIBS)
+
+# Crash torture: many workflows while batond is SIGKILLed and restarted at random moments.
+TORTURE_SRC   := $(wildcard tests/torture/*.c)
+TORTURE_BIN   := $(BUILD)/tests/torture/torture
+TORTURE_KILLS ?= 200
+$(TORTURE_BIN): $(call obj,$(TORTURE_SRC)) $(call obj,$(HARNESS_SRC))
+	@mkdir -p $(@D)
+	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(LIBS_ALL) $(CMOCKA_LIBS)
+torture: $(BATOND) $(TORTURE_BIN)
+	BATOND=$(abspath $(BATOND)) ./$(TORTURE_BIN) $(TORTURE_KILLS)
+torture-ci: $(BATOND) $(TORTURE_BIN)
+	BATOND=$(abspath $(BATOND)) ./$(TORTURE_BIN) 20
 
 run: $(BATOND)
 	./$(BATOND)

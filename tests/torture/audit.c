@@ -1,0 +1,545 @@
+/*
+ * audit.c - the crash torture's checks, run once every acknowledged workflow finished
+ * and its state and history were read back from the API (see torture.c).
+ *
+ * Sources: GET /workflows/{id} and /workflows/{id}/events (the history batond committed),
+ * the records of the fragile resources (every request as the resource saw it, with its
+ * Idempotency-Key, Baton-Attempt and Baton-Fencing-Token), and the database file itself.
+ * The history is checked against the resources: a request must carry the token of the
+ * grant of its own attempt, so neither side can hide a replay of the other.
+ */
+#include "torture.h"
+
+#include <math.h>
+#include <sqlite3.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const kind_names[] = {"call", "simulated", "fails-for-good"};
+
+void violation(check *c, const char *fmt, ...)
+{
+	if (c->violations < SHOWN) {
+		va_list ap;
+		va_start(ap, fmt);
+		vsnprintf(c->shown[c->violations], sizeof c->shown[0], fmt, ap);
+		va_end(ap);
+	}
+	c->violations++;
+}
+
+const char *res_name(int i)
+{
+	static const char *const names[NRES] = {"torture-0", "torture-1", "torture-2"};
+	return names[i];
+}
+
+int report(const check *c)
+{
+	int ok = c->violations == 0;
+	printf("[%s] %s (%s)\n", ok ? "pass" : "FAIL", c->name, c->note);
+	if (!ok)
+		printf("       %zu violation%s, the first:\n", c->violations,
+		       c->violations == 1 ? "" : "s");
+	for (size_t i = 0; i < c->violations && i < SHOWN; i++)
+		printf("       - %s\n", c->shown[i]);
+	return ok;
+}
+
+/* ---- check 1: every acknowledged workflow finished as expected ---------------- */
+
+void check_final(run *r, check *c)
+{
+	for (size_t i = 0; i < r->n; i++) {
+		wf *w = r->wfs[i];
+		if (!w->acked)
+			continue;
+		c->examined++;
+		const char *want = w->kind == K_FAIL && !w->cont ? "failed" : "completed";
+		if (strcmp(w->final, want) != 0) {
+			violation(c, "%s (%s, %s): status \"%s\", expected \"%s\"", w->id,
+				  kind_names[w->kind], res_name(w->res), w->final, want);
+			continue;
+		}
+		for (int s = 0; s < w->n; s++) {
+			const char *st = s == w->fail_step ? "failed"
+					 : w->fail_step >= 0 && s > w->fail_step && !w->cont
+					     ? "pending"
+					     : "completed";
+			if (strcmp(w->step_status[s], st) != 0)
+				violation(c, "%s step %d: \"%s\", expected \"%s\"", w->id, s,
+					  w->step_status[s], st);
+		}
+	}
+	snprintf(c->note, sizeof c->note, "%zu workflows", c->examined);
+}
+
+/* ---- check 2: no completed step ran again -------------------------------------- */
+
+/* From the history: attempts 1, 2, ... granted once each, none after the completion. */
+static void check_history_steps(const wf *w, check *c)
+{
+	for (int s = 0; s < w->n; s++) {
+		int next = 1, done = 0;
+		for (size_t k = 0; k < w->nev; k++) {
+			const evt *e = &w->ev[k];
+			if (e->step != s || (e->type != E_ACQ && e->type != E_DONE))
+				continue;
+			if (e->type == E_DONE) {
+				done++;
+				continue;
+			}
+			if (done)
+				violation(c,
+					  "%s step %d: attempt %d granted after the step completed",
+					  w->id, s, e->attempt);
+			if (e->attempt != next)
+				violation(c, "%s step %d: attempt %d granted, expected %d", w->id,
+					  s, e->attempt, next);
+			next = e->attempt + 1;
+		}
+		int completed = strcmp(w->step_status[s], "completed") == 0;
+		if (done != completed)
+			violation(c, "%s step %d (%s): %d step_completed events", w->id, s,
+				  w->step_status[s], done);
+		if (next - 1 != w->attempts[s])
+			violation(c, "%s step %d: attempts %d but %d grants", w->id, s,
+				  w->attempts[s], next - 1);
+	}
+}
+
+static const char *key_of(const fragile_record *rec)
+{
+	return rec->idempotency_key ? rec->idempotency_key : "";
+}
+
+static int cmp_rec(const void *a, const void *b)
+{
+	const fragile_record *x = *(fragile_record *const *)a, *y = *(fragile_record *const *)b;
+	int k = strcmp(key_of(x), key_of(y));
+	return k ? k : (x->seq > y->seq) - (x->seq < y->seq);
+}
+
+/* The first of the sorted records with `key`, or n. */
+static size_t first_with_key(fragile_record **v, size_t n, const char *key)
+{
+	size_t lo = 0, hi = n;
+	while (lo < hi) {
+		size_t mid = (lo + hi) / 2;
+		if (strcmp(key_of(v[mid]), key) < 0)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
+static int64_t granted_token(const wf *w, int step, int attempt)
+{
+	for (size_t k = 0; k < w->nev; k++)
+		if (w->ev[k].type == E_ACQ && w->ev[k].step == step && w->ev[k].attempt == attempt)
+			return w->ev[k].token;
+	return -1;
+}
+
+/* The kill nearest to fragile time `t` (ms since the start), for the details. */
+static void print_nearest_kill(const run *r, int64_t t)
+{
+	int best = -1;
+	for (int k = 0; k < r->kills_done; k++)
+		if (best < 0 || llabs(r->killed_at[k] - t) < llabs(r->killed_at[best] - t))
+			best = k;
+	if (best >= 0)
+		printf(
+		    "         nearest kill: #%d SIGKILL at %+lld ms, listening again at %+lld ms\n",
+		    best + 1, (long long)r->killed_at[best], (long long)r->up_at[best]);
+}
+
+static void print_record(const run *r, const fragile_record *rec)
+{
+	printf("         seq %zu key %s attempt %s token %lld: arrived %+lld ms, finished %+lld ms,"
+	       " %s %d%s\n",
+	       rec->seq, rec->idempotency_key ? rec->idempotency_key : "-",
+	       rec->attempt ? rec->attempt : "-", rec->token, (long long)(rec->arrived_ms - r->t0),
+	       rec->finished_ms ? (long long)(rec->finished_ms - r->t0) : -1LL,
+	       fragile_outcome_name(rec->outcome), rec->status, rec->applied ? ", applied" : "");
+}
+
+/*
+ * One step against the requests its resource saw (records sorted by key, then arrival),
+ * all with its Idempotency-Key "<id>/<index>": Baton-Attempt never above the step's
+ * attempts, each attempt called at most once and in increasing order, and for a
+ * completed step the last request is its final attempt, answered 2xx (or as a duplicate),
+ * with exactly one request applied. A simulated step calls nothing. A request whose token
+ * is not the one its attempt was granted counts against the fencing check `fc`.
+ */
+static void check_call_step(const run *r, const wf *w, int s, fragile_record **v, size_t nv,
+			    unsigned char *used, check *c, check *fc)
+{
+	static int dumps;
+	size_t before = c->violations + fc->violations;
+	char key[96];
+	snprintf(key, sizeof key, "%s/%d", w->id, s);
+	int completed = strcmp(w->step_status[s], "completed") == 0;
+	int last = 0, applied = 0, final_ok = 0;
+	size_t i = first_with_key(v, nv, key), n = 0;
+	for (; i < nv && strcmp(key_of(v[i]), key) == 0; i++, n++) {
+		const fragile_record *rec = v[i];
+		used[i] = 1;
+		int a = rec->attempt ? atoi(rec->attempt) : 0;
+		if (a > w->attempts[s])
+			violation(c,
+				  "%s: request with Baton-Attempt %d, but the step has %d attempts",
+				  key, a, w->attempts[s]);
+		if (a <= last)
+			violation(c, "%s: attempt %d called again (after attempt %d)", key, a,
+				  last);
+		if (completed && final_ok)
+			violation(c, "%s: request (attempt %d) after the completing attempt", key,
+				  a);
+		if (rec->token != granted_token(w, s, a))
+			violation(fc, "%s attempt %d: called with token %lld, granted %lld", key, a,
+				  rec->token, (long long)granted_token(w, s, a));
+		last = a;
+		applied += rec->applied;
+		final_ok = a == w->attempts[s] && rec->status >= 200 && rec->status < 300;
+	}
+	if (!w->is_call[s]) {
+		if (n)
+			violation(c, "%s: a simulated step made %zu requests", key, n);
+		return;
+	}
+	if (completed && !final_ok)
+		violation(c, "%s: completed, but its final attempt %d has no 2xx answer", key,
+			  w->attempts[s]);
+	if (completed && applied != 1)
+		violation(c, "%s: completed, applied %d times by the resource", key, applied);
+	if (c->violations + fc->violations > before && dumps++ < 3) {
+		printf("torture: the requests of %s (times since the start):\n", key);
+		for (i = first_with_key(v, nv, key); i < nv && strcmp(key_of(v[i]), key) == 0; i++)
+			print_record(r, v[i]);
+		print_nearest_kill(r, v[first_with_key(v, nv, key)]->arrived_ms - r->t0);
+	}
+}
+
+void check_no_rerun(run *r, check *c, check *fc)
+{
+	fragile_record *recs[NRES];
+	fragile_record **sorted[NRES];
+	unsigned char *used[NRES];
+	size_t nrec[NRES];
+	for (int i = 0; i < NRES; i++) {
+		recs[i] = fragile_records(r->res[i], &nrec[i]);
+		sorted[i] = calloc(nrec[i] + 1, sizeof *sorted[i]);
+		used[i] = calloc(nrec[i] + 1, 1);
+		for (size_t k = 0; k < nrec[i]; k++)
+			sorted[i][k] = &recs[i][k];
+		qsort(sorted[i], nrec[i], sizeof *sorted[i], cmp_rec);
+	}
+	size_t calls = 0;
+	for (size_t i = 0; i < r->n; i++) {
+		const wf *w = r->wfs[i];
+		if (!w->acked)
+			continue;
+		check_history_steps(w, c);
+		for (int s = 0; s < w->n; s++) {
+			c->examined++;
+			check_call_step(r, w, s, sorted[w->res], nrec[w->res], used[w->res], c, fc);
+		}
+	}
+	for (int i = 0; i < NRES; i++) {
+		for (size_t k = 0; k < nrec[i]; k++)
+			if (!used[i][k])
+				violation(c, "%s: a call with key \"%s\" of no acknowledged step",
+					  res_name(i),
+					  sorted[i][k]->idempotency_key
+					      ? sorted[i][k]->idempotency_key
+					      : "(none)");
+		free(used[i]);
+		calls += nrec[i];
+		free(sorted[i]);
+		fragile_records_free(recs[i], nrec[i]);
+	}
+	snprintf(c->note, sizeof c->note, "%zu steps, %zu requests to the resources", c->examined,
+		 calls);
+}
+
+/* ---- check 3: holds never overlap, tokens only grow ---------------------------- */
+
+typedef struct hold {
+	int res;
+	int64_t seq, token, start, end; /* end -1: never ended */
+	const wf *w;
+	int step, attempt;
+} hold;
+
+static int cmp_hold(const void *a, const void *b)
+{
+	const hold *x = a, *y = b;
+	if (x->res != y->res)
+		return x->res - y->res;
+	return (x->seq > y->seq) - (x->seq < y->seq);
+}
+
+/* The holds of every acknowledged workflow: from lock_acquired to lock_released, or to
+ * step_interrupted (written at the restart after the kill that ended the hold). */
+static hold *gather_holds(run *r, size_t *nh)
+{
+	size_t cap = 1024, n = 0;
+	hold *h = malloc(cap * sizeof *h);
+	for (size_t i = 0; i < r->n; i++) {
+		const wf *w = r->wfs[i];
+		size_t first = n;
+		for (size_t k = 0; w->acked && k < w->nev; k++) {
+			const evt *e = &w->ev[k];
+			if (e->type == E_ACQ) {
+				if (n == cap)
+					h = realloc(h, (cap *= 2) * sizeof *h);
+				h[n++] = (hold){w->res, e->seq, e->token, e->ts,
+						-1,	w,	e->step,  e->attempt};
+			} else if (e->type == E_REL || e->type == E_INT) {
+				for (size_t x = n; x-- > first;)
+					if (h[x].step == e->step && h[x].attempt == e->attempt &&
+					    h[x].end < 0) {
+						h[x].end = e->ts;
+						break;
+					}
+			}
+		}
+	}
+	qsort(h, n, sizeof *h, cmp_hold);
+	*nh = n;
+	return h;
+}
+
+void check_holds(run *r, check *c, int64_t last_token[NRES], int64_t grants[NRES])
+{
+	size_t n;
+	hold *h = gather_holds(r, &n);
+	size_t interrupted = 0;
+	for (size_t i = 0; i < n; i++) {
+		const hold *x = &h[i], *p = i && h[i - 1].res == x->res ? &h[i - 1] : NULL;
+		c->examined++;
+		grants[x->res]++;
+		if (x->end >= 0 && x->end < x->start)
+			violation(c, "%s: %s step %d attempt %d: the hold ended before it began",
+				  res_name(x->res), x->w->id, x->step, x->attempt);
+		if (x->end < 0)
+			violation(c, "%s: %s step %d attempt %d: the hold never ended",
+				  res_name(x->res), x->w->id, x->step, x->attempt);
+		if (p && x->token <= p->token)
+			violation(c, "%s: token %lld granted after token %lld (%s/%d, then %s/%d)",
+				  res_name(x->res), (long long)x->token, (long long)p->token,
+				  p->w->id, p->step, x->w->id, x->step);
+		if (p && p->end >= 0 && x->start < p->end)
+			violation(c,
+				  "%s: hold of %s/%d (token %lld) began %lld ms before the hold of"
+				  " %s/%d (token %lld) ended",
+				  res_name(x->res), x->w->id, x->step, (long long)x->token,
+				  (long long)(p->end - x->start), p->w->id, p->step,
+				  (long long)p->token);
+		if (!p && x->token < 1)
+			violation(c, "%s: first token %lld", res_name(x->res), (long long)x->token);
+		if (x->token > last_token[x->res])
+			last_token[x->res] = x->token;
+	}
+	for (size_t i = 0; i < r->n; i++)
+		for (size_t k = 0; k < r->wfs[i]->nev; k++)
+			interrupted += r->wfs[i]->acked && r->wfs[i]->ev[k].type == E_INT;
+	snprintf(c->note, sizeof c->note, "%zu holds, %zu cut off by a kill", n, interrupted);
+	free(h);
+}
+
+/* ---- check 4: retry waits were respected ---------------------------------------- */
+
+/* The time of the event before index k of type `type` for (step, attempt); -1 if none. */
+static int64_t ts_before(const wf *w, size_t k, int type, int step, int attempt)
+{
+	while (k-- > 0)
+		if (w->ev[k].type == type && w->ev[k].step == step && w->ev[k].attempt == attempt)
+			return w->ev[k].ts;
+	return -1;
+}
+
+/*
+ * For each step_failed with a retry: retry_in_ms is at least the policy's wait; the wait
+ * counts from the failure (next_attempt_at - retry_in_ms lies between the failed
+ * attempt's grant and the step_failed event); the next grant of the step comes no earlier
+ * than next_attempt_at, nor than the event's ts + retry_in_ms - TS_SLACK_MS. The event's
+ * ts is taken when the engine appends it, which under load can be some ms after the time
+ * the transition computed with; that lag is reported, and only counts as a violation
+ * when next_attempt_at was not honoured either.
+ */
+void check_retry_waits(run *r, check *c)
+{
+	int64_t min_slack = INT64_MAX, max_lag = 0;
+	size_t lagged = 0;
+	for (size_t i = 0; i < r->n; i++) {
+		const wf *w = r->wfs[i];
+		for (size_t k = 0; w->acked && k < w->nev; k++) {
+			const evt *f = &w->ev[k];
+			if (f->type != E_FAIL || f->retry_in < 0)
+				continue;
+			c->examined++;
+			double d = w->initial * pow(w->backoff, f->attempt);
+			int64_t policy = d < w->max_delay ? (int64_t)d : w->max_delay;
+			if (f->retry_in < policy)
+				violation(c,
+					  "%s step %d attempt %d: retry_in_ms %lld below the "
+					  "policy's %lld",
+					  w->id, f->step, f->attempt, (long long)f->retry_in,
+					  (long long)policy);
+			int64_t failed_at = f->next_at - f->retry_in;
+			int64_t granted = ts_before(w, k, E_ACQ, f->step, f->attempt);
+			if (f->next_at < 0 || failed_at > f->ts + TS_SLACK_MS ||
+			    failed_at < granted - TS_SLACK_MS)
+				violation(c,
+					  "%s step %d attempt %d: next_attempt_at - retry_in_ms is "
+					  "%+lld ms"
+					  " from the failure event, %+lld ms from the grant",
+					  w->id, f->step, f->attempt,
+					  (long long)(failed_at - f->ts),
+					  (long long)(failed_at - granted));
+			if (f->ts - failed_at > max_lag)
+				max_lag = f->ts - failed_at;
+			const evt *g = NULL;
+			for (size_t x = k + 1; x < w->nev && !g; x++)
+				if (w->ev[x].type == E_ACQ && w->ev[x].step == f->step)
+					g = &w->ev[x];
+			if (!g) {
+				violation(c, "%s step %d attempt %d: the retry never came", w->id,
+					  f->step, f->attempt);
+				continue;
+			}
+			int64_t slack = g->ts - f->next_at;
+			if (slack < min_slack)
+				min_slack = slack;
+			if (g->ts >= f->next_at) {
+				lagged += g->ts < f->ts + f->retry_in - TS_SLACK_MS;
+				continue;
+			}
+			violation(c,
+				  "%s step %d: attempt %d granted %lld ms after the failure of"
+				  " attempt %d, which asked to wait %lld ms (%lld ms early)",
+				  w->id, f->step, g->attempt, (long long)(g->ts - f->ts),
+				  f->attempt, (long long)f->retry_in, (long long)-slack);
+		}
+	}
+	snprintf(c->note, sizeof c->note,
+		 "%zu retries, the earliest granted %lld ms after next_attempt_at; step_failed ts"
+		 " up to %lld ms after the time its wait counts from, %zu grants earlier than"
+		 " ts + retry_in_ms - %d",
+		 c->examined, c->examined ? (long long)min_slack : 0LL, (long long)max_lag, lagged,
+		 TS_SLACK_MS);
+}
+
+/* ---- check 5: the database ------------------------------------------------------ */
+
+static int cmp_str(const void *a, const void *b)
+{
+	return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+void check_database(run *r, check *c, const int64_t last_token[NRES], const int64_t grants[NRES])
+{
+	sqlite3 *db = NULL;
+	if (sqlite3_open_v2(hs_db_path(r->srv), &db, SQLITE_OPEN_READONLY, NULL) != SQLITE_OK) {
+		violation(c, "cannot open %s: %s", hs_db_path(r->srv), sqlite3_errmsg(db));
+		sqlite3_close(db);
+		return;
+	}
+	sqlite3_stmt *q = NULL;
+	sqlite3_prepare_v2(db, "PRAGMA integrity_check", -1, &q, NULL);
+	while (q && sqlite3_step(q) == SQLITE_ROW) {
+		const char *t = (const char *)sqlite3_column_text(q, 0);
+		if (!t || strcmp(t, "ok") != 0)
+			violation(c, "integrity_check: %s", t ? t : "(null)");
+	}
+	sqlite3_finalize(q);
+	/* Every stored workflow was acknowledged, and every acknowledged one is stored. */
+	size_t acked = 0;
+	char **ids = malloc((r->n + 1) * sizeof *ids);
+	for (size_t i = 0; i < r->n; i++)
+		if (r->wfs[i]->acked)
+			ids[acked++] = r->wfs[i]->id;
+	qsort(ids, acked, sizeof *ids, cmp_str);
+	size_t stored = 0;
+	q = NULL;
+	sqlite3_prepare_v2(db, "SELECT id, status FROM workflows", -1, &q, NULL);
+	while (q && sqlite3_step(q) == SQLITE_ROW) {
+		const char *id = (const char *)sqlite3_column_text(q, 0);
+		const char *st = (const char *)sqlite3_column_text(q, 1);
+		stored++;
+		if (!bsearch(&id, ids, acked, sizeof *ids, cmp_str))
+			violation(c, "workflow %s (%s) is stored but was never acknowledged", id,
+				  st);
+	}
+	sqlite3_finalize(q);
+	if (stored != acked)
+		violation(c, "%zu workflows stored, %zu acknowledged", stored, acked);
+	free(ids);
+	/* The resources' high-water marks agree with the history. */
+	for (int i = 0; i < NRES; i++) {
+		q = NULL;
+		sqlite3_prepare_v2(db, "SELECT last_token, grants FROM resources WHERE name=?", -1,
+				   &q, NULL);
+		sqlite3_bind_text(q, 1, res_name(i), -1, SQLITE_STATIC);
+		if (q && sqlite3_step(q) == SQLITE_ROW) {
+			long long lt = sqlite3_column_int64(q, 0), g = sqlite3_column_int64(q, 1);
+			if (lt < last_token[i])
+				violation(c, "%s: last_token %lld below the highest granted %lld",
+					  res_name(i), lt, (long long)last_token[i]);
+			if (g != grants[i])
+				violation(c, "%s: %lld grants stored, %lld lock_acquired events",
+					  res_name(i), g, (long long)grants[i]);
+		} else if (grants[i]) {
+			violation(c, "%s: no resource row", res_name(i));
+		}
+		sqlite3_finalize(q);
+	}
+	snprintf(c->note, sizeof c->note, "%zu workflows stored", stored);
+	sqlite3_close(db);
+}
+
+/* ---- check 6: the resources never saw a stale token, an overlap or a bad call --- */
+
+void check_resources(run *r, check *c)
+{
+	size_t total = 0, dup = 0, gone = 0, dropped = 0;
+	for (int i = 0; i < NRES; i++) {
+		fragile_stats st;
+		fragile_get_stats(r->res[i], &st);
+		total += st.requests;
+		dup += st.duplicates;
+		gone += st.client_gone;
+		dropped += st.dropped;
+		if (st.stale)
+			violation(c, "%s: %zu calls with a stale token (409)", res_name(i),
+				  st.stale);
+		if (st.overlaps)
+			violation(c, "%s: %zu overlapping calls (max %zu in flight)", res_name(i),
+				  st.overlaps, st.max_in_flight);
+		if (st.bad)
+			violation(c, "%s: %zu calls without key or token", res_name(i), st.bad);
+		c->examined += st.requests;
+		if (!st.stale && !st.overlaps)
+			continue;
+		size_t n;
+		fragile_record *recs = fragile_records(r->res[i], &n);
+		printf("torture: %s: stale and overlapping calls, with their neighbours:\n",
+		       res_name(i));
+		for (size_t k = 0; k < n; k++) {
+			if (recs[k].outcome != FRAGILE_STALE && recs[k].outcome != FRAGILE_OVERLAP)
+				continue;
+			for (size_t x = k > 2 ? k - 2 : 0; x < n && x <= k + 1; x++)
+				print_record(r, &recs[x]);
+			print_nearest_kill(r, recs[k].arrived_ms - r->t0);
+		}
+		fragile_records_free(recs, n);
+	}
+	snprintf(c->note, sizeof c->note,
+		 "%zu calls, %zu answered as duplicates, %zu answers dropped, %zu abandoned", total,
+		 dup, dropped, gone);
+}
