@@ -207,7 +207,7 @@ static ssize_t reader(void *cls, uint64_t pos, char *buf, size_t max)
 			return MHD_CONTENT_READER_END_OF_STREAM;
 		if (fetch(st) != 0)
 			return MHD_CONTENT_READER_END_WITH_ERROR;
-		if (st->len)
+		if (st->len || st->finished)
 			continue;
 		if (keepalive) {
 			append(st, ": keepalive\n\n", 13);
