@@ -251,9 +251,12 @@ static void drop_unacknowledged(baton_engine *e, const char *id)
 	if (!wf || !wf->is_new)
 		return;
 	res_lock *l = eng_lock_of(e, wf->resource);
-	if (l->holder == wf)
+	if (l->holder == wf) {
+		/* Its grant was never committed nor seen: take back the token too. */
 		l->holder = NULL; /* the next round grants the next waiter */
-	else
+		l->row.last_token--;
+		l->row.grants--;
+	} else
 		lock_remove(l, wf);
 	eng_touch_lock(e, l);
 	size_t k = 0;
