@@ -161,6 +161,7 @@ static void classify(const step_input *in, long status, const response_buf *b, i
 
 void call_run(const step_input *in, step_output *out)
 {
+	call_global_init(); /* on the first call only: batond without calls never pays for it */
 	const json_t *call = json_object_get(in->params, "call");
 	const char *method = json_string_value(json_object_get(call, "method"));
 	const char *url = json_string_value(json_object_get(call, "url"));

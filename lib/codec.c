@@ -534,16 +534,20 @@ static int parse_request(const json_t *req, wf_row *wf, const char *const *allow
 	return BATON_OK;
 }
 
-/* Reads retry policy and on_failure back from a stored definition. */
-int codec_parse_definition(const char *definition, wf_row *wf)
+char *codec_retry_text(const retry_policy *p)
 {
-	json_t *d = json_loads(definition, 0, NULL);
-	if (!d)
-		return BATON_ECORRUPT;
-	int rc = parse_retry(json_object_get(d, "retry"), &wf->retry, NULL) ||
-		 parse_on_failure(json_object_get(d, "on_failure"), &wf->on_failure, NULL);
-	json_decref(d);
-	return rc ? BATON_ECORRUPT : BATON_OK;
+	json_t *j = retry_json(p);
+	char *text = json_dumps(j, JSON_COMPACT);
+	json_decref(j);
+	return text;
+}
+
+int codec_parse_retry(const char *text, retry_policy *p)
+{
+	json_t *j = text ? json_loads(text, 0, NULL) : NULL;
+	int rc = parse_retry(j, p, NULL);
+	json_decref(j);
+	return j ? rc : BATON_ECORRUPT;
 }
 
 static json_t *nullable_string(const char *s)

@@ -435,7 +435,6 @@ int baton_engine_open(const baton_engine_config *cfg, baton_engine **out, baton_
 	e->on_commit_ud = cfg->on_commit_ud;
 	e->res_metrics = strmap_new();
 	pthread_mutex_init(&e->metrics_mu, NULL);
-	call_global_init();
 	json_alloc_track(NULL);
 	e->wfs = strmap_new();
 	e->locks = strmap_new();

@@ -278,11 +278,13 @@ int valid_name(const char *s);
  * allow_call: NULL-terminated URL prefixes that HTTP steps may call (NULL: none). */
 int codec_parse_request(const json_t *req, wf_row *wf, const char *const *allow_call,
 			baton_error *err);
-json_t *codec_workflow(const wf_row *wf);			/* new reference */
-json_t *codec_workflow_summary(const wf_row *wf);		/* new reference */
-json_t *codec_step(const step_row *st);				/* new reference */
-json_t *codec_params_defaults(const char *name);		/* worker object with defaults */
-int codec_parse_definition(const char *definition, wf_row *wf); /* retry, on_failure */
+json_t *codec_workflow(const wf_row *wf);	  /* new reference */
+json_t *codec_workflow_summary(const wf_row *wf); /* new reference */
+json_t *codec_step(const step_row *st);		  /* new reference */
+json_t *codec_params_defaults(const char *name);  /* worker object with defaults */
+/* A retry policy as stored (compact JSON, malloc'd) and read back. */
+char *codec_retry_text(const retry_policy *p);
+int codec_parse_retry(const char *text, retry_policy *p);
 
 /* ---- store.c: the only file that includes sqlite3.h ---- */
 typedef struct store store;

@@ -24,10 +24,14 @@
 static const char schema_sql[] =
     "CREATE TABLE workflows ("
     "  seq INTEGER PRIMARY KEY, id TEXT NOT NULL UNIQUE, resource TEXT NOT NULL,"
-    "  definition TEXT NOT NULL, status TEXT NOT NULL,"
+    "  on_failure TEXT NOT NULL, status TEXT NOT NULL,"
     "  cancel_requested INTEGER NOT NULL DEFAULT 0, created_at INTEGER NOT NULL,"
     "  started_at INTEGER, finished_at INTEGER, steps_total INTEGER NOT NULL,"
-    "  steps_completed INTEGER NOT NULL DEFAULT 0, result TEXT, error TEXT);"
+    "  steps_completed INTEGER NOT NULL DEFAULT 0, result TEXT, error TEXT,"
+    "  retry TEXT NOT NULL);"
+    /* Written once: a workflow's row is rewritten at every step, its definition never. */
+    "CREATE TABLE definitions ("
+    "  workflow_seq INTEGER PRIMARY KEY, definition TEXT NOT NULL);"
     "CREATE INDEX workflows_status ON workflows(status, seq);"
     "CREATE INDEX workflows_resource ON workflows(resource, seq);"
     "CREATE TABLE steps ("
@@ -37,7 +41,10 @@ static const char schema_sql[] =
     "  fencing_token INTEGER, started_at INTEGER, finished_at INTEGER, duration_ms INTEGER,"
     "  next_attempt_at INTEGER, error TEXT, result TEXT,"
     "  PRIMARY KEY (workflow_seq, idx)) WITHOUT ROWID;"
-    "CREATE INDEX steps_queue ON steps(resource, status, lock_seq);"
+    /* Partial: only the few waiting and running steps are indexed, and only their
+     * transitions touch the index. */
+    "CREATE INDEX steps_waiting ON steps(resource, lock_seq) WHERE status = 'waiting';"
+    "CREATE INDEX steps_running ON steps(resource) WHERE status = 'running';"
     "CREATE TABLE events ("
     "  seq INTEGER PRIMARY KEY, workflow_seq INTEGER NOT NULL, resource TEXT NOT NULL,"
     "  ts INTEGER NOT NULL, type TEXT NOT NULL, data TEXT NOT NULL);"
@@ -51,8 +58,8 @@ static const char schema_sql[] =
     "PRAGMA user_version = 1;";
 
 #define WF_COLS                                                                                    \
-	"seq, id, resource, definition, status, cancel_requested, created_at, started_at,"         \
-	" finished_at, steps_total, steps_completed, result, error"
+	"seq, id, resource, on_failure, status, cancel_requested, created_at, started_at,"         \
+	" finished_at, steps_total, steps_completed, result, error, retry"
 #define STEP_COLS                                                                                  \
 	"idx, worker, params, status, attempts, lock_seq, requested_at, fencing_token,"            \
 	" started_at, finished_at, duration_ms, next_attempt_at, error, result"
@@ -63,6 +70,8 @@ enum {
 	W_COMMIT,
 	W_ROLLBACK,
 	W_INS_WF,
+	W_INS_DEF,
+	W_GET_DEF,
 	W_UPD_WF,
 	W_INS_STEP,
 	W_UPD_STEP,
@@ -75,7 +84,9 @@ static const char *const writer_sql[W_NSTMT] = {
     [W_BEGIN] = "BEGIN IMMEDIATE",
     [W_COMMIT] = "COMMIT",
     [W_ROLLBACK] = "ROLLBACK",
-    [W_INS_WF] = "INSERT INTO workflows (" WF_COLS ") VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
+    [W_INS_WF] = "INSERT INTO workflows (" WF_COLS ") VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+    [W_INS_DEF] = "INSERT INTO definitions (workflow_seq, definition) VALUES (?,?)",
+    [W_GET_DEF] = "SELECT definition FROM definitions WHERE workflow_seq=?",
     [W_UPD_WF] = "UPDATE workflows SET status=?2, cancel_requested=?3, started_at=?4,"
 		 " finished_at=?5, steps_completed=?6, result=?7, error=?8 WHERE seq=?1",
     [W_INS_STEP] = "INSERT INTO steps (workflow_seq, resource, " STEP_COLS
@@ -86,9 +97,12 @@ static const char *const writer_sql[W_NSTMT] = {
 		   " WHERE workflow_seq=?1 AND idx=?2",
     [W_INS_EVENT] = "INSERT INTO events (seq, workflow_seq, resource, ts, type, data)"
 		    " VALUES (?,?,?,?,?,?)",
-    [W_PUT_RES] = "INSERT OR REPLACE INTO resources (name, last_token, grants, total_hold_ms,"
-		  " max_hold_ms, total_wait_ms, max_wait_ms) VALUES (?,?,?,?,?,?,?)",
-    [W_FIND_DEF] = "SELECT definition, status FROM workflows WHERE id=?",
+    [W_PUT_RES] = "INSERT INTO resources (name, last_token, grants, total_hold_ms,"
+		  " max_hold_ms, total_wait_ms, max_wait_ms) VALUES (?1,?2,?3,?4,?5,?6,?7)"
+		  " ON CONFLICT (name) DO UPDATE SET last_token=?2, grants=?3,"
+		  " total_hold_ms=?4, max_hold_ms=?5, total_wait_ms=?6, max_wait_ms=?7",
+    [W_FIND_DEF] = "SELECT d.definition, w.status FROM workflows w"
+		   " JOIN definitions d ON d.workflow_seq = w.seq WHERE w.id=?",
 };
 
 /* Reader statements, prepared on first use on each pooled connection. */
@@ -104,6 +118,8 @@ enum {
 	R_QUEUE_LEN,
 	R_RES_EVENTS,
 	R_WF_COUNTS,
+	R_BEGIN,
+	R_COMMIT,
 	R_NSTMT
 };
 static const char *const reader_sql[R_NSTMT] = {
@@ -128,6 +144,8 @@ static const char *const reader_sql[R_NSTMT] = {
 		     " AND e.seq>?2 AND e.type IN ('lock_requested', 'lock_acquired',"
 		     " 'lock_released', 'workflow_cancelled') ORDER BY e.seq LIMIT ?3",
     [R_WF_COUNTS] = "SELECT status, count(*) FROM workflows GROUP BY status",
+    [R_BEGIN] = "BEGIN",
+    [R_COMMIT] = "COMMIT",
 };
 
 typedef struct reader {
@@ -136,8 +154,25 @@ typedef struct reader {
 	struct reader *next_free;
 } reader;
 
+/* WAL pages after which the checkpointer copies the WAL back into the database. */
+#define CHECKPOINT_FRAMES 1000
+
+/*
+ * Checkpoints run on their own thread and connection (PASSIVE: they never block the
+ * writer), woken by the writer's WAL hook, so that the engine thread only ever appends
+ * to the WAL and never pays for copying pages into the database file.
+ */
+typedef struct checkpointer {
+	sqlite3 *db;
+	pthread_t thread;
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	int pending, stop, started;
+} checkpointer;
+
 struct store {
 	sqlite3 *db;
+	checkpointer ckpt;
 	sqlite3_stmt *stmt[W_NSTMT];
 	reader *readers;
 	int nreaders;
@@ -273,14 +308,75 @@ static int setup_writer(store *s, const char *path, baton_error *err)
 	return BATON_OK;
 }
 
+static void *checkpoint_main(void *arg)
+{
+	checkpointer *c = arg;
+	pthread_mutex_lock(&c->mu);
+	for (;;) {
+		while (!c->pending && !c->stop)
+			pthread_cond_wait(&c->cv, &c->mu);
+		if (c->stop)
+			break;
+		c->pending = 0;
+		pthread_mutex_unlock(&c->mu);
+		sqlite3_wal_checkpoint_v2(c->db, NULL, SQLITE_CHECKPOINT_PASSIVE, NULL, NULL);
+		pthread_mutex_lock(&c->mu);
+	}
+	pthread_mutex_unlock(&c->mu);
+	return NULL;
+}
+
+static int on_wal_commit(void *ud, sqlite3 *db, const char *name, int frames)
+{
+	checkpointer *c = ud;
+	(void)db;
+	(void)name;
+	if (frames >= CHECKPOINT_FRAMES) {
+		pthread_mutex_lock(&c->mu);
+		c->pending = 1;
+		pthread_cond_signal(&c->cv);
+		pthread_mutex_unlock(&c->mu);
+	}
+	return SQLITE_OK;
+}
+
+static int start_checkpointer(store *s, const char *path, const char *vfs, baton_error *err)
+{
+	checkpointer *c = &s->ckpt;
+	int rc = open_conn(path, vfs, SQLITE_OPEN_READWRITE, &c->db, err);
+	if (rc)
+		return rc;
+	if (pthread_create(&c->thread, NULL, checkpoint_main, c) != 0)
+		return err_set(err, BATON_EINTERNAL, "cannot start the checkpoint thread");
+	c->started = 1;
+	sqlite3_wal_hook(s->db, on_wal_commit, c); /* replaces the automatic checkpoints */
+	return BATON_OK;
+}
+
+static void stop_checkpointer(checkpointer *c)
+{
+	if (c->started) {
+		pthread_mutex_lock(&c->mu);
+		c->stop = 1;
+		pthread_cond_signal(&c->cv);
+		pthread_mutex_unlock(&c->mu);
+		pthread_join(c->thread, NULL);
+	}
+	sqlite3_close(c->db);
+}
+
 int store_open(const char *path, const char *vfs, int readers, store **out, baton_error *err)
 {
 	store *s = xcalloc(1, sizeof *s);
 	pthread_mutex_init(&s->pool_mu, NULL);
 	pthread_cond_init(&s->pool_cv, NULL);
+	pthread_mutex_init(&s->ckpt.mu, NULL);
+	pthread_cond_init(&s->ckpt.cv, NULL);
 	int rc = open_conn(path, vfs, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, &s->db, err);
 	if (rc == BATON_OK)
 		rc = setup_writer(s, path, err);
+	if (rc == BATON_OK)
+		rc = start_checkpointer(s, path, vfs, err);
 	s->readers = xcalloc((size_t)readers, sizeof *s->readers);
 	for (int i = 0; rc == BATON_OK && i < readers; i++) {
 		rc = open_conn(path, vfs, SQLITE_OPEN_READONLY, &s->readers[i].db, err);
@@ -302,6 +398,7 @@ void store_close(store *s)
 {
 	if (!s)
 		return;
+	stop_checkpointer(&s->ckpt);
 	for (int i = 0; i < s->nreaders; i++) {
 		for (int j = 0; j < R_NSTMT; j++)
 			sqlite3_finalize(s->readers[i].stmt[j]);
@@ -313,6 +410,8 @@ void store_close(store *s)
 	sqlite3_close(s->db);
 	pthread_cond_destroy(&s->pool_cv);
 	pthread_mutex_destroy(&s->pool_mu);
+	pthread_cond_destroy(&s->ckpt.cv);
+	pthread_mutex_destroy(&s->ckpt.mu);
 	free(s);
 }
 
@@ -340,7 +439,7 @@ int store_insert_workflow(store *s, const wf_row *wf, baton_error *err)
 	sqlite3_bind_int64(st, 1, wf->seq);
 	bind_text(st, 2, wf->id);
 	bind_text(st, 3, wf->resource);
-	bind_text(st, 4, wf->definition);
+	bind_text(st, 4, wf->on_failure == ON_FAILURE_CONTINUE ? "continue" : "fail");
 	bind_text(st, 5, wf_status_name(wf->status));
 	sqlite3_bind_int(st, 6, wf->cancel_requested);
 	sqlite3_bind_int64(st, 7, wf->created_at);
@@ -350,7 +449,15 @@ int store_insert_workflow(store *s, const wf_row *wf, baton_error *err)
 	sqlite3_bind_int(st, 11, wf->steps_completed);
 	bind_json(st, 12, wf->result);
 	bind_text(st, 13, wf->error);
+	char *retry = codec_retry_text(&wf->retry);
+	sqlite3_bind_text(st, 14, retry, -1, free);
 	int rc = exec_stmt(s->db, st, err, "inserting a workflow");
+	if (rc == BATON_OK) {
+		st = s->stmt[W_INS_DEF];
+		sqlite3_bind_int64(st, 1, wf->seq);
+		bind_text(st, 2, wf->definition);
+		rc = exec_stmt(s->db, st, err, "inserting a definition");
+	}
 	st = s->stmt[W_INS_STEP];
 	for (int i = 0; rc == BATON_OK && i < wf->steps_total; i++) {
 		const step_row *r = &wf->steps[i];
@@ -492,7 +599,9 @@ static wf_row *read_wf(sqlite3_stmt *st)
 	wf->seq = sqlite3_column_int64(st, 0);
 	wf->id = column_strdup(st, 1);
 	wf->resource = column_strdup(st, 2);
-	wf->definition = column_strdup(st, 3);
+	wf->on_failure = strcmp((const char *)sqlite3_column_text(st, 3), "continue") == 0
+			     ? ON_FAILURE_CONTINUE
+			     : ON_FAILURE_FAIL;
 	wf->status = wf_status_parse((const char *)sqlite3_column_text(st, 4));
 	wf->cancel_requested = sqlite3_column_int(st, 5);
 	wf->created_at = sqlite3_column_int64(st, 6);
@@ -502,7 +611,7 @@ static wf_row *read_wf(sqlite3_stmt *st)
 	wf->steps_completed = sqlite3_column_int(st, 10);
 	wf->result = column_json(st, 11);
 	wf->error = column_strdup(st, 12);
-	codec_parse_definition(wf->definition, wf);
+	codec_parse_retry((const char *)sqlite3_column_text(st, 13), &wf->retry);
 	return wf;
 }
 
@@ -531,6 +640,16 @@ static int read_steps(sqlite3_stmt *st, wf_row *wf, int capacity)
 	}
 	sqlite3_reset(st);
 	return rc == SQLITE_ROW ? SQLITE_DONE : rc;
+}
+
+/* The stored definition of a workflow (malloc'd), for the engine's re-POST checks. */
+static char *load_definition(store *s, int64_t seq)
+{
+	sqlite3_stmt *st = s->stmt[W_GET_DEF];
+	sqlite3_bind_int64(st, 1, seq);
+	char *def = sqlite3_step(st) == SQLITE_ROW ? column_strdup(st, 0) : NULL;
+	sqlite3_reset(st);
+	return def ? def : xstrdup("");
 }
 
 int store_load_resources(store *s, void (*fn)(void *ctx, resource_row *r), void *ctx,
@@ -577,6 +696,7 @@ int store_load_unfinished(store *s, void (*fn)(void *ctx, wf_row *wf), void *ctx
 		int total = sqlite3_column_int(q, 9);
 		wf_row *wf = read_wf(q);
 		wf->steps = xcalloc((size_t)total, sizeof *wf->steps);
+		wf->definition = load_definition(s, wf->seq);
 		if ((rc = read_steps(steps, wf, total)) != SQLITE_DONE ||
 		    wf->steps_total != total) {
 			wf_row_free(wf);
@@ -671,12 +791,21 @@ static void fill_queue_positions(reader *r, wf_row *wf)
 
 static int begin_read(reader *r, baton_error *err)
 {
-	return exec_sql(r->db, "BEGIN", err);
+	sqlite3_stmt *st = rstmt(r, R_BEGIN);
+	if (!st)
+		return fail(r->db, sqlite3_errcode(r->db), err, "begin");
+	int rc = sqlite3_step(st);
+	sqlite3_reset(st);
+	return rc == SQLITE_DONE ? BATON_OK : fail(r->db, rc, err, "begin");
 }
 
 static void end_read(reader *r)
 {
-	sqlite3_exec(r->db, "COMMIT", NULL, NULL, NULL);
+	sqlite3_stmt *st = rstmt(r, R_COMMIT);
+	if (st) {
+		sqlite3_step(st);
+		sqlite3_reset(st);
+	}
 }
 
 int store_get_workflow(store *s, const char *id, json_t **out, baton_error *err)
