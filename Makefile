@@ -51,7 +51,7 @@ UNIT_BIN := $(patsubst tests/unit/%.c,$(BUILD)/tests/unit/%,$(UNIT_SRC))
 HTTP_BIN := $(patsubst tests/http/%.c,$(BUILD)/tests/http/%,$(HTTP_SRC))
 DEPS_STAMP := build/.deps-ok
 
-.PHONY: all run test check demo demo-crash install clean format format-check format-check-counted deps fuzz valgrind-test torture torture-ci
+.PHONY: all run test check demo demo-crash install clean format format-check format-check-counted deps fuzz valgrind-test torture torture-ci bench bench-smoke
 all: $(LIBBATON) $(BATOND) $(CLIENT)
 
 deps: $(DEPS_STAMP)
@@ -95,6 +95,12 @@ torture: $(BATOND) $(TORTURE_BIN)
 torture-ci: $(BATOND) $(TORTURE_BIN)
 	BATOND=$(abspath $(BATOND)) ./$(TORTURE_BIN) 20
 
+# Benchmarks (bench/README.md): each figure beside its floor measured in the same run.
+bench: all
+	@BATOND=$(BATOND) CC="$(CC)" sh bench/run.sh
+bench-smoke: all
+	@BATOND=$(BATOND) CC="$(CC)" sh bench/run.sh --smoke
+
 run: $(BATOND)
 	./$(BATOND)
 
@@ -135,7 +141,7 @@ build/fuzz/fuzz_route: tests/fuzz/fuzz_route.c $(FUZZ_SRV_SRC) $(FUZZ_LIB_SRC) |
 fuzz: build/fuzz/fuzz_request build/fuzz/fuzz_route
 	@sh scripts/fuzz.sh $(FUZZ_SECONDS) request route
 
-FORMAT_SRC = $(wildcard lib/*.[ch] server/*.[ch] client/*.[ch] tests/*/*.[ch] bench/*.c)
+FORMAT_SRC = $(wildcard lib/*.[ch] server/*.[ch] client/*.[ch] tests/*/*.[ch] bench/*.[ch])
 format:
 	clang-format -i $(FORMAT_SRC)
 format-check:

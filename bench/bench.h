@@ -1,0 +1,205 @@
+/*
+ * bench.h - what the benchmark files share: clocks and statistics, a temporary
+ * directory, the batond processes under test, a blocking HTTP client for set-up and a
+ * concurrent one for load (load.c), the SQLite floor (floor.c), and the result table.
+ *
+ * Every benchmark runs against a real batond started on 127.0.0.1:0 with its database
+ * in a fresh temporary directory, and measures its floor (one INSERT per transaction,
+ * WAL, synchronous=FULL) in that same directory just before, so that each figure is
+ * compared with a floor taken on the same disk at nearly the same moment.
+ */
+#ifndef BATON_BENCH_H
+#define BATON_BENCH_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include <jansson.h>
+
+#define BENCH_PATH_MAX 4096
+
+/* ---- options of one invocation ---- */
+
+typedef struct bench_opts {
+	int smoke;	     /* tiny sizes, targets reported but not enforced */
+	const char *batond;  /* path of the batond under test */
+	const char *minjson; /* path of bench/minjson (the minimal MHD handler) */
+	const char *parent;  /* where the temporary directories go */
+	int threads;	     /* batond --threads */
+	int http_threads;    /* batond --http-threads, and minjson's thread pool */
+	int keep;	     /* keep the temporary directories (debugging) */
+} bench_opts;
+
+extern bench_opts opt;
+
+/* ---- clocks and statistics ---- */
+
+double now_s(void); /* CLOCK_MONOTONIC in seconds */
+void sleep_ms(int ms);
+double median(double *v, size_t n);		  /* sorts v; 0 when n == 0 */
+double percentile(double *v, size_t n, double p); /* sorts v; p in [0, 100] */
+int64_t rfc3339_ms(const char *s);		  /* "2026-11-30T05:40:00.123Z" -> ms; -1 if bad */
+
+/* A growable array of doubles. */
+typedef struct dvec {
+	double *v;
+	size_t n, cap;
+} dvec;
+void dvec_push(dvec *d, double x);
+void dvec_free(dvec *d);
+
+/* ---- temporary directories ---- */
+
+/* Creates PARENT/baton-bench.XXXXXX; the path is written to dir. Returns 0 or -1. */
+int tmpdir_new(char *dir, size_t len);
+/* Removes the directory and everything under it (unless --keep). */
+void tmpdir_remove(const char *dir);
+
+/* ---- batond under test ---- */
+
+typedef struct server {
+	char dir[BENCH_PATH_MAX];
+	char db[BENCH_PATH_MAX + 16];
+	char log[BENCH_PATH_MAX + 32];
+	pid_t pid;
+	int port;
+	int starts;
+	double started_at; /* now_s() at the last fork */
+} server;
+
+/* Starts batond on DIR/baton.db with the extra arguments (NULL-terminated, may be NULL)
+ * and waits for its "listening on" line. Returns 0, or -1 with a message on stderr. */
+int server_start(server *s, const char *dir, const char *const *extra);
+/* Starts the same server again on the same files without waiting for anything. */
+int server_spawn(server *s, const char *const *extra);
+/* Waits up to timeout_s for the "listening on" line of the current start. */
+int server_wait_listening(server *s, double timeout_s);
+/* SIGTERM, then SIGKILL after a few seconds; reaps the process. */
+void server_stop(server *s);
+/* SIGKILL at once; reaps the process. */
+void server_kill9(server *s);
+/* VmRSS of the process in KiB, -1 when unreadable; its anonymous part (heap, stacks)
+ * in *anon_kib when not NULL (the rest is mostly shared-library pages). */
+long proc_rss_kib(pid_t pid, long *anon_kib);
+
+/* CPU time of a process, whole and per thread, for deltas around a run. */
+#define CPU_MAX_THREADS 128
+typedef struct cpu_snap {
+	double total_s;
+	int n;
+	int tid[CPU_MAX_THREADS];
+	double s[CPU_MAX_THREADS];
+} cpu_snap;
+void cpu_take(pid_t pid, cpu_snap *out);
+/* CPU seconds between two snapshots: the process's, and its busiest thread's. */
+double cpu_delta(const cpu_snap *a, const cpu_snap *b, double *busiest_thread_s);
+
+/* Starts bench/minjson (the minimal MHD JSON handler) in dir; fills pid and port. */
+int minjson_start(const char *dir, pid_t *pid, int *port);
+void child_stop(pid_t pid);
+
+/* ---- blocking HTTP (set-up, polling) ---- */
+
+/* One request on this thread's keep-alive connection. Returns the HTTP status, or -1
+ * when the server could not be reached. The body (if wanted) is malloc'ed. */
+int http_do(int port, const char *method, const char *path, const char *body, char **resp);
+/* The value of one sample of /metrics ("name" or "name{labels}"); -1 if absent. */
+double metric_value(const char *metrics_text, const char *series);
+/* GET /metrics parsed for one series; -1 on failure. */
+double server_metric(int port, const char *series);
+/* Workflows stored with the status (baton_workflows{status=...}). */
+long server_count(int port, const char *status);
+/* Polls until `want` workflows are finished (completed + failed + cancelled), up to
+ * timeout_s. Returns 0 when they are, -1 on timeout. */
+int wait_finished(int port, long want, double timeout_s);
+/* GET /workflows/{id} as JSON (new reference), NULL on failure. */
+json_t *get_workflow(int port, const char *id);
+
+/* ---- concurrent HTTP load (load.c) ---- */
+
+/* Fills the n-th request of a run: its method, path and body (NULL for none; copied at
+ * once, so ctx may reuse the buffer). Returns 0, or -1 when nothing is left. */
+typedef int (*load_next_fn)(void *ctx, long n, const char **method, char *path, size_t pathlen,
+			    const char **body);
+
+typedef struct load_result {
+	long ok, failed;  /* 2xx answers, other answers and transport errors */
+	double seconds;	  /* from the first request to the last answer */
+	dvec lat_ms;	  /* latency of every 2xx answer */
+	int first_status; /* status of the first failure, for the message */
+} load_result;
+
+/* Runs requests over `conns` keep-alive connections (libcurl multi, one thread) until
+ * next() says stop, max_requests were sent, or max_seconds passed. */
+int load_run(int port, int conns, long max_requests, double max_seconds, load_next_fn next,
+	     void *ctx, load_result *out);
+void load_result_free(load_result *r);
+
+/* ---- the floor (floor.c) ---- */
+
+typedef struct floor_result {
+	double commits_per_s; /* median over the runs */
+	double commit_ms;     /* median commit latency, over all commits of all runs */
+	double p99_ms;
+	int runs;
+	long commits;
+} floor_result;
+
+/* One INSERT per transaction into DIR/floor.db (WAL, synchronous=FULL): `runs` runs of
+ * up to max_commits commits or max_seconds each. Removes its files afterwards. */
+int floor_measure(const char *dir, int runs, long max_commits, double max_seconds,
+		  floor_result *out);
+
+/* ---- runs paired with their floor ---- */
+
+/* One measured run against s: its figure and up to two more numbers (aux). */
+typedef int (*run_fn)(const server *s, int run, void *ctx, double *figure, double aux[2]);
+
+typedef struct paired_result {
+	int runs;
+	double figure, ratio, aux[2]; /* medians over the runs */
+	double floor_rate, floor_ms;  /* medians of the floors: commits/s, mean ms/commit */
+} paired_result;
+
+/* Runs fn `runs` times, each right after a floor run (about a second) in dir, so that
+ * every run has a floor taken on the same disk moments before; the machine is noisy and
+ * its noise comes and goes. ratio is the median of the runs' figure / floor commits/s,
+ * or with `latency`, of figure / floor mean commit ms. Returns -1 when a run failed. */
+int paired_runs(const server *s, const char *dir, int runs, run_fn fn, void *ctx, int latency,
+		paired_result *out);
+
+/* ---- the result table ---- */
+
+enum verdict { V_PASS, V_MISS, V_INFO };
+
+typedef struct row {
+	char what[48];
+	char figure[64];
+	char floor[64];
+	char ratio[32];
+	char target[48];
+	enum verdict verdict;
+	char note[200];
+} row;
+
+void table_add(const row *r);
+void table_print(void);
+int table_misses(void);
+
+/* Benchmarks: each adds its rows to the table; returns 0 when it ran, -1 when it could
+ * not (a row says why). */
+int bench_floor(void);
+int bench_step_overhead(void);
+int bench_group_commit(void);
+int bench_contended(void);
+int bench_http_accept(void);
+int bench_http_read(void);
+int bench_memory(void);
+int bench_recovery(void);
+
+/* A row for a benchmark that could not run; counted in table_errors(). */
+void table_fail(const char *what, const char *why);
+int table_errors(void);
+
+#endif
