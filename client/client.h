@@ -6,7 +6,9 @@
  *   http.c      one libcurl handle: GET/POST that return the status and the parsed JSON body
  *   commands.c  submit, get, list, cancel, events, resources (human output or --json)
  *   demo.c      `baton demo [--crash]`: the origin's distributed-mutex demo, rendered live
- *   util.c      JSON field access and small formatting helpers
+ *   watch.c     `baton watch ID`: a workflow followed live over its event stream (SSE)
+ *   sse.c       an incremental parser of Server-Sent Events, for watch
+ *   util.c      JSON field access, small formatting helpers, a growable buffer
  *
  * Every command returns the process exit status, so errors travel as plain ints:
  * a function that fails has already told the user why on stderr.
@@ -46,6 +48,9 @@ struct http_reply {
  */
 http *http_new(const char *base_url);
 void http_free(http *h);
+
+/* The server's base URL, without trailing slash (borrowed from h). */
+const char *http_base(const http *h);
 
 /*
  * Sends METHOD base_url+path. body (borrowed, may be NULL) is sent as application/json;
@@ -91,7 +96,56 @@ void format_secs(char *buf, size_t len, json_int_t ms);
 long long monotonic_ms(void);
 void sleep_ms(long ms);
 
-/* ---- commands.c / demo.c --------------------------------------------------------------- */
+/* A growable byte buffer; {0} is an empty one. p is NUL-terminated once anything was
+ * added (NULL before). */
+struct sbuf {
+	char *p;
+	size_t len, cap;
+};
+
+/* Appends n bytes of s. Returns 0, or -1 (b unchanged) when b would exceed max bytes or
+ * memory ran out. */
+int sbuf_add(struct sbuf *b, const char *s, size_t n, size_t max);
+/* Frees the bytes and empties b, which can be used again (accepts NULL). */
+void sbuf_fini(struct sbuf *b);
+
+/* ---- sse.c ----------------------------------------------------------------------------- */
+
+/*
+ * Receives one frame of an event stream: its id and event fields ("" when absent) and
+ * its data lines joined by '\n' (len bytes, NUL-terminated). All are borrowed for the
+ * duration of the call.
+ */
+typedef void (*sse_handler)(void *userdata, const char *id, const char *event, const char *data,
+			    size_t len);
+
+/* The state of one event stream being parsed. */
+struct sse {
+	struct sbuf line; /* the line being received */
+	struct sbuf data; /* the frame's data lines, each followed by '\n' */
+	char event[64];	  /* its event: field */
+	char id[32];	  /* its id: field */
+	int has_data;
+	int after_cr; /* the last byte was CR: an LF right after it ends no line */
+	size_t max;   /* bytes a line or a frame's data may reach */
+	sse_handler on_frame;
+	void *userdata;
+};
+
+/* Starts a parser that calls on_frame(userdata, ...) for each complete frame. */
+void sse_init(struct sse *s, size_t max_frame, sse_handler on_frame, void *userdata);
+/* Forgets a partial line or frame: the stream starts again (a new connection). */
+void sse_reset(struct sse *s);
+/*
+ * Parses n more bytes of the stream, cut anywhere; calls the handler for each frame they
+ * complete. Returns 0, or -1 when a line or a frame exceeds max_frame bytes or memory
+ * ran out (the stream cannot be followed further).
+ */
+int sse_feed(struct sse *s, const char *p, size_t n);
+/* Frees the parser's buffers (accepts NULL). */
+void sse_fini(struct sse *s);
+
+/* ---- commands.c / demo.c / watch.c ----------------------------------------------------- */
 
 /* What every command gets: the connection and the global options. */
 struct cli {
@@ -107,6 +161,11 @@ int cmd_cancel(struct cli *cli, int argc, char **argv);
 int cmd_events(struct cli *cli, int argc, char **argv);
 int cmd_resources(struct cli *cli, int argc, char **argv);
 int cmd_demo(struct cli *cli, int argc, char **argv);
+int cmd_watch(struct cli *cli, int argc, char **argv);
+
+/* Parses "CMD [-h] ID" (commands.c). Returns -1 with *id set (borrowed from argv), else
+ * the exit status the command must return: 0 after --help, EXIT_USAGE. */
+int parse_workflow_id(int argc, char **argv, const char **id);
 
 /* main.c: prints the usage to out (stdout for --help, stderr for a usage error). */
 void usage(FILE *out);

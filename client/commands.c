@@ -19,8 +19,7 @@ enum {
 
 /* ---- argument helpers ------------------------------------------------------------------ */
 
-/* Parses "CMD [-h] ID". Returns -1 with *id set, else an exit status. */
-static int parse_id(int argc, char **argv, const char **id)
+int parse_workflow_id(int argc, char **argv, const char **id)
 {
 	static const struct option opts[] = {{"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0}};
 	int c;
@@ -275,7 +274,7 @@ int cmd_get(struct cli *cli, int argc, char **argv)
 {
 	const char *id;
 	json_t *wf;
-	int rc = parse_id(argc, argv, &id);
+	int rc = parse_workflow_id(argc, argv, &id);
 
 	if (rc >= 0)
 		return rc;
@@ -381,7 +380,7 @@ int cmd_cancel(struct cli *cli, int argc, char **argv)
 {
 	const char *id;
 	json_t *wf;
-	int rc = parse_id(argc, argv, &id);
+	int rc = parse_workflow_id(argc, argv, &id);
 
 	if (rc >= 0)
 		return rc;
@@ -468,7 +467,7 @@ int cmd_events(struct cli *cli, int argc, char **argv)
 {
 	const char *id;
 	json_t *all = json_array();
-	int rc = parse_id(argc, argv, &id);
+	int rc = parse_workflow_id(argc, argv, &id);
 
 	if (rc < 0)
 		rc = fetch_events(cli->http, id, all);

@@ -106,6 +106,11 @@ http *http_new(const char *base_url)
 	return h;
 }
 
+const char *http_base(const http *h)
+{
+	return h->base;
+}
+
 void http_free(http *h)
 {
 	if (!h)

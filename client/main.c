@@ -20,7 +20,7 @@ static const struct command {
 } commands[] = {
     {"submit", cmd_submit}, {"get", cmd_get},	    {"list", cmd_list},
     {"cancel", cmd_cancel}, {"events", cmd_events}, {"resources", cmd_resources},
-    {"demo", cmd_demo},
+    {"demo", cmd_demo},	    {"watch", cmd_watch},
 };
 
 void usage(FILE *out)
@@ -39,6 +39,10 @@ void usage(FILE *out)
 	      "                      list workflows, newest first\n"
 	      "  cancel ID           cancel a workflow\n"
 	      "  events ID           show the events of a workflow\n"
+	      "  watch ID            follow a workflow live: one line per event, and on a\n"
+	      "                      terminal a progress bar; exit 0 if it completes, 1 if\n"
+	      "                      it fails or is cancelled (with --json: events as JSON\n"
+	      "                      lines); reconnects if the connection drops\n"
 	      "  resources [NAME]    list the resources, or show one with its queue\n"
 	      "  demo [--crash]      run the distributed-mutex demo and follow it live\n"
 	      "                      (with --json: each event as one line of JSON)\n"
@@ -50,8 +54,8 @@ void usage(FILE *out)
 	      "  -h, --help          show this help\n"
 	      "  --version           print the version\n"
 	      "\n"
-	      "Exit status: 0 ok, 1 failed (HTTP error, or demo workflow not completed),\n"
-	      "2 usage error, 3 server unreachable.\n",
+	      "Exit status: 0 ok, 1 failed (HTTP error such as 404, or the workflow of demo or\n"
+	      "watch did not complete), 2 usage error, 3 server unreachable.\n",
 	      out);
 }
 

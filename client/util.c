@@ -5,6 +5,7 @@
  * caller's default instead of a crash, so that a newer server never breaks an older client.
  */
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -96,4 +97,33 @@ void sleep_ms(long ms)
 	/* Bounded: each EINTR resumes with the time left, which only shrinks. */
 	while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
 		;
+}
+
+int sbuf_add(struct sbuf *b, const char *s, size_t n, size_t max)
+{
+	if (b->len + n + 1 > max)
+		return -1;
+	if (b->len + n + 1 > b->cap) {
+		size_t cap = b->cap ? b->cap : 256;
+		while (cap < b->len + n + 1)
+			cap *= 2;
+		char *p = realloc(b->p, cap);
+		if (!p)
+			return -1;
+		b->p = p;
+		b->cap = cap;
+	}
+	memcpy(b->p + b->len, s, n);
+	b->len += n;
+	b->p[b->len] = '\0';
+	return 0;
+}
+
+void sbuf_fini(struct sbuf *b)
+{
+	if (!b)
+		return;
+	free(b->p);
+	b->p = NULL;
+	b->len = b->cap = 0;
 }
