@@ -49,6 +49,13 @@ struct http_reply {
 http *http_new(const char *base_url);
 void http_free(http *h);
 
+/*
+ * The bearer token sent with every request (--token, else $BATON_TOKEN), borrowed; NULL:
+ * none. http_auth applies it to a libcurl easy handle.
+ */
+void http_set_token(const char *token);
+void http_auth(void *curl_easy);
+
 /* The server's base URL, without trailing slash (borrowed from h). */
 const char *http_base(const http *h);
 
@@ -162,6 +169,7 @@ int cmd_events(struct cli *cli, int argc, char **argv);
 int cmd_resources(struct cli *cli, int argc, char **argv);
 int cmd_demo(struct cli *cli, int argc, char **argv);
 int cmd_watch(struct cli *cli, int argc, char **argv);
+int cmd_health(struct cli *cli, int argc, char **argv);
 
 /* Parses "CMD [-h] ID" (commands.c). Returns -1 with *id set (borrowed from argv), else
  * the exit status the command must return: 0 after --help, EXIT_USAGE. */

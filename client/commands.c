@@ -594,3 +594,24 @@ int cmd_resources(struct cli *cli, int argc, char **argv)
 	json_decref(doc);
 	return EXIT_OK;
 }
+
+/* `baton health`: GET /healthz, for container health checks. Exit 0 when it answers 200. */
+int cmd_health(struct cli *cli, int argc, char **argv)
+{
+	struct http_reply reply;
+	(void)argv;
+	if (argc != 1)
+		return usage_error("health takes no arguments");
+	int rc = http_request(cli->http, "GET", "/healthz", NULL, &reply);
+	if (rc != EXIT_OK)
+		return rc;
+	long status = reply.status;
+	http_reply_fini(&reply);
+	if (status != 200) {
+		fprintf(stderr, "baton: /healthz answered %ld\n", status);
+		return EXIT_FAILED;
+	}
+	if (!cli->json)
+		puts("ok");
+	return EXIT_OK;
+}

@@ -76,6 +76,21 @@ static struct curl_slist *headers(const char *const *lines)
 	return list;
 }
 
+static const char *bearer;
+
+void http_set_token(const char *token)
+{
+	bearer = token && *token ? token : NULL;
+}
+
+void http_auth(void *curl_easy)
+{
+	if (bearer && curl_easy) {
+		curl_easy_setopt(curl_easy, CURLOPT_HTTPAUTH, CURLAUTH_BEARER);
+		curl_easy_setopt(curl_easy, CURLOPT_XOAUTH2_BEARER, bearer);
+	}
+}
+
 http *http_new(const char *base_url)
 {
 	static const char *const get_h[] = {"Accept: application/json", NULL};
@@ -132,6 +147,7 @@ static int prepare(http *h, const char *method, const char *url, const char *pay
 	int post = strcmp(method, "POST") == 0;
 
 	curl_easy_reset(c);
+	http_auth(c);
 	h->errbuf[0] = '\0';
 	if (curl_easy_setopt(c, CURLOPT_URL, url) != CURLE_OK)
 		return -1;

@@ -20,12 +20,12 @@ static const struct command {
 } commands[] = {
     {"submit", cmd_submit}, {"get", cmd_get},	    {"list", cmd_list},
     {"cancel", cmd_cancel}, {"events", cmd_events}, {"resources", cmd_resources},
-    {"demo", cmd_demo},	    {"watch", cmd_watch},
+    {"demo", cmd_demo},	    {"watch", cmd_watch},   {"health", cmd_health},
 };
 
 void usage(FILE *out)
 {
-	fputs("usage: baton [--server URL] [--json] COMMAND [ARGS]\n"
+	fputs("usage: baton [--server URL] [--token TOKEN] [--json] COMMAND [ARGS]\n"
 	      "\n"
 	      "Client of batond, which runs workflows whose steps take turns on a shared "
 	      "resource.\n"
@@ -46,11 +46,13 @@ void usage(FILE *out)
 	      "  resources [NAME]    list the resources, or show one with its queue\n"
 	      "  demo [--crash]      run the distributed-mutex demo and follow it live\n"
 	      "                      (with --json: each event as one line of JSON)\n"
+	      "  health              exit 0 when batond answers /healthz (for HEALTHCHECK)\n"
 	      "\n"
 	      "Options:\n"
 	      "  --server URL        batond's base URL (default: $BATON_URL, else " DEFAULT_SERVER
 	      ")\n"
 	      "  --json              print the server's JSON instead of human-readable output\n"
+	      "  --token TOKEN       send Authorization: Bearer TOKEN (default: $BATON_TOKEN)\n"
 	      "  -h, --help          show this help\n"
 	      "  --version           print the version\n"
 	      "\n"
@@ -80,9 +82,10 @@ int bad_option(const char *cmd, char **argv)
 /* Global options. Returns -1 to go on with the command, else the exit status. */
 static int parse_global(int argc, char **argv, const char **server, struct cli *cli)
 {
-	enum { OPT_SERVER = 256, OPT_JSON, OPT_VERSION };
+	enum { OPT_SERVER = 256, OPT_JSON, OPT_VERSION, OPT_TOKEN };
 	static const struct option opts[] = {
 	    {"server", required_argument, NULL, OPT_SERVER},
+	    {"token", required_argument, NULL, OPT_TOKEN},
 	    {"json", no_argument, NULL, OPT_JSON},
 	    {"help", no_argument, NULL, 'h'},
 	    {"version", no_argument, NULL, OPT_VERSION},
@@ -98,6 +101,9 @@ static int parse_global(int argc, char **argv, const char **server, struct cli *
 			break;
 		case OPT_JSON:
 			cli->json = 1;
+			break;
+		case OPT_TOKEN:
+			http_set_token(optarg);
 			break;
 		case 'h':
 			usage(stdout);
@@ -133,6 +139,7 @@ int main(int argc, char **argv)
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	if (!server || !*server)
 		server = DEFAULT_SERVER;
+	http_set_token(getenv("BATON_TOKEN"));
 	rc = parse_global(argc, argv, &server, &cli);
 	if (rc >= 0)
 		return rc;

@@ -778,6 +778,7 @@ static int watch_init(struct watch *w, struct cli *cli, const char *id)
 		return -1;
 	}
 	curl_easy_setopt(w->easy, CURLOPT_URL, w->url);
+	http_auth(w->easy);
 	curl_easy_setopt(w->easy, CURLOPT_ERRORBUFFER, w->errbuf);
 	curl_easy_setopt(w->easy, CURLOPT_NOSIGNAL, 1L);
 	curl_easy_setopt(w->easy, CURLOPT_CONNECTTIMEOUT_MS, (long)CONNECT_TIMEOUT_MS);

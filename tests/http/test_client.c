@@ -971,10 +971,49 @@ static void test_get_list_cancel_resources(void **state)
 	proc_fini(p);
 }
 
+static int setup_token(void **state)
+{
+	static const char *const args[] = {"--token", "s3cret-token", NULL};
+	hs_server *s = hs_open(args);
+	*state = s;
+	return s ? 0 : -1;
+}
+
+/* With a token on the server: health needs none, the rest needs --token or $BATON_TOKEN. */
+static void test_token_and_health(void **state)
+{
+	hs_server *s = *state;
+	const char *url = url_of(s);
+	proc *p = expect_exit(0, url, (const char *const[]){"health", NULL});
+	assert_non_null(strstr(p->o.p, "ok"));
+	proc_fini(p);
+	p = expect_exit(1, url, (const char *const[]){"list", NULL});
+	assert_non_null(strstr(p->e.p, "401"));
+	proc_fini(p);
+	proc_fini(expect_exit(1, url, (const char *const[]){"--token", "wrong", "list", NULL}));
+	proc_fini(
+	    expect_exit(0, url, (const char *const[]){"--token", "s3cret-token", "list", NULL}));
+	proc_fini(expect_exit(0, url,
+			      (const char *const[]){"--token", "s3cret-token", "submit", "--id",
+						    "tok-1", "--resource", "r", "a", NULL}));
+	proc_fini(expect_exit(
+	    0, url, (const char *const[]){"--token", "s3cret-token", "watch", "tok-1", NULL}));
+	/* $BATON_TOKEN, as a container would set it. */
+	setenv("BATON_TOKEN", "s3cret-token", 1);
+	p = spawn((const char *const[]){"list", NULL}, url, false);
+	unsetenv("BATON_TOKEN");
+	assert_int_equal(finish(p), 0);
+	proc_fini(p);
+	char closed[32];
+	snprintf(closed, sizeof closed, "http://127.0.0.1:%d", closed_port());
+	proc_fini(expect_exit(3, closed, (const char *const[]){"health", NULL}));
+}
+
 int main(void)
 {
 	signal(SIGPIPE, SIG_IGN);
 	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test_setup_teardown(test_token_and_health, setup_token, teardown),
 	    cmocka_unit_test_setup_teardown(test_watch_live_lines_and_exit_0, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_watch_failed_exits_1, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_watch_cancelled_exits_1, setup, teardown),
