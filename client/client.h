@@ -1,7 +1,7 @@
 /*
  * client.h: internals shared by the files of `baton`, the command-line client of batond.
  *
- * The client is a thin layer over the REST API of docs/api-contract.md:
+ * The client is a thin layer over the REST API of batond (openapi.yaml):
  *   main.c      global options, usage, the command table, exit codes
  *   http.c      one libcurl handle: GET/POST that return the status and the parsed JSON body
  *   commands.c  submit, get, list, cancel, events, resources (human output or --json)
