@@ -170,9 +170,17 @@ typedef struct checkpointer {
 	int pending, stop, started;
 } checkpointer;
 
+#define FINISHED_SLOTS 1024
+typedef struct finished_slot {
+	char id[MAX_NAME + 1];
+	json_t *json;
+} finished_slot;
+
 struct store {
 	sqlite3 *db;
 	checkpointer ckpt;
+	pthread_mutex_t finished_mu;
+	finished_slot finished[FINISHED_SLOTS];
 	sqlite3_stmt *stmt[W_NSTMT];
 	reader *readers;
 	int nreaders;
@@ -346,6 +354,7 @@ static int start_checkpointer(store *s, const char *path, const char *vfs, baton
 	int rc = open_conn(path, vfs, SQLITE_OPEN_READWRITE, &c->db, err);
 	if (rc)
 		return rc;
+	exec_sql(c->db, "PRAGMA cache_size=-64", NULL);
 	if (pthread_create(&c->thread, NULL, checkpoint_main, c) != 0)
 		return err_set(err, BATON_EINTERNAL, "cannot start the checkpoint thread");
 	c->started = 1;
@@ -372,6 +381,7 @@ int store_open(const char *path, const char *vfs, int readers, store **out, bato
 	pthread_cond_init(&s->pool_cv, NULL);
 	pthread_mutex_init(&s->ckpt.mu, NULL);
 	pthread_cond_init(&s->ckpt.cv, NULL);
+	pthread_mutex_init(&s->finished_mu, NULL);
 	int rc = open_conn(path, vfs, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, &s->db, err);
 	if (rc == BATON_OK)
 		rc = setup_writer(s, path, err);
@@ -380,6 +390,9 @@ int store_open(const char *path, const char *vfs, int readers, store **out, bato
 	s->readers = xcalloc((size_t)readers, sizeof *s->readers);
 	for (int i = 0; rc == BATON_OK && i < readers; i++) {
 		rc = open_conn(path, vfs, SQLITE_OPEN_READONLY, &s->readers[i].db, err);
+		/* Bounded memory: 512 KiB of page cache per reader (the writer keeps 2 MiB). */
+		if (rc == BATON_OK)
+			exec_sql(s->readers[i].db, "PRAGMA cache_size=-512", NULL);
 		if (rc == BATON_OK) {
 			s->nreaders++;
 			s->readers[i].next_free = s->free_readers;
@@ -412,6 +425,9 @@ void store_close(store *s)
 	pthread_mutex_destroy(&s->pool_mu);
 	pthread_cond_destroy(&s->ckpt.cv);
 	pthread_mutex_destroy(&s->ckpt.mu);
+	for (int i = 0; i < FINISHED_SLOTS; i++)
+		json_decref(s->finished[i].json);
+	pthread_mutex_destroy(&s->finished_mu);
 	free(s);
 }
 
@@ -808,8 +824,39 @@ static void end_read(reader *r)
 	}
 }
 
+/*
+ * Finished workflows never change again, so their rendered JSON is kept in a small
+ * direct-mapped cache (a slot per hash of the id): reads of them skip SQLite and
+ * rendering. jansson's reference counting is thread-safe and nobody mutates a cached
+ * value, so it is handed out with json_incref.
+ */
+static json_t *cache_get(store *s, const char *id)
+{
+	finished_slot *slot = &s->finished[fnv1a(id) % FINISHED_SLOTS];
+	json_t *hit = NULL;
+	pthread_mutex_lock(&s->finished_mu);
+	if (slot->json && strcmp(slot->id, id) == 0)
+		hit = json_incref(slot->json);
+	pthread_mutex_unlock(&s->finished_mu);
+	return hit;
+}
+
+static void cache_put(store *s, const wf_row *wf, json_t *json)
+{
+	if (wf->status != WF_COMPLETED && wf->status != WF_FAILED && wf->status != WF_CANCELLED)
+		return;
+	finished_slot *slot = &s->finished[fnv1a(wf->id) % FINISHED_SLOTS];
+	pthread_mutex_lock(&s->finished_mu);
+	json_decref(slot->json);
+	snprintf(slot->id, sizeof slot->id, "%s", wf->id);
+	slot->json = json_incref(json);
+	pthread_mutex_unlock(&s->finished_mu);
+}
+
 int store_get_workflow(store *s, const char *id, json_t **out, baton_error *err)
 {
+	if ((*out = cache_get(s, id)))
+		return BATON_OK;
 	reader *r = reader_get(s);
 	wf_row *wf = NULL;
 	int rc = begin_read(r, err);
@@ -822,6 +869,7 @@ int store_get_workflow(store *s, const char *id, json_t **out, baton_error *err)
 	reader_put(s, r);
 	if (rc == BATON_OK) {
 		*out = codec_workflow(wf);
+		cache_put(s, wf, *out);
 		wf_row_free(wf);
 	}
 	return rc;
