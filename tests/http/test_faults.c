@@ -1,0 +1,289 @@
+/*
+ * test_faults.c - batond when its disk fails, and when clients are slow.
+ *
+ * Disk faults go through the store's test seam: with BATON_TEST_FAULT_FILE set, every
+ * write of the database fails while that file exists (an I/O error, or a full disk when
+ * it says "full"). While it fails: new work is refused with 503 and not stored, running
+ * workflows pause instead of failing, /readyz says not ready. Once writes work again,
+ * everything acknowledged completes, nothing ran twice, and PRAGMA integrity_check is ok.
+ * Slow clients: connections that send a byte a second hold no thread, and others are
+ * served promptly meanwhile.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "../harness/harness.h"
+
+#define WAIT_MS 60000
+
+typedef struct faulty {
+	hs_server *s;
+	char dir[256], file[300];
+} faulty;
+
+static int setup_fault(void **state)
+{
+	faulty *f = calloc(1, sizeof *f);
+	const char *tmp = getenv("TMPDIR");
+	snprintf(f->dir, sizeof f->dir, "%s/baton-faults-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+	if (!mkdtemp(f->dir)) {
+		free(f);
+		return -1;
+	}
+	snprintf(f->file, sizeof f->file, "%s/fail-writes", f->dir);
+	setenv("BATON_TEST_FAULT_FILE", f->file, 1);
+	f->s = hs_open(NULL);
+	unsetenv("BATON_TEST_FAULT_FILE");
+	if (!f->s) {
+		rmdir(f->dir);
+		free(f);
+		return -1;
+	}
+	*state = f;
+	return 0;
+}
+
+static int teardown_fault(void **state)
+{
+	faulty *f = *state;
+	int rc = hs_close(f->s);
+	unlink(f->file);
+	rmdir(f->dir);
+	free(f);
+	return rc;
+}
+
+static void set_fault(const faulty *f, const char *kind)
+{
+	FILE *fp = fopen(f->file, "w");
+	assert_non_null(fp);
+	fputs(kind, fp);
+	fclose(fp);
+}
+
+static long post(const hs_server *s, const char *body)
+{
+	hs_response r;
+	hs_post(s, "/workflows", body, &r);
+	long status = r.status;
+	if (status == 503 && !strstr(r.body ? r.body : "", "unavailable"))
+		fail_msg("503 without a problem body: %s", r.body ? r.body : "");
+	hs_response_fini(&r);
+	return status;
+}
+
+static long get_status(const hs_server *s, const char *path)
+{
+	hs_response r;
+	hs_get(s, path, &r);
+	long status = r.status;
+	hs_response_fini(&r);
+	return status;
+}
+
+typedef struct until_ready {
+	const hs_server *s;
+	long want;
+} until_ready;
+
+static bool readyz_is(void *arg)
+{
+	until_ready *u = arg;
+	return get_status(u->s, "/readyz") == u->want;
+}
+
+/* The steps of id that are not completed, with their status: none may have failed. */
+static void assert_none_failed(const hs_server *s, const char *id)
+{
+	json_t *wf = hs_get_workflow(s, id);
+	assert_string_not_equal(hs_str(wf, "status"), "failed");
+	size_t i;
+	json_t *st;
+	json_array_foreach(json_object_get(wf, "steps"), i, st)
+	{
+		assert_string_not_equal(hs_str(st, "status"), "failed");
+	}
+	json_decref(wf);
+}
+
+static void integrity_ok(const hs_server *s)
+{
+	sqlite3 *db;
+	assert_int_equal(sqlite3_open_v2(hs_db_path(s), &db, SQLITE_OPEN_READONLY, NULL),
+			 SQLITE_OK);
+	sqlite3_stmt *st;
+	assert_int_equal(sqlite3_prepare_v2(db, "PRAGMA integrity_check", -1, &st, NULL),
+			 SQLITE_OK);
+	assert_int_equal(sqlite3_step(st), SQLITE_ROW);
+	assert_string_equal((const char *)sqlite3_column_text(st, 0), "ok");
+	sqlite3_finalize(st);
+	sqlite3_close(db);
+}
+
+#define FMT                                                                                        \
+	"{\"id\":\"%s\",\"resource\":\"%s\",\"workers\":[{\"name\":\"w1\",\"work_ms\":300},"       \
+	"{\"name\":\"w2\",\"work_ms\":50},{\"name\":\"w3\",\"work_ms\":50}]}"
+
+/* One disk fault of `kind` in the middle of two running workflows. */
+static void fault_round(faulty *f, const char *kind, const char *prefix)
+{
+	hs_server *s = f->s;
+	char a[64], b[64], c[64], body[512];
+	snprintf(a, sizeof a, "%s-a", prefix);
+	snprintf(b, sizeof b, "%s-b", prefix);
+	snprintf(c, sizeof c, "%s-refused", prefix);
+	snprintf(body, sizeof body, FMT, a, "disk-1");
+	assert_int_equal(post(s, body), 201);
+	snprintf(body, sizeof body, FMT, b, "disk-2");
+	assert_int_equal(post(s, body), 201);
+	json_decref(hs_wait_step(s, a, 0, "running", WAIT_MS));
+	long long before = hs_db_count(s, "SELECT count(*) FROM workflows");
+
+	set_fault(f, kind);
+	/* The running steps end during the fault: their checkpoints cannot be written. */
+	until_ready not_ready = {s, 503};
+	assert_true(hs_wait_until(readyz_is, &not_ready, WAIT_MS));
+	snprintf(body, sizeof body, FMT, c, "disk-3");
+	assert_int_equal(post(s, body), 503);
+	assert_int_equal(get_status(s, "/healthz"), 200);
+	assert_none_failed(s, a);
+	assert_none_failed(s, b);
+	assert_int_equal(get_status(s, "/workflows/x-never"), 404); /* reads still work */
+
+	unlink(f->file);
+	until_ready ready = {s, 200};
+	assert_true(hs_wait_until(readyz_is, &ready, WAIT_MS));
+	json_t *wa = hs_wait_workflow(s, a, "completed", WAIT_MS);
+	json_t *wb = hs_wait_workflow(s, b, "completed", WAIT_MS);
+	/* The refused submission was not stored, and nothing ran twice. */
+	char path[128];
+	snprintf(path, sizeof path, "/workflows/%s", c);
+	assert_int_equal(get_status(s, path), 404);
+	assert_int_equal(hs_db_count(s, "SELECT count(*) FROM workflows"), before);
+	for (size_t i = 0; i < 3; i++) {
+		assert_int_equal(
+		    hs_int(json_array_get(json_object_get(wa, "steps"), i), "attempts"), 1);
+		assert_int_equal(
+		    hs_int(json_array_get(json_object_get(wb, "steps"), i), "attempts"), 1);
+	}
+	json_decref(wa);
+	json_decref(wb);
+	/* New work is taken again. */
+	snprintf(body, sizeof body, FMT, c, "disk-3");
+	assert_int_equal(post(s, body), 201);
+	json_decref(hs_wait_workflow(s, c, "completed", WAIT_MS));
+}
+
+static void test_io_error_pauses_and_recovers(void **state)
+{
+	faulty *f = *state;
+	fault_round(f, "io", "io");
+	integrity_ok(f->s);
+}
+
+static void test_full_disk_pauses_and_recovers(void **state)
+{
+	faulty *f = *state;
+	fault_round(f, "full", "full");
+	/* And the whole story survives a restart: what was acknowledged is there. */
+	hs_kill(f->s);
+	assert_int_equal(hs_start(f->s), 0);
+	json_decref(hs_wait_workflow(f->s, "full-a", "completed", WAIT_MS));
+	json_decref(hs_wait_workflow(f->s, "full-refused", "completed", WAIT_MS));
+	integrity_ok(f->s);
+}
+
+/* ---- slow clients ---- */
+
+static int slow_connection(int port, const char *start)
+{
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+	struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	if (connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
+		close(fd);
+		return -1;
+	}
+	send(fd, start, strlen(start), MSG_NOSIGNAL);
+	return fd;
+}
+
+static int setup(void **state)
+{
+	hs_server *s = hs_open(NULL);
+	*state = s;
+	return s ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+	return hs_close(*state);
+}
+
+/*
+ * More slow clients than batond has HTTP threads (8), each trickling a request a byte at
+ * a time: other requests are still answered promptly, because a connection holds no
+ * thread while it waits for bytes.
+ */
+static void test_slow_clients_hold_no_thread(void **state)
+{
+	hs_server *s = *state;
+	enum { SLOW = 24 };
+	int fds[SLOW];
+	for (int i = 0; i < SLOW; i++) {
+		fds[i] = slow_connection(
+		    hs_port(s), i % 2 ? "GET /healthz HTTP/1.1\r\nHo"
+				      : "POST /workflows HTTP/1.1\r\nContent-Length: 200\r\n\r\n{");
+		assert_true(fds[i] >= 0);
+	}
+	int64_t worst = 0;
+	for (int round = 0; round < 5; round++) {
+		for (int i = 0; i < SLOW; i++)
+			send(fds[i], "x", 1, MSG_NOSIGNAL); /* a byte, then a pause */
+		for (int k = 0; k < 10; k++) {
+			int64_t t0 = hs_now_ms();
+			char body[160];
+			snprintf(body, sizeof body,
+				 "{\"id\":\"quick-%d-%d\",\"resource\":\"q\",\"workers\":["
+				 "{\"name\":\"w\",\"work_ms\":0}]}",
+				 round, k);
+			assert_int_equal(post(s, body), 201);
+			assert_int_equal(get_status(s, "/healthz"), 200);
+			int64_t took = hs_now_ms() - t0;
+			if (took > worst)
+				worst = took;
+		}
+		usleep(200 * 1000); /* the slow clients' pace, not a wait for the server */
+	}
+	for (int i = 0; i < SLOW; i++)
+		close(fds[i]);
+	if (worst > 5000)
+		fail_msg("a request took %lld ms while slow clients were connected",
+			 (long long)worst);
+	json_decref(hs_wait_workflow(s, "quick-4-9", "completed", WAIT_MS));
+}
+
+int main(void)
+{
+	hs_filters_from_env();
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test_setup_teardown(test_io_error_pauses_and_recovers, setup_fault,
+					    teardown_fault),
+	    cmocka_unit_test_setup_teardown(test_full_disk_pauses_and_recovers, setup_fault,
+					    teardown_fault),
+	    cmocka_unit_test_setup_teardown(test_slow_clients_hold_no_thread, setup, teardown),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
