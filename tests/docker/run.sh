@@ -456,6 +456,10 @@ cleanup_checks() {
 # ------------------------------------------------------------------ main
 main() {
 	need_tools
+	# Podman set up earlier by container-check needs its settings (runc, cgroupfs,
+	# rlimits this machine allows), whichever way it is driven.
+	local conf=${CONTAINER_CHECK_STATE:-/var/lib/container-check}/containers.conf
+	[[ -n ${CONTAINERS_CONF:-} || ! -f $conf ]] || export CONTAINERS_CONF=$conf
 	pick_engine
 	case $KIND in
 	docker | podman)
