@@ -449,6 +449,23 @@ void store_rollback(store *s)
 		exec_stmt(s->db, s->stmt[W_ROLLBACK], NULL, "rollback");
 }
 
+/* A step's changing columns, in STEP_COLS order from status on, at parameters first.. */
+static void bind_step_state(sqlite3_stmt *st, int first, const step_row *r)
+{
+	bind_text(st, first, step_status_name(r->status));
+	sqlite3_bind_int(st, first + 1, r->attempts);
+	bind_time(st, first + 2, r->lock_seq);
+	bind_time(st, first + 3, r->requested_at);
+	bind_time(st, first + 4, r->token);
+	bind_time(st, first + 5, r->started_at);
+	bind_time(st, first + 6, r->finished_at);
+	if (r->duration_ms >= 0)
+		sqlite3_bind_int64(st, first + 7, r->duration_ms);
+	bind_time(st, first + 8, r->next_attempt_at);
+	bind_text(st, first + 9, r->error);
+	bind_json(st, first + 10, r->result);
+}
+
 int store_insert_workflow(store *s, const wf_row *wf, baton_error *err)
 {
 	sqlite3_stmt *st = s->stmt[W_INS_WF];
@@ -482,18 +499,7 @@ int store_insert_workflow(store *s, const wf_row *wf, baton_error *err)
 		sqlite3_bind_int(st, 3, r->index);
 		bind_text(st, 4, r->worker);
 		bind_json(st, 5, r->params);
-		bind_text(st, 6, step_status_name(r->status));
-		sqlite3_bind_int(st, 7, r->attempts);
-		bind_time(st, 8, r->lock_seq);
-		bind_time(st, 9, r->requested_at);
-		bind_time(st, 10, r->token);
-		bind_time(st, 11, r->started_at);
-		bind_time(st, 12, r->finished_at);
-		if (r->duration_ms >= 0)
-			sqlite3_bind_int64(st, 13, r->duration_ms);
-		bind_time(st, 14, r->next_attempt_at);
-		bind_text(st, 15, r->error);
-		bind_json(st, 16, r->result);
+		bind_step_state(st, 6, r);
 		rc = exec_stmt(s->db, st, err, "inserting a step");
 	}
 	return rc;
@@ -518,18 +524,7 @@ int store_update_step(store *s, const wf_row *wf, const step_row *r, baton_error
 	sqlite3_stmt *st = s->stmt[W_UPD_STEP];
 	sqlite3_bind_int64(st, 1, wf->seq);
 	sqlite3_bind_int(st, 2, r->index);
-	bind_text(st, 4, step_status_name(r->status));
-	sqlite3_bind_int(st, 5, r->attempts);
-	bind_time(st, 6, r->lock_seq);
-	bind_time(st, 7, r->requested_at);
-	bind_time(st, 8, r->token);
-	bind_time(st, 9, r->started_at);
-	bind_time(st, 10, r->finished_at);
-	if (r->duration_ms >= 0)
-		sqlite3_bind_int64(st, 11, r->duration_ms);
-	bind_time(st, 12, r->next_attempt_at);
-	bind_text(st, 13, r->error);
-	bind_json(st, 14, r->result);
+	bind_step_state(st, 4, r);
 	return exec_stmt(s->db, st, err, "updating a step");
 }
 
