@@ -662,7 +662,8 @@ static void test_timeout_retried(void **state)
 	assert_true(contains(hs_str(failed, "error"), "timed out"));
 	json_int_t waited = hs_int(failed, "latency_ms");
 	if (waited < 299 || waited > 10000)
-		fail_msg("the timed-out attempt took %lld ms, timeout_ms is 300", (long long)waited);
+		fail_msg("the timed-out attempt took %lld ms, timeout_ms is 300",
+			 (long long)waited);
 	assert_true(json_is_integer(json_object_get(failed, "retry_in_ms")));
 	fragile_records_free(r, 2);
 	json_decref(events);
