@@ -167,12 +167,18 @@ int main(int argc, char **argv)
 	table_print();
 	curl_global_cleanup();
 	int misses = table_misses() - table_errors();
+	int ran = 0;
+	for (size_t k = 0; k < NBENCH; k++)
+		ran += want[k] != 0;
 	if (table_errors()) {
 		printf("\n%d benchmark(s) could not run\n", table_errors());
+		if (opt.smoke)
+			printf("%d passed, %d failed\n", ran - table_errors(), table_errors());
 		return 2;
 	}
 	if (opt.smoke) {
-		printf("\nsmoke: every benchmark ran (targets not enforced)\n");
+		printf("\nsmoke: every benchmark ran (targets not enforced)\n%d passed, 0 failed\n",
+		       ran);
 		return 0;
 	}
 	printf("\n%s\n", misses ? "some targets were missed" : "every target was met");
