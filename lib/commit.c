@@ -277,6 +277,11 @@ static void drop_unacknowledged(baton_engine *e, const char *id)
 		if (e->dirty_wfs.v[i] != wf)
 			e->dirty_wfs.v[k++] = e->dirty_wfs.v[i];
 	e->dirty_wfs.n = k;
+	k = 0; /* cancelled in the same round: it is on the list of rows to free */
+	for (size_t i = 0; i < e->finished.n; i++)
+		if (e->finished.v[i] != wf)
+			e->finished.v[k++] = e->finished.v[i];
+	e->finished.n = k;
 	strmap_del(e->wfs, wf->id);
 	wf_row_free(wf);
 }
