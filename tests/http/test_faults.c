@@ -21,7 +21,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 #include "../harness/harness.h"
@@ -275,6 +277,80 @@ static void test_slow_clients_hold_no_thread(void **state)
 	json_decref(hs_wait_workflow(s, "quick-4-9", "completed", WAIT_MS));
 }
 
+static int setup_small(void **state)
+{
+	static const char *const args[] = {"--max-connections", "16", NULL};
+	hs_server *s = hs_open(args);
+	*state = s;
+	return s ? 0 : -1;
+}
+
+/* Reads the status line and whether a Retry-After header came, from a raw request. */
+static long raw_request(int port, const char *req, int *retry_after)
+{
+	int fd = slow_connection(port, req);
+	if (fd < 0)
+		return 0;
+	struct timeval tv = {.tv_sec = 15};
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+	char buf[2048] = "";
+	size_t n = 0;
+	ssize_t got;
+	while (n < sizeof buf - 1 && (got = recv(fd, buf + n, sizeof buf - 1 - n, 0)) > 0)
+		n += (size_t)got;
+	buf[n] = 0;
+	close(fd);
+	long status = 0;
+	if (sscanf(buf, "HTTP/1.%*d %ld", &status) != 1)
+		status = 0;
+	*retry_after = strcasestr(buf, "\r\nRetry-After: ") != NULL;
+	return status;
+}
+
+/*
+ * Past 90% of --max-connections, requests get 503 with Retry-After at once (health checks
+ * excepted), and the server serves normally again when connections go away.
+ */
+static void test_overload_answers_503_with_retry_after(void **state)
+{
+	hs_server *s = *state;
+	enum { HELD = 14 };
+	int fds[HELD];
+	for (int i = 0; i < HELD; i++) {
+		fds[i] = slow_connection(hs_port(s), "GET /healthz HTTP/1.1\r\n");
+		assert_true(fds[i] >= 0);
+	}
+	/* The 15th connection is past 90% of 16. Connections count once batond accepted
+	 * them, so poll until it says so. */
+	int retry_after = 0;
+	long status = 0;
+	for (int i = 0; i < 200 && status != 503; i++) {
+		status = raw_request(
+		    hs_port(s), "GET /workflows HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+		    &retry_after);
+		if (status != 503)
+			usleep(20 * 1000);
+	}
+	assert_int_equal(status, 503);
+	assert_true(retry_after);
+	status =
+	    raw_request(hs_port(s), "GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+			&retry_after);
+	assert_int_equal(status, 200);
+	for (int i = 0; i < HELD; i++)
+		close(fds[i]);
+	for (int i = 0; i < 500 && status != 200; i++) {
+		usleep(20 * 1000);
+		status = raw_request(
+		    hs_port(s), "GET /workflows HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+		    &retry_after);
+	}
+	status = raw_request(hs_port(s),
+			     "GET /workflows HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+			     &retry_after);
+	assert_int_equal(status, 200);
+}
+
 int main(void)
 {
 	hs_filters_from_env();
@@ -284,6 +360,8 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_full_disk_pauses_and_recovers, setup_fault,
 					    teardown_fault),
 	    cmocka_unit_test_setup_teardown(test_slow_clients_hold_no_thread, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_overload_answers_503_with_retry_after, setup_small,
+					    teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
