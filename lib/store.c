@@ -964,6 +964,23 @@ static json_t *event_json(sqlite3_stmt *st, const char *wf_id)
 	return e;
 }
 
+/*
+ * Runs an events query whose ?1 the caller bound (?2 after, ?3 limit) and appends the
+ * events to list. The workflow id is wf_id, or the query's fifth column when NULL.
+ */
+static int read_events(reader *r, sqlite3_stmt *q, int64_t after, int limit, const char *wf_id,
+		       json_t *list, baton_error *err)
+{
+	sqlite3_bind_int64(q, 2, after);
+	sqlite3_bind_int(q, 3, limit > 0 ? limit : -1);
+	int rc;
+	while ((rc = sqlite3_step(q)) == SQLITE_ROW)
+		json_array_append_new(
+		    list, event_json(q, wf_id ? wf_id : (const char *)sqlite3_column_text(q, 4)));
+	rdone(q);
+	return rc == SQLITE_DONE ? BATON_OK : fail(r->db, rc, err, "reading events");
+}
+
 int store_list_events(store *s, const char *id, int64_t after, int limit, json_t **out,
 		      baton_error *err)
 {
@@ -989,14 +1006,7 @@ int store_list_events(store *s, const char *id, int64_t after, int limit, json_t
 	json_t *list = json_array();
 	if (rc == BATON_OK) {
 		sqlite3_bind_int64(ev, 1, seq);
-		sqlite3_bind_int64(ev, 2, after);
-		sqlite3_bind_int(ev, 3, limit > 0 ? limit : -1);
-		int s2;
-		while ((s2 = sqlite3_step(ev)) == SQLITE_ROW)
-			json_array_append_new(list, event_json(ev, id));
-		if (s2 != SQLITE_DONE)
-			rc = fail(r->db, s2, err, "reading events");
-		rdone(ev);
+		rc = read_events(r, ev, after, limit, id, list, err);
 	}
 	reader_put(s, r);
 	if (rc) {
@@ -1145,15 +1155,7 @@ int store_resource_events(store *s, const char *name, int64_t after, int limit, 
 		rc = err_set(err, BATON_ENOTFOUND, "no resource named \"%s\"", name);
 	if (rc == BATON_OK) {
 		bind_text(q, 1, name);
-		sqlite3_bind_int64(q, 2, after);
-		sqlite3_bind_int(q, 3, limit > 0 ? limit : -1);
-		int s1;
-		while ((s1 = sqlite3_step(q)) == SQLITE_ROW)
-			json_array_append_new(
-			    list, event_json(q, (const char *)sqlite3_column_text(q, 4)));
-		if (s1 != SQLITE_DONE)
-			rc = fail(r->db, s1, err, "reading events");
-		rdone(q);
+		rc = read_events(r, q, after, limit, NULL, list, err);
 	}
 	reader_put(s, r);
 	if (rc) {
