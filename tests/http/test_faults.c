@@ -26,48 +26,12 @@
 #include <sys/time.h>
 #include <unistd.h>
 
+#include "../harness/faulty.h"
 #include "../harness/harness.h"
 
 #define WAIT_MS 60000
 
-typedef struct faulty {
-	hs_server *s;
-	char dir[256], file[300];
-} faulty;
-
-static int setup_fault(void **state)
-{
-	faulty *f = calloc(1, sizeof *f);
-	const char *tmp = getenv("TMPDIR");
-	snprintf(f->dir, sizeof f->dir, "%s/baton-faults-XXXXXX", tmp && *tmp ? tmp : "/tmp");
-	if (!mkdtemp(f->dir)) {
-		free(f);
-		return -1;
-	}
-	snprintf(f->file, sizeof f->file, "%s/fail-writes", f->dir);
-	setenv("BATON_TEST_FAULT_FILE", f->file, 1);
-	f->s = hs_open(NULL);
-	unsetenv("BATON_TEST_FAULT_FILE");
-	if (!f->s) {
-		rmdir(f->dir);
-		free(f);
-		return -1;
-	}
-	*state = f;
-	return 0;
-}
-
-static int teardown_fault(void **state)
-{
-	faulty *f = *state;
-	int rc = hs_close(f->s);
-	unlink(f->file);
-	rmdir(f->dir);
-	free(f);
-	return rc;
-}
-
-static void set_fault(const faulty *f, const char *kind)
+static void set_fault(const hs_faulty *f, const char *kind)
 {
 	FILE *fp = fopen(f->file, "w");
 	assert_non_null(fp);
@@ -139,7 +103,7 @@ static void integrity_ok(const hs_server *s)
 	"{\"name\":\"w2\",\"work_ms\":50},{\"name\":\"w3\",\"work_ms\":50}]}"
 
 /* One disk fault of `kind` in the middle of two running workflows. */
-static void fault_round(faulty *f, const char *kind, const char *prefix)
+static void fault_round(hs_faulty *f, const char *kind, const char *prefix)
 {
 	hs_server *s = f->s;
 	char a[64], b[64], c[64], body[512];
@@ -190,14 +154,14 @@ static void fault_round(faulty *f, const char *kind, const char *prefix)
 
 static void test_io_error_pauses_and_recovers(void **state)
 {
-	faulty *f = *state;
+	hs_faulty *f = *state;
 	fault_round(f, "io", "io");
 	integrity_ok(f->s);
 }
 
 static void test_full_disk_pauses_and_recovers(void **state)
 {
-	faulty *f = *state;
+	hs_faulty *f = *state;
 	fault_round(f, "full", "full");
 	/* And the whole story survives a restart: what was acknowledged is there. */
 	hs_kill(f->s);
@@ -355,10 +319,10 @@ int main(void)
 {
 	hs_filters_from_env();
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test_setup_teardown(test_io_error_pauses_and_recovers, setup_fault,
-					    teardown_fault),
-	    cmocka_unit_test_setup_teardown(test_full_disk_pauses_and_recovers, setup_fault,
-					    teardown_fault),
+	    cmocka_unit_test_setup_teardown(test_io_error_pauses_and_recovers, hs_faulty_setup,
+					    hs_faulty_teardown),
+	    cmocka_unit_test_setup_teardown(test_full_disk_pauses_and_recovers, hs_faulty_setup,
+					    hs_faulty_teardown),
 	    cmocka_unit_test_setup_teardown(test_slow_clients_hold_no_thread, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_overload_answers_503_with_retry_after, setup_small,
 					    teardown),

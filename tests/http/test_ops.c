@@ -28,6 +28,7 @@
 
 #include <curl/curl.h>
 
+#include "../harness/faulty.h"
 #include "../harness/harness.h"
 #include "../harness/prom.h"
 #include "../harness/sse.h"
@@ -373,46 +374,6 @@ static void test_health_endpoints(void **state)
 	assert_health(s, "/readyz", "ready");
 }
 
-/* batond with BATON_TEST_FAULT_FILE: writes fail while `file` exists (lib/faultvfs.c). */
-typedef struct faulty {
-	hs_server *s;
-	char dir[PATH_MAX], file[PATH_MAX + 16];
-} faulty;
-
-static int setup_fault(void **state)
-{
-	faulty *f = calloc(1, sizeof *f);
-	const char *tmp = getenv("TMPDIR");
-	if (!f)
-		return -1;
-	snprintf(f->dir, sizeof f->dir, "%s/baton-fault-XXXXXX", tmp && *tmp ? tmp : "/tmp");
-	if (!mkdtemp(f->dir)) {
-		free(f);
-		return -1;
-	}
-	snprintf(f->file, sizeof f->file, "%s/fail-writes", f->dir);
-	setenv("BATON_TEST_FAULT_FILE", f->file, 1);
-	f->s = hs_open(NULL);
-	unsetenv("BATON_TEST_FAULT_FILE");
-	if (!f->s) {
-		rmdir(f->dir);
-		free(f);
-		return -1;
-	}
-	*state = f;
-	return 0;
-}
-
-static int teardown_fault(void **state)
-{
-	faulty *f = *state;
-	int rc = hs_close(f->s);
-	unlink(f->file);
-	rmdir(f->dir);
-	free(f);
-	return rc;
-}
-
 static bool is_ready(void *arg)
 {
 	hs_response r;
@@ -429,7 +390,7 @@ static bool is_ready(void *arg)
  */
 static void test_readyz_follows_storage(void **state)
 {
-	faulty *f = *state;
+	hs_faulty *f = *state;
 	hs_server *s = f->s;
 	assert_health(s, "/readyz", "ready");
 	FILE *fp = fopen(f->file, "w");
@@ -796,8 +757,8 @@ int main(void)
 	    cmocka_unit_test(test_metrics_parser_is_strict),
 	    cmocka_unit_test_setup_teardown(test_metrics_exposition_and_values, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_health_endpoints, setup, teardown),
-	    cmocka_unit_test_setup_teardown(test_readyz_follows_storage, setup_fault,
-					    teardown_fault),
+	    cmocka_unit_test_setup_teardown(test_readyz_follows_storage, hs_faulty_setup,
+					    hs_faulty_teardown),
 	    cmocka_unit_test_setup_teardown(test_sigterm_lets_running_step_finish, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_sigterm_timeout_cuts_running_step, setup_timeout0,
 					    teardown),
