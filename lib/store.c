@@ -156,11 +156,24 @@ typedef struct reader {
 
 /* WAL pages after which the checkpointer copies the WAL back into the database. */
 #define CHECKPOINT_FRAMES 1000
+/* The writer finishes a checkpoint itself when at most this many pages are left... */
+#define FINISH_FRAMES 256
+/* ...or, whatever is left, once the WAL holds this many (the checkpointer fell behind). */
+#define FORCE_FRAMES (8 * CHECKPOINT_FRAMES)
 
 /*
  * Checkpoints run on their own thread and connection (PASSIVE: they never block the
- * writer), woken by the writer's WAL hook, so that the engine thread only ever appends
- * to the WAL and never pays for copying pages into the database file.
+ * writer), woken by the writer's WAL hook, so that the engine thread never pays for
+ * copying most of the WAL into the database file.
+ *
+ * But SQLite starts the WAL over from its beginning only when a write transaction
+ * begins with every frame copied back, and under steady load the writer appends between
+ * any two passes of the checkpointer, which therefore never catches up: the WAL would
+ * grow without end, and each commit would extend the file, so that its fsync also has
+ * to write the file's size and new block map (an extra disk write per commit). So once
+ * the checkpointer has copied all but the last few pages, the writer copies those
+ * itself, right after a commit; its next transaction then reuses the WAL from the
+ * start, overwriting blocks that already exist.
  */
 typedef struct checkpointer {
 	sqlite3 *db;
@@ -168,6 +181,8 @@ typedef struct checkpointer {
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
 	int pending, stop, started;
+	int backfilled; /* pages of the WAL the last pass had copied (under mu) */
+	int frames;	/* pages in the WAL after the writer's last commit (writer only) */
 } checkpointer;
 
 #define FINISHED_SLOTS 1024
@@ -327,8 +342,10 @@ static void *checkpoint_main(void *arg)
 			break;
 		c->pending = 0;
 		pthread_mutex_unlock(&c->mu);
-		sqlite3_wal_checkpoint_v2(c->db, NULL, SQLITE_CHECKPOINT_PASSIVE, NULL, NULL);
+		int copied = 0;
+		sqlite3_wal_checkpoint_v2(c->db, NULL, SQLITE_CHECKPOINT_PASSIVE, NULL, &copied);
 		pthread_mutex_lock(&c->mu);
+		c->backfilled = copied;
 	}
 	pthread_mutex_unlock(&c->mu);
 	return NULL;
@@ -339,6 +356,7 @@ static int on_wal_commit(void *ud, sqlite3 *db, const char *name, int frames)
 	checkpointer *c = ud;
 	(void)db;
 	(void)name;
+	c->frames = frames;
 	if (frames >= CHECKPOINT_FRAMES) {
 		pthread_mutex_lock(&c->mu);
 		c->pending = 1;
@@ -438,9 +456,34 @@ int store_begin(store *s, baton_error *err)
 	return exec_stmt(s->db, s->stmt[W_BEGIN], err, "begin");
 }
 
+/* After a commit: copies the WAL's last pages back when that lets the WAL start over. */
+static void finish_checkpoint(store *s)
+{
+	checkpointer *c = &s->ckpt;
+	if (!c->started || c->frames < CHECKPOINT_FRAMES)
+		return;
+	pthread_mutex_lock(&c->mu);
+	int left = c->frames - c->backfilled;
+	pthread_mutex_unlock(&c->mu);
+	if (left > FINISH_FRAMES && c->frames < FORCE_FRAMES)
+		return;
+	/* PASSIVE: returns at once if the checkpointer holds the checkpoint lock. A failure
+	 * costs nothing but the WAL's length: the next commit tries again. */
+	if (sqlite3_wal_checkpoint_v2(s->db, NULL, SQLITE_CHECKPOINT_PASSIVE, NULL, NULL) ==
+	    SQLITE_OK) {
+		pthread_mutex_lock(&c->mu);
+		c->backfilled = 0;
+		pthread_mutex_unlock(&c->mu);
+		c->frames = 0;
+	}
+}
+
 int store_commit(store *s, baton_error *err)
 {
-	return exec_stmt(s->db, s->stmt[W_COMMIT], err, "commit");
+	int rc = exec_stmt(s->db, s->stmt[W_COMMIT], err, "commit");
+	if (rc == BATON_OK)
+		finish_checkpoint(s);
+	return rc;
 }
 
 void store_rollback(store *s)
