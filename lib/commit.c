@@ -28,9 +28,16 @@ static int write_batch(baton_engine *e, baton_error *err)
 			if (wf->steps[k].dirty)
 				rc = store_update_step(e->st, wf, &wf->steps[k], err);
 	}
-	for (size_t i = 0; rc == BATON_OK && i < e->dirty_locks.n; i++)
-		if (e->dirty_locks.v[i]->dirty)
-			rc = store_put_resource(e->st, &e->dirty_locks.v[i]->row, err);
+	for (size_t i = 0; rc == BATON_OK && i < e->dirty_locks.n; i++) {
+		res_lock *l = e->dirty_locks.v[i];
+		if (!l->dirty)
+			continue;
+		l->row.holder_seq = l->holder ? l->holder->seq : 0;
+		l->row.holder_idx = l->holder ? l->holder->cur : 0;
+		rc = store_put_resource(e->st, &l->row, err);
+	}
+	if (rc == BATON_OK && e->counters_dirty)
+		rc = store_put_counter(e->st, "event_seq", e->event_seq_limit, err);
 	for (size_t i = 0; rc == BATON_OK && i < e->events.n; i++) {
 		pending_event *ev = &e->events.v[i];
 		rc = store_insert_event(e->st, ev->seq, ev->wf, ev->ts, ev->type, ev->data, err);
@@ -205,6 +212,21 @@ static void notify(baton_engine *e)
 /* After a durable commit: answer callers, start granted steps, log, free finished rows. */
 static void effects(baton_engine *e, double commit_seconds)
 {
+	/* What others wait for goes first: granted steps, then answers; the bookkeeping
+	 * below runs while they do. */
+	for (size_t i = 0; i < e->dispatches.n; i++) {
+		dispatch *d = &e->dispatches.v[i];
+		step_job *j = xcalloc(1, sizeof *j);
+		*j = (step_job){e, d->wf, d->idx, d->attempt, d->token};
+		sched_submit(e->pool, run_step_job, j);
+	}
+	if (e->dispatches.n)
+		e->dispatched_at = mono_us();
+	e->dispatches.n = 0;
+	for (size_t i = 0; i < e->replies.n; i++)
+		eng_waiter_done(e->replies.v[i].w, e->replies.v[i].rc, e->replies.v[i].created,
+				NULL);
+	e->replies.n = 0;
 	account(e, commit_seconds);
 	notify(e);
 	for (size_t i = 0; i < e->events.n; i++) {
@@ -212,19 +234,9 @@ static void effects(baton_engine *e, double commit_seconds)
 		json_decref(e->events.v[i].data);
 	}
 	e->events.n = 0;
-	for (size_t i = 0; i < e->replies.n; i++)
-		eng_waiter_done(e->replies.v[i].w, e->replies.v[i].rc, e->replies.v[i].created,
-				NULL);
-	e->replies.n = 0;
-	for (size_t i = 0; i < e->dispatches.n; i++) {
-		dispatch *d = &e->dispatches.v[i];
-		step_job *j = xcalloc(1, sizeof *j);
-		*j = (step_job){e, d->wf, d->idx, d->attempt, d->token};
-		sched_submit(e->pool, run_step_job, j);
-	}
-	e->dispatches.n = 0;
 	for (size_t i = 0; i < e->dirty_wfs.n; i++) {
 		wf_clear_dirty(e->dirty_wfs.v[i]);
+		e->dirty_wfs.v[i]->stored_status = e->dirty_wfs.v[i]->status;
 		e->dirty_wfs.v[i]->in_batch = 0;
 	}
 	e->dirty_wfs.n = 0;
@@ -233,6 +245,7 @@ static void effects(baton_engine *e, double commit_seconds)
 		e->dirty_locks.v[i]->in_batch = 0;
 	}
 	e->dirty_locks.n = 0;
+	e->counters_dirty = 0;
 	for (size_t i = 0; i < e->finished.n; i++) {
 		strmap_del(e->wfs, e->finished.v[i]->id);
 		wf_row_free(e->finished.v[i]);

@@ -8,10 +8,14 @@
 
 #include "internal.h"
 
+#include <stdatomic.h>
+
 enum msg_type { MSG_SUBMIT, MSG_CANCEL, MSG_OUTCOME };
 
 /* Submissions waiting for the engine at most; more are refused with BATON_EBUSY. */
 #define MAX_PENDING_SUBMITS 4096
+/* Event seqs reserved in storage at a time (seqs skip at most this many at a restart). */
+#define EVENT_SEQ_BLOCK 10000
 
 /* A caller blocked until the engine has committed its request. */
 typedef struct waiter {
@@ -106,6 +110,7 @@ struct baton_engine {
 	int stop;	     /* the engine thread must finish its work and exit */
 	int pending_submits; /* posted and not yet applied: bounds the inbox under overload */
 	int draining;	     /* no new grants: shutting down */
+	atomic_int posted;   /* the inbox is not empty: read without the lock by the spin */
 
 	/* Engine thread only. */
 	int faulty;	 /* commits are failing */
@@ -113,7 +118,9 @@ struct baton_engine {
 	strmap *wfs;	 /* id -> wf_row, unfinished workflows */
 	strmap *locks;	 /* resource name -> res_lock */
 	int64_t wf_seq, event_seq, lock_seq;
-	int64_t now; /* the current round's time (ms since the epoch) */
+	int64_t event_seq_limit; /* reserved in storage: no seq above it was ever issued */
+	int counters_dirty;	 /* event_seq_limit moved since the last commit */
+	int64_t now;		 /* the current round's time (ms since the epoch) */
 	VEC(wf_row *) dirty_wfs;
 	VEC(res_lock *) dirty_locks;
 	VEC(pending_event) events;
@@ -122,6 +129,7 @@ struct baton_engine {
 	VEC(wf_row *) finished;
 	VEC(timer) timers; /* binary min-heap on .at */
 	int64_t fault_backoff_ms, retry_commit_at;
+	int64_t dispatched_at; /* mono_us() of the last round that started steps */
 };
 
 /* engine.c */

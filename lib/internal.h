@@ -80,6 +80,7 @@ typedef struct wf_row {
 	int cur;		/* index of the step in progress, steps_total when done */
 	int dirty_lo, dirty_hi; /* steps [lo, hi) may be dirty */
 	int in_flight;		/* an attempt of steps[cur] is executing on a step thread */
+	int stored_status;	/* status as last committed, -1 before the first commit */
 	unsigned dirty : 1, is_new : 1, done : 1, in_batch : 1, noted : 1;
 } wf_row;
 
@@ -87,6 +88,8 @@ typedef struct resource_row {
 	char *name;
 	int64_t last_token;
 	int64_t grants, total_hold_ms, max_hold_ms, total_wait_ms, max_wait_ms;
+	int64_t holder_seq; /* the holding workflow's seq, 0 when free (written, not read) */
+	int holder_idx;
 } resource_row;
 
 void wf_row_free(wf_row *wf); /* frees the row, its steps and the struct itself */
@@ -115,6 +118,7 @@ void resource_row_fini(resource_row *r);
 /* ---- util.c ---- */
 int64_t now_ms(void);
 int64_t mono_ms(void);
+int64_t mono_us(void);
 void format_time(int64_t ms, char buf[32]);
 json_t *time_json(int64_t ms); /* new reference: string or null */
 int err_set(baton_error *err, int code, const char *fmt, ...)
@@ -303,6 +307,7 @@ int store_update_step(store *s, const wf_row *wf, const step_row *st, baton_erro
 int store_insert_event(store *s, int64_t seq, const wf_row *wf, int64_t ts, const char *type,
 		       const json_t *data, baton_error *err);
 int store_put_resource(store *s, const resource_row *r, baton_error *err);
+int store_put_counter(store *s, const char *name, int64_t value, baton_error *err);
 /* Looks up a stored workflow's definition (malloc'd) and status; BATON_ENOTFOUND when free. */
 int store_find_workflow(store *s, const char *id, char **def, int *status, baton_error *err);
 typedef struct store_counters {

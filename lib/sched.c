@@ -116,6 +116,8 @@ static struct timespec deadline_after(int64_t ms)
 
 int sched_sleep(sched *s, int64_t ms)
 {
+	if (ms <= 0) /* nothing to wait for: no system call */
+		return sched_aborted(s);
 	struct timespec until = deadline_after(ms);
 	pthread_mutex_lock(&s->mu);
 	int rc = 0;

@@ -10,8 +10,17 @@
  * loss). Every statement is prepared once per connection and finalized on close.
  * A PostgreSQL store would implement the same functions (internal.h) and nothing else.
  *
- * Schema (user_version 1): workflows, steps (one row per worker), events (append-only
- * history, global sequence), resources (fencing-token high-water mark and totals).
+ * Schema (user_version 2): workflows, steps (one row per worker), events (append-only
+ * history, global sequence, stored by workflow), resources (fencing-token high-water
+ * mark, holder and totals), counters (the event sequence's reserved high-water mark).
+ * A database of version 1 is migrated when opened.
+ *
+ * Cost. A durable step is one commit, and what a commit costs grows with the pages it
+ * writes: a step of a lone workflow writes about five (its workflow row, its step rows,
+ * its events, the resource index of its events, its resource row). Hence what the
+ * schema does not have: no index on running steps (the resource row names its holder),
+ * no index from workflow to events (events are stored in workflow order), and no
+ * UPDATE of an indexed column that did not change.
  */
 #include "internal.h"
 
@@ -19,7 +28,25 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define SCHEMA_VERSION 1
+#define SCHEMA_VERSION 2
+
+/* Events of a workflow are read together, so they are stored together: the table is
+ * clustered by (workflow, seq) and needs no second index for that; the resource index
+ * serves the resources' histories. */
+#define EVENTS_SQL                                                                                 \
+	"CREATE TABLE events ("                                                                    \
+	"  workflow_seq INTEGER NOT NULL, seq INTEGER NOT NULL, resource TEXT NOT NULL,"           \
+	"  ts INTEGER NOT NULL, type TEXT NOT NULL, data TEXT NOT NULL,"                           \
+	"  PRIMARY KEY (workflow_seq, seq)) WITHOUT ROWID;"                                        \
+	"CREATE INDEX events_resource ON events(resource, seq) WHERE type IN"                      \
+	"  ('lock_requested', 'lock_acquired', 'lock_released', 'workflow_cancelled');"
+
+/* High-water marks reserved ahead, so that finding them at start reads one row: no
+ * event seq above 'event_seq' was ever issued. */
+#define COUNTERS_SQL                                                                               \
+	"CREATE TABLE counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL) WITHOUT ROWID;"     \
+	"INSERT INTO counters (name, value) VALUES ('event_seq', 0)"                               \
+	"  ON CONFLICT (name) DO NOTHING;"
 
 static const char schema_sql[] =
     "CREATE TABLE workflows ("
@@ -43,19 +70,31 @@ static const char schema_sql[] =
     "  PRIMARY KEY (workflow_seq, idx)) WITHOUT ROWID;"
     /* Partial: only the few waiting and running steps are indexed, and only their
      * transitions touch the index. */
-    "CREATE INDEX steps_waiting ON steps(resource, lock_seq) WHERE status = 'waiting';"
-    "CREATE INDEX steps_running ON steps(resource) WHERE status = 'running';"
-    "CREATE TABLE events ("
-    "  seq INTEGER PRIMARY KEY, workflow_seq INTEGER NOT NULL, resource TEXT NOT NULL,"
-    "  ts INTEGER NOT NULL, type TEXT NOT NULL, data TEXT NOT NULL);"
-    "CREATE INDEX events_workflow ON events(workflow_seq, seq);"
-    "CREATE INDEX events_resource ON events(resource, seq) WHERE type IN"
-    "  ('lock_requested', 'lock_acquired', 'lock_released', 'workflow_cancelled');"
+    "CREATE INDEX steps_waiting ON steps(resource, lock_seq) WHERE status = 'waiting';" EVENTS_SQL
     "CREATE TABLE resources ("
     "  name TEXT PRIMARY KEY, last_token INTEGER NOT NULL, grants INTEGER NOT NULL,"
     "  total_hold_ms INTEGER NOT NULL, max_hold_ms INTEGER NOT NULL,"
-    "  total_wait_ms INTEGER NOT NULL, max_wait_ms INTEGER NOT NULL) WITHOUT ROWID;"
-    "PRAGMA user_version = 1;";
+    "  total_wait_ms INTEGER NOT NULL, max_wait_ms INTEGER NOT NULL,"
+    "  holder_seq INTEGER, holder_idx INTEGER) WITHOUT ROWID;" COUNTERS_SQL
+    "PRAGMA user_version = 2;";
+
+/* Version 1 to 2: events re-stored in workflow order (its rows and their seq kept),
+ * the running-steps index replaced by the holder in the resource row, counters added. */
+static const char migrate_v1_sql[] =
+    "ALTER TABLE events RENAME TO events_v1;"
+    "DROP INDEX events_workflow;"
+    "DROP INDEX events_resource;" EVENTS_SQL
+    "INSERT INTO events (workflow_seq, seq, resource, ts, type, data)"
+    "  SELECT workflow_seq, seq, resource, ts, type, data FROM events_v1;"
+    "ALTER TABLE resources ADD COLUMN holder_seq INTEGER;"
+    "ALTER TABLE resources ADD COLUMN holder_idx INTEGER;"
+    "UPDATE resources SET (holder_seq, holder_idx) = (SELECT workflow_seq, idx FROM steps"
+    "  WHERE steps.resource = resources.name AND status = 'running');"
+    "DROP INDEX steps_running;" COUNTERS_SQL
+    "UPDATE counters SET value = (SELECT coalesce(max(seq), 0) FROM events_v1)"
+    "  WHERE name = 'event_seq';"
+    "DROP TABLE events_v1;"
+    "PRAGMA user_version = 2;";
 
 #define WF_COLS                                                                                    \
 	"seq, id, resource, on_failure, status, cancel_requested, created_at, started_at,"         \
@@ -73,10 +112,12 @@ enum {
 	W_INS_DEF,
 	W_GET_DEF,
 	W_UPD_WF,
+	W_UPD_WF_PROGRESS,
 	W_INS_STEP,
 	W_UPD_STEP,
 	W_INS_EVENT,
 	W_PUT_RES,
+	W_PUT_COUNTER,
 	W_FIND_DEF,
 	W_NSTMT
 };
@@ -89,6 +130,11 @@ static const char *const writer_sql[W_NSTMT] = {
     [W_GET_DEF] = "SELECT definition FROM definitions WHERE workflow_seq=?",
     [W_UPD_WF] = "UPDATE workflows SET status=?2, cancel_requested=?3, started_at=?4,"
 		 " finished_at=?5, steps_completed=?6, result=?7, error=?8 WHERE seq=?1",
+    /* The same without status: an UPDATE that sets an indexed column rewrites its index
+     * entry even when the value stays, and most steps do not change the status. */
+    [W_UPD_WF_PROGRESS] = "UPDATE workflows SET cancel_requested=?3, started_at=?4,"
+			  " finished_at=?5, steps_completed=?6, result=?7, error=?8"
+			  " WHERE seq=?1",
     [W_INS_STEP] = "INSERT INTO steps (workflow_seq, resource, " STEP_COLS
 		   ") VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
     [W_UPD_STEP] = "UPDATE steps SET status=?4, attempts=?5, lock_seq=?6, requested_at=?7,"
@@ -98,9 +144,12 @@ static const char *const writer_sql[W_NSTMT] = {
     [W_INS_EVENT] = "INSERT INTO events (seq, workflow_seq, resource, ts, type, data)"
 		    " VALUES (?,?,?,?,?,?)",
     [W_PUT_RES] = "INSERT INTO resources (name, last_token, grants, total_hold_ms,"
-		  " max_hold_ms, total_wait_ms, max_wait_ms) VALUES (?1,?2,?3,?4,?5,?6,?7)"
+		  " max_hold_ms, total_wait_ms, max_wait_ms, holder_seq, holder_idx)"
+		  " VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9)"
 		  " ON CONFLICT (name) DO UPDATE SET last_token=?2, grants=?3,"
-		  " total_hold_ms=?4, max_hold_ms=?5, total_wait_ms=?6, max_wait_ms=?7",
+		  " total_hold_ms=?4, max_hold_ms=?5, total_wait_ms=?6, max_wait_ms=?7,"
+		  " holder_seq=?8, holder_idx=?9",
+    [W_PUT_COUNTER] = "UPDATE counters SET value=?2 WHERE name=?1",
     [W_FIND_DEF] = "SELECT d.definition, w.status FROM workflows w"
 		   " JOIN definitions d ON d.workflow_seq = w.seq WHERE w.id=?",
 };
@@ -132,9 +181,10 @@ static const char *const reader_sql[R_NSTMT] = {
     [R_RESOURCES] = "SELECT name FROM resources ORDER BY name",
     [R_RESOURCE] = "SELECT last_token, grants, total_hold_ms, max_hold_ms, total_wait_ms,"
 		   " max_wait_ms FROM resources WHERE name=?",
-    [R_HOLDER] = "SELECT w.id, s.idx, s.worker, s.fencing_token, s.started_at FROM steps s"
-		 " JOIN workflows w ON w.seq=s.workflow_seq"
-		 " WHERE s.resource=? AND s.status='running'",
+    [R_HOLDER] = "SELECT w.id, s.idx, s.worker, s.fencing_token, s.started_at"
+		 " FROM resources r JOIN steps s ON s.workflow_seq=r.holder_seq"
+		 " AND s.idx=r.holder_idx JOIN workflows w ON w.seq=r.holder_seq"
+		 " WHERE r.name=?",
     [R_WAITERS] = "SELECT w.id, s.idx, s.worker, s.requested_at FROM steps s"
 		  " JOIN workflows w ON w.seq=s.workflow_seq"
 		  " WHERE s.resource=? AND s.status='waiting' ORDER BY s.lock_seq",
@@ -311,6 +361,8 @@ static int setup_writer(store *s, const char *path, baton_error *err)
 	if ((rc = user_version(s->db, &v, err)) == BATON_OK) {
 		if (v == 0)
 			rc = exec_sql(s->db, schema_sql, err);
+		else if (v == 1)
+			rc = exec_sql(s->db, migrate_v1_sql, err);
 		else if (v != SCHEMA_VERSION)
 			rc = err_set(err, BATON_ECORRUPT,
 				     "%s: schema version %d is not one this batond knows (%d)",
@@ -550,9 +602,11 @@ int store_insert_workflow(store *s, const wf_row *wf, baton_error *err)
 
 int store_update_workflow(store *s, const wf_row *wf, baton_error *err)
 {
-	sqlite3_stmt *st = s->stmt[W_UPD_WF];
+	int same = wf->status == wf->stored_status;
+	sqlite3_stmt *st = s->stmt[same ? W_UPD_WF_PROGRESS : W_UPD_WF];
 	sqlite3_bind_int64(st, 1, wf->seq);
-	bind_text(st, 2, wf_status_name(wf->status));
+	if (!same)
+		bind_text(st, 2, wf_status_name(wf->status));
 	sqlite3_bind_int(st, 3, wf->cancel_requested);
 	bind_time(st, 4, wf->started_at);
 	bind_time(st, 5, wf->finished_at);
@@ -594,7 +648,19 @@ int store_put_resource(store *s, const resource_row *r, baton_error *err)
 	sqlite3_bind_int64(st, 5, r->max_hold_ms);
 	sqlite3_bind_int64(st, 6, r->total_wait_ms);
 	sqlite3_bind_int64(st, 7, r->max_wait_ms);
+	if (r->holder_seq) {
+		sqlite3_bind_int64(st, 8, r->holder_seq);
+		sqlite3_bind_int(st, 9, r->holder_idx);
+	}
 	return exec_stmt(s->db, st, err, "updating a resource");
+}
+
+int store_put_counter(store *s, const char *name, int64_t value, baton_error *err)
+{
+	sqlite3_stmt *st = s->stmt[W_PUT_COUNTER];
+	bind_text(st, 1, name);
+	sqlite3_bind_int64(st, 2, value);
+	return exec_stmt(s->db, st, err, "updating a counter");
 }
 
 int store_find_workflow(store *s, const char *id, char **def, int *status, baton_error *err)
@@ -629,7 +695,7 @@ static int64_t query_int(sqlite3 *db, const char *sql)
 int store_counters_load(store *s, store_counters *c, baton_error *err)
 {
 	c->wf_seq = query_int(s->db, "SELECT coalesce(max(seq), 0) FROM workflows");
-	c->event_seq = query_int(s->db, "SELECT coalesce(max(seq), 0) FROM events");
+	c->event_seq = query_int(s->db, "SELECT value FROM counters WHERE name='event_seq'");
 	c->lock_seq = query_int(s->db, "SELECT coalesce(max(lock_seq), 0) FROM steps");
 	return BATON_OK;
 }
@@ -657,6 +723,7 @@ static wf_row *read_wf(sqlite3_stmt *st)
 			     ? ON_FAILURE_CONTINUE
 			     : ON_FAILURE_FAIL;
 	wf->status = wf_status_parse((const char *)sqlite3_column_text(st, 4));
+	wf->stored_status = wf->status;
 	wf->cancel_requested = sqlite3_column_int(st, 5);
 	wf->created_at = sqlite3_column_int64(st, 6);
 	wf->started_at = sqlite3_column_int64(st, 7);

@@ -248,6 +248,94 @@ static void test_retry_wait_survives_reopen(void **state)
 	json_decref(wf);
 }
 
+/* Reads a whole file (malloc'd, NUL-terminated). */
+static char *slurp(const char *path)
+{
+	FILE *fp = fopen(path, "rb");
+	if (!fp)
+		fail_msg("cannot open %s", path);
+	fseek(fp, 0, SEEK_END);
+	long n = ftell(fp);
+	fseek(fp, 0, SEEK_SET);
+	char *text = calloc(1, (size_t)n + 1);
+	assert_int_equal(fread(text, 1, (size_t)n, fp), (size_t)n);
+	fclose(fp);
+	return text;
+}
+
+static json_t *events_of(baton_engine *e, const char *id)
+{
+	json_t *out;
+	baton_error err;
+	if (baton_engine_events(e, id, 0, 0, &out, &err))
+		fail_msg("events of %s: %s", id, err.msg);
+	return out;
+}
+
+/*
+ * A database written by the first version of the store (schema 1: tests/unit/fixtures/
+ * store-v1.sql is the dump of one, made by that batond and killed with SIGKILL: "old-done"
+ * completed, "old-running" holding "ledger" in a ten-minute step, "old-waiting" queued)
+ * opens under schema 2: the history is kept, the holder is known, and the interrupted
+ * step resumes as its second attempt with a higher token, then the waiter runs.
+ */
+static void test_schema_1_database_is_migrated(void **state)
+{
+	fixture *f = *state;
+	baton_engine_close(f->e, 0);
+	f->e = NULL;
+	unlink(f->db);
+	char *dump = slurp("tests/unit/fixtures/store-v1.sql");
+	sqlite3 *db;
+	assert_int_equal(sqlite3_open(f->db, &db), SQLITE_OK);
+	assert_int_equal(sqlite3_exec(db, dump, NULL, NULL, NULL), SQLITE_OK);
+	/* The ten-minute step becomes short, so that its resumed attempt finishes. */
+	assert_int_equal(sqlite3_exec(db,
+				      "UPDATE steps SET params = json_set(params, '$.work_ms', 10)"
+				      " WHERE worker = 'c'",
+				      NULL, NULL, NULL),
+			 SQLITE_OK);
+	sqlite3_close(db);
+	free(dump);
+
+	f->e = open_engine(f);
+	json_t *old = events_of(f->e, "old-done");
+	json_t *list = json_object_get(old, "events");
+	assert_int_equal(json_array_size(list), 11); /* as stored by schema 1 */
+	assert_string_equal(json_string_value(json_object_get(json_array_get(list, 0), "type")),
+			    "workflow_submitted");
+	json_int_t last_old = 0;
+	size_t i;
+	json_t *ev;
+	json_array_foreach(list, i, ev)
+	{
+		assert_true(json_integer_value(json_object_get(ev, "seq")) > last_old);
+		last_old = json_integer_value(json_object_get(ev, "seq"));
+	}
+	json_decref(old);
+
+	json_t *wf = wait_status(f->e, "old-waiting", "completed");
+	json_decref(wf);
+	wf = wait_status(f->e, "old-running", "completed");
+	assert_int_equal(step_int(wf, 0, "attempts"), 2);
+	assert_true(step_int(wf, 0, "fencing_token") > 3); /* above every token of schema 1 */
+	json_decref(wf);
+	/* New events number on from the old ones. */
+	json_t *now = events_of(f->e, "old-waiting");
+	list = json_object_get(now, "events");
+	json_t *last = json_array_get(list, json_array_size(list) - 1);
+	assert_string_equal(json_string_value(json_object_get(last, "type")), "workflow_completed");
+	assert_true(json_integer_value(json_object_get(last, "seq")) > last_old);
+	json_decref(now);
+
+	json_t *res;
+	baton_error err;
+	assert_int_equal(baton_engine_resource(f->e, "ledger", &res, &err), BATON_OK);
+	assert_true(json_is_null(json_object_get(res, "holder")));
+	assert_int_equal(json_integer_value(json_object_get(res, "last_fencing_token")), 6);
+	json_decref(res);
+}
+
 static void test_cancel_and_unknown_ids(void **state)
 {
 	fixture *f = *state;
@@ -284,6 +372,7 @@ int main(void)
 					    teardown),
 	    cmocka_unit_test_setup_teardown(test_retry_wait_survives_reopen, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_cancel_and_unknown_ids, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_schema_1_database_is_migrated, setup, teardown),
 	};
 	return cmocka_run_group_tests_name("engine", tests, NULL, NULL);
 }
