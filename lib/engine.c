@@ -403,6 +403,7 @@ static msg *wait_for_work(baton_engine *e, int *stop)
 static void *engine_main(void *arg)
 {
 	baton_engine *e = arg;
+	pthread_setname_np(pthread_self(), "baton-engine"); /* as top -H and perf show it */
 	for (;;) {
 		int stop;
 		msg *m = wait_for_work(e, &stop);
@@ -467,7 +468,7 @@ int baton_engine_open(const baton_engine_config *cfg, baton_engine **out, baton_
 	e->locks = strmap_new();
 	pthread_mutex_init(&e->mu, NULL);
 	pthread_cond_init(&e->cv, NULL);
-	const char *vfs = cfg->fault_file ? faultvfs_register(cfg->fault_file) : NULL;
+	const char *vfs = baton_vfs(cfg->fault_file);
 	int rc = store_open(cfg->db_path, vfs, cfg->readers, &e->st, err);
 	e->now = now_ms();
 	if (rc == BATON_OK)

@@ -292,9 +292,11 @@ int codec_parse_retry(const char *text, retry_policy *p);
 
 /* ---- store.c: the only file that includes sqlite3.h ---- */
 typedef struct store store;
-/* vfs: NULL for SQLite's default, or a registered VFS name (faultvfs.c). */
+/* vfs: NULL for SQLite's default, or a registered VFS name (vfs.c). */
 int store_open(const char *path, const char *vfs, int readers, store **out, baton_error *err);
-const char *faultvfs_register(const char *control_path); /* returns the VFS name */
+/* Registers baton's VFS (vfs.c) and returns its name: with faults while control_path
+ * exists, or without faults when control_path is NULL. */
+const char *baton_vfs(const char *control_path);
 void store_close(store *s);
 
 /* Engine thread only. */

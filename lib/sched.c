@@ -35,6 +35,7 @@ struct sched {
 static void *thread_main(void *arg)
 {
 	sched *s = arg;
+	pthread_setname_np(pthread_self(), "baton-step");
 	pthread_mutex_lock(&s->mu);
 	for (;;) {
 		while (!s->head && !s->stopping)

@@ -386,6 +386,7 @@ static int setup_writer(store *s, const char *path, baton_error *err)
 static void *checkpoint_main(void *arg)
 {
 	checkpointer *c = arg;
+	pthread_setname_np(pthread_self(), "baton-ckpt");
 	pthread_mutex_lock(&c->mu);
 	for (;;) {
 		while (!c->pending && !c->stop)

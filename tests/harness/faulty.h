@@ -2,7 +2,7 @@
  * faulty.h - a batond whose database writes can be made to fail, for the fault tests.
  *
  * The server is started with BATON_TEST_FAULT_FILE naming `file` in a fresh directory
- * (lib/faultvfs.c): while that file exists every write fails, with a full disk when the
+ * (lib/vfs.c): while that file exists every write fails, with a full disk when the
  * file says "full", else with an I/O error. The fixture functions are cmocka setup and
  * teardown functions: *state is an hs_faulty.
  */
