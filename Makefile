@@ -34,6 +34,8 @@ SANFLAGS = $(if $(SAN),-fsanitize=$(SAN) -fno-sanitize-recover=all -fno-omit-fra
 ALL_CFLAGS  = -std=c11 -D_GNU_SOURCE $(WARN) $(OPT) -g -MMD -MP $(SANFLAGS) -Ilib $(PKG_CFLAGS) $(CFLAGS)
 ALL_LDFLAGS = $(SANFLAGS) $(LDFLAGS)
 LIBS_ALL    = $(PKG_LIBS) -lpthread -lm
+# batond loads libcurl only when HTTP steps are allowed (lib/call.c), so it does not link it.
+BATOND_LIBS = $(shell pkg-config --libs libmicrohttpd jansson sqlite3) -lpthread -lm -ldl
 
 LIB_SRC    := $(wildcard lib/*.c)
 SERVER_SRC := $(wildcard server/*.c)
@@ -69,7 +71,7 @@ $(LIBBATON): $(call obj,$(LIB_SRC))
 
 $(BATOND): $(call obj,$(SERVER_SRC)) $(LIBBATON)
 	@mkdir -p $(@D)
-	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(LIBS_ALL)
+	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(BATOND_LIBS)
 
 $(CLIENT): $(call obj,$(CLIENT_SRC)) $(LIBBATON)
 	@mkdir -p $(@D)

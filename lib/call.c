@@ -14,6 +14,7 @@
 #include "internal.h"
 
 #include <curl/curl.h>
+#include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,16 +22,62 @@
 
 #define MAX_RESPONSE (1024 * 1024)
 
+/*
+ * libcurl is loaded when HTTP steps are allowed (the engine calls call_load at open) or
+ * at the first call, not linked: a batond without HTTP steps does not carry libcurl and
+ * the libraries it pulls in (TLS, Kerberos, LDAP, SSH, ...: about 3 MB resident).
+ */
+static struct {
+	CURLcode (*global_init)(long flags);
+	CURL *(*easy_init)(void);
+	CURLcode (*easy_setopt)(CURL *c, CURLoption opt, ...);
+	CURLcode (*easy_perform)(CURL *c);
+	CURLcode (*easy_getinfo)(CURL *c, CURLINFO info, ...);
+	const char *(*easy_strerror)(CURLcode rc);
+	void (*easy_cleanup)(CURL *c);
+	struct curl_slist *(*slist_append)(struct curl_slist *l, const char *s);
+	void (*slist_free_all)(struct curl_slist *l);
+	time_t (*getdate)(const char *s, const time_t *unused);
+} cu;
+static char load_error[256];
 static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
 
-static void init_curl(void)
+static void *sym(void *lib, const char *name)
 {
-	curl_global_init(CURL_GLOBAL_DEFAULT);
+	void *p = lib ? dlsym(lib, name) : NULL;
+	if (lib && !p && !load_error[0])
+		snprintf(load_error, sizeof load_error, "%s", dlerror());
+	return p;
 }
 
-void call_global_init(void)
+static void load_curl(void)
 {
-	pthread_once(&curl_once, init_curl);
+	void *lib = dlopen("libcurl.so.4", RTLD_NOW | RTLD_LOCAL);
+	if (!lib) {
+		snprintf(load_error, sizeof load_error, "%s", dlerror());
+		return;
+	}
+	/* dlsym's void * to function pointers: POSIX guarantees the conversion. */
+	*(void **)&cu.global_init = sym(lib, "curl_global_init");
+	*(void **)&cu.easy_init = sym(lib, "curl_easy_init");
+	*(void **)&cu.easy_setopt = sym(lib, "curl_easy_setopt");
+	*(void **)&cu.easy_perform = sym(lib, "curl_easy_perform");
+	*(void **)&cu.easy_getinfo = sym(lib, "curl_easy_getinfo");
+	*(void **)&cu.easy_strerror = sym(lib, "curl_easy_strerror");
+	*(void **)&cu.easy_cleanup = sym(lib, "curl_easy_cleanup");
+	*(void **)&cu.slist_append = sym(lib, "curl_slist_append");
+	*(void **)&cu.slist_free_all = sym(lib, "curl_slist_free_all");
+	*(void **)&cu.getdate = sym(lib, "curl_getdate");
+	if (load_error[0])
+		return; /* the library stays loaded, unused */
+	if (cu.global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK)
+		snprintf(load_error, sizeof load_error, "curl_global_init failed");
+}
+
+const char *call_load(void)
+{
+	pthread_once(&curl_once, load_curl);
+	return load_error[0] ? load_error : NULL;
 }
 
 typedef struct response_buf {
@@ -80,7 +127,7 @@ static size_t on_header(char *ptr, size_t size, size_t n, void *ud)
 		if (*v && !*end && secs >= 0) {
 			b->retry_after_ms = (int64_t)secs * 1000;
 		} else {
-			time_t when = curl_getdate(v, NULL);
+			time_t when = cu.getdate(v, NULL);
 			if (when > 0 && (int64_t)when * 1000 > now_ms())
 				b->retry_after_ms = (int64_t)when * 1000 - now_ms();
 		}
@@ -101,7 +148,7 @@ static struct curl_slist *add_header(struct curl_slist *list, const char *name, 
 {
 	char line[1024];
 	snprintf(line, sizeof line, "%s: %s", name, value);
-	struct curl_slist *l = curl_slist_append(list, line);
+	struct curl_slist *l = cu.slist_append(list, line);
 	return l ? l : list;
 }
 
@@ -161,7 +208,12 @@ static void classify(const step_input *in, long status, const response_buf *b, i
 
 void call_run(const step_input *in, step_output *out)
 {
-	call_global_init(); /* on the first call only: batond without calls never pays for it */
+	const char *missing = call_load();
+	if (missing) { /* the operator can install it; the step waits and tries again */
+		out->retryable = 1;
+		snprintf(out->error, sizeof out->error, "HTTP steps need libcurl: %.200s", missing);
+		return;
+	}
 	const json_t *call = json_object_get(in->params, "call");
 	const char *method = json_string_value(json_object_get(call, "method"));
 	const char *url = json_string_value(json_object_get(call, "url"));
@@ -169,41 +221,40 @@ void call_run(const step_input *in, step_output *out)
 	long timeout = (long)json_integer_value(json_object_get(call, "timeout_ms"));
 	char *payload = body ? json_dumps(body, JSON_COMPACT | JSON_ENCODE_ANY) : NULL;
 	response_buf b = {0};
-	CURL *c = curl_easy_init();
+	CURL *c = cu.easy_init();
 	struct curl_slist *headers = request_headers(in, call, payload != NULL);
-	curl_easy_setopt(c, CURLOPT_URL, url);
-	curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
+	cu.easy_setopt(c, CURLOPT_URL, url);
+	cu.easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
 	if (strcmp(method, "GET") == 0)
-		curl_easy_setopt(c, CURLOPT_HTTPGET, 1L);
+		cu.easy_setopt(c, CURLOPT_HTTPGET, 1L);
 	if (payload)
-		curl_easy_setopt(c, CURLOPT_POSTFIELDS, payload);
-	curl_easy_setopt(c, CURLOPT_HTTPHEADER, headers);
-	curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
-	curl_easy_setopt(c, CURLOPT_FOLLOWLOCATION, 0L);
-	curl_easy_setopt(c, CURLOPT_PATH_AS_IS, 1L); /* sent exactly as checked */
-	curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
-	curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, timeout);
-	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
-	curl_easy_setopt(c, CURLOPT_WRITEDATA, &b);
-	curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, on_header);
-	curl_easy_setopt(c, CURLOPT_HEADERDATA, &b);
-	curl_easy_setopt(c, CURLOPT_NOPROGRESS, 0L);
-	curl_easy_setopt(c, CURLOPT_XFERINFOFUNCTION, on_progress);
-	curl_easy_setopt(c, CURLOPT_XFERINFODATA, (void *)in);
-	curl_easy_setopt(c, CURLOPT_USERAGENT, "baton/" BATON_VERSION);
+		cu.easy_setopt(c, CURLOPT_POSTFIELDS, payload);
+	cu.easy_setopt(c, CURLOPT_HTTPHEADER, headers);
+	cu.easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
+	cu.easy_setopt(c, CURLOPT_FOLLOWLOCATION, 0L);
+	cu.easy_setopt(c, CURLOPT_PATH_AS_IS, 1L); /* sent exactly as checked */
+	cu.easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+	cu.easy_setopt(c, CURLOPT_TIMEOUT_MS, timeout);
+	cu.easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
+	cu.easy_setopt(c, CURLOPT_WRITEDATA, &b);
+	cu.easy_setopt(c, CURLOPT_HEADERFUNCTION, on_header);
+	cu.easy_setopt(c, CURLOPT_HEADERDATA, &b);
+	cu.easy_setopt(c, CURLOPT_NOPROGRESS, 0L);
+	cu.easy_setopt(c, CURLOPT_XFERINFOFUNCTION, on_progress);
+	cu.easy_setopt(c, CURLOPT_XFERINFODATA, (void *)in);
+	cu.easy_setopt(c, CURLOPT_USERAGENT, "baton/" BATON_VERSION);
 	int64_t t0 = mono_ms();
-	CURLcode rc = curl_easy_perform(c);
+	CURLcode rc = cu.easy_perform(c);
 	int64_t latency = mono_ms() - t0;
 	long status = 0;
-	curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
+	cu.easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
 	out->duration_ms = latency;
 	if (rc == CURLE_ABORTED_BY_CALLBACK) {
 		out->aborted = 1;
 	} else if (rc != CURLE_OK) {
 		out->retryable = 1;
 		snprintf(out->error, sizeof out->error, "%s calling %.160s",
-			 rc == CURLE_OPERATION_TIMEDOUT ? "timed out" : curl_easy_strerror(rc),
-			 url);
+			 rc == CURLE_OPERATION_TIMEDOUT ? "timed out" : cu.easy_strerror(rc), url);
 	} else {
 		classify(in, status, &b, latency, url, out);
 	}
@@ -211,8 +262,8 @@ void call_run(const step_input *in, step_output *out)
 				(json_int_t)latency);
 	json_object_set_new(out->detail, "http_status",
 			    status ? json_integer(status) : json_null());
-	curl_slist_free_all(headers);
-	curl_easy_cleanup(c);
+	cu.slist_free_all(headers);
+	cu.easy_cleanup(c);
 	free(payload);
 	free(b.data);
 }

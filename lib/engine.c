@@ -469,7 +469,10 @@ int baton_engine_open(const baton_engine_config *cfg, baton_engine **out, baton_
 	pthread_mutex_init(&e->mu, NULL);
 	pthread_cond_init(&e->cv, NULL);
 	const char *vfs = baton_vfs(cfg->fault_file);
-	int rc = store_open(cfg->db_path, vfs, cfg->readers, &e->st, err);
+	const char *no_curl = cfg->allow_call && cfg->allow_call[0] ? call_load() : NULL;
+	int rc = no_curl ? err_set(err, BATON_EINTERNAL,
+				   "HTTP steps are allowed but need libcurl: %s", no_curl)
+			 : store_open(cfg->db_path, vfs, cfg->readers, &e->st, err);
 	e->now = now_ms();
 	if (rc == BATON_OK)
 		rc = eng_recover(e, err);
@@ -575,7 +578,7 @@ int baton_engine_submit(baton_engine *e, const json_t *request_body, json_t **wo
 		return err_set(err, w.rc, "%s", w.msg);
 	if (created)
 		*created = w.created;
-	return store_get_workflow(e->st, w.id, workflow, err);
+	return store_get_workflow(e->st, w.id, 0, workflow, err);
 }
 
 int baton_engine_cancel(baton_engine *e, const char *id, json_t **out, baton_error *err)
@@ -592,14 +595,14 @@ int baton_engine_cancel(baton_engine *e, const char *id, json_t **out, baton_err
 	waiter_wait(&w);
 	if (w.rc)
 		return err_set(err, w.rc, "%s", w.msg);
-	return store_get_workflow(e->st, id, out, err);
+	return store_get_workflow(e->st, id, 0, out, err);
 }
 
 int baton_engine_get(baton_engine *e, const char *id, json_t **out, baton_error *err)
 {
 	if (!valid_name(id))
 		return err_set(err, BATON_ENOTFOUND, "no workflow with id \"%.128s\"", id);
-	return store_get_workflow(e->st, id, out, err);
+	return store_get_workflow(e->st, id, 1, out, err);
 }
 
 int baton_engine_list(baton_engine *e, const baton_list_query *q, json_t **out, baton_error *err)

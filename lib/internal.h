@@ -215,7 +215,8 @@ extern const workflow_def mutex_workflow; /* mutex.c */
 
 /* call.c: the HTTP step (params.call), and libcurl's one-time set-up. */
 void call_run(const step_input *in, step_output *out);
-void call_global_init(void);
+/* Loads libcurl once; NULL when HTTP steps can run, else why not. */
+const char *call_load(void);
 
 /* ---- machine.c: pure transitions, no threads, no I/O ---- */
 typedef struct event_sink {
@@ -322,7 +323,9 @@ int store_load_resources(store *s, void (*fn)(void *ctx, resource_row *r), void 
 int store_load_unfinished(store *s, void (*fn)(void *ctx, wf_row *wf), void *ctx, baton_error *err);
 
 /* Any thread: read-only queries on a pooled connection. */
-int store_get_workflow(store *s, const char *id, json_t **out, baton_error *err);
+/* cache: keep it when finished, for later reads (not for the answer to a POST, which
+ * is seldom read again: caching those would fill the cache with what nobody reads). */
+int store_get_workflow(store *s, const char *id, int cache, json_t **out, baton_error *err);
 int store_list_workflows(store *s, const baton_list_query *q, json_t **out, baton_error *err);
 int store_list_events(store *s, const char *id, int64_t after, int limit, json_t **out,
 		      baton_error *err);

@@ -959,7 +959,7 @@ static void cache_put(store *s, const wf_row *wf, json_t *json)
 	pthread_mutex_unlock(&s->finished_mu);
 }
 
-int store_get_workflow(store *s, const char *id, json_t **out, baton_error *err)
+int store_get_workflow(store *s, const char *id, int cache, json_t **out, baton_error *err)
 {
 	if ((*out = cache_get(s, id)))
 		return BATON_OK;
@@ -975,7 +975,8 @@ int store_get_workflow(store *s, const char *id, json_t **out, baton_error *err)
 	reader_put(s, r);
 	if (rc == BATON_OK) {
 		*out = codec_workflow(wf);
-		cache_put(s, wf, *out);
+		if (cache)
+			cache_put(s, wf, *out);
 		wf_row_free(wf);
 	}
 	return rc;

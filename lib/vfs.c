@@ -26,7 +26,9 @@
 #include <unistd.h>
 
 /* Gathered at most; a larger commit is written in several gatherings. */
-#define GATHER_MAX (4 << 20)
+#define GATHER_MAX (1 << 20)
+/* Kept between commits at most: a rare large commit does not hold its buffer. */
+#define GATHER_KEEP (256 << 10)
 /* Written per call at most: SQLite's unix VFS takes at most 128 KiB - 1 per write. */
 #define WRITE_MAX (124 << 10)
 
@@ -74,6 +76,11 @@ static int flush(sqlite3_file *f)
 					       bf->off + (sqlite3_int64)at);
 	}
 	bf->len = 0;
+	if (bf->cap > GATHER_KEEP) {
+		free(bf->buf);
+		bf->buf = NULL;
+		bf->cap = 0;
+	}
 	return rc;
 }
 
