@@ -36,8 +36,6 @@ static int write_batch(baton_engine *e, baton_error *err)
 		l->row.holder_idx = l->holder ? l->holder->cur : 0;
 		rc = store_put_resource(e->st, &l->row, err);
 	}
-	if (rc == BATON_OK && e->counters_dirty)
-		rc = store_put_counter(e->st, "event_seq", e->event_seq_limit, err);
 	for (size_t i = 0; rc == BATON_OK && i < e->events.n; i++) {
 		pending_event *ev = &e->events.v[i];
 		rc = store_insert_event(e->st, ev->seq, ev->wf, ev->ts, ev->type, ev->data, err);
@@ -245,7 +243,6 @@ static void effects(baton_engine *e, double commit_seconds)
 		e->dirty_locks.v[i]->in_batch = 0;
 	}
 	e->dirty_locks.n = 0;
-	e->counters_dirty = 0;
 	for (size_t i = 0; i < e->finished.n; i++) {
 		strmap_del(e->wfs, e->finished.v[i]->id);
 		wf_row_free(e->finished.v[i]);

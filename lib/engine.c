@@ -115,12 +115,6 @@ void eng_on_event(void *ctx, const wf_row *wf, const char *type, json_t *data)
 	baton_engine *e = ctx;
 	/* Every event of a round carries the round's time, the time its transitions used. */
 	pending_event ev = {++e->event_seq, e->now, (wf_row *)wf, type, data};
-	if (e->event_seq > e->event_seq_limit) {
-		/* Reserved in blocks: one small write every EVENT_SEQ_BLOCK events, in the
-		 * same commit as the first event above the old mark. */
-		e->event_seq_limit = e->event_seq + EVENT_SEQ_BLOCK - 1;
-		e->counters_dirty = 1;
-	}
 	VEC_PUSH(e->events, ev);
 }
 

@@ -14,8 +14,6 @@ enum msg_type { MSG_SUBMIT, MSG_CANCEL, MSG_OUTCOME };
 
 /* Submissions waiting for the engine at most; more are refused with BATON_EBUSY. */
 #define MAX_PENDING_SUBMITS 4096
-/* Event seqs reserved in storage at a time (seqs skip at most this many at a restart). */
-#define EVENT_SEQ_BLOCK 10000
 
 /* A caller blocked until the engine has committed its request. */
 typedef struct waiter {
@@ -118,9 +116,7 @@ struct baton_engine {
 	strmap *wfs;	 /* id -> wf_row, unfinished workflows */
 	strmap *locks;	 /* resource name -> res_lock */
 	int64_t wf_seq, event_seq, lock_seq;
-	int64_t event_seq_limit; /* reserved in storage: no seq above it was ever issued */
-	int counters_dirty;	 /* event_seq_limit moved since the last commit */
-	int64_t now;		 /* the current round's time (ms since the epoch) */
+	int64_t now; /* the current round's time (ms since the epoch) */
 	VEC(wf_row *) dirty_wfs;
 	VEC(res_lock *) dirty_locks;
 	VEC(pending_event) events;

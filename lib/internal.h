@@ -310,7 +310,6 @@ int store_update_step(store *s, const wf_row *wf, const step_row *st, baton_erro
 int store_insert_event(store *s, int64_t seq, const wf_row *wf, int64_t ts, const char *type,
 		       const json_t *data, baton_error *err);
 int store_put_resource(store *s, const resource_row *r, baton_error *err);
-int store_put_counter(store *s, const char *name, int64_t value, baton_error *err);
 /* Looks up a stored workflow's definition (malloc'd) and status; BATON_ENOTFOUND when free. */
 int store_find_workflow(store *s, const char *id, char **def, int *status, baton_error *err);
 typedef struct store_counters {

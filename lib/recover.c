@@ -81,8 +81,7 @@ int eng_recover(baton_engine *e, baton_error *err)
 	    (rc = store_load_resources(e->st, recover_resource, e, err)))
 		return rc;
 	e->wf_seq = c.wf_seq;
-	/* Every seq up to the reserved mark may have been issued: go on above it. */
-	e->event_seq = e->event_seq_limit = c.event_seq;
+	e->event_seq = c.event_seq;
 	e->lock_seq = c.lock_seq;
 	rc = store_load_unfinished(e->st, recover_workflow, &r, err);
 	/* A step that held its resource gets it back before every later request. */

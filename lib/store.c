@@ -11,16 +11,16 @@
  * A PostgreSQL store would implement the same functions (internal.h) and nothing else.
  *
  * Schema (user_version 2): workflows, steps (one row per worker), events (append-only
- * history, global sequence, stored by workflow), resources (fencing-token high-water
- * mark, holder and totals), counters (the event sequence's reserved high-water mark).
- * A database of version 1 is migrated when opened.
+ * history, global sequence), resources (fencing-token high-water mark, holder and
+ * totals). A database of version 1 is migrated when opened.
  *
  * Cost. A durable step is one commit, and what a commit costs grows with the pages it
- * writes: a step of a lone workflow writes about five (its workflow row, its step rows,
- * its events, the resource index of its events, its resource row). Hence what the
- * schema does not have: no index on running steps (the resource row names its holder),
- * no index from workflow to events (events are stored in workflow order), and no
- * UPDATE of an indexed column that did not change.
+ * writes: a step of a lone workflow writes about six (its workflow row, its step rows,
+ * its events and their two indexes, its resource row). Hence what the schema does not
+ * have: no index on running steps (the resource row names its holder), and no UPDATE
+ * of an indexed column that did not change. Events stay in a rowid table in seq order:
+ * appending there costs one page, where a table clustered by workflow split its pages
+ * (tried: 2.8 pages per commit for the events alone).
  */
 #include "internal.h"
 
@@ -29,24 +29,6 @@
 #include <string.h>
 
 #define SCHEMA_VERSION 2
-
-/* Events of a workflow are read together, so they are stored together: the table is
- * clustered by (workflow, seq) and needs no second index for that; the resource index
- * serves the resources' histories. */
-#define EVENTS_SQL                                                                                 \
-	"CREATE TABLE events ("                                                                    \
-	"  workflow_seq INTEGER NOT NULL, seq INTEGER NOT NULL, resource TEXT NOT NULL,"           \
-	"  ts INTEGER NOT NULL, type TEXT NOT NULL, data TEXT NOT NULL,"                           \
-	"  PRIMARY KEY (workflow_seq, seq)) WITHOUT ROWID;"                                        \
-	"CREATE INDEX events_resource ON events(resource, seq) WHERE type IN"                      \
-	"  ('lock_requested', 'lock_acquired', 'lock_released', 'workflow_cancelled');"
-
-/* High-water marks reserved ahead, so that finding them at start reads one row: no
- * event seq above 'event_seq' was ever issued. */
-#define COUNTERS_SQL                                                                               \
-	"CREATE TABLE counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL) WITHOUT ROWID;"     \
-	"INSERT INTO counters (name, value) VALUES ('event_seq', 0)"                               \
-	"  ON CONFLICT (name) DO NOTHING;"
 
 static const char schema_sql[] =
     "CREATE TABLE workflows ("
@@ -70,30 +52,27 @@ static const char schema_sql[] =
     "  PRIMARY KEY (workflow_seq, idx)) WITHOUT ROWID;"
     /* Partial: only the few waiting and running steps are indexed, and only their
      * transitions touch the index. */
-    "CREATE INDEX steps_waiting ON steps(resource, lock_seq) WHERE status = 'waiting';" EVENTS_SQL
+    "CREATE INDEX steps_waiting ON steps(resource, lock_seq) WHERE status = 'waiting';"
+    "CREATE TABLE events ("
+    "  seq INTEGER PRIMARY KEY, workflow_seq INTEGER NOT NULL, resource TEXT NOT NULL,"
+    "  ts INTEGER NOT NULL, type TEXT NOT NULL, data TEXT NOT NULL);"
+    "CREATE INDEX events_workflow ON events(workflow_seq, seq);"
+    "CREATE INDEX events_resource ON events(resource, seq) WHERE type IN"
+    "  ('lock_requested', 'lock_acquired', 'lock_released', 'workflow_cancelled');"
     "CREATE TABLE resources ("
     "  name TEXT PRIMARY KEY, last_token INTEGER NOT NULL, grants INTEGER NOT NULL,"
     "  total_hold_ms INTEGER NOT NULL, max_hold_ms INTEGER NOT NULL,"
     "  total_wait_ms INTEGER NOT NULL, max_wait_ms INTEGER NOT NULL,"
-    "  holder_seq INTEGER, holder_idx INTEGER) WITHOUT ROWID;" COUNTERS_SQL
+    "  holder_seq INTEGER, holder_idx INTEGER) WITHOUT ROWID;"
     "PRAGMA user_version = 2;";
 
-/* Version 1 to 2: events re-stored in workflow order (its rows and their seq kept),
- * the running-steps index replaced by the holder in the resource row, counters added. */
+/* Version 1 to 2: the running-steps index replaced by the holder in the resource row. */
 static const char migrate_v1_sql[] =
-    "ALTER TABLE events RENAME TO events_v1;"
-    "DROP INDEX events_workflow;"
-    "DROP INDEX events_resource;" EVENTS_SQL
-    "INSERT INTO events (workflow_seq, seq, resource, ts, type, data)"
-    "  SELECT workflow_seq, seq, resource, ts, type, data FROM events_v1;"
     "ALTER TABLE resources ADD COLUMN holder_seq INTEGER;"
     "ALTER TABLE resources ADD COLUMN holder_idx INTEGER;"
     "UPDATE resources SET (holder_seq, holder_idx) = (SELECT workflow_seq, idx FROM steps"
     "  WHERE steps.resource = resources.name AND status = 'running');"
-    "DROP INDEX steps_running;" COUNTERS_SQL
-    "UPDATE counters SET value = (SELECT coalesce(max(seq), 0) FROM events_v1)"
-    "  WHERE name = 'event_seq';"
-    "DROP TABLE events_v1;"
+    "DROP INDEX steps_running;"
     "PRAGMA user_version = 2;";
 
 #define WF_COLS                                                                                    \
@@ -117,7 +96,6 @@ enum {
 	W_UPD_STEP,
 	W_INS_EVENT,
 	W_PUT_RES,
-	W_PUT_COUNTER,
 	W_FIND_DEF,
 	W_NSTMT
 };
@@ -149,7 +127,7 @@ static const char *const writer_sql[W_NSTMT] = {
 		  " ON CONFLICT (name) DO UPDATE SET last_token=?2, grants=?3,"
 		  " total_hold_ms=?4, max_hold_ms=?5, total_wait_ms=?6, max_wait_ms=?7,"
 		  " holder_seq=?8, holder_idx=?9",
-    [W_PUT_COUNTER] = "UPDATE counters SET value=?2 WHERE name=?1",
+
     [W_FIND_DEF] = "SELECT d.definition, w.status FROM workflows w"
 		   " JOIN definitions d ON d.workflow_seq = w.seq WHERE w.id=?",
 };
@@ -656,14 +634,6 @@ int store_put_resource(store *s, const resource_row *r, baton_error *err)
 	return exec_stmt(s->db, st, err, "updating a resource");
 }
 
-int store_put_counter(store *s, const char *name, int64_t value, baton_error *err)
-{
-	sqlite3_stmt *st = s->stmt[W_PUT_COUNTER];
-	bind_text(st, 1, name);
-	sqlite3_bind_int64(st, 2, value);
-	return exec_stmt(s->db, st, err, "updating a counter");
-}
-
 int store_find_workflow(store *s, const char *id, char **def, int *status, baton_error *err)
 {
 	sqlite3_stmt *st = s->stmt[W_FIND_DEF];
@@ -696,7 +666,7 @@ static int64_t query_int(sqlite3 *db, const char *sql)
 int store_counters_load(store *s, store_counters *c, baton_error *err)
 {
 	c->wf_seq = query_int(s->db, "SELECT coalesce(max(seq), 0) FROM workflows");
-	c->event_seq = query_int(s->db, "SELECT value FROM counters WHERE name='event_seq'");
+	c->event_seq = query_int(s->db, "SELECT coalesce(max(seq), 0) FROM events");
 	c->lock_seq = query_int(s->db, "SELECT coalesce(max(lock_seq), 0) FROM steps");
 	return BATON_OK;
 }
