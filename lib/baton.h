@@ -63,6 +63,13 @@ enum baton_log_level {
  */
 typedef void (*baton_log_fn)(void *ud, int level, const char *workflow_id, const char *msg);
 
+/*
+ * Called on the engine thread at the end of each of its rounds (a round applies what
+ * arrived, commits it and logs what it did), so that the log callback may hold the
+ * engine thread's lines and write them at once: one write per round, not per line.
+ */
+typedef void (*baton_log_flush_fn)(void *ud);
+
 typedef struct baton_engine baton_engine;
 
 /* What one commit changed: a workflow and its resource had new events. */
@@ -84,7 +91,8 @@ typedef struct baton_engine_config {
 	int readers;	     /* read-only connections for queries, >= 1 */
 	baton_log_fn log;    /* may be NULL: no logging */
 	void *log_ud;
-	int log_level; /* lines below this level are not even formatted */
+	int log_level;		      /* lines below this level are not even formatted */
+	baton_log_flush_fn log_flush; /* may be NULL */
 	/* URL prefixes that HTTP steps may call, NULL-terminated; NULL: no calls at all.
 	 * Borrowed: must outlive the engine. */
 	const char *const *allow_call;

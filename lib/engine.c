@@ -419,6 +419,8 @@ static void *engine_main(void *arg)
 			eng_grant(e, now);
 		if (!e->faulty || mono_ms() >= e->retry_commit_at)
 			eng_flush(e);
+		if (e->log.flush)
+			e->log.flush(e->log.ud);
 		if (stop)
 			break;
 	}
@@ -450,7 +452,7 @@ int baton_engine_open(const baton_engine_config *cfg, baton_engine **out, baton_
 		return err_set(err, BATON_EINVAL,
 			       "db_path, threads >= 1 and readers >= 1 are required");
 	baton_engine *e = xcalloc(1, sizeof *e);
-	e->log = (logger){cfg->log, cfg->log_ud, cfg->log_level};
+	e->log = (logger){cfg->log, cfg->log_ud, cfg->log_level, cfg->log_flush};
 	e->def = &mutex_workflow;
 	e->allow_call = cfg->allow_call;
 	e->on_commit = cfg->on_commit;

@@ -152,6 +152,7 @@ typedef struct logger {
 	baton_log_fn fn;
 	void *ud;
 	int level;
+	baton_log_flush_fn flush;
 } logger;
 void logf_(const logger *lg, int level, const char *wf_id, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));

@@ -1,7 +1,9 @@
 /*
- * log.c - batond's log lines: "TIME LEVEL [wf=ID] message" on stderr, one write per line
+ * log.c - batond's log lines: "TIME LEVEL [wf=ID] message" on stderr, each written whole
  * so that lines from different threads never interleave. The level is checked before a
- * line is formatted (srv_log).
+ * line is formatted (srv_log). The engine thread's lines are held until the end of its
+ * round (srv_engine_log_flush) and written together: a busy round logs hundreds of
+ * lines, and a write per line cost more than formatting them.
  */
 #include "server.h"
 
@@ -15,6 +17,28 @@ int srv_log_level = BATON_LOG_INFO;
 int srv_log_json = 0;
 
 static const char *const level_names[] = {"DEBUG", "INFO", "WARN", "ERROR"};
+
+/* Lines held by a thread that flushes its own (the engine thread, once it has). */
+#define HELD_MAX (64 << 10)
+static _Thread_local struct {
+	int on;
+	size_t len;
+	char buf[HELD_MAX];
+} held;
+
+static void write_held(void)
+{
+	if (held.len)
+		fwrite(held.buf, 1, held.len, stderr);
+	held.len = 0;
+}
+
+void srv_engine_log_flush(void *ud)
+{
+	(void)ud;
+	held.on = 1;
+	write_held();
+}
 static const char *const json_level[] = {"debug", "info", "warn", "error"};
 
 int srv_parse_level(const char *s)
@@ -56,7 +80,14 @@ void srv_log_line(int level, const char *wf_id, const char *msg)
 		len = (int)sizeof line - 1;
 		line[len - 1] = '\n';
 	}
-	fwrite(line, 1, (size_t)len, stderr);
+	if (!held.on) {
+		fwrite(line, 1, (size_t)len, stderr);
+		return;
+	}
+	if (held.len + (size_t)len > HELD_MAX)
+		write_held();
+	memcpy(held.buf + held.len, line, (size_t)len);
+	held.len += (size_t)len;
 }
 
 void srv_logf(int level, const char *fmt, ...)

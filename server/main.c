@@ -73,6 +73,7 @@ int main(int argc, char **argv)
 	    .threads = cfg.threads,
 	    .readers = cfg.http_threads,
 	    .log = srv_engine_log,
+	    .log_flush = srv_engine_log_flush,
 	    .log_level = cfg.log_level,
 	    .allow_call = cfg.allow_call,
 	    .on_commit = srv_streams_notify,

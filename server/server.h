@@ -53,6 +53,7 @@ void srv_logf(int level, const char *fmt, ...) __attribute__((format(printf, 2, 
 	} while (0)
 /* baton_log_fn for the engine. */
 void srv_engine_log(void *ud, int level, const char *wf_id, const char *msg);
+void srv_engine_log_flush(void *ud);
 int srv_parse_level(const char *s); /* -1 when unknown */
 
 /* ---- http.c ---- */
