@@ -14,7 +14,90 @@
 #include <string.h>
 #include <time.h>
 
-static int write_batch(baton_engine *e, baton_error *err)
+/* Makes room for n more bytes in the engine's event text buffer. */
+static void text_reserve(baton_engine *e, size_t n)
+{
+	if (e->text.len + n <= e->text.cap)
+		return;
+	size_t cap = e->text.cap ? e->text.cap : 4096;
+	while (cap < e->text.len + n)
+		cap *= 2;
+	char *b = realloc(e->text.v, cap);
+	if (!b)
+		abort();
+	e->text.v = b;
+	e->text.cap = cap;
+}
+
+static void text_put(baton_engine *e, const char *p, size_t n)
+{
+	text_reserve(e, n);
+	memcpy(e->text.v + e->text.len, p, n);
+	e->text.len += n;
+}
+
+/* Appends {"seq":S,"ts":T,"type":"...",<data's members>}. */
+static void text_event(baton_engine *e, const pending_event *ev, int64_t seq)
+{
+	char head[128];
+	int n = snprintf(head, sizeof head, "{\"seq\":%lld,\"ts\":%lld,\"type\":\"%s\"",
+			 (long long)seq, (long long)ev->ts, ev->type);
+	text_put(e, head, (size_t)n);
+	if (json_object_size(ev->data)) {
+		size_t room = e->text.cap - e->text.len;
+		size_t need = json_dumpb(ev->data, e->text.v + e->text.len, room, JSON_COMPACT);
+		if (need > room) {
+			text_reserve(e, need);
+			need = json_dumpb(ev->data, e->text.v + e->text.len, need, JSON_COMPACT);
+		}
+		/* "{...}" becomes ",..." after the head; the closing brace stays. */
+		e->text.v[e->text.len] = ',';
+		e->text.len += need;
+	} else {
+		text_put(e, "}", 1);
+	}
+}
+
+static int is_lock_event(const char *type)
+{
+	return strcmp(type, "lock_requested") == 0 || strcmp(type, "lock_acquired") == 0 ||
+	       strcmp(type, "lock_released") == 0 || strcmp(type, "workflow_cancelled") == 0;
+}
+
+/*
+ * Writes the round's events in the order they happened, numbered from e->event_seq + 1,
+ * one row for each run of consecutive events of one workflow (store.c): a step's end,
+ * release, next request and grant make one row; *last is the last seq used.
+ */
+static int write_events(baton_engine *e, int64_t *last, baton_error *err)
+{
+	size_t n = e->events.n;
+	int64_t seq = e->event_seq;
+	int rc = BATON_OK;
+	for (size_t g = 0; rc == BATON_OK && g < n;) {
+		const wf_row *wf = e->events.v[g].wf;
+		int64_t first = seq + 1;
+		int lock = 0;
+		e->text.len = 0;
+		text_put(e, "[", 1);
+		size_t k = g;
+		for (; k < n && e->events.v[k].wf == wf; k++) {
+			pending_event *ev = &e->events.v[k];
+			if (k > g)
+				text_put(e, ",", 1);
+			ev->seq = ++seq;
+			text_event(e, ev, ev->seq);
+			lock |= is_lock_event(ev->type);
+		}
+		text_put(e, "]", 1);
+		rc = store_insert_events(e->st, first, seq, wf, lock, e->text.v, e->text.len, err);
+		g = k;
+	}
+	*last = seq;
+	return rc;
+}
+
+static int write_batch(baton_engine *e, int64_t *last_seq, baton_error *err)
 {
 	int rc = store_begin(e->st, err);
 	for (size_t i = 0; rc == BATON_OK && i < e->dirty_wfs.n; i++) {
@@ -36,10 +119,8 @@ static int write_batch(baton_engine *e, baton_error *err)
 		l->row.holder_idx = l->holder ? l->holder->cur : 0;
 		rc = store_put_resource(e->st, &l->row, err);
 	}
-	for (size_t i = 0; rc == BATON_OK && i < e->events.n; i++) {
-		pending_event *ev = &e->events.v[i];
-		rc = store_insert_event(e->st, ev->seq, ev->wf, ev->ts, ev->type, ev->data, err);
-	}
+	if (rc == BATON_OK)
+		rc = write_events(e, last_seq, err);
 	if (rc == BATON_OK)
 		rc = store_commit(e->st, err);
 	if (rc)
@@ -311,9 +392,11 @@ void eng_flush(baton_engine *e)
 	baton_error err = {0};
 	struct timespec t0, t1;
 	clock_gettime(CLOCK_MONOTONIC, &t0);
-	int rc = write_batch(e, &err);
+	int64_t last_seq;
+	int rc = write_batch(e, &last_seq, &err);
 	clock_gettime(CLOCK_MONOTONIC, &t1);
 	if (rc == BATON_OK) {
+		e->event_seq = last_seq;
 		if (e->faulty) {
 			log_at(&e->log, BATON_LOG_WARN, NULL, "storage recovered; resuming");
 			set_faulty(e, 0);

@@ -114,7 +114,7 @@ void eng_on_event(void *ctx, const wf_row *wf, const char *type, json_t *data)
 {
 	baton_engine *e = ctx;
 	/* Every event of a round carries the round's time, the time its transitions used. */
-	pending_event ev = {++e->event_seq, e->now, (wf_row *)wf, type, data};
+	pending_event ev = {0, e->now, (wf_row *)wf, type, data}; /* numbered at commit */
 	VEC_PUSH(e->events, ev);
 }
 
@@ -525,6 +525,7 @@ void baton_engine_close(baton_engine *e, int64_t timeout_ms)
 	for (size_t i = 0; i < e->timers.n; i++)
 		free(e->timers.v[i].id);
 	free(e->events.v);
+	free(e->text.v);
 	free(e->timers.v);
 	free(e->dirty_wfs.v);
 	free(e->dirty_locks.v);

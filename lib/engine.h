@@ -126,6 +126,10 @@ struct baton_engine {
 	VEC(timer) timers; /* binary min-heap on .at */
 	int64_t fault_backoff_ms, retry_commit_at;
 	int64_t dispatched_at; /* mono_us() of the last round that started steps */
+	struct {
+		char *v;
+		size_t len, cap;
+	} text; /* the event rows being written (commit.c) */
 };
 
 /* engine.c */

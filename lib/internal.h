@@ -308,8 +308,10 @@ void store_rollback(store *s);
 int store_insert_workflow(store *s, const wf_row *wf, baton_error *err);
 int store_update_workflow(store *s, const wf_row *wf, baton_error *err);
 int store_update_step(store *s, const wf_row *wf, const step_row *st, baton_error *err);
-int store_insert_event(store *s, int64_t seq, const wf_row *wf, int64_t ts, const char *type,
-		       const json_t *data, baton_error *err);
+/* The events of one workflow in one commit, seq..last_seq, as a JSON array of
+ * {"seq", "ts", "type", ...}; lock: one of them belongs to the resource's history. */
+int store_insert_events(store *s, int64_t seq, int64_t last_seq, const wf_row *wf, int lock,
+			const char *json, size_t len, baton_error *err);
 int store_put_resource(store *s, const resource_row *r, baton_error *err);
 /* Looks up a stored workflow's definition (malloc'd) and status; BATON_ENOTFOUND when free. */
 int store_find_workflow(store *s, const char *id, char **def, int *status, baton_error *err);

@@ -14,13 +14,18 @@
  * history, global sequence), resources (fencing-token high-water mark, holder and
  * totals). A database of version 1 is migrated when opened.
  *
+ * Events. One row holds a run of consecutive events of one workflow (a step's end, its
+ * release, the next request and grant: four events, one row), as a JSON array; their
+ * seqs are consecutive, from the row's seq to its last_seq, so rows never interleave.
+ * A history read starts at the row that holds `after` and expands the rows it reads.
+ *
  * Cost. A durable step is one commit, and what a commit costs grows with the pages it
  * writes: a step of a lone workflow writes about six (its workflow row, its step rows,
- * its events and their two indexes, its resource row). Hence what the schema does not
- * have: no index on running steps (the resource row names its holder), and no UPDATE
- * of an indexed column that did not change. Events stay in a rowid table in seq order:
- * appending there costs one page, where a table clustered by workflow split its pages
- * (tried: 2.8 pages per commit for the events alone).
+ * its event row and its two index entries, its resource row). Hence what the schema
+ * does not have: no index on running steps (the resource row names its holder), and no
+ * UPDATE of an indexed column that did not change. Events stay in a rowid table in seq
+ * order: appending there costs one page, where a table clustered by workflow split its
+ * pages (tried: 2.8 pages per commit for the events alone).
  */
 #include "internal.h"
 
@@ -29,6 +34,17 @@
 #include <string.h>
 
 #define SCHEMA_VERSION 2
+
+/* lock: 1 when one of the row's events is in a resource's history (see LOCK_TYPES). */
+#define EVENTS_SQL                                                                                 \
+	"CREATE TABLE events ("                                                                    \
+	"  seq INTEGER PRIMARY KEY, last_seq INTEGER NOT NULL, workflow_seq INTEGER NOT NULL,"     \
+	"  resource TEXT NOT NULL, lock INTEGER NOT NULL, data TEXT NOT NULL);"                    \
+	"CREATE INDEX events_workflow ON events(workflow_seq, seq);"                               \
+	"CREATE INDEX events_resource ON events(resource, seq) WHERE lock;"
+
+/* The event types of a resource's history. */
+#define LOCK_TYPES "'lock_requested', 'lock_acquired', 'lock_released', 'workflow_cancelled'"
 
 static const char schema_sql[] =
     "CREATE TABLE workflows ("
@@ -52,13 +68,7 @@ static const char schema_sql[] =
     "  PRIMARY KEY (workflow_seq, idx)) WITHOUT ROWID;"
     /* Partial: only the few waiting and running steps are indexed, and only their
      * transitions touch the index. */
-    "CREATE INDEX steps_waiting ON steps(resource, lock_seq) WHERE status = 'waiting';"
-    "CREATE TABLE events ("
-    "  seq INTEGER PRIMARY KEY, workflow_seq INTEGER NOT NULL, resource TEXT NOT NULL,"
-    "  ts INTEGER NOT NULL, type TEXT NOT NULL, data TEXT NOT NULL);"
-    "CREATE INDEX events_workflow ON events(workflow_seq, seq);"
-    "CREATE INDEX events_resource ON events(resource, seq) WHERE type IN"
-    "  ('lock_requested', 'lock_acquired', 'lock_released', 'workflow_cancelled');"
+    "CREATE INDEX steps_waiting ON steps(resource, lock_seq) WHERE status = 'waiting';" EVENTS_SQL
     "CREATE TABLE resources ("
     "  name TEXT PRIMARY KEY, last_token INTEGER NOT NULL, grants INTEGER NOT NULL,"
     "  total_hold_ms INTEGER NOT NULL, max_hold_ms INTEGER NOT NULL,"
@@ -66,8 +76,17 @@ static const char schema_sql[] =
     "  holder_seq INTEGER, holder_idx INTEGER) WITHOUT ROWID;"
     "PRAGMA user_version = 2;";
 
-/* Version 1 to 2: the running-steps index replaced by the holder in the resource row. */
+/* Version 1 to 2: an event row per event becomes a row of one event; the running-steps
+ * index is replaced by the holder in the resource row. */
 static const char migrate_v1_sql[] =
+    "ALTER TABLE events RENAME TO events_v1;"
+    "DROP INDEX events_workflow;"
+    "DROP INDEX events_resource;" EVENTS_SQL
+    "INSERT INTO events (seq, last_seq, workflow_seq, resource, lock, data)"
+    "  SELECT seq, seq, workflow_seq, resource, type IN (" LOCK_TYPES "),"
+    "  json_array(json_patch(json_object('seq', seq, 'ts', ts, 'type', type), data))"
+    "  FROM events_v1;"
+    "DROP TABLE events_v1;"
     "ALTER TABLE resources ADD COLUMN holder_seq INTEGER;"
     "ALTER TABLE resources ADD COLUMN holder_idx INTEGER;"
     "UPDATE resources SET (holder_seq, holder_idx) = (SELECT workflow_seq, idx FROM steps"
@@ -119,7 +138,7 @@ static const char *const writer_sql[W_NSTMT] = {
 		   " fencing_token=?8, started_at=?9, finished_at=?10, duration_ms=?11,"
 		   " next_attempt_at=?12, error=?13, result=?14"
 		   " WHERE workflow_seq=?1 AND idx=?2",
-    [W_INS_EVENT] = "INSERT INTO events (seq, workflow_seq, resource, ts, type, data)"
+    [W_INS_EVENT] = "INSERT INTO events (seq, last_seq, workflow_seq, resource, lock, data)"
 		    " VALUES (?,?,?,?,?,?)",
     [W_PUT_RES] = "INSERT INTO resources (name, last_token, grants, total_hold_ms,"
 		  " max_hold_ms, total_wait_ms, max_wait_ms, holder_seq, holder_idx)"
@@ -154,8 +173,10 @@ static const char *const reader_sql[R_NSTMT] = {
     [R_STEPS] = "SELECT " STEP_COLS " FROM steps WHERE workflow_seq=? ORDER BY idx",
     [R_QUEUE_POS] = "SELECT count(*) FROM steps WHERE resource=? AND status='waiting'"
 		    " AND lock_seq<=?",
-    [R_EVENTS] = "SELECT seq, ts, type, data FROM events WHERE workflow_seq=? AND seq>?"
-		 " ORDER BY seq LIMIT ?3",
+    /* From the row holding `after` (or the last before it) on; the caller expands. */
+    [R_EVENTS] = "SELECT seq, data FROM events WHERE workflow_seq=?1 AND seq >= coalesce("
+		 "(SELECT max(seq) FROM events WHERE workflow_seq=?1 AND seq<=?2), 0)"
+		 " ORDER BY seq",
     [R_RESOURCES] = "SELECT name FROM resources ORDER BY name",
     [R_RESOURCE] = "SELECT last_token, grants, total_hold_ms, max_hold_ms, total_wait_ms,"
 		   " max_wait_ms FROM resources WHERE name=?",
@@ -167,10 +188,10 @@ static const char *const reader_sql[R_NSTMT] = {
 		  " JOIN workflows w ON w.seq=s.workflow_seq"
 		  " WHERE s.resource=? AND s.status='waiting' ORDER BY s.lock_seq",
     [R_QUEUE_LEN] = "SELECT count(*) FROM steps WHERE resource=? AND status='waiting'",
-    [R_RES_EVENTS] = "SELECT e.seq, e.ts, e.type, e.data, w.id FROM events e"
-		     " JOIN workflows w ON w.seq=e.workflow_seq WHERE e.resource=?1"
-		     " AND e.seq>?2 AND e.type IN ('lock_requested', 'lock_acquired',"
-		     " 'lock_released', 'workflow_cancelled') ORDER BY e.seq LIMIT ?3",
+    [R_RES_EVENTS] = "SELECT e.seq, e.data, w.id FROM events e"
+		     " JOIN workflows w ON w.seq=e.workflow_seq WHERE e.resource=?1 AND e.lock"
+		     " AND e.seq >= coalesce((SELECT max(seq) FROM events"
+		     " WHERE resource=?1 AND lock AND seq<=?2), 0) ORDER BY e.seq",
     [R_WF_COUNTS] = "SELECT status, count(*) FROM workflows GROUP BY status",
     [R_BEGIN] = "BEGIN",
     [R_COMMIT] = "COMMIT",
@@ -604,17 +625,17 @@ int store_update_step(store *s, const wf_row *wf, const step_row *r, baton_error
 	return exec_stmt(s->db, st, err, "updating a step");
 }
 
-int store_insert_event(store *s, int64_t seq, const wf_row *wf, int64_t ts, const char *type,
-		       const json_t *data, baton_error *err)
+int store_insert_events(store *s, int64_t seq, int64_t last_seq, const wf_row *wf, int lock,
+			const char *json, size_t len, baton_error *err)
 {
 	sqlite3_stmt *st = s->stmt[W_INS_EVENT];
 	sqlite3_bind_int64(st, 1, seq);
-	sqlite3_bind_int64(st, 2, wf->seq);
-	bind_text(st, 3, wf->resource);
-	sqlite3_bind_int64(st, 4, ts);
-	bind_text(st, 5, type);
-	bind_json(st, 6, data);
-	return exec_stmt(s->db, st, err, "inserting an event");
+	sqlite3_bind_int64(st, 2, last_seq);
+	sqlite3_bind_int64(st, 3, wf->seq);
+	bind_text(st, 4, wf->resource);
+	sqlite3_bind_int(st, 5, lock);
+	sqlite3_bind_text(st, 6, json, (int)len, SQLITE_STATIC);
+	return exec_stmt(s->db, st, err, "inserting events");
 }
 
 int store_put_resource(store *s, const resource_row *r, baton_error *err)
@@ -666,7 +687,7 @@ static int64_t query_int(sqlite3 *db, const char *sql)
 int store_counters_load(store *s, store_counters *c, baton_error *err)
 {
 	c->wf_seq = query_int(s->db, "SELECT coalesce(max(seq), 0) FROM workflows");
-	c->event_seq = query_int(s->db, "SELECT coalesce(max(seq), 0) FROM events");
+	c->event_seq = query_int(s->db, "SELECT last_seq FROM events ORDER BY seq DESC LIMIT 1");
 	c->lock_seq = query_int(s->db, "SELECT coalesce(max(lock_seq), 0) FROM steps");
 	return BATON_OK;
 }
@@ -1033,32 +1054,55 @@ int store_list_workflows(store *s, const baton_list_query *q, json_t **out, bato
 	return BATON_OK;
 }
 
-static json_t *event_json(sqlite3_stmt *st, const char *wf_id)
+/* An event as the API shows it: seq, ts, type, workflow_id, then the stored fields. */
+static json_t *event_json(json_t *stored, const char *wf_id)
 {
-	json_t *e =
-	    json_pack("{s:I, s:o, s:s, s:s}", "seq", (json_int_t)sqlite3_column_int64(st, 0), "ts",
-		      time_json(sqlite3_column_int64(st, 1)), "type",
-		      (const char *)sqlite3_column_text(st, 2), "workflow_id", wf_id);
-	json_t *data = column_json(st, 3);
-	if (json_is_object(data))
-		json_object_update_missing(e, data);
-	json_decref(data);
+	json_t *e = json_pack("{s:O, s:o, s:O, s:s}", "seq", json_object_get(stored, "seq"), "ts",
+			      time_json(json_integer_value(json_object_get(stored, "ts"))), "type",
+			      json_object_get(stored, "type"), "workflow_id", wf_id);
+	json_object_update_missing(e, stored);
 	return e;
 }
 
+static int is_lock_type(const char *type)
+{
+	static const char *const types[] = {"lock_requested", "lock_acquired", "lock_released",
+					    "workflow_cancelled"};
+	for (size_t i = 0; i < sizeof types / sizeof *types; i++)
+		if (type && strcmp(type, types[i]) == 0)
+			return 1;
+	return 0;
+}
+
 /*
- * Runs an events query whose ?1 the caller bound (?2 after, ?3 limit) and appends the
- * events to list. The workflow id is wf_id, or the query's fifth column when NULL.
+ * Runs an events query whose ?1 the caller bound (?2 after) and appends to list the
+ * events after `after`, at most limit (0: all); lock_only keeps a resource's history.
+ * The workflow id is wf_id, or the query's third column when NULL.
  */
-static int read_events(reader *r, sqlite3_stmt *q, int64_t after, int limit, const char *wf_id,
-		       json_t *list, baton_error *err)
+static int read_events(reader *r, sqlite3_stmt *q, int64_t after, int limit, int lock_only,
+		       const char *wf_id, json_t *list, baton_error *err)
 {
 	sqlite3_bind_int64(q, 2, after);
-	sqlite3_bind_int(q, 3, limit > 0 ? limit : -1);
-	int rc;
-	while ((rc = sqlite3_step(q)) == SQLITE_ROW)
-		json_array_append_new(
-		    list, event_json(q, wf_id ? wf_id : (const char *)sqlite3_column_text(q, 4)));
+	int rc = SQLITE_DONE;
+	while ((limit <= 0 || json_array_size(list) < (size_t)limit) &&
+	       (rc = sqlite3_step(q)) == SQLITE_ROW) {
+		const char *id = wf_id ? wf_id : (const char *)sqlite3_column_text(q, 2);
+		json_t *row = column_json(q, 1), *ev;
+		size_t i;
+		json_array_foreach(row, i, ev)
+		{
+			if (limit > 0 && json_array_size(list) >= (size_t)limit)
+				break;
+			if (json_integer_value(json_object_get(ev, "seq")) <= after ||
+			    (lock_only &&
+			     !is_lock_type(json_string_value(json_object_get(ev, "type")))))
+				continue;
+			json_array_append_new(list, event_json(ev, id));
+		}
+		json_decref(row);
+	}
+	if (limit > 0 && json_array_size(list) >= (size_t)limit)
+		rc = SQLITE_DONE;
 	rdone(q);
 	return rc == SQLITE_DONE ? BATON_OK : fail(r->db, rc, err, "reading events");
 }
@@ -1088,7 +1132,7 @@ int store_list_events(store *s, const char *id, int64_t after, int limit, json_t
 	json_t *list = json_array();
 	if (rc == BATON_OK) {
 		sqlite3_bind_int64(ev, 1, seq);
-		rc = read_events(r, ev, after, limit, id, list, err);
+		rc = read_events(r, ev, after, limit, 0, id, list, err);
 	}
 	reader_put(s, r);
 	if (rc) {
@@ -1237,7 +1281,7 @@ int store_resource_events(store *s, const char *name, int64_t after, int limit, 
 		rc = err_set(err, BATON_ENOTFOUND, "no resource named \"%s\"", name);
 	if (rc == BATON_OK) {
 		bind_text(q, 1, name);
-		rc = read_events(r, q, after, limit, NULL, list, err);
+		rc = read_events(r, q, after, limit, 1, NULL, list, err);
 	}
 	reader_put(s, r);
 	if (rc) {
