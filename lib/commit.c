@@ -299,8 +299,6 @@ static void effects(baton_engine *e, double commit_seconds)
 		*j = (step_job){e, d->wf, d->idx, d->attempt, d->token};
 		sched_submit(e->pool, run_step_job, j);
 	}
-	if (e->dispatches.n)
-		e->dispatched_at = mono_us();
 	e->dispatches.n = 0;
 	for (size_t i = 0; i < e->replies.n; i++)
 		eng_waiter_done(e->replies.v[i].w, e->replies.v[i].rc, e->replies.v[i].created,

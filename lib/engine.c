@@ -37,7 +37,6 @@ void eng_post(baton_engine *e, msg *m)
 	else
 		e->inbox = m;
 	e->inbox_tail = m;
-	atomic_store_explicit(&e->posted, 1, memory_order_release);
 	pthread_cond_signal(&e->cv);
 	pthread_mutex_unlock(&e->mu);
 }
@@ -337,27 +336,8 @@ void eng_grant(baton_engine *e, int64_t now)
 
 /* ---- the loop ---- */
 
-/*
- * How long the engine polls its inbox after starting steps before it sleeps. A step
- * with little work answers within tens of microseconds, about what waking a sleeping
- * thread on another core costs on a virtual machine; polling saves that on every step
- * of a busy workflow, and costs at most this much CPU per round that started steps.
- */
-#define SPIN_US 150
-
-static void spin_for_outcomes(baton_engine *e)
-{
-	if (!e->dispatched_at)
-		return;
-	int64_t until = e->dispatched_at + SPIN_US;
-	e->dispatched_at = 0;
-	while (!atomic_load_explicit(&e->posted, memory_order_acquire) && mono_us() < until)
-		;
-}
-
 static msg *wait_for_work(baton_engine *e, int *stop)
 {
-	spin_for_outcomes(e);
 	pthread_mutex_lock(&e->mu);
 	while (!e->inbox && !e->stop) {
 		int64_t wake = INT64_MAX;
@@ -385,7 +365,6 @@ static msg *wait_for_work(baton_engine *e, int *stop)
 	}
 	msg *m = e->inbox;
 	e->inbox = e->inbox_tail = NULL;
-	atomic_store_explicit(&e->posted, 0, memory_order_relaxed);
 	for (msg *x = m; x; x = x->next)
 		e->pending_submits -= x->type == MSG_SUBMIT;
 	*stop = e->stop;

@@ -8,8 +8,6 @@
 
 #include "internal.h"
 
-#include <stdatomic.h>
-
 enum msg_type { MSG_SUBMIT, MSG_CANCEL, MSG_OUTCOME };
 
 /* Submissions waiting for the engine at most; more are refused with BATON_EBUSY. */
@@ -108,7 +106,6 @@ struct baton_engine {
 	int stop;	     /* the engine thread must finish its work and exit */
 	int pending_submits; /* posted and not yet applied: bounds the inbox under overload */
 	int draining;	     /* no new grants: shutting down */
-	atomic_int posted;   /* the inbox is not empty: read without the lock by the spin */
 
 	/* Engine thread only. */
 	int faulty;	 /* commits are failing */
@@ -125,7 +122,6 @@ struct baton_engine {
 	VEC(wf_row *) finished;
 	VEC(timer) timers; /* binary min-heap on .at */
 	int64_t fault_backoff_ms, retry_commit_at;
-	int64_t dispatched_at; /* mono_us() of the last round that started steps */
 	struct {
 		char *v;
 		size_t len, cap;
