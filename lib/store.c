@@ -354,6 +354,7 @@ static int user_version(sqlite3 *db, int *v, baton_error *err)
 static int setup_writer(store *s, const char *path, baton_error *err)
 {
 	int rc, v = 0;
+	/* FULL: durable at every commit, and vfs.c's gathering of WAL writes relies on it. */
 	if ((rc = exec_sql(s->db, "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL;", err)) ||
 	    (rc = exec_sql(s->db, "BEGIN IMMEDIATE", err)))
 		return rc;

@@ -11,6 +11,8 @@
  * sync in either case, and nobody reads a frame before the commit's sync (other
  * connections learn of frames from the WAL index, which SQLite updates after writing
  * and syncing them), so what reaches the disk and when it is durable is unchanged.
+ * This relies on a sync at every commit, that is synchronous=FULL, which store.c sets:
+ * with NORMAL, SQLite would publish frames this layer still holds.
  *
  * Faults for tests. Opened with a control file (engine config fault_file; batond: the
  * environment variable BATON_TEST_FAULT_FILE), then while that file exists every xWrite,
