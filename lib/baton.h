@@ -139,6 +139,11 @@ int baton_decode_json(const char *buf, size_t len, json_t **out, baton_error *er
 
 /* The committed state of workflow `id`, with its steps; *out is a new reference. */
 int baton_engine_get(baton_engine *e, const char *id, json_t **out, baton_error *err);
+/* The same as compact JSON text followed by a newline (*text malloc'd, *len its length
+ * without the terminating NUL): what an HTTP answer sends. Finished workflows are
+ * served from a cache of their text. */
+int baton_engine_get_text(baton_engine *e, const char *id, char **text, size_t *len,
+			  baton_error *err);
 
 /* Filters of baton_engine_list; NULL or 0 fields do not filter. */
 typedef struct baton_list_query {

@@ -554,7 +554,7 @@ int baton_engine_submit(baton_engine *e, const json_t *request_body, json_t **wo
 		return err_set(err, w.rc, "%s", w.msg);
 	if (created)
 		*created = w.created;
-	return store_get_workflow(e->st, w.id, 0, workflow, err);
+	return store_get_workflow(e->st, w.id, workflow, err);
 }
 
 int baton_engine_cancel(baton_engine *e, const char *id, json_t **out, baton_error *err)
@@ -571,14 +571,22 @@ int baton_engine_cancel(baton_engine *e, const char *id, json_t **out, baton_err
 	waiter_wait(&w);
 	if (w.rc)
 		return err_set(err, w.rc, "%s", w.msg);
-	return store_get_workflow(e->st, id, 0, out, err);
+	return store_get_workflow(e->st, id, out, err);
 }
 
 int baton_engine_get(baton_engine *e, const char *id, json_t **out, baton_error *err)
 {
 	if (!valid_name(id))
 		return err_set(err, BATON_ENOTFOUND, "no workflow with id \"%.128s\"", id);
-	return store_get_workflow(e->st, id, 1, out, err);
+	return store_get_workflow(e->st, id, out, err);
+}
+
+int baton_engine_get_text(baton_engine *e, const char *id, char **text, size_t *len,
+			  baton_error *err)
+{
+	if (!valid_name(id))
+		return err_set(err, BATON_ENOTFOUND, "no workflow with id \"%.128s\"", id);
+	return store_get_workflow_text(e->st, id, text, len, err);
 }
 
 int baton_engine_list(baton_engine *e, const baton_list_query *q, json_t **out, baton_error *err)

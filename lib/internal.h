@@ -324,9 +324,9 @@ int store_load_resources(store *s, void (*fn)(void *ctx, resource_row *r), void 
 int store_load_unfinished(store *s, void (*fn)(void *ctx, wf_row *wf), void *ctx, baton_error *err);
 
 /* Any thread: read-only queries on a pooled connection. */
-/* cache: keep it when finished, for later reads (not for the answer to a POST, which
- * is seldom read again: caching those would fill the cache with what nobody reads). */
-int store_get_workflow(store *s, const char *id, int cache, json_t **out, baton_error *err);
+int store_get_workflow(store *s, const char *id, json_t **out, baton_error *err);
+/* The same as compact JSON text and a newline (malloc'd), cached once finished. */
+int store_get_workflow_text(store *s, const char *id, char **text, size_t *len, baton_error *err);
 int store_list_workflows(store *s, const baton_list_query *q, json_t **out, baton_error *err);
 int store_list_events(store *s, const char *id, int64_t after, int limit, json_t **out,
 		      baton_error *err);

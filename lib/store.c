@@ -237,7 +237,8 @@ typedef struct checkpointer {
 #define FINISHED_SLOTS 1024
 typedef struct finished_slot {
 	char id[MAX_NAME + 1];
-	json_t *json;
+	char *text; /* compact JSON and a newline */
+	size_t len;
 } finished_slot;
 
 struct store {
@@ -497,7 +498,7 @@ void store_close(store *s)
 	pthread_cond_destroy(&s->ckpt.cv);
 	pthread_mutex_destroy(&s->ckpt.mu);
 	for (int i = 0; i < FINISHED_SLOTS; i++)
-		json_decref(s->finished[i].json);
+		free(s->finished[i].text);
 	pthread_mutex_destroy(&s->finished_mu);
 	free(s);
 }
@@ -923,38 +924,45 @@ static void end_read(reader *r)
 }
 
 /*
- * Finished workflows never change again, so their rendered JSON is kept in a small
- * direct-mapped cache (a slot per hash of the id): reads of them skip SQLite and
- * rendering. jansson's reference counting is thread-safe and nobody mutates a cached
- * value, so it is handed out with json_incref.
+ * Finished workflows never change again, so their rendered JSON text is kept in a small
+ * direct-mapped cache (a slot per hash of the id): reads of them skip SQLite, rendering
+ * and serialising. Filled by reads, not by the answers to POSTs, which are seldom read
+ * again.
  */
-static json_t *cache_get(store *s, const char *id)
+static char *cache_get(store *s, const char *id, size_t *len)
 {
 	finished_slot *slot = &s->finished[fnv1a(id) % FINISHED_SLOTS];
-	json_t *hit = NULL;
+	char *hit = NULL;
 	pthread_mutex_lock(&s->finished_mu);
-	if (slot->json && strcmp(slot->id, id) == 0)
-		hit = json_incref(slot->json);
+	if (slot->text && strcmp(slot->id, id) == 0 && (hit = malloc(slot->len + 1))) {
+		memcpy(hit, slot->text, slot->len + 1);
+		*len = slot->len;
+	}
 	pthread_mutex_unlock(&s->finished_mu);
 	return hit;
 }
 
-static void cache_put(store *s, const wf_row *wf, json_t *json)
+static void cache_put(store *s, const wf_row *wf, const char *text, size_t len)
 {
 	if (wf->status != WF_COMPLETED && wf->status != WF_FAILED && wf->status != WF_CANCELLED)
 		return;
+	char *copy = malloc(len + 1);
+	if (!copy)
+		return;
+	memcpy(copy, text, len + 1);
 	finished_slot *slot = &s->finished[fnv1a(wf->id) % FINISHED_SLOTS];
 	pthread_mutex_lock(&s->finished_mu);
-	json_decref(slot->json);
+	free(slot->text);
 	snprintf(slot->id, sizeof slot->id, "%s", wf->id);
-	slot->json = json_incref(json);
+	slot->text = copy;
+	slot->len = len;
 	pthread_mutex_unlock(&s->finished_mu);
 }
 
-int store_get_workflow(store *s, const char *id, int cache, json_t **out, baton_error *err)
+/* Reads and renders workflow id (a new reference); *wf_out keeps the row when asked. */
+static int render_workflow(store *s, const char *id, json_t **out, wf_row **wf_out,
+			   baton_error *err)
 {
-	if ((*out = cache_get(s, id)))
-		return BATON_OK;
 	reader *r = reader_get(s);
 	wf_row *wf = NULL;
 	int rc = begin_read(r, err);
@@ -967,10 +975,43 @@ int store_get_workflow(store *s, const char *id, int cache, json_t **out, baton_
 	reader_put(s, r);
 	if (rc == BATON_OK) {
 		*out = codec_workflow(wf);
-		if (cache)
-			cache_put(s, wf, *out);
-		wf_row_free(wf);
+		*wf_out = wf;
 	}
+	return rc;
+}
+
+int store_get_workflow(store *s, const char *id, json_t **out, baton_error *err)
+{
+	wf_row *wf = NULL;
+	int rc = render_workflow(s, id, out, &wf, err);
+	wf_row_free(wf);
+	return rc;
+}
+
+int store_get_workflow_text(store *s, const char *id, char **text, size_t *len, baton_error *err)
+{
+	if ((*text = cache_get(s, id, len)))
+		return BATON_OK;
+	json_t *json = NULL;
+	wf_row *wf = NULL;
+	int rc = render_workflow(s, id, &json, &wf, err);
+	if (rc == BATON_OK) {
+		char *t = json_dumps(json, JSON_COMPACT);
+		size_t n = t ? strlen(t) : 0;
+		char *nl = t ? realloc(t, n + 2) : NULL;
+		if (!nl) {
+			free(t);
+			rc = err_set(err, BATON_EINTERNAL, "out of memory rendering a workflow");
+		} else {
+			nl[n] = '\n';
+			nl[n + 1] = 0;
+			*text = nl;
+			*len = n + 1;
+			cache_put(s, wf, nl, n + 1);
+		}
+	}
+	json_decref(json);
+	wf_row_free(wf);
 	return rc;
 }
 

@@ -112,12 +112,16 @@ int h_workflows_list(srv *s, const request *r, const char *const *p, response *o
 
 int h_workflow_get(srv *s, const request *r, const char *const *p, response *out)
 {
-	json_t *wf;
+	char *text;
+	size_t len;
 	baton_error err = {0};
 	(void)r;
-	if (baton_engine_get(s->engine, p[0], &wf, &err))
+	if (baton_engine_get_text(s->engine, p[0], &text, &len, &err))
 		return reply_error(out, &err);
-	return reply_json(out, 200, wf);
+	out->status = 200;
+	out->text = text;
+	out->content_type = "application/json";
+	return 200;
 }
 
 int h_workflow_events(srv *s, const request *r, const char *const *p, response *out)

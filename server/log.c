@@ -18,12 +18,15 @@ int srv_log_json = 0;
 
 static const char *const level_names[] = {"DEBUG", "INFO", "WARN", "ERROR"};
 
-/* Lines held by a thread that flushes its own (the engine thread, once it has). */
+/*
+ * Lines held by the engine thread (the one thread that calls srv_engine_log_flush): the
+ * flag is per thread, the buffer is the engine's alone, allocated at its first flush.
+ */
 #define HELD_MAX (64 << 10)
-static _Thread_local struct {
-	int on;
+static _Thread_local int holding;
+static struct {
 	size_t len;
-	char buf[HELD_MAX];
+	char *buf;
 } held;
 
 static void write_held(void)
@@ -36,8 +39,15 @@ static void write_held(void)
 void srv_engine_log_flush(void *ud)
 {
 	(void)ud;
-	held.on = 1;
+	if (!holding && (held.buf = malloc(HELD_MAX)))
+		holding = 1;
 	write_held();
+}
+
+void srv_log_close(void)
+{
+	free(held.buf);
+	held.buf = NULL;
 }
 static const char *const json_level[] = {"debug", "info", "warn", "error"};
 
@@ -80,7 +90,7 @@ void srv_log_line(int level, const char *wf_id, const char *msg)
 		len = (int)sizeof line - 1;
 		line[len - 1] = '\n';
 	}
-	if (!held.on) {
+	if (!holding) {
 		fwrite(line, 1, (size_t)len, stderr);
 		return;
 	}

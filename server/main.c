@@ -92,6 +92,7 @@ int main(int argc, char **argv)
 	if (err.msg[0]) {
 		srv_log(BATON_LOG_ERROR, "%s", err.msg);
 		baton_engine_close(s.engine, 0);
+		srv_log_close();
 		return 1;
 	}
 	srv_log(BATON_LOG_INFO, "batond %s: database %s, %d step threads", BATON_VERSION, cfg.db,
@@ -114,6 +115,7 @@ int main(int argc, char **argv)
 	srv_log(BATON_LOG_INFO, "%s: shutting down (again to exit at once)", strsignal(sig));
 	srv_stop(&s);
 	baton_engine_close(s.engine, cfg.shutdown_timeout_ms);
+	srv_log_close();
 	srv_log(BATON_LOG_INFO, "stopped");
 	return 0;
 }

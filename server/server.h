@@ -54,6 +54,7 @@ void srv_logf(int level, const char *fmt, ...) __attribute__((format(printf, 2, 
 /* baton_log_fn for the engine. */
 void srv_engine_log(void *ud, int level, const char *wf_id, const char *msg);
 void srv_engine_log_flush(void *ud);
+void srv_log_close(void);	    /* after the engine is closed */
 int srv_parse_level(const char *s); /* -1 when unknown */
 
 /* ---- http.c ---- */
