@@ -43,25 +43,21 @@ static void text_event(baton_engine *e, const pending_event *ev, int64_t seq)
 	int n = snprintf(head, sizeof head, "{\"seq\":%lld,\"ts\":%lld,\"type\":\"%s\"",
 			 (long long)seq, (long long)ev->ts, ev->type);
 	text_put(e, head, (size_t)n);
+	size_t need = 0;
 	if (json_object_size(ev->data)) {
 		size_t room = e->text.cap - e->text.len;
-		size_t need = json_dumpb(ev->data, e->text.v + e->text.len, room, JSON_COMPACT);
+		need = json_dumpb(ev->data, e->text.v + e->text.len, room, JSON_COMPACT);
 		if (need > room) {
 			text_reserve(e, need);
 			need = json_dumpb(ev->data, e->text.v + e->text.len, need, JSON_COMPACT);
 		}
-		/* "{...}" becomes ",..." after the head; the closing brace stays. */
+	}
+	if (need >= 2) { /* "{...}" becomes ",..." after the head; its closing brace stays */
 		e->text.v[e->text.len] = ',';
 		e->text.len += need;
 	} else {
 		text_put(e, "}", 1);
 	}
-}
-
-static int is_lock_event(const char *type)
-{
-	return strcmp(type, "lock_requested") == 0 || strcmp(type, "lock_acquired") == 0 ||
-	       strcmp(type, "lock_released") == 0 || strcmp(type, "workflow_cancelled") == 0;
 }
 
 /*
@@ -87,7 +83,7 @@ static int write_events(baton_engine *e, int64_t *last, baton_error *err)
 				text_put(e, ",", 1);
 			ev->seq = ++seq;
 			text_event(e, ev, ev->seq);
-			lock |= is_lock_event(ev->type);
+			lock |= machine_resource_event(ev->type);
 		}
 		text_put(e, "]", 1);
 		rc = store_insert_events(e->st, first, seq, wf, lock, e->text.v, e->text.len, err);

@@ -237,6 +237,8 @@ void machine_grant(wf_row *wf, int64_t token, int64_t waited_ms, int64_t now, co
 transition machine_outcome(wf_row *wf, const step_output *out, const workflow_def *def, int64_t now,
 			   const event_sink *ev);
 transition machine_timer(wf_row *wf, int64_t now);
+/* 1 for the event types that also belong to their resource's history. */
+int machine_resource_event(const char *type);
 transition machine_cancel(wf_row *wf, const workflow_def *def, int64_t now, const event_sink *ev);
 void machine_interrupted(wf_row *wf, const event_sink *ev);
 

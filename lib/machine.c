@@ -234,3 +234,13 @@ void machine_interrupted(wf_row *wf, const event_sink *ev)
 	st->status = ST_WAITING;
 	wf_mark_step(wf, st->index);
 }
+
+int machine_resource_event(const char *type)
+{
+	static const char *const types[] = {"lock_requested", "lock_acquired", "lock_released",
+					    "workflow_cancelled"}; /* and store.c's LOCK_TYPES */
+	for (size_t i = 0; type && i < sizeof types / sizeof *types; i++)
+		if (strcmp(type, types[i]) == 0)
+			return 1;
+	return 0;
+}

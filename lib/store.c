@@ -43,7 +43,7 @@
 	"CREATE INDEX events_workflow ON events(workflow_seq, seq);"                               \
 	"CREATE INDEX events_resource ON events(resource, seq) WHERE lock;"
 
-/* The event types of a resource's history. */
+/* The event types of a resource's history (as machine_resource_event says). */
 #define LOCK_TYPES "'lock_requested', 'lock_acquired', 'lock_released', 'workflow_cancelled'"
 
 static const char schema_sql[] =
@@ -1106,16 +1106,6 @@ static json_t *event_json(json_t *stored, const char *wf_id)
 	return e;
 }
 
-static int is_lock_type(const char *type)
-{
-	static const char *const types[] = {"lock_requested", "lock_acquired", "lock_released",
-					    "workflow_cancelled"};
-	for (size_t i = 0; i < sizeof types / sizeof *types; i++)
-		if (type && strcmp(type, types[i]) == 0)
-			return 1;
-	return 0;
-}
-
 /*
  * Runs an events query whose ?1 the caller bound (?2 after) and appends to list the
  * events after `after`, at most limit (0: all); lock_only keeps a resource's history.
@@ -1130,14 +1120,19 @@ static int read_events(reader *r, sqlite3_stmt *q, int64_t after, int limit, int
 	       (rc = sqlite3_step(q)) == SQLITE_ROW) {
 		const char *id = wf_id ? wf_id : (const char *)sqlite3_column_text(q, 2);
 		json_t *row = column_json(q, 1), *ev;
+		if (!json_is_array(row)) { /* out of memory: an answer without them would lie */
+			json_decref(row);
+			rc = SQLITE_NOMEM;
+			break;
+		}
 		size_t i;
 		json_array_foreach(row, i, ev)
 		{
 			if (limit > 0 && json_array_size(list) >= (size_t)limit)
 				break;
 			if (json_integer_value(json_object_get(ev, "seq")) <= after ||
-			    (lock_only &&
-			     !is_lock_type(json_string_value(json_object_get(ev, "type")))))
+			    (lock_only && !machine_resource_event(
+					      json_string_value(json_object_get(ev, "type")))))
 				continue;
 			json_array_append_new(list, event_json(ev, id));
 		}
