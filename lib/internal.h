@@ -293,7 +293,7 @@ json_t *codec_params_defaults(const char *name);  /* worker object with defaults
 char *codec_retry_text(const retry_policy *p);
 int codec_parse_retry(const char *text, retry_policy *p);
 
-/* ---- store.c: the only file that includes sqlite3.h ---- */
+/* ---- store.c and store_read.c (store.h): the only files that talk to SQLite ---- */
 typedef struct store store;
 /* vfs: NULL for SQLite's default, or a registered VFS name (vfs.c). */
 int store_open(const char *path, const char *vfs, int readers, store **out, baton_error *err);

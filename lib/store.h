@@ -1,0 +1,106 @@
+/*
+ * store.h - what the two halves of baton's SQLite store share: store.c (the writer:
+ * schema and migrations, group commits, start-up loads, checkpoints) and store_read.c
+ * (the pool of read connections and every query behind the API). These two files and
+ * vfs.c are the only ones that include sqlite3.h; the rest of lib/ sees internal.h.
+ */
+#ifndef BATON_STORE_H
+#define BATON_STORE_H
+
+#include "internal.h"
+
+#include <sqlite3.h>
+
+#define WF_COLS                                                                                    \
+	"seq, id, resource, on_failure, status, cancel_requested, created_at, started_at,"         \
+	" finished_at, steps_total, steps_completed, result, error, retry"
+#define STEP_COLS                                                                                  \
+	"idx, worker, params, status, attempts, lock_seq, requested_at, fencing_token,"            \
+	" started_at, finished_at, duration_ms, next_attempt_at, error, result"
+
+/* Writer statements, prepared once on the engine's connection. */
+enum {
+	W_BEGIN,
+	W_COMMIT,
+	W_ROLLBACK,
+	W_INS_WF,
+	W_INS_DEF,
+	W_GET_DEF,
+	W_UPD_WF,
+	W_UPD_WF_PROGRESS,
+	W_INS_STEP,
+	W_UPD_STEP,
+	W_INS_EVENT,
+	W_PUT_RES,
+	W_FIND_DEF,
+	W_NSTMT
+};
+/* Reader statements, prepared on first use on each pooled connection. */
+enum {
+	R_WF_BY_ID,
+	R_STEPS,
+	R_QUEUE_POS,
+	R_EVENTS,
+	R_RESOURCES,
+	R_RESOURCE,
+	R_HOLDER,
+	R_WAITERS,
+	R_QUEUE_LEN,
+	R_RES_EVENTS,
+	R_WF_COUNTS,
+	R_BEGIN,
+	R_COMMIT,
+	R_NSTMT
+};
+extern const char *const reader_sql[R_NSTMT]; /* store_read.c */
+
+typedef struct reader {
+	sqlite3 *db;
+	sqlite3_stmt *stmt[R_NSTMT];
+	struct reader *next_free;
+} reader;
+
+/* The checkpoint thread (store.c says why it exists and how it and the writer share). */
+typedef struct checkpointer {
+	sqlite3 *db;
+	pthread_t thread;
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	int pending, stop, started;
+	int backfilled; /* pages of the WAL the last pass had copied (under mu) */
+	int frames;	/* pages in the WAL after the writer's last commit (writer only) */
+} checkpointer;
+
+#define FINISHED_SLOTS 1024
+typedef struct finished_slot {
+	char id[MAX_NAME + 1];
+	char *text; /* compact JSON and a newline */
+	size_t len;
+} finished_slot;
+
+struct store {
+	sqlite3 *db;
+	checkpointer ckpt;
+	pthread_mutex_t finished_mu;
+	finished_slot finished[FINISHED_SLOTS];
+	sqlite3_stmt *stmt[W_NSTMT];
+	reader *readers;
+	int nreaders;
+	pthread_mutex_t pool_mu;
+	pthread_cond_t pool_cv;
+	reader *free_readers;
+};
+
+/* store.c */
+int sql_fail(sqlite3 *db, int rc, baton_error *err, const char *what); /* returns baton's code */
+void sql_bind_text(sqlite3_stmt *st, int i, const char *s);	       /* NULL binds NULL */
+int sql_exec(sqlite3 *db, const char *sql, baton_error *err);
+
+/* store_read.c: decoding rows */
+char *sql_column_strdup(sqlite3_stmt *st, int i);
+json_t *sql_column_json(sqlite3_stmt *st, int i);
+wf_row *sql_read_wf(sqlite3_stmt *st); /* a row of WF_COLS */
+/* Reads the steps of wf (STEP_COLS, ordered by idx); returns a SQLite code. */
+int sql_read_steps(sqlite3_stmt *st, wf_row *wf, int capacity);
+
+#endif
