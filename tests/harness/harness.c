@@ -337,23 +337,37 @@ void hs_kill(hs_server *s)
 	s->pid = 0;
 }
 
-int hs_stop(hs_server *s)
+int hs_signal(const hs_server *s, int sig)
+{
+	return s->pid > 0 ? kill(s->pid, sig) : -1;
+}
+
+int hs_wait_exit(hs_server *s, int timeout_ms)
 {
 	if (s->pid <= 0)
-		return 0;
-	kill(s->pid, SIGTERM);
-	int status = reap(s, HS_STOP_TIMEOUT_MS);
-	if (status == -1) {
-		fprintf(stderr, "harness: batond did not exit within %d ms of SIGTERM\n",
-			HS_STOP_TIMEOUT_MS);
-		hs_kill(s);
 		return -1;
-	}
+	int status = reap(s, timeout_ms);
+	if (status == -1)
+		return -1;
 	if (WIFEXITED(status))
 		return WEXITSTATUS(status);
 	if (WIFSIGNALED(status))
 		return 128 + WTERMSIG(status);
 	return -1;
+}
+
+int hs_stop(hs_server *s)
+{
+	if (s->pid <= 0)
+		return 0;
+	kill(s->pid, SIGTERM);
+	int status = hs_wait_exit(s, HS_STOP_TIMEOUT_MS);
+	if (status == -1 && s->pid > 0) {
+		fprintf(stderr, "harness: batond did not exit within %d ms of SIGTERM\n",
+			HS_STOP_TIMEOUT_MS);
+		hs_kill(s);
+	}
+	return status;
 }
 
 static int count_occurrences(const char *text, const char *needle)

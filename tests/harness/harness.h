@@ -67,6 +67,13 @@ int hs_stop(hs_server *s);
 /* Kills the server with SIGKILL and reaps it. */
 void hs_kill(hs_server *s);
 
+/* Sends signal sig to the running server: 0, or -1 when it does not run. */
+int hs_signal(const hs_server *s, int sig);
+
+/* Waits up to timeout_ms for the server to exit by itself and reaps it: its exit status
+ * as hs_stop returns it, or -1 (it is then still running). */
+int hs_wait_exit(hs_server *s, int timeout_ms);
+
 /*
  * Stops the server if it runs (SIGTERM), checks that it exited with status 0 and that
  * no log holds a sanitizer report or more or less than one "listening on" line, removes

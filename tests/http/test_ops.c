@@ -2,14 +2,16 @@
  * test_ops.c - batond's operations features over HTTP, against the real binary: the
  * Prometheus exposition (checked by a strict parser of the text format 0.0.4, prom.h,
  * and its values as workflows run), the health checks, /readyz while the disk fails,
- * SIGTERM with and without a shutdown timeout, bearer-token access control (flag,
- * environment, file; an event stream, sse.h, among the protected routes) and JSON logs.
+ * SIGTERM with and without a shutdown timeout, a second SIGTERM that exits at once,
+ * bearer-token access control (flag, environment, file; an event stream, sse.h, among
+ * the protected routes) and JSON logs.
  * The event streams themselves are tested in test_streams.c.
  *
  * Each test starts its own batond on a fresh temporary database (harness.h). The one
  * helper thread (hs_stop during a drain) only records results, which the test thread
  * asserts after joining it.
  */
+#include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -554,6 +556,38 @@ static void test_sigterm_timeout_cuts_running_step(void **state)
 	json_decref(before);
 }
 
+/*
+ * A second SIGTERM during the drain exits at once (status 1) instead of waiting for the
+ * running step (8 s) to end: nothing is logged as stopped. After a restart the step cut
+ * off runs again as attempt 2, with a step_interrupted event for attempt 1.
+ */
+static void test_second_signal_exits_at_once(void **state)
+{
+	hs_server *s = *state;
+	static const int work[] = {8000};
+	submit(s, "twice", "anvil", work, 1);
+	json_decref(hs_wait_step(s, "twice", 0, "running", WAIT_MS));
+	assert_int_equal(hs_signal(s, SIGTERM), 0);
+	assert_true(hs_wait_until(shutting_down, s, 10000));
+	int64_t t0 = mono_ms();
+	assert_int_equal(hs_signal(s, SIGTERM), 0);
+	int status = hs_wait_exit(s, 4000); /* the drain alone would take about 8 s */
+	int64_t took = mono_ms() - t0;
+	if (status != 1)
+		fail_msg("a second SIGTERM: exit status %d after %lld ms, expected 1 at once",
+			 status, (long long)took);
+	assert_logged(s, "stopped", false);
+
+	assert_int_equal(hs_start(s), 0);
+	json_t *wf = hs_wait_workflow(s, "twice", "completed", WAIT_MS);
+	assert_int_equal(hs_int(step_at(wf, 0), "attempts"), 2);
+	json_t *events = hs_get_events(s, "twice");
+	assert_non_null(hs_event_find(events, "step_interrupted", 0, 1));
+	assert_int_equal(hs_event_count(events, "step_completed", 0, -1), 1);
+	json_decref(events);
+	json_decref(wf);
+}
+
 /* ---- access control ------------------------------------------------------------------ */
 
 /* A request with Authorization `auth` (NULL: none) must be refused with 401. */
@@ -762,6 +796,7 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_sigterm_lets_running_step_finish, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_sigterm_timeout_cuts_running_step, setup_timeout0,
 					    teardown),
+	    cmocka_unit_test_setup_teardown(test_second_signal_exits_at_once, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_auth_token_flag, setup_token, teardown),
 	    cmocka_unit_test_setup_teardown(test_auth_token_env, setup_env_token, teardown),
 	    cmocka_unit_test_setup_teardown(test_auth_flag_overrides_env, setup_env_and_flag_token,
