@@ -6,7 +6,8 @@
  * timeouts and lost answers are retried, other 4xx and redirects are not; a SIGKILL in
  * the middle of a call repeats it after restart without applying it twice; only URLs
  * under the operator's --allow-call prefixes are accepted; baton's own headers cannot be
- * overridden; header values never leave batond except towards the resource.
+ * overridden; header values never leave batond except towards the resource; without a
+ * usable libcurl, a batond that allows calls refuses to start and says why.
  *
  * Each test gets its own fragile resource (tests/harness/fragile.h, the oracle: it
  * records every request, answers 500 to an overlap and 409 to a stale token, and
@@ -19,11 +20,15 @@
 #include <cmocka.h>
 
 #include <curl/curl.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "../harness/fragile.h"
 #include "../harness/harness.h"
@@ -1030,6 +1035,70 @@ static void test_redirect_not_followed(void **state)
 	assert_resource_sound(c->res);
 }
 
+/*
+ * batond loads libcurl only when calls are allowed. With a libcurl.so.4 that is not a
+ * library first on LD_LIBRARY_PATH (so the dynamic loader finds it before the real
+ * one), a batond with --allow-call exits 1 at start and its log says that HTTP steps
+ * need libcurl; it never listens.
+ */
+static void test_allow_call_needs_libcurl(void **state)
+{
+	(void)state;
+	const char *bin = getenv("BATOND");
+	assert_non_null(bin);
+	char dir[] = "/tmp/baton-nocurl-XXXXXX", lib[64], db[64], log[64];
+	assert_non_null(mkdtemp(dir));
+	snprintf(lib, sizeof lib, "%s/libcurl.so.4", dir);
+	snprintf(db, sizeof db, "%s/baton.db", dir);
+	snprintf(log, sizeof log, "%s/batond.log", dir);
+	FILE *f = fopen(lib, "w");
+	assert_non_null(f);
+	fputs("not a shared library\n", f);
+	fclose(f);
+
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+		dup2(fd, 1);
+		dup2(fd, 2);
+		setenv("LD_LIBRARY_PATH", dir, 1);
+		execl(bin, bin, "--listen", "127.0.0.1:0", "--db", db, "--allow-call",
+		      "http://127.0.0.1:9/", (char *)NULL);
+		_exit(127);
+	}
+	int status = -1;
+	for (int i = 0; i < 3000 && waitpid(pid, &status, WNOHANG) == 0; i++) {
+		struct timespec ts = {0, 10 * 1000000L};
+		nanosleep(&ts, NULL);
+	}
+	if (waitpid(pid, &status, WNOHANG) == 0) { /* still running after 30 s */
+		kill(pid, SIGKILL);
+		waitpid(pid, &status, 0);
+		fail_msg("batond with --allow-call and no usable libcurl did not exit");
+	}
+	char text[8192] = "";
+	f = fopen(log, "r");
+	if (f) {
+		text[fread(text, 1, sizeof text - 1, f)] = 0;
+		fclose(f);
+	}
+	unlink(lib);
+	unlink(log);
+	char path[96];
+	static const char *const suffix[] = {"", "-wal", "-shm"};
+	for (int i = 0; i < 3; i++) {
+		snprintf(path, sizeof path, "%s%s", db, suffix[i]);
+		unlink(path);
+	}
+	rmdir(dir);
+	if (!WIFEXITED(status) || WEXITSTATUS(status) != 1)
+		fail_msg("batond ended with wait status %d, expected exit 1; log:\n%s", status,
+			 text);
+	if (!strstr(text, "need libcurl") || strstr(text, "listening on"))
+		fail_msg("batond's log does not say that HTTP steps need libcurl:\n%s", text);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1046,6 +1115,7 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_reserved_headers_refused, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_header_values_not_echoed, setup_debug, teardown),
 	    cmocka_unit_test_setup_teardown(test_redirect_not_followed, setup, teardown),
+	    cmocka_unit_test(test_allow_call_needs_libcurl),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
