@@ -139,10 +139,12 @@ static int parse_retry(const json_t *r, retry_policy *p, baton_error *err)
 	return BATON_OK;
 }
 
+/* Keys in sorted order, as the stored definition has them, so a step reads the same
+ * whether it comes from its row or from the definition (codec_pending_steps). */
 json_t *codec_params_defaults(const char *name)
 {
-	return json_pack("{s:s, s:I, s:I}", "name", name, "work_ms",
-			 (json_int_t)(100 + fnv1a(name) % 100), "fail_attempts", (json_int_t)0);
+	return json_pack("{s:I, s:s, s:I}", "fail_attempts", (json_int_t)0, "name", name, "work_ms",
+			 (json_int_t)(100 + fnv1a(name) % 100));
 }
 
 static int is_token_char(unsigned char c)
@@ -351,11 +353,16 @@ static int worker_call(const json_t *w, const char *where, const parse_ctx *ctx,
 	json_t *c = merge_call(ctx->default_call, own, at, ctx->allow_call, err);
 	if (!c)
 		return BATON_EINVAL;
-	json_object_del(p, "work_ms");
-	json_object_del(p, "fail_attempts");
-	json_object_set_new(p, "call", c);
-	*out = p;
-	return BATON_OK;
+	json_decref(p);
+	/* {"call", "name"}, the call's keys sorted too, as in the stored definition */
+	char *text = json_dumps(c, JSON_COMPACT | JSON_SORT_KEYS);
+	json_decref(c);
+	json_t *sorted = text ? json_loads(text, 0, NULL) : NULL;
+	free(text);
+	*out = sorted ? json_pack("{s:o, s:O}", "call", sorted, "name",
+				  json_is_object(w) ? json_object_get(w, "name") : w)
+		      : NULL;
+	return *out ? BATON_OK : err_set(err, BATON_EINTERNAL, "out of memory");
 }
 
 /* One entry of "workers": a name, or an object; returns a new normalized object. */
@@ -532,6 +539,31 @@ static int parse_request(const json_t *req, wf_row *wf, const char *const *allow
 	if (!wf->definition)
 		return err_set(err, BATON_EINTERNAL, "out of memory");
 	return BATON_OK;
+}
+
+int codec_pending_steps(wf_row *wf, const char *definition)
+{
+	json_t *def = json_loads(definition, 0, NULL);
+	const json_t *workers = json_object_get(def, "workers");
+	int rc = json_array_size(workers) == (size_t)wf->steps_total ? 0 : -1;
+	for (int i = 0; rc == 0 && i < wf->steps_total; i++) {
+		step_row *st = &wf->steps[i];
+		json_t *p = json_array_get(workers, (size_t)i);
+		const char *name = json_string_value(json_object_get(p, "name"));
+		if (st->worker)
+			continue;
+		if (!name) {
+			rc = -1;
+			break;
+		}
+		st->index = i;
+		st->worker = xstrdup(name);
+		st->params = json_incref(p);
+		st->status = ST_PENDING;
+		st->duration_ms = -1;
+	}
+	json_decref(def);
+	return rc;
 }
 
 char *codec_retry_text(const retry_policy *p)

@@ -98,14 +98,15 @@ static int write_batch(baton_engine *e, int64_t *last_seq, baton_error *err)
 	int rc = store_begin(e->st, err);
 	for (size_t i = 0; rc == BATON_OK && i < e->dirty_wfs.n; i++) {
 		wf_row *wf = e->dirty_wfs.v[i];
-		if (wf->is_new) {
+		/* A step of a running workflow changes only step rows: the workflow's row is
+		 * written when it is new, when it starts or ends, and on a cancel. */
+		if (wf->is_new)
 			rc = store_insert_workflow(e->st, wf, err);
-			continue;
-		}
-		rc = store_update_workflow(e->st, wf, err);
+		else if (wf->dirty)
+			rc = store_update_workflow(e->st, wf, err);
 		for (int k = wf->dirty_lo; rc == BATON_OK && k < wf->dirty_hi; k++)
 			if (wf->steps[k].dirty)
-				rc = store_update_step(e->st, wf, &wf->steps[k], err);
+				rc = store_put_step(e->st, wf, &wf->steps[k], err);
 	}
 	for (size_t i = 0; rc == BATON_OK && i < e->dirty_locks.n; i++) {
 		res_lock *l = e->dirty_locks.v[i];

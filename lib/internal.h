@@ -60,6 +60,7 @@ typedef struct step_row {
 	json_t *result;
 	int queue_position; /* reads only: 1 = next to be granted, 0 = not waiting */
 	unsigned dirty : 1;
+	unsigned stored : 1; /* the row exists in the database (a pending step has none) */
 } step_row;
 
 typedef struct wf_row {
@@ -81,6 +82,9 @@ typedef struct wf_row {
 	int dirty_lo, dirty_hi; /* steps [lo, hi) may be dirty */
 	int in_flight;		/* an attempt of steps[cur] is executing on a step thread */
 	int stored_status;	/* status as last committed, -1 before the first commit */
+	/* dirty: a column of the workflow's own row changed, other than steps_completed
+	 * (which the row stores only once the workflow ends; until then it is counted
+	 * from the step rows) */
 	unsigned dirty : 1, is_new : 1, done : 1, in_batch : 1, noted : 1;
 } wf_row;
 
@@ -94,20 +98,22 @@ typedef struct resource_row {
 
 void wf_row_free(wf_row *wf); /* frees the row, its steps and the struct itself */
 
-/* Marks step idx (and so its workflow) as changed since the last commit. */
+/* Marks step idx as changed since the last commit. */
 static inline void wf_mark_step(wf_row *wf, int idx)
 {
 	wf->steps[idx].dirty = 1;
-	wf->dirty = 1;
 	if (idx < wf->dirty_lo)
 		wf->dirty_lo = idx;
 	if (idx + 1 > wf->dirty_hi)
 		wf->dirty_hi = idx + 1;
 }
+/* After a commit: what was dirty is now stored. */
 static inline void wf_clear_dirty(wf_row *wf)
 {
-	for (int i = wf->dirty_lo; i < wf->dirty_hi; i++)
+	for (int i = wf->dirty_lo; i < wf->dirty_hi; i++) {
+		wf->steps[i].stored |= wf->steps[i].dirty;
 		wf->steps[i].dirty = 0;
+	}
 	wf->dirty_lo = wf->steps_total;
 	wf->dirty_hi = 0;
 	wf->dirty = 0;
@@ -289,6 +295,9 @@ json_t *codec_workflow(const wf_row *wf);	  /* new reference */
 json_t *codec_workflow_summary(const wf_row *wf); /* new reference */
 json_t *codec_step(const step_row *st);		  /* new reference */
 json_t *codec_params_defaults(const char *name);  /* worker object with defaults */
+/* Fills the steps of wf that have no worker yet as pending steps of the stored
+ * definition (normalized request text); -1 when it does not describe wf's steps. */
+int codec_pending_steps(wf_row *wf, const char *definition);
 /* A retry policy as stored (compact JSON, malloc'd) and read back. */
 char *codec_retry_text(const retry_policy *p);
 int codec_parse_retry(const char *text, retry_policy *p);
@@ -308,7 +317,8 @@ int store_commit(store *s, baton_error *err);
 void store_rollback(store *s);
 int store_insert_workflow(store *s, const wf_row *wf, baton_error *err);
 int store_update_workflow(store *s, const wf_row *wf, baton_error *err);
-int store_update_step(store *s, const wf_row *wf, const step_row *st, baton_error *err);
+/* Inserts the step's row (its first write: a pending step has none) or updates it. */
+int store_put_step(store *s, const wf_row *wf, const step_row *st, baton_error *err);
 /* The events of one workflow in one commit, seq..last_seq, as a JSON array of
  * {"seq", "ts", "type", ...}; lock: one of them belongs to the resource's history. */
 int store_insert_events(store *s, int64_t seq, int64_t last_seq, const wf_row *wf, int lock,

@@ -183,7 +183,6 @@ transition machine_outcome(wf_row *wf, const step_output *out, const workflow_de
 	st->finished_at = now;
 	st->duration_ms = out->duration_ms;
 	wf_mark_step(wf, st->index);
-	wf->dirty = 1;
 	if (!out->result) {
 		step_failed(wf, st, out, def, now, ev, &t);
 		return t;

@@ -10,9 +10,10 @@
  * loss). Every statement is prepared once per connection and finalized on close.
  * A PostgreSQL store would implement the same functions (internal.h) and nothing else.
  *
- * Schema (user_version 2): workflows, steps (one row per worker), events (append-only
- * history, global sequence), resources (fencing-token high-water mark, holder and
- * totals). A database of version 1 is migrated when opened.
+ * Schema (user_version 3): workflows, steps (a row per worker, written when the step is
+ * first reached: until then the definition describes it), events (append-only history,
+ * global sequence), resources (fencing-token high-water mark, holder and totals).
+ * Databases of versions 1 and 2 are migrated when opened.
  *
  * Events. One row holds a run of consecutive events of one workflow (a step's end, its
  * release, the next request and grant: four events, one row), as a JSON array; their
@@ -32,7 +33,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define SCHEMA_VERSION 2
+#define SCHEMA_VERSION 3
 
 /* lock: 1 when one of the row's events is in a resource's history (see LOCK_TYPES). */
 #define EVENTS_SQL                                                                                 \
@@ -73,7 +74,7 @@ static const char schema_sql[] =
     "  total_hold_ms INTEGER NOT NULL, max_hold_ms INTEGER NOT NULL,"
     "  total_wait_ms INTEGER NOT NULL, max_wait_ms INTEGER NOT NULL,"
     "  holder_seq INTEGER, holder_idx INTEGER) WITHOUT ROWID;"
-    "PRAGMA user_version = 2;";
+    "PRAGMA user_version = 3;";
 
 /* Version 1 to 2: an event row per event becomes a row of one event; the running-steps
  * index is replaced by the holder in the resource row. */
@@ -92,6 +93,11 @@ static const char migrate_v1_sql[] =
     "  WHERE steps.resource = resources.name AND status = 'running');"
     "DROP INDEX steps_running;"
     "PRAGMA user_version = 2;";
+
+/* Version 2 to 3: a step's row is written when the step is first reached, so pending
+ * steps may have none (readers take them from the definition). Rows of schema 2 stay
+ * valid as they are; only the version changes, so that an older batond refuses the file. */
+static const char migrate_v2_sql[] = "PRAGMA user_version = 3;";
 
 static const char *const writer_sql[W_NSTMT] = {
     [W_BEGIN] = "BEGIN IMMEDIATE",
@@ -234,8 +240,10 @@ static int setup_writer(store *s, const char *path, baton_error *err)
 	if ((rc = user_version(s->db, &v, err)) == BATON_OK) {
 		if (v == 0)
 			rc = sql_exec(s->db, schema_sql, err);
-		else if (v == 1)
-			rc = sql_exec(s->db, migrate_v1_sql, err);
+		else if (v == 1 && (rc = sql_exec(s->db, migrate_v1_sql, err)) == BATON_OK)
+			rc = sql_exec(s->db, migrate_v2_sql, err);
+		else if (v == 2)
+			rc = sql_exec(s->db, migrate_v2_sql, err);
 		else if (v != SCHEMA_VERSION)
 			rc = err_set(err, BATON_ECORRUPT,
 				     "%s: schema version %d is not one this batond knows (%d)",
@@ -481,17 +489,6 @@ int store_insert_workflow(store *s, const wf_row *wf, baton_error *err)
 		sql_bind_text(st, 2, wf->definition);
 		rc = exec_stmt(s->db, st, err, "inserting a definition");
 	}
-	st = s->stmt[W_INS_STEP];
-	for (int i = 0; rc == BATON_OK && i < wf->steps_total; i++) {
-		const step_row *r = &wf->steps[i];
-		sqlite3_bind_int64(st, 1, wf->seq);
-		sql_bind_text(st, 2, wf->resource);
-		sqlite3_bind_int(st, 3, r->index);
-		sql_bind_text(st, 4, r->worker);
-		bind_json(st, 5, r->params);
-		bind_step_state(st, 6, r);
-		rc = exec_stmt(s->db, st, err, "inserting a step");
-	}
 	return rc;
 }
 
@@ -511,13 +508,24 @@ int store_update_workflow(store *s, const wf_row *wf, baton_error *err)
 	return exec_stmt(s->db, st, err, "updating a workflow");
 }
 
-int store_update_step(store *s, const wf_row *wf, const step_row *r, baton_error *err)
+int store_put_step(store *s, const wf_row *wf, const step_row *r, baton_error *err)
 {
-	sqlite3_stmt *st = s->stmt[W_UPD_STEP];
+	sqlite3_stmt *st;
+	if (r->stored) {
+		st = s->stmt[W_UPD_STEP];
+		sqlite3_bind_int64(st, 1, wf->seq);
+		sqlite3_bind_int(st, 2, r->index);
+		bind_step_state(st, 4, r);
+		return exec_stmt(s->db, st, err, "updating a step");
+	}
+	st = s->stmt[W_INS_STEP];
 	sqlite3_bind_int64(st, 1, wf->seq);
-	sqlite3_bind_int(st, 2, r->index);
-	bind_step_state(st, 4, r);
-	return exec_stmt(s->db, st, err, "updating a step");
+	sql_bind_text(st, 2, wf->resource);
+	sqlite3_bind_int(st, 3, r->index);
+	sql_bind_text(st, 4, r->worker);
+	bind_json(st, 5, r->params);
+	bind_step_state(st, 6, r);
+	return exec_stmt(s->db, st, err, "inserting a step");
 }
 
 int store_insert_events(store *s, int64_t seq, int64_t last_seq, const wf_row *wf, int lock,
@@ -627,7 +635,7 @@ int store_load_unfinished(store *s, void (*fn)(void *ctx, wf_row *wf), void *ctx
 {
 	sqlite3_stmt *q, *steps;
 	int rc = sqlite3_prepare_v2(s->db,
-				    "SELECT " WF_COLS " FROM workflows"
+				    "SELECT " WF_READ_COLS " FROM workflows"
 				    " WHERE status IN ('pending', 'running') ORDER BY seq",
 				    -1, &q, NULL);
 	if (rc != SQLITE_OK)
@@ -638,14 +646,10 @@ int store_load_unfinished(store *s, void (*fn)(void *ctx, wf_row *wf), void *ctx
 		return sql_fail(s->db, rc, err, "loading steps");
 	}
 	while ((rc = sqlite3_step(q)) == SQLITE_ROW) {
-		int total = sqlite3_column_int(q, 9);
 		wf_row *wf = sql_read_wf(q);
-		wf->steps = xcalloc((size_t)total, sizeof *wf->steps);
 		wf->definition = load_definition(s, wf->seq);
-		if ((rc = sql_read_steps(steps, wf, total)) != SQLITE_DONE ||
-		    wf->steps_total != total) {
+		if ((rc = sql_read_steps(steps, NULL, wf->definition, wf)) != SQLITE_DONE) {
 			wf_row_free(wf);
-			rc = rc == SQLITE_DONE ? SQLITE_CORRUPT : rc;
 			break;
 		}
 		fn(ctx, wf);

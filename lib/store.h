@@ -14,6 +14,13 @@
 #define WF_COLS                                                                                    \
 	"seq, id, resource, on_failure, status, cancel_requested, created_at, started_at,"         \
 	" finished_at, steps_total, steps_completed, result, error, retry"
+/* WF_COLS as read: a workflow that has not ended counts its completed steps from their
+ * rows, since its own row is not rewritten at every step (commit.c). */
+#define WF_READ_COLS                                                                               \
+	"seq, id, resource, on_failure, status, cancel_requested, created_at, started_at,"         \
+	" finished_at, steps_total, CASE WHEN status IN ('pending', 'running') THEN"               \
+	" (SELECT count(*) FROM steps s WHERE s.workflow_seq = workflows.seq"                      \
+	" AND s.status = 'completed') ELSE steps_completed END, result, error, retry"
 #define STEP_COLS                                                                                  \
 	"idx, worker, params, status, attempts, lock_seq, requested_at, fencing_token,"            \
 	" started_at, finished_at, duration_ms, next_attempt_at, error, result"
@@ -39,6 +46,7 @@ enum {
 enum {
 	R_WF_BY_ID,
 	R_STEPS,
+	R_DEF,
 	R_QUEUE_POS,
 	R_EVENTS,
 	R_RESOURCES,
@@ -99,8 +107,12 @@ int sql_exec(sqlite3 *db, const char *sql, baton_error *err);
 /* store_read.c: decoding rows */
 char *sql_column_strdup(sqlite3_stmt *st, int i);
 json_t *sql_column_json(sqlite3_stmt *st, int i);
-wf_row *sql_read_wf(sqlite3_stmt *st); /* a row of WF_COLS */
-/* Reads the steps of wf (STEP_COLS, ordered by idx); returns a SQLite code. */
-int sql_read_steps(sqlite3_stmt *st, wf_row *wf, int capacity);
+wf_row *sql_read_wf(sqlite3_stmt *st); /* a row of WF_READ_COLS, with room for its steps */
+/*
+ * Reads the step rows of wf (STEP_COLS) into their places and fills the steps that have
+ * no row yet (pending ones) from the workflow's definition, which *def_text holds or
+ * def_stmt (bound to the workflow's seq here) reads; returns a SQLite code.
+ */
+int sql_read_steps(sqlite3_stmt *st, sqlite3_stmt *def_stmt, const char *def_text, wf_row *wf);
 
 #endif

@@ -11,8 +11,9 @@
 #include <string.h>
 
 const char *const reader_sql[R_NSTMT] = {
-    [R_WF_BY_ID] = "SELECT " WF_COLS " FROM workflows WHERE id=?",
+    [R_WF_BY_ID] = "SELECT " WF_READ_COLS " FROM workflows WHERE id=?",
     [R_STEPS] = "SELECT " STEP_COLS " FROM steps WHERE workflow_seq=? ORDER BY idx",
+    [R_DEF] = "SELECT definition FROM definitions WHERE workflow_seq=?",
     [R_QUEUE_POS] = "SELECT count(*) FROM steps WHERE resource=? AND status='waiting'"
 		    " AND lock_seq<=?",
     /* From the row holding `after` (or the last before it) on; the caller expands. */
@@ -51,7 +52,7 @@ json_t *sql_column_json(sqlite3_stmt *st, int i)
 	return t ? json_loads((const char *)t, JSON_DECODE_ANY, NULL) : NULL;
 }
 
-/* Fills a workflow row from a row of WF_COLS. */
+/* Fills a workflow row from a row of WF_READ_COLS; its steps are allocated, not read. */
 wf_row *sql_read_wf(sqlite3_stmt *st)
 {
 	wf_row *wf = xcalloc(1, sizeof *wf);
@@ -67,22 +68,28 @@ wf_row *sql_read_wf(sqlite3_stmt *st)
 	wf->created_at = sqlite3_column_int64(st, 6);
 	wf->started_at = sqlite3_column_int64(st, 7);
 	wf->finished_at = sqlite3_column_int64(st, 8);
-	wf->steps_total = 0; /* counts the step rows read */
+	wf->steps_total = sqlite3_column_int(st, 9);
 	wf->steps_completed = sqlite3_column_int(st, 10);
 	wf->result = sql_column_json(st, 11);
 	wf->error = sql_column_strdup(st, 12);
 	codec_parse_retry((const char *)sqlite3_column_text(st, 13), &wf->retry);
+	wf->steps = xcalloc(wf->steps_total > 0 ? (size_t)wf->steps_total : 1, sizeof *wf->steps);
 	return wf;
 }
 
-/* Reads the steps of wf (STEP_COLS, ordered by idx); returns a SQLite code. */
-int sql_read_steps(sqlite3_stmt *st, wf_row *wf, int capacity)
+static int read_step_rows(sqlite3_stmt *st, wf_row *wf, int *rows)
 {
 	sqlite3_bind_int64(st, 1, wf->seq);
 	int rc;
-	while ((rc = sqlite3_step(st)) == SQLITE_ROW && wf->steps_total < capacity) {
-		step_row *r = &wf->steps[wf->steps_total++];
-		r->index = sqlite3_column_int(st, 0);
+	*rows = 0;
+	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+		int idx = sqlite3_column_int(st, 0);
+		if (idx < 0 || idx >= wf->steps_total || wf->steps[idx].worker) {
+			rc = SQLITE_CORRUPT;
+			break;
+		}
+		step_row *r = &wf->steps[idx];
+		r->index = idx;
 		r->worker = sql_column_strdup(st, 1);
 		r->params = sql_column_json(st, 2);
 		r->status = step_status_parse((const char *)sqlite3_column_text(st, 3));
@@ -97,9 +104,29 @@ int sql_read_steps(sqlite3_stmt *st, wf_row *wf, int capacity)
 		r->next_attempt_at = sqlite3_column_int64(st, 11);
 		r->error = sql_column_strdup(st, 12);
 		r->result = sql_column_json(st, 13);
+		r->stored = 1;
+		if (!r->worker)
+			rc = SQLITE_CORRUPT;
+		(*rows)++;
 	}
 	sqlite3_reset(st);
-	return rc == SQLITE_ROW ? SQLITE_DONE : rc;
+	return rc == SQLITE_ROW || rc == SQLITE_DONE ? SQLITE_DONE : rc;
+}
+
+int sql_read_steps(sqlite3_stmt *st, sqlite3_stmt *def_stmt, const char *def_text, wf_row *wf)
+{
+	int rows, rc = read_step_rows(st, wf, &rows);
+	if (rc != SQLITE_DONE || rows == wf->steps_total)
+		return rc;
+	if (!def_text) {
+		sqlite3_bind_int64(def_stmt, 1, wf->seq);
+		rc = sqlite3_step(def_stmt);
+		def_text = rc == SQLITE_ROW ? (const char *)sqlite3_column_text(def_stmt, 0) : NULL;
+	}
+	rc = def_text && codec_pending_steps(wf, def_text) == 0 ? SQLITE_DONE : SQLITE_CORRUPT;
+	if (def_stmt)
+		sqlite3_reset(def_stmt);
+	return rc;
 }
 
 /* ---- reader side: any thread ---- */
@@ -141,8 +168,8 @@ static void rdone(sqlite3_stmt *st)
 /* Loads one workflow by id with its steps. A read transaction keeps the rows consistent. */
 static int load_workflow(reader *r, const char *id, wf_row **out, baton_error *err)
 {
-	sqlite3_stmt *q = rstmt(r, R_WF_BY_ID), *steps = rstmt(r, R_STEPS);
-	if (!q || !steps)
+	sqlite3_stmt *q = rstmt(r, R_WF_BY_ID), *steps = rstmt(r, R_STEPS), *def = rstmt(r, R_DEF);
+	if (!q || !steps || !def)
 		return sql_fail(r->db, sqlite3_errcode(r->db), err, "preparing a query");
 	sql_bind_text(q, 1, id);
 	int rc = sqlite3_step(q);
@@ -152,11 +179,9 @@ static int load_workflow(reader *r, const char *id, wf_row **out, baton_error *e
 			return err_set(err, BATON_ENOTFOUND, "no workflow with id \"%s\"", id);
 		return sql_fail(r->db, rc, err, "reading a workflow");
 	}
-	int total = sqlite3_column_int(q, 9);
 	wf_row *wf = sql_read_wf(q);
-	wf->steps = xcalloc((size_t)total, sizeof *wf->steps);
 	rdone(q);
-	rc = sql_read_steps(steps, wf, total);
+	rc = sql_read_steps(steps, def, NULL, wf);
 	rdone(steps);
 	if (rc != SQLITE_DONE) {
 		wf_row_free(wf);
@@ -322,7 +347,7 @@ int store_list_workflows(store *s, const baton_list_query *q, json_t **out, bato
 	sqlite3_stmt *st;
 	int rc =
 	    sqlite3_prepare_v2(r->db,
-			       "SELECT " WF_COLS " FROM workflows WHERE seq < ?1"
+			       "SELECT " WF_READ_COLS " FROM workflows WHERE seq < ?1"
 			       " AND (?2 IS NULL OR status = ?2) AND (?3 IS NULL OR resource = ?3)"
 			       " ORDER BY seq DESC LIMIT ?4",
 			       -1, &st, NULL);
@@ -340,7 +365,6 @@ int store_list_workflows(store *s, const baton_list_query *q, json_t **out, bato
 	int n = 0;
 	while ((rc = sqlite3_step(st)) == SQLITE_ROW && n < limit) {
 		wf_row *wf = sql_read_wf(st);
-		wf->steps_total = sqlite3_column_int(st, 9);
 		json_array_append_new(list, codec_workflow_summary(wf));
 		last = wf->seq;
 		wf_row_free(wf);

@@ -360,6 +360,76 @@ static void test_cancel_and_unknown_ids(void **state)
 	assert_int_equal(baton_engine_resource(f->e, "never", &out, &err), BATON_ENOTFOUND);
 }
 
+static int64_t count_rows(fixture *f, const char *sql)
+{
+	sqlite3 *db;
+	sqlite3_stmt *st;
+	int64_t n = -1;
+	assert_int_equal(sqlite3_open_v2(f->db, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+	assert_int_equal(sqlite3_prepare_v2(db, sql, -1, &st, NULL), SQLITE_OK);
+	if (sqlite3_step(st) == SQLITE_ROW)
+		n = sqlite3_column_int64(st, 0);
+	sqlite3_finalize(st);
+	sqlite3_close(db);
+	return n;
+}
+
+/*
+ * A step's row is written when the step is first reached, and a running workflow's row
+ * is not rewritten at every step; what the API says is the same: pending steps with
+ * their parameters (from the stored definition, also after a restart), and completed
+ * steps counted from their rows.
+ */
+static void test_pending_steps_have_no_row_until_reached(void **state)
+{
+	fixture *f = *state;
+	int created;
+	json_decref(submit(f->e,
+			   "{\"id\":\"lazy\",\"resource\":\"gw\",\"workers\":["
+			   "{\"name\":\"a\",\"work_ms\":0},{\"name\":\"b\",\"work_ms\":600000},"
+			   "{\"name\":\"c\",\"work_ms\":7,\"fail_attempts\":1},\"d\"]}",
+			   &created, BATON_OK));
+	json_t *wf = NULL;
+	baton_error err = {0};
+	for (int i = 0; i < 3000; i++) { /* until "b" runs */
+		json_decref(wf);
+		assert_int_equal(baton_engine_get(f->e, "lazy", &wf, &err), BATON_OK);
+		if (strcmp(json_string_value(json_object_get(step(wf, 1), "status")), "running") ==
+		    0)
+			break;
+		usleep(10000);
+	}
+	assert_string_equal(json_string_value(json_object_get(step(wf, 1), "status")), "running");
+	assert_int_equal(json_integer_value(json_object_get(wf, "steps_completed")), 1);
+	json_decref(wf);
+	assert_int_equal(count_rows(f, "SELECT count(*) FROM steps"), 2);
+	assert_int_equal(count_rows(f, "SELECT steps_completed FROM workflows"), 0);
+
+	/* Queued behind it: one row (the waiting step); cancelled: a row for every step. */
+	json_decref(
+	    submit(f->e, "{\"id\":\"queued\",\"resource\":\"gw\",\"workers\":[\"x\",\"y\",\"z\"]}",
+		   &created, BATON_OK));
+	assert_int_equal(count_rows(f, "SELECT count(*) FROM steps"), 3);
+	assert_int_equal(baton_engine_cancel(f->e, "queued", &wf, &err), BATON_OK);
+	assert_string_equal(json_string_value(json_object_get(step(wf, 2), "status")), "cancelled");
+	json_decref(wf);
+	assert_int_equal(count_rows(f, "SELECT count(*) FROM steps"), 5);
+
+	baton_engine_close(f->e, 0); /* "b" is cut off: it runs again after the reopen */
+	f->e = open_engine(f);
+	assert_int_equal(baton_engine_get(f->e, "lazy", &wf, &err), BATON_OK);
+	assert_int_equal(json_integer_value(json_object_get(wf, "steps_completed")), 1);
+	json_t *c = step(wf, 2), *d = step(wf, 3);
+	assert_string_equal(json_string_value(json_object_get(c, "status")), "pending");
+	assert_string_equal(json_string_value(json_object_get(c, "worker")), "c");
+	assert_int_equal(json_integer_value(json_object_get(c, "work_ms")), 7);
+	assert_int_equal(json_integer_value(json_object_get(c, "fail_attempts")), 1);
+	assert_string_equal(json_string_value(json_object_get(d, "worker")), "d");
+	assert_int_equal(json_integer_value(json_object_get(d, "attempts")), 0);
+	assert_true(json_is_null(json_object_get(d, "started_at")));
+	json_decref(wf);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -373,6 +443,8 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_retry_wait_survives_reopen, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_cancel_and_unknown_ids, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_schema_1_database_is_migrated, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_pending_steps_have_no_row_until_reached, setup,
+					    teardown),
 	};
 	return cmocka_run_group_tests_name("engine", tests, NULL, NULL);
 }
