@@ -233,6 +233,15 @@ static int user_version(sqlite3 *db, int *v, baton_error *err)
 static int setup_writer(store *s, const char *path, baton_error *err)
 {
 	int rc, v = 0;
+	/* The first statement takes the process's exclusive lock (vfs.c): if another process
+	 * holds the file, say so at once instead of waiting for it. */
+	sqlite3_busy_timeout(s->db, 0);
+	rc = sqlite3_exec(s->db, "PRAGMA user_version", NULL, NULL, NULL);
+	sqlite3_busy_timeout(s->db, 5000);
+	if ((rc & 0xff) == SQLITE_BUSY)
+		return err_set(err, BATON_EBUSY,
+			       "%s is in use by another process (is another batond running on it?)",
+			       path);
 	/* FULL: durable at every commit, and vfs.c's gathering of WAL writes relies on it. */
 	if ((rc = sql_exec(s->db, "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL;", err)) ||
 	    (rc = sql_exec(s->db, "BEGIN IMMEDIATE", err)))

@@ -14,6 +14,13 @@
  * This relies on a sync at every commit, that is synchronous=FULL, which store.c sets:
  * with NORMAL, SQLite would publish frames this layer still holds.
  *
+ * One process. The layer sits on SQLite's "unix-excl" VFS: the first lock on the database
+ * takes an exclusive POSIX lock for the whole process, held until the file is closed.
+ * Connections of this process share the file as usual (its WAL index lives in heap
+ * memory instead of the -shm file), but take their locks without a system call: a
+ * transaction used to cost six fcntl calls. And another process, a second batond on
+ * the same file above all, cannot open it while batond runs (store.c says so).
+ *
  * Faults for tests. Opened with a control file (engine config fault_file; batond: the
  * environment variable BATON_TEST_FAULT_FILE), then while that file exists every xWrite,
  * xTruncate and xSync fails: with SQLITE_FULL when the file's first word is "full", else
@@ -287,7 +294,7 @@ static pthread_once_t once = PTHREAD_ONCE_INIT;
 
 static void init_vfs(void)
 {
-	real_vfs = sqlite3_vfs_find(NULL);
+	real_vfs = sqlite3_vfs_find("unix-excl");
 	plain_vfs = (sqlite3_vfs){
 	    .iVersion = 2,
 	    .szOsFile = (int)sizeof(baton_file) + real_vfs->szOsFile,

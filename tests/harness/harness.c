@@ -1024,11 +1024,20 @@ json_t *hs_wait_step(const hs_server *s, const char *id, size_t step, const char
 
 /* ---- the database file ----------------------------------------------------------- */
 
-long long hs_db_count(const hs_server *s, const char *sql)
+long long hs_db_count(hs_server *s, const char *sql)
 {
 	sqlite3 *db = NULL;
 	sqlite3_stmt *st = NULL;
 	long long value = -1;
+	bool was_running = hs_running(s);
+	if (was_running) {
+		int status = hs_stop(s);
+		if (status != 0) {
+			fprintf(stderr, "harness: batond exited with %d when stopped to read %s\n",
+				status, s->db);
+			return -1;
+		}
+	}
 	int rc = sqlite3_open_v2(s->db, &db, SQLITE_OPEN_READONLY, NULL);
 	if (rc == SQLITE_OK) {
 		sqlite3_busy_timeout(db, 5000);
@@ -1046,6 +1055,10 @@ long long hs_db_count(const hs_server *s, const char *sql)
 			db ? sqlite3_errmsg(db) : "cannot open");
 	sqlite3_finalize(st);
 	sqlite3_close(db);
+	if (was_running && hs_start(s) != 0) {
+		fprintf(stderr, "harness: batond did not start again after reading %s\n", s->db);
+		return -1;
+	}
 	return value;
 }
 

@@ -203,10 +203,12 @@ json_t *hs_wait_step(const hs_server *s, const char *id, size_t step, const char
 
 /*
  * Runs a one-integer query (such as "SELECT count(*) FROM workflows") on a read-only
- * connection to the server's database. Returns the value, or -1 after printing the
- * SQLite error.
+ * connection to the server's database. batond holds its database exclusively while it
+ * runs, so a running server is stopped (SIGTERM, exit 0 expected) for the query and
+ * started again on the same database (on a new port). Returns the value, or -1 after
+ * printing what went wrong.
  */
-long long hs_db_count(const hs_server *s, const char *sql);
+long long hs_db_count(hs_server *s, const char *sql);
 
 /* ---- baton specifics ------------------------------------------------------------ */
 

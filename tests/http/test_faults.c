@@ -84,8 +84,10 @@ static void assert_none_failed(const hs_server *s, const char *id)
 	json_decref(wf);
 }
 
-static void integrity_ok(const hs_server *s)
+/* Stops batond (it holds its database while it runs) and checks the file. */
+static void integrity_ok(hs_server *s)
 {
+	assert_int_equal(hs_stop(s), 0);
 	sqlite3 *db;
 	assert_int_equal(sqlite3_open_v2(hs_db_path(s), &db, SQLITE_OPEN_READONLY, NULL),
 			 SQLITE_OK);
@@ -115,7 +117,9 @@ static void fault_round(hs_faulty *f, const char *kind, const char *prefix)
 	snprintf(body, sizeof body, FMT, b, "disk-2");
 	assert_int_equal(post(s, body), 201);
 	json_decref(hs_wait_step(s, a, 0, "running", WAIT_MS));
-	long long before = hs_db_count(s, "SELECT count(*) FROM workflows");
+	json_t *list = hs_get_json(s, "/workflows?limit=1000", 200);
+	long long before = (long long)json_array_size(json_object_get(list, "workflows"));
+	json_decref(list);
 
 	set_fault(f, kind);
 	/* The running steps end during the fault: their checkpoints cannot be written. */

@@ -3,9 +3,9 @@
  * Prometheus exposition (checked by a strict parser of the text format 0.0.4, prom.h,
  * and its values as workflows run), the health checks, /readyz while the disk fails,
  * SIGTERM with and without a shutdown timeout, a second SIGTERM that exits at once,
- * bearer-token access control (flag, environment, file; an event stream, sse.h, among
- * the protected routes) and JSON logs.
- * The event streams themselves are tested in test_streams.c.
+ * a second batond refused on the same database, bearer-token access control (flag, environment,
+ * file; an event stream, sse.h, among the protected routes) and JSON logs. The event streams
+ * themselves are tested in test_streams.c.
  *
  * Each test starts its own batond on a fresh temporary database (harness.h). The one
  * helper thread (hs_stop during a drain) only records results, which the test thread
@@ -29,6 +29,8 @@
 #include <unistd.h>
 
 #include <curl/curl.h>
+#include <sqlite3.h>
+#include <sys/wait.h>
 
 #include "../harness/faulty.h"
 #include "../harness/harness.h"
@@ -784,6 +786,72 @@ static void test_log_format_json(void **state)
 		fail_msg("only %zu log lines carry workflow_id \"logged\"", of_workflow);
 }
 
+/*
+ * batond holds its database exclusively: a second batond on the same file exits at once
+ * (status 1) and says why, another process cannot read the file either, and the first
+ * batond goes on serving as before.
+ */
+static void test_second_batond_on_the_same_database_exits(void **state)
+{
+	hs_server *s = *state;
+	hs_response r;
+	hs_post(s, "/workflows", "{\"id\":\"first\",\"resource\":\"r\",\"workers\":[\"a\"]}", &r);
+	assert_int_equal(r.status, 201);
+	hs_response_fini(&r);
+	json_decref(hs_wait_workflow(s, "first", "completed", WAIT_MS));
+
+	const char *bin = getenv("BATOND");
+	assert_non_null(bin);
+	char log[] = "/tmp/baton-second-XXXXXX";
+	int fd = mkstemp(log);
+	assert_true(fd >= 0);
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		dup2(fd, 1);
+		dup2(fd, 2);
+		execl(bin, bin, "--listen", "127.0.0.1:0", "--db", hs_db_path(s), (char *)NULL);
+		_exit(127);
+	}
+	close(fd);
+	int status = -1;
+	for (int i = 0; i < 3000 && waitpid(pid, &status, WNOHANG) == 0; i++) {
+		struct timespec ts = {0, 10 * 1000000L};
+		nanosleep(&ts, NULL);
+	}
+	if (waitpid(pid, &status, WNOHANG) == 0) { /* still running after 30 s */
+		kill(pid, SIGKILL);
+		waitpid(pid, &status, 0);
+		fail_msg("a second batond on the same database did not exit");
+	}
+	char text[8192] = "";
+	FILE *f = fopen(log, "r");
+	if (f) {
+		text[fread(text, 1, sizeof text - 1, f)] = 0;
+		fclose(f);
+	}
+	unlink(log);
+	assert_true(WIFEXITED(status));
+	assert_int_equal(WEXITSTATUS(status), 1);
+	if (!strstr(text, "in use by another process"))
+		fail_msg("the second batond did not say why it stopped: %s", text);
+
+	sqlite3 *db = NULL;
+	assert_int_equal(sqlite3_open_v2(hs_db_path(s), &db, SQLITE_OPEN_READONLY, NULL),
+			 SQLITE_OK);
+	int rc = sqlite3_exec(db, "SELECT count(*) FROM workflows", NULL, NULL, NULL);
+	sqlite3_close(db);
+	assert_int_equal(rc & 0xff, SQLITE_BUSY);
+
+	json_t *wf = hs_get_workflow(s, "first");
+	assert_string_equal(hs_str(wf, "status"), "completed");
+	json_decref(wf);
+	hs_post(s, "/workflows", "{\"id\":\"after\",\"resource\":\"r\",\"workers\":[\"a\"]}", &r);
+	assert_int_equal(r.status, 201);
+	hs_response_fini(&r);
+	json_decref(hs_wait_workflow(s, "after", "completed", WAIT_MS));
+}
+
 int main(void)
 {
 	hs_filters_from_env();
@@ -797,6 +865,8 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_sigterm_timeout_cuts_running_step, setup_timeout0,
 					    teardown),
 	    cmocka_unit_test_setup_teardown(test_second_signal_exits_at_once, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_second_batond_on_the_same_database_exits, setup,
+					    teardown),
 	    cmocka_unit_test_setup_teardown(test_auth_token_flag, setup_token, teardown),
 	    cmocka_unit_test_setup_teardown(test_auth_token_env, setup_env_token, teardown),
 	    cmocka_unit_test_setup_teardown(test_auth_flag_overrides_env, setup_env_and_flag_token,
