@@ -353,16 +353,19 @@ static int worker_call(const json_t *w, const char *where, const parse_ctx *ctx,
 	json_t *c = merge_call(ctx->default_call, own, at, ctx->allow_call, err);
 	if (!c)
 		return BATON_EINVAL;
-	json_decref(p);
-	/* {"call", "name"}, the call's keys sorted too, as in the stored definition */
+	/* {"call", "name"}, the call's keys sorted too, as in the stored definition; p (the
+	 * caller's on failure) gives way to it */
 	char *text = json_dumps(c, JSON_COMPACT | JSON_SORT_KEYS);
 	json_decref(c);
 	json_t *sorted = text ? json_loads(text, 0, NULL) : NULL;
 	free(text);
 	*out = sorted ? json_pack("{s:o, s:O}", "call", sorted, "name",
-				  json_is_object(w) ? json_object_get(w, "name") : w)
+				  json_object_get(p, "name"))
 		      : NULL;
-	return *out ? BATON_OK : err_set(err, BATON_EINTERNAL, "out of memory");
+	if (!*out)
+		return err_set(err, BATON_EINTERNAL, "out of memory");
+	json_decref(p);
+	return BATON_OK;
 }
 
 /* One entry of "workers": a name, or an object; returns a new normalized object. */
@@ -564,6 +567,106 @@ int codec_pending_steps(wf_row *wf, const char *definition)
 	}
 	json_decref(def);
 	return rc;
+}
+
+void textbuf_reserve(textbuf *b, size_t n)
+{
+	if (b->len + n <= b->cap)
+		return;
+	size_t cap = b->cap ? b->cap : 4096;
+	while (cap < b->len + n)
+		cap *= 2;
+	char *p = realloc(b->v, cap);
+	if (!p)
+		abort();
+	b->v = p;
+	b->cap = cap;
+}
+
+void textbuf_put(textbuf *b, const char *p, size_t n)
+{
+	textbuf_reserve(b, n);
+	memcpy(b->v + b->len, p, n);
+	b->len += n;
+}
+
+/* s as a JSON string, escaped as jansson escapes it (UTF-8 passes through as is). */
+static void text_string(textbuf *b, const char *s, size_t n)
+{
+	static const char hex[] = "0123456789ABCDEF";
+	textbuf_reserve(b, 2 + 6 * n);
+	char *o = b->v + b->len;
+	*o++ = '"';
+	for (size_t i = 0; i < n; i++) {
+		unsigned char c = (unsigned char)s[i];
+		const char *esc = c == '"'    ? "\\\""
+				  : c == '\\' ? "\\\\"
+				  : c == '\b' ? "\\b"
+				  : c == '\f' ? "\\f"
+				  : c == '\n' ? "\\n"
+				  : c == '\r' ? "\\r"
+				  : c == '\t' ? "\\t"
+					      : NULL;
+		if (esc) {
+			*o++ = esc[0];
+			*o++ = esc[1];
+		} else if (c >= 0x20) {
+			*o++ = (char)c;
+		} else {
+			memcpy(o, "\\u00", 4);
+			o[4] = hex[c >> 4];
+			o[5] = hex[c & 15];
+			o += 6;
+		}
+	}
+	*o++ = '"';
+	b->len = (size_t)(o - b->v);
+}
+
+static void text_value(textbuf *b, const json_t *v)
+{
+	char num[32];
+	switch (json_typeof(v)) {
+	case JSON_STRING:
+		text_string(b, json_string_value(v), json_string_length(v));
+		return;
+	case JSON_INTEGER:
+		textbuf_put(b, num,
+			    (size_t)snprintf(num, sizeof num, "%" JSON_INTEGER_FORMAT,
+					     json_integer_value(v)));
+		return;
+	case JSON_NULL:
+		textbuf_put(b, "null", 4);
+		return;
+	case JSON_TRUE:
+		textbuf_put(b, "true", 4);
+		return;
+	case JSON_FALSE:
+		textbuf_put(b, "false", 5);
+		return;
+	default: /* objects, arrays, reals: jansson */
+		break;
+	}
+	size_t room = b->cap - b->len;
+	size_t need = json_dumpb(v, b->v + b->len, room, JSON_COMPACT | JSON_ENCODE_ANY);
+	if (need > room) {
+		textbuf_reserve(b, need);
+		need = json_dumpb(v, b->v + b->len, need, JSON_COMPACT | JSON_ENCODE_ANY);
+	}
+	b->len += need;
+}
+
+void codec_text_members(textbuf *b, const json_t *obj)
+{
+	const char *key;
+	json_t *v;
+	json_object_foreach((json_t *)obj, key, v)
+	{
+		textbuf_put(b, ",", 1);
+		text_string(b, key, strlen(key));
+		textbuf_put(b, ":", 1);
+		text_value(b, v);
+	}
 }
 
 char *codec_retry_text(const retry_policy *p)

@@ -14,50 +14,15 @@
 #include <string.h>
 #include <time.h>
 
-/* Makes room for n more bytes in the engine's event text buffer. */
-static void text_reserve(baton_engine *e, size_t n)
-{
-	if (e->text.len + n <= e->text.cap)
-		return;
-	size_t cap = e->text.cap ? e->text.cap : 4096;
-	while (cap < e->text.len + n)
-		cap *= 2;
-	char *b = realloc(e->text.v, cap);
-	if (!b)
-		abort();
-	e->text.v = b;
-	e->text.cap = cap;
-}
-
-static void text_put(baton_engine *e, const char *p, size_t n)
-{
-	text_reserve(e, n);
-	memcpy(e->text.v + e->text.len, p, n);
-	e->text.len += n;
-}
-
 /* Appends {"seq":S,"ts":T,"type":"...",<data's members>}. */
 static void text_event(baton_engine *e, const pending_event *ev, int64_t seq)
 {
 	char head[128];
 	int n = snprintf(head, sizeof head, "{\"seq\":%lld,\"ts\":%lld,\"type\":\"%s\"",
 			 (long long)seq, (long long)ev->ts, ev->type);
-	text_put(e, head, (size_t)n);
-	size_t need = 0;
-	if (json_object_size(ev->data)) {
-		size_t room = e->text.cap - e->text.len;
-		need = json_dumpb(ev->data, e->text.v + e->text.len, room, JSON_COMPACT);
-		if (need > room) {
-			text_reserve(e, need);
-			need = json_dumpb(ev->data, e->text.v + e->text.len, need, JSON_COMPACT);
-		}
-	}
-	if (need >= 2) { /* "{...}" becomes ",..." after the head; its closing brace stays */
-		e->text.v[e->text.len] = ',';
-		e->text.len += need;
-	} else {
-		text_put(e, "}", 1);
-	}
+	textbuf_put(&e->text, head, (size_t)n);
+	codec_text_members(&e->text, ev->data);
+	textbuf_put(&e->text, "}", 1);
 }
 
 /*
@@ -75,17 +40,17 @@ static int write_events(baton_engine *e, int64_t *last, baton_error *err)
 		int64_t first = seq + 1;
 		int lock = 0;
 		e->text.len = 0;
-		text_put(e, "[", 1);
+		textbuf_put(&e->text, "[", 1);
 		size_t k = g;
 		for (; k < n && e->events.v[k].wf == wf; k++) {
 			pending_event *ev = &e->events.v[k];
 			if (k > g)
-				text_put(e, ",", 1);
+				textbuf_put(&e->text, ",", 1);
 			ev->seq = ++seq;
 			text_event(e, ev, ev->seq);
 			lock |= machine_resource_event(ev->type);
 		}
-		text_put(e, "]", 1);
+		textbuf_put(&e->text, "]", 1);
 		rc = store_insert_events(e->st, first, seq, wf, lock, e->text.v, e->text.len, err);
 		g = k;
 	}

@@ -122,10 +122,7 @@ struct baton_engine {
 	VEC(wf_row *) finished;
 	VEC(timer) timers; /* binary min-heap on .at */
 	int64_t fault_backoff_ms, retry_commit_at;
-	struct {
-		char *v;
-		size_t len, cap;
-	} text; /* the event rows being written (commit.c) */
+	textbuf text; /* the event rows being written (commit.c) */
 };
 
 /* engine.c */

@@ -295,6 +295,16 @@ json_t *codec_workflow(const wf_row *wf);	  /* new reference */
 json_t *codec_workflow_summary(const wf_row *wf); /* new reference */
 json_t *codec_step(const step_row *st);		  /* new reference */
 json_t *codec_params_defaults(const char *name);  /* worker object with defaults */
+/* A growing text buffer (not NUL-terminated); aborts on out of memory like xcalloc. */
+typedef struct textbuf {
+	char *v;
+	size_t len, cap;
+} textbuf;
+void textbuf_reserve(textbuf *b, size_t n); /* room for n more bytes */
+void textbuf_put(textbuf *b, const char *p, size_t n);
+/* Appends ,"key":value for each member of obj, as json_dumps(JSON_COMPACT) writes them
+ * (the hot path of every event row: scalars are written here, not by jansson). */
+void codec_text_members(textbuf *b, const json_t *obj);
 /* Fills the steps of wf that have no worker yet as pending steps of the stored
  * definition (normalized request text); -1 when it does not describe wf's steps. */
 int codec_pending_steps(wf_row *wf, const char *definition);

@@ -219,6 +219,42 @@ static void test_call_headers_and_defaults(void **state)
 	wf_row_free(wf);
 }
 
+/* Event rows are written by codec_text_members: the same text as jansson's compact dump. */
+static void test_event_text_matches_jansson(void **state)
+{
+	(void)state;
+	static const char *const objects[] = {
+	    "{}",
+	    "{\"step\":0,\"worker\":\"worker-A\",\"attempt\":1}",
+	    "{\"n\":-9223372036854775807,\"z\":0,\"t\":true,\"f\":false,\"x\":null}",
+	    "{\"error\":\"quote \\\" backslash \\\\ slash / tab \\t nl \\n cr \\r bs \\b ff \\f\"}",
+	    "{\"ctl\":\"\\u0001\\u001f\\u007f\",\"utf8\":\"\\u00e9\\u4e2d\\ud83d\\ude00\"}",
+	    "{\"result\":{\"a\":[1,2.5,\"x\"],\"b\":{}},\"list\":[],\"real\":0.25}",
+	    "{\"k\\\"ey\":1,\"\\u0002\":2}",
+	};
+	for (size_t i = 0; i < sizeof objects / sizeof *objects; i++) {
+		json_t *o = json_loads(objects[i], 0, NULL);
+		assert_non_null(o);
+		textbuf b = {0};
+		textbuf_put(&b, "{", 1);
+		codec_text_members(&b, o);
+		textbuf_put(&b, "}", 1);
+		/* "{" + ",k:v,k:v" + "}": drop the first comma to compare */
+		char *ours = calloc(1, b.len + 1);
+		assert_non_null(ours);
+		ours[0] = '{';
+		size_t at = 1;
+		for (size_t k = b.len > 2 ? 2 : 1; k < b.len; k++)
+			ours[at++] = b.v[k];
+		char *theirs = json_dumps(o, JSON_COMPACT);
+		assert_string_equal(ours, theirs);
+		free(theirs);
+		free(ours);
+		free(b.v);
+		json_decref(o);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -228,6 +264,7 @@ int main(void)
 	    cmocka_unit_test(test_defaults_and_normalized_definition),
 	    cmocka_unit_test(test_call_urls_stay_under_allowed_prefixes),
 	    cmocka_unit_test(test_call_headers_and_defaults),
+	    cmocka_unit_test(test_event_text_matches_jansson),
 	};
 	return cmocka_run_group_tests_name("codec", tests, NULL, NULL);
 }
