@@ -21,12 +21,15 @@
  * A history read starts at the row that holds `after` and expands the rows it reads.
  *
  * Cost. A durable step is one commit, and what a commit costs grows with the pages it
- * writes: a step of a lone workflow writes about six (its workflow row, its step rows,
- * its event row and its two index entries, its resource row). Hence what the schema
- * does not have: no index on running steps (the resource row names its holder), and no
- * UPDATE of an indexed column that did not change. Events stay in a rowid table in seq
- * order: appending there costs one page, where a table clustered by workflow split its
- * pages (tried: 2.8 pages per commit for the events alone).
+ * writes: a step of a lone workflow writes about five (its step rows, its event row and
+ * its two index entries, its resource row). Hence what the schema does not have: no
+ * index on running steps (the resource row names its holder), no UPDATE of an indexed
+ * column that did not change, no rewrite of a running workflow's row at each step (its
+ * count of completed steps is read from the step rows), and no rows for steps not yet
+ * reached (written all at once at submission, they filled their pages, which then split
+ * as each step's row grew with its result). Events stay in a rowid table in seq order:
+ * appending there costs one page, where a table clustered by workflow split its pages
+ * (tried: 2.8 pages per commit for the events alone).
  */
 #include "store.h"
 
