@@ -39,45 +39,54 @@ static struct {
 	void (*slist_free_all)(struct curl_slist *l);
 	time_t (*getdate)(const char *s, const time_t *unused);
 } cu;
-static char load_error[256];
-static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
+static pthread_mutex_t curl_mu = PTHREAD_MUTEX_INITIALIZER;
+static int curl_loaded; /* under curl_mu; cu is written once, before it becomes 1 */
 
-static void *sym(void *lib, const char *name)
+static void *sym(void *lib, const char *name, char *why, size_t n)
 {
-	void *p = lib ? dlsym(lib, name) : NULL;
-	if (lib && !p && !load_error[0])
-		snprintf(load_error, sizeof load_error, "%s", dlerror());
+	void *p = dlsym(lib, name);
+	if (!p && !why[0])
+		snprintf(why, n, "%s", dlerror());
 	return p;
 }
 
-static void load_curl(void)
+/* 1 when libcurl is usable, else 0 with the reason in why. */
+static int load_curl(char *why, size_t n)
 {
+	why[0] = 0;
 	void *lib = dlopen("libcurl.so.4", RTLD_NOW | RTLD_LOCAL);
 	if (!lib) {
-		snprintf(load_error, sizeof load_error, "%s", dlerror());
-		return;
+		snprintf(why, n, "%s", dlerror());
+		return 0;
 	}
 	/* dlsym's void * to function pointers: POSIX guarantees the conversion. */
-	*(void **)&cu.global_init = sym(lib, "curl_global_init");
-	*(void **)&cu.easy_init = sym(lib, "curl_easy_init");
-	*(void **)&cu.easy_setopt = sym(lib, "curl_easy_setopt");
-	*(void **)&cu.easy_perform = sym(lib, "curl_easy_perform");
-	*(void **)&cu.easy_getinfo = sym(lib, "curl_easy_getinfo");
-	*(void **)&cu.easy_strerror = sym(lib, "curl_easy_strerror");
-	*(void **)&cu.easy_cleanup = sym(lib, "curl_easy_cleanup");
-	*(void **)&cu.slist_append = sym(lib, "curl_slist_append");
-	*(void **)&cu.slist_free_all = sym(lib, "curl_slist_free_all");
-	*(void **)&cu.getdate = sym(lib, "curl_getdate");
-	if (load_error[0])
-		return; /* the library stays loaded, unused */
-	if (cu.global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK)
-		snprintf(load_error, sizeof load_error, "curl_global_init failed");
+	*(void **)&cu.global_init = sym(lib, "curl_global_init", why, n);
+	*(void **)&cu.easy_init = sym(lib, "curl_easy_init", why, n);
+	*(void **)&cu.easy_setopt = sym(lib, "curl_easy_setopt", why, n);
+	*(void **)&cu.easy_perform = sym(lib, "curl_easy_perform", why, n);
+	*(void **)&cu.easy_getinfo = sym(lib, "curl_easy_getinfo", why, n);
+	*(void **)&cu.easy_strerror = sym(lib, "curl_easy_strerror", why, n);
+	*(void **)&cu.easy_cleanup = sym(lib, "curl_easy_cleanup", why, n);
+	*(void **)&cu.slist_append = sym(lib, "curl_slist_append", why, n);
+	*(void **)&cu.slist_free_all = sym(lib, "curl_slist_free_all", why, n);
+	*(void **)&cu.getdate = sym(lib, "curl_getdate", why, n);
+	if (!why[0] && cu.global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK)
+		snprintf(why, n, "curl_global_init failed");
+	if (why[0]) {
+		dlclose(lib);
+		return 0;
+	}
+	return 1;
 }
 
-const char *call_load(void)
+int call_load(char *why, size_t n)
 {
-	pthread_once(&curl_once, load_curl);
-	return load_error[0] ? load_error : NULL;
+	pthread_mutex_lock(&curl_mu);
+	if (!curl_loaded) /* tried again at every call until it works: it can be installed */
+		curl_loaded = load_curl(why, n);
+	int ok = curl_loaded;
+	pthread_mutex_unlock(&curl_mu);
+	return ok ? 0 : -1;
 }
 
 typedef struct response_buf {
@@ -208,8 +217,8 @@ static void classify(const step_input *in, long status, const response_buf *b, i
 
 void call_run(const step_input *in, step_output *out)
 {
-	const char *missing = call_load();
-	if (missing) { /* the operator can install it; the step waits and tries again */
+	char missing[256];
+	if (call_load(missing, sizeof missing)) { /* once installed, the next attempt uses it */
 		out->retryable = 1;
 		snprintf(out->error, sizeof out->error, "HTTP steps need libcurl: %.200s", missing);
 		return;

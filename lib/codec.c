@@ -359,8 +359,7 @@ static int worker_call(const json_t *w, const char *where, const parse_ctx *ctx,
 	json_decref(c);
 	json_t *sorted = text ? json_loads(text, 0, NULL) : NULL;
 	free(text);
-	*out = sorted ? json_pack("{s:o, s:O}", "call", sorted, "name",
-				  json_object_get(p, "name"))
+	*out = sorted ? json_pack("{s:o, s:O}", "call", sorted, "name", json_object_get(p, "name"))
 		      : NULL;
 	if (!*out)
 		return err_set(err, BATON_EINTERNAL, "out of memory");

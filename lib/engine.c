@@ -444,10 +444,11 @@ int baton_engine_open(const baton_engine_config *cfg, baton_engine **out, baton_
 	pthread_mutex_init(&e->mu, NULL);
 	pthread_cond_init(&e->cv, NULL);
 	const char *vfs = baton_vfs(cfg->fault_file);
-	const char *no_curl = cfg->allow_call && cfg->allow_call[0] ? call_load() : NULL;
-	int rc = no_curl ? err_set(err, BATON_EINTERNAL,
-				   "HTTP steps are allowed but need libcurl: %s", no_curl)
-			 : store_open(cfg->db_path, vfs, cfg->readers, &e->st, err);
+	char no_curl[256];
+	int rc = cfg->allow_call && cfg->allow_call[0] && call_load(no_curl, sizeof no_curl)
+		     ? err_set(err, BATON_EINTERNAL, "HTTP steps are allowed but need libcurl: %s",
+			       no_curl)
+		     : store_open(cfg->db_path, vfs, cfg->readers, &e->st, err);
 	e->now = now_ms();
 	if (rc == BATON_OK)
 		rc = eng_recover(e, err);

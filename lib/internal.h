@@ -219,10 +219,11 @@ typedef struct workflow_def {
 
 extern const workflow_def mutex_workflow; /* mutex.c */
 
-/* call.c: the HTTP step (params.call), and libcurl's one-time set-up. */
+/* call.c: the HTTP step (params.call), and loading libcurl. */
 void call_run(const step_input *in, step_output *out);
-/* Loads libcurl once; NULL when HTTP steps can run, else why not. */
-const char *call_load(void);
+/* Loads libcurl (once it worked, at once): 0 when HTTP steps can run, else -1 with the
+ * reason in why. A failed load is tried again at the next call. */
+int call_load(char *why, size_t n);
 
 /* ---- machine.c: pure transitions, no threads, no I/O ---- */
 typedef struct event_sink {

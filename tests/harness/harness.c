@@ -37,7 +37,8 @@ struct hs_server {
 	char db[PATH_MAX + 16];
 	char log[PATH_MAX + 32]; /* log of the current (last) start */
 	char *extra[MAX_EXTRA_ARGS + 1];
-	pid_t pid; /* 0 when not running */
+	char *env_name, *env_value; /* set in the server's environment (hs_set_env) */
+	pid_t pid;		    /* 0 when not running */
 	int port;
 	int starts;
 };
@@ -215,6 +216,8 @@ static void exec_server(const hs_server *s, int log_fd)
 	argv[n] = NULL;
 
 	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	if (s->env_name)
+		setenv(s->env_name, s->env_value, 1);
 	int devnull = open("/dev/null", O_RDONLY);
 	if (devnull >= 0)
 		dup2(devnull, STDIN_FILENO);
@@ -308,6 +311,30 @@ hs_server *hs_open(const char *const *extra_args)
 		return NULL;
 	}
 	return s;
+}
+
+int hs_set_args(hs_server *s, const char *const *extra_args)
+{
+	for (int i = 0; s->extra[i]; i++) {
+		free(s->extra[i]);
+		s->extra[i] = NULL;
+	}
+	for (int i = 0; extra_args && extra_args[i]; i++) {
+		if (i == MAX_EXTRA_ARGS) {
+			fprintf(stderr, "harness: too many extra arguments\n");
+			return -1;
+		}
+		s->extra[i] = strdup(extra_args[i]);
+	}
+	return 0;
+}
+
+void hs_set_env(hs_server *s, const char *name, const char *value)
+{
+	free(s->env_name);
+	free(s->env_value);
+	s->env_name = name ? strdup(name) : NULL;
+	s->env_value = name && value ? strdup(value) : NULL;
 }
 
 /* Waits (bounded) for the server process to exit; its wait status, or -1 on timeout. */
@@ -446,6 +473,8 @@ int hs_close(hs_server *s)
 		nftw(s->dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
 	for (int i = 0; s->extra[i]; i++)
 		free(s->extra[i]);
+	free(s->env_name);
+	free(s->env_value);
 	free(s);
 	return rc;
 }

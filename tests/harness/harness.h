@@ -57,6 +57,11 @@ hs_server *hs_open(const char *const *extra_args);
 /* Starts the server again on the same database (after hs_stop or hs_kill). 0 or -1. */
 int hs_start(hs_server *s);
 
+/* For the next starts: other extra arguments (NULL-terminated, may be NULL; copied; 0 or
+ * -1), and one environment variable set for the server (name NULL: none; copied). */
+int hs_set_args(hs_server *s, const char *const *extra_args);
+void hs_set_env(hs_server *s, const char *name, const char *value);
+
 /*
  * Sends SIGTERM and waits for the process to exit. Returns its exit status (0..255),
  * 128 + signal when a signal ended it, or -1 when it did not exit within

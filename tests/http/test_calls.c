@@ -1099,6 +1099,77 @@ static void test_allow_call_needs_libcurl(void **state)
 		fail_msg("batond's log does not say that HTTP steps need libcurl:\n%s", text);
 }
 
+/* Polls until the workflow's history has a step_failed event of step 0, attempt 2. */
+static json_t *wait_failed_attempt(const hs_server *s, const char *id)
+{
+	for (int i = 0; i < WAIT_MS / 20; i++) {
+		json_t *events = hs_get_events(s, id);
+		json_t *ev = hs_event_find(events, "step_failed", 0, 2);
+		if (ev) {
+			json_incref(ev);
+			json_decref(events);
+			return ev;
+		}
+		json_decref(events);
+		struct timespec ts = {0, 20 * 1000000L};
+		nanosleep(&ts, NULL);
+	}
+	fail_msg("no step_failed event for attempt 2 of %s", id);
+	return NULL;
+}
+
+/*
+ * A call step accepted earlier runs on a batond that cannot load libcurl (restarted
+ * after kill -9 without --allow-call, a file that is not a library first on
+ * LD_LIBRARY_PATH): the attempt fails with a retryable error that says so, nothing is
+ * sent; once the file is gone, the next attempt loads the real libcurl and the call is
+ * made, with the same Idempotency-Key, without a restart.
+ */
+static void test_stored_call_waits_for_libcurl(void **state)
+{
+	ctx *c = *state;
+	fragile_push(c->res, (fragile_action){.status = 200, .delay_ms = 60000});
+	create(c->s, call_workflow("nocurl", c->url, 1,
+				   json_pack("{s:i, s:i, s:f}", "max_attempts", 50,
+					     "initial_delay_ms", 300, "backoff", 1.0)));
+	assert_true(fragile_wait_held(c->res, 1, WAIT_MS));
+	hs_kill(c->s);
+	assert_true(fragile_wait_finished(c->res, 1, WAIT_MS));
+
+	char dir[] = "/tmp/baton-nocurl-XXXXXX", lib[64];
+	assert_non_null(mkdtemp(dir));
+	snprintf(lib, sizeof lib, "%s/libcurl.so.4", dir);
+	FILE *f = fopen(lib, "w");
+	assert_non_null(f);
+	fputs("not a shared library\n", f);
+	fclose(f);
+	assert_int_equal(hs_set_args(c->s, NULL), 0);
+	hs_set_env(c->s, "LD_LIBRARY_PATH", dir);
+	assert_int_equal(hs_start(c->s), 0);
+
+	json_t *ev = wait_failed_attempt(c->s, "nocurl");
+	const char *error = hs_str(ev, "error");
+	if (!strstr(error, "HTTP steps need libcurl"))
+		fail_msg("the failed attempt says \"%s\", not that HTTP steps need libcurl", error);
+	assert_true(json_is_integer(json_object_get(ev, "retry_in_ms")));
+	json_decref(ev);
+	fragile_stats st;
+	fragile_get_stats(c->res, &st);
+	assert_int_equal(st.requests, 1); /* the attempt cut off by the kill, nothing since */
+
+	unlink(lib);
+	rmdir(dir);
+	json_t *wf = hs_wait_workflow(c->s, "nocurl", "completed", WAIT_MS);
+	assert_true(hs_int(step_at(wf, 0), "attempts") >= 3);
+	json_decref(wf);
+	fragile_record *r = records_exactly(c->res, 2);
+	assert_string_equal(r[0].idempotency_key, "nocurl/0");
+	assert_string_equal(r[1].idempotency_key, "nocurl/0");
+	assert_true(r[1].token > r[0].token);
+	fragile_records_free(r, 2);
+	assert_resource_sound(c->res);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1116,6 +1187,7 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_header_values_not_echoed, setup_debug, teardown),
 	    cmocka_unit_test_setup_teardown(test_redirect_not_followed, setup, teardown),
 	    cmocka_unit_test(test_allow_call_needs_libcurl),
+	    cmocka_unit_test_setup_teardown(test_stored_call_waits_for_libcurl, setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
