@@ -313,6 +313,48 @@ hs_server *hs_open(const char *const *extra_args)
 	return s;
 }
 
+int hs_run_batond(const char *const *args, const char *env_name, const char *env_value,
+		  int timeout_ms, char *out, size_t size)
+{
+	const char *bin = getenv("BATOND");
+	char log[] = "/tmp/baton-run-XXXXXX";
+	int fd = bin && *bin ? mkstemp(log) : -1;
+	if (fd < 0) {
+		snprintf(out, size, "harness: BATOND not set or no temporary file");
+		return -1;
+	}
+	const char *argv[2 + MAX_EXTRA_ARGS] = {bin};
+	for (int i = 0; args && args[i] && i < MAX_EXTRA_ARGS; i++)
+		argv[i + 1] = args[i];
+	pid_t pid = fork();
+	if (pid == 0) {
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		dup2(fd, STDOUT_FILENO);
+		dup2(fd, STDERR_FILENO);
+		if (env_name)
+			setenv(env_name, env_value, 1);
+		execv(bin, (char *const *)argv);
+		_exit(127);
+	}
+	close(fd);
+	int status = -1;
+	int64_t deadline = mono_ms() + timeout_ms;
+	while (pid > 0 && waitpid(pid, &status, WNOHANG) == 0) {
+		if (mono_ms() >= deadline) {
+			kill(pid, SIGKILL);
+			waitpid(pid, &status, 0);
+			status = -1;
+			break;
+		}
+		pause_ms(HS_POLL_MS);
+	}
+	char *text = read_file(log, NULL);
+	snprintf(out, size, "%s", text ? text : "");
+	free(text);
+	unlink(log);
+	return pid > 0 ? status : -1;
+}
+
 int hs_set_args(hs_server *s, const char *const *extra_args)
 {
 	for (int i = 0; s->extra[i]; i++) {

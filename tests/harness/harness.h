@@ -57,6 +57,15 @@ hs_server *hs_open(const char *const *extra_args);
 /* Starts the server again on the same database (after hs_stop or hs_kill). 0 or -1. */
 int hs_start(hs_server *s);
 
+/*
+ * Runs $BATOND with args (NULL-terminated, after argv[0]) and, when env_name is not NULL,
+ * that environment variable set, until it exits: for the ways it refuses to start.
+ * Returns its wait status, or -1 when it still ran after timeout_ms (it is then killed);
+ * what it wrote to stdout and stderr is in out (NUL-terminated, truncated to size).
+ */
+int hs_run_batond(const char *const *args, const char *env_name, const char *env_value,
+		  int timeout_ms, char *out, size_t size);
+
 /* For the next starts: other extra arguments (NULL-terminated, may be NULL; copied; 0 or
  * -1), and one environment variable set for the server (name NULL: none; copied). */
 int hs_set_args(hs_server *s, const char *const *extra_args);

@@ -20,7 +20,6 @@
 #include <cmocka.h>
 
 #include <curl/curl.h>
-#include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1044,47 +1043,22 @@ static void test_redirect_not_followed(void **state)
 static void test_allow_call_needs_libcurl(void **state)
 {
 	(void)state;
-	const char *bin = getenv("BATOND");
-	assert_non_null(bin);
-	char dir[] = "/tmp/baton-nocurl-XXXXXX", lib[64], db[64], log[64];
+	char dir[] = "/tmp/baton-nocurl-XXXXXX", lib[64], db[64];
 	assert_non_null(mkdtemp(dir));
 	snprintf(lib, sizeof lib, "%s/libcurl.so.4", dir);
 	snprintf(db, sizeof db, "%s/baton.db", dir);
-	snprintf(log, sizeof log, "%s/batond.log", dir);
 	FILE *f = fopen(lib, "w");
 	assert_non_null(f);
 	fputs("not a shared library\n", f);
 	fclose(f);
 
-	pid_t pid = fork();
-	assert_true(pid >= 0);
-	if (pid == 0) {
-		int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-		dup2(fd, 1);
-		dup2(fd, 2);
-		setenv("LD_LIBRARY_PATH", dir, 1);
-		execl(bin, bin, "--listen", "127.0.0.1:0", "--db", db, "--allow-call",
-		      "http://127.0.0.1:9/", (char *)NULL);
-		_exit(127);
-	}
-	int status = -1;
-	for (int i = 0; i < 3000 && waitpid(pid, &status, WNOHANG) == 0; i++) {
-		struct timespec ts = {0, 10 * 1000000L};
-		nanosleep(&ts, NULL);
-	}
-	if (waitpid(pid, &status, WNOHANG) == 0) { /* still running after 30 s */
-		kill(pid, SIGKILL);
-		waitpid(pid, &status, 0);
+	const char *const args[] = {"--listen",	    "127.0.0.1:0",	   "--db", db,
+				    "--allow-call", "http://127.0.0.1:9/", NULL};
+	char text[8192];
+	int status = hs_run_batond(args, "LD_LIBRARY_PATH", dir, WAIT_MS, text, sizeof text);
+	if (status == -1)
 		fail_msg("batond with --allow-call and no usable libcurl did not exit");
-	}
-	char text[8192] = "";
-	f = fopen(log, "r");
-	if (f) {
-		text[fread(text, 1, sizeof text - 1, f)] = 0;
-		fclose(f);
-	}
 	unlink(lib);
-	unlink(log);
 	char path[96];
 	static const char *const suffix[] = {"", "-wal", "-shm"};
 	for (int i = 0; i < 3; i++) {

@@ -800,37 +800,11 @@ static void test_second_batond_on_the_same_database_exits(void **state)
 	hs_response_fini(&r);
 	json_decref(hs_wait_workflow(s, "first", "completed", WAIT_MS));
 
-	const char *bin = getenv("BATOND");
-	assert_non_null(bin);
-	char log[] = "/tmp/baton-second-XXXXXX";
-	int fd = mkstemp(log);
-	assert_true(fd >= 0);
-	pid_t pid = fork();
-	assert_true(pid >= 0);
-	if (pid == 0) {
-		dup2(fd, 1);
-		dup2(fd, 2);
-		execl(bin, bin, "--listen", "127.0.0.1:0", "--db", hs_db_path(s), (char *)NULL);
-		_exit(127);
-	}
-	close(fd);
-	int status = -1;
-	for (int i = 0; i < 3000 && waitpid(pid, &status, WNOHANG) == 0; i++) {
-		struct timespec ts = {0, 10 * 1000000L};
-		nanosleep(&ts, NULL);
-	}
-	if (waitpid(pid, &status, WNOHANG) == 0) { /* still running after 30 s */
-		kill(pid, SIGKILL);
-		waitpid(pid, &status, 0);
+	const char *const args[] = {"--listen", "127.0.0.1:0", "--db", hs_db_path(s), NULL};
+	char text[8192];
+	int status = hs_run_batond(args, NULL, NULL, WAIT_MS, text, sizeof text);
+	if (status == -1)
 		fail_msg("a second batond on the same database did not exit");
-	}
-	char text[8192] = "";
-	FILE *f = fopen(log, "r");
-	if (f) {
-		text[fread(text, 1, sizeof text - 1, f)] = 0;
-		fclose(f);
-	}
-	unlink(log);
 	assert_true(WIFEXITED(status));
 	assert_int_equal(WEXITSTATUS(status), 1);
 	if (!strstr(text, "in use by another process"))

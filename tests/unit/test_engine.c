@@ -103,6 +103,23 @@ static json_int_t step_int(json_t *wf, int i, const char *key)
 	return json_integer_value(json_object_get(step(wf, i), key));
 }
 
+/* Polls until step i of the workflow has the status, within a generous deadline. */
+static json_t *wait_step_status(baton_engine *e, const char *id, int i, const char *status)
+{
+	for (int n = 0; n < 3000; n++) {
+		json_t *wf = NULL;
+		baton_error err = {0};
+		if (baton_engine_get(e, id, &wf, &err))
+			fail_msg("get %s: %s", id, err.msg);
+		if (strcmp(json_string_value(json_object_get(step(wf, i), "status")), status) == 0)
+			return wf;
+		json_decref(wf);
+		usleep(5000);
+	}
+	fail_msg("step %d of %s never became %s", i, id, status);
+	return NULL;
+}
+
 static void test_steps_complete_in_order_without_overlap(void **state)
 {
 	fixture *f = *state;
@@ -223,18 +240,7 @@ static void test_retry_wait_survives_reopen(void **state)
 			   "{\"name\":\"a\",\"work_ms\":0,\"fail_attempts\":1}],"
 			   "\"retry\":{\"initial_delay_ms\":300,\"backoff\":1.0}}",
 			   &created, BATON_OK));
-	json_t *wf = NULL;
-	for (int i = 0; i < 3000; i++) {
-		baton_error err;
-		assert_int_equal(baton_engine_get(f->e, "r", &wf, &err), BATON_OK);
-		if (strcmp(json_string_value(json_object_get(step(wf, 0), "status")), "retrying") ==
-		    0)
-			break;
-		json_decref(wf);
-		wf = NULL;
-		usleep(5000);
-	}
-	assert_non_null(wf);
+	json_t *wf = wait_step_status(f->e, "r", 0, "retrying");
 	char next[40];
 	snprintf(next, sizeof next, "%s",
 		 json_string_value(json_object_get(step(wf, 0), "next_attempt_at")));
@@ -389,17 +395,8 @@ static void test_pending_steps_have_no_row_until_reached(void **state)
 			   "{\"name\":\"a\",\"work_ms\":0},{\"name\":\"b\",\"work_ms\":600000},"
 			   "{\"name\":\"c\",\"work_ms\":7,\"fail_attempts\":1},\"d\"]}",
 			   &created, BATON_OK));
-	json_t *wf = NULL;
+	json_t *wf = wait_step_status(f->e, "lazy", 1, "running");
 	baton_error err = {0};
-	for (int i = 0; i < 3000; i++) { /* until "b" runs */
-		json_decref(wf);
-		assert_int_equal(baton_engine_get(f->e, "lazy", &wf, &err), BATON_OK);
-		if (strcmp(json_string_value(json_object_get(step(wf, 1), "status")), "running") ==
-		    0)
-			break;
-		usleep(10000);
-	}
-	assert_string_equal(json_string_value(json_object_get(step(wf, 1), "status")), "running");
 	assert_int_equal(json_integer_value(json_object_get(wf, "steps_completed")), 1);
 	json_decref(wf);
 	assert_int_equal(count_rows(f, "SELECT count(*) FROM steps"), 2);
