@@ -196,6 +196,8 @@ void hs_assert_allow(const hs_response *r, const char *methods);
 /* ---- waits ---------------------------------------------------------------------- */
 
 int64_t hs_now_ms(void);
+int64_t hs_mono_ms(void); /* CLOCK_MONOTONIC, for deadlines */
+void hs_pause_ms(int ms); /* sleeps (EINTR resumed); only between polls */
 
 typedef bool (*hs_pred)(void *arg);
 

@@ -48,13 +48,6 @@
 
 extern char **environ;
 
-static int64_t mono_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* ---- the client as a child process --------------------------------------------------- */
 
 typedef struct text {
@@ -252,11 +245,11 @@ static bool pump(proc *p, int timeout_ms)
 /* Reads stdout until it holds needle; fails the test at the deadline or at EOF. */
 static void read_until(proc *p, const char *needle)
 {
-	int64_t deadline = mono_ms() + WAIT_MS;
+	int64_t deadline = hs_mono_ms() + WAIT_MS;
 	while (!strstr(p->o.p, needle)) {
-		if (mono_ms() > deadline || !pump(p, 100))
+		if (hs_mono_ms() > deadline || !pump(p, 100))
 			fail_msg("the client's stdout has no \"%s\" (%s)\nstdout:\n%s\nstderr:\n%s",
-				 needle, mono_ms() > deadline ? "timeout" : "it ended", p->o.p,
+				 needle, hs_mono_ms() > deadline ? "timeout" : "it ended", p->o.p,
 				 p->e.p);
 	}
 }
@@ -277,9 +270,9 @@ static bool running(proc *p)
 /* Reads everything and reaps the child. Returns its exit code; fails at the deadline. */
 static int finish(proc *p)
 {
-	int64_t deadline = mono_ms() + WAIT_MS;
+	int64_t deadline = hs_mono_ms() + WAIT_MS;
 	while (pump(p, 100) || running(p)) {
-		if (mono_ms() > deadline) {
+		if (hs_mono_ms() > deadline) {
 			kill(p->pid, SIGKILL);
 			fail_msg("the client did not exit within %d ms\nstdout:\n%s\nstderr:\n%s",
 				 WAIT_MS, p->o.p, p->e.p);
@@ -603,10 +596,10 @@ static void test_unreachable_exits_3(void **state)
 				       {"resources", NULL, NULL}};
 	for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
 		const char *const flag[] = {"--server", url, cmds[i][0], cmds[i][1], NULL};
-		int64_t t0 = mono_ms();
+		int64_t t0 = hs_mono_ms();
 		p = expect_exit(3, NULL, flag);
 		assert_non_null(strstr(p->e.p, "unreachable"));
-		assert_true(mono_ms() - t0 < WAIT_MS / 2); /* at once, not after retries */
+		assert_true(hs_mono_ms() - t0 < WAIT_MS / 2); /* at once, not after retries */
 		proc_fini(p);
 		const char *const env[] = {cmds[i][0], cmds[i][1], NULL};
 		p = expect_exit(3, url, env);

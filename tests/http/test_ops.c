@@ -39,13 +39,6 @@
 
 #define WAIT_MS 30000
 
-static int64_t mono_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* ---- fixtures ---------------------------------------------------------------------- */
 
 static int open_with(void **state, const char *const *args)
@@ -438,8 +431,8 @@ static void *stop_main(void *arg)
 /* GET /healthz until no answer comes (the listener closed); that time, or -1. */
 static int64_t wait_refused(const hs_server *s, int timeout_ms)
 {
-	int64_t deadline = mono_ms() + timeout_ms;
-	while (mono_ms() < deadline) {
+	int64_t deadline = hs_mono_ms() + timeout_ms;
+	while (hs_mono_ms() < deadline) {
 		hs_response r;
 		hs_get(s, "/healthz", &r);
 		long status = r.status;
@@ -525,9 +518,9 @@ static void test_sigterm_timeout_cuts_running_step(void **state)
 	static const int work[] = {50, 2000, 50};
 	submit(s, "cut", "saw", work, 3);
 	json_t *before = hs_wait_step(s, "cut", 1, "running", WAIT_MS);
-	int64_t t0 = mono_ms();
+	int64_t t0 = hs_mono_ms();
 	assert_int_equal(hs_stop(s), 0);
-	int64_t took = mono_ms() - t0;
+	int64_t took = hs_mono_ms() - t0;
 	if (took >= 1500)
 		fail_msg("SIGTERM with --shutdown-timeout 0 took %lld ms", (long long)took);
 	assert_logged(s, "stopped", true);
@@ -571,10 +564,10 @@ static void test_second_signal_exits_at_once(void **state)
 	json_decref(hs_wait_step(s, "twice", 0, "running", WAIT_MS));
 	assert_int_equal(hs_signal(s, SIGTERM), 0);
 	assert_true(hs_wait_until(shutting_down, s, 10000));
-	int64_t t0 = mono_ms();
+	int64_t t0 = hs_mono_ms();
 	assert_int_equal(hs_signal(s, SIGTERM), 0);
 	int status = hs_wait_exit(s, 4000); /* the drain alone would take about 8 s */
-	int64_t took = mono_ms() - t0;
+	int64_t took = hs_mono_ms() - t0;
 	if (status != 1)
 		fail_msg("a second SIGTERM: exit status %d after %lld ms, expected 1 at once",
 			 status, (long long)took);

@@ -31,13 +31,6 @@
 
 #define WAIT_MS 30000
 
-static int64_t mono_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* ---- fixtures ---------------------------------------------------------------------- */
 
 static int open_with(void **state, const char *const *args)
@@ -513,9 +506,9 @@ static void *post_main(void *arg)
 					     "[{\"name\":\"q\",\"work_ms\":0}]}"};
 	for (int i = 0; i < 2; i++) {
 		hs_response r;
-		int64_t t0 = mono_ms();
+		int64_t t0 = hs_mono_ms();
 		hs_post(p->s, "/workflows", bodies[i], &r);
-		p->ms[i] = mono_ms() - t0;
+		p->ms[i] = hs_mono_ms() - t0;
 		p->status[i] = r.status;
 		hs_response_fini(&r);
 	}
@@ -636,9 +629,9 @@ static void test_sse_200_streams_keep_api_prompt(void **state)
 	}
 
 	/* SIGTERM with 200 streams open (and steps cut off: --shutdown-timeout 0). */
-	int64_t t0 = mono_ms();
+	int64_t t0 = hs_mono_ms();
 	int status = hs_stop(s);
-	int64_t took = mono_ms() - t0;
+	int64_t took = hs_mono_ms() - t0;
 	assert_int_equal(status, 0);
 	if (took > 10000)
 		fail_msg("SIGTERM with 200 open streams took %lld ms to exit", (long long)took);
