@@ -197,6 +197,7 @@ int bench_http_accept(void);
 int bench_http_read(void);
 int bench_memory(void);
 int bench_recovery(void);
+int bench_http_steps(void); /* calls.c */
 
 /* A row for a benchmark that could not run; counted in table_errors(). */
 void table_fail(const char *what, const char *why);

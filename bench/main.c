@@ -65,16 +65,17 @@ static const struct {
 } benches[] = {
     {"floor", bench_floor},	    {"steps", bench_step_overhead}, {"group", bench_group_commit},
     {"contended", bench_contended}, {"accept", bench_http_accept},  {"read", bench_http_read},
-    {"memory", bench_memory},	    {"recovery", bench_recovery},
+    {"memory", bench_memory},	    {"recovery", bench_recovery},   {"calls", bench_http_steps},
 };
 #define NBENCH (sizeof benches / sizeof benches[0])
 
 static void usage(FILE *f)
 {
-	fprintf(f,
-		"usage: batonbench [--smoke] [--batond PATH] [--minjson PATH] [--dir PARENT]\n"
-		"                  [--threads N] [--http-threads N] [--keep] [NAME...]\n"
-		"NAME: floor steps group contended accept read memory recovery (default: all)\n");
+	fprintf(
+	    f,
+	    "usage: batonbench [--smoke] [--batond PATH] [--minjson PATH] [--dir PARENT]\n"
+	    "                  [--threads N] [--http-threads N] [--keep] [NAME...]\n"
+	    "NAME: floor steps group contended accept read memory recovery calls (default: all)\n");
 }
 
 static void on_signal(int sig)

@@ -20,7 +20,7 @@ BATOND=${BATOND:-server/batond}
 mkdir -p "$OUT"
 # shellcheck disable=SC2086
 $CC $CFLAGS -o "$OUT/batonbench" bench/main.c bench/common.c bench/load.c bench/floor.c \
-	bench/steps.c bench/http.c bench/memory.c bench/recovery.c $LIBS
+	bench/steps.c bench/http.c bench/memory.c bench/recovery.c bench/calls.c $LIBS
 # shellcheck disable=SC2086
 $CC $CFLAGS -o "$OUT/minjson" bench/minjson.c $LIBS
 
