@@ -40,288 +40,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../harness/harness.h"
+#include "../harness/client.h"
 
-#define WAIT_MS	  60000 /* a client run, a workflow: generous for valgrind and loaded CI */
-#define MAX_ARGS  32
-#define MAX_PROCS 4
-
-extern char **environ;
-
-/* ---- the client as a child process --------------------------------------------------- */
-
-typedef struct text {
-	char *p; /* NUL-terminated, "" when nothing arrived */
-	size_t len;
-} text;
-
-typedef struct proc {
-	pid_t pid;    /* 0 once reaped */
-	int out, err; /* read ends; -1 at end of file */
-	text o, e;
-	int status; /* exit code once reaped; 128 + signal; -1 before */
-	bool used;
-} proc;
-
-/*
- * The children, outside the tests' stack frames: a failed assertion leaves its test
- * with a longjmp, and teardown must still kill, reap and free what it started.
- */
-static proc procs[MAX_PROCS];
-
-static void text_add(text *t, const char *p, size_t n)
-{
-	char *b = realloc(t->p, t->len + n + 1);
-	assert_non_null(b);
-	memcpy(b + t->len, p, n);
-	t->p = b;
-	t->len += n;
-	t->p[t->len] = '\0';
-}
-
-/* "http://127.0.0.1:PORT" of the server (a static buffer). */
-static const char *url_of(const hs_server *s)
-{
-	static char url[64];
-	snprintf(url, sizeof url, "http://127.0.0.1:%d", hs_port(s));
-	return url;
-}
-
-/* A port of 127.0.0.1 on which nothing listens (bound, then closed). */
-static int closed_port(void)
-{
-	int fd = socket(AF_INET, SOCK_STREAM, 0);
-	struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-	socklen_t len = sizeof a;
-	assert_true(fd >= 0);
-	assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
-	assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &len), 0);
-	close(fd);
-	return ntohs(a.sin_port);
-}
-
-/*
- * The environment of the client: the test's, without BATON_URL and proxies (the client
- * must reach 127.0.0.1 directly), plus BATON_URL=baton_url when it is not NULL.
- */
-static char **client_env(const char *baton_url)
-{
-	static const char *const drop[] = {
-	    "BATON_URL=",   "http_proxy=", "HTTP_PROXY=", "https_proxy=",
-	    "HTTPS_PROXY=", "all_proxy=",  "ALL_PROXY=",  NULL};
-	size_t n = 0;
-	while (environ[n])
-		n++;
-	char **env = calloc(n + 2, sizeof *env);
-	size_t k = 0;
-	assert_non_null(env);
-	for (size_t i = 0; i < n; i++) {
-		int keep = 1;
-		for (size_t d = 0; drop[d]; d++)
-			keep &= strncmp(environ[i], drop[d], strlen(drop[d])) != 0;
-		if (keep)
-			env[k++] = strdup(environ[i]);
-	}
-	if (baton_url && asprintf(&env[k], "BATON_URL=%s", baton_url) >= 0)
-		k++;
-	env[k] = NULL;
-	return env;
-}
-
-static void env_free(char **env)
-{
-	for (size_t i = 0; env[i]; i++)
-		free(env[i]);
-	free(env);
-}
-
-/* argv: $BATON_CLIENT_WRAPPER words, $BATON_CLIENT, then args. Words are strdup'ed. */
-static void client_argv(const char *const *args, char **argv)
-{
-	const char *bin = getenv("BATON_CLIENT");
-	const char *wrap = getenv("BATON_CLIENT_WRAPPER");
-	size_t n = 0;
-	if (!bin || !*bin)
-		fail_msg("set BATON_CLIENT to the absolute path of client/baton");
-	if (wrap && *wrap) {
-		char *copy = strdup(wrap), *save = NULL;
-		for (char *w = strtok_r(copy, " ", &save); w && n < MAX_ARGS / 2;
-		     w = strtok_r(NULL, " ", &save))
-			argv[n++] = strdup(w);
-		free(copy);
-	}
-	argv[n++] = strdup(bin);
-	for (size_t i = 0; args[i]; i++) {
-		assert_true(n < MAX_ARGS - 1);
-		argv[n++] = strdup(args[i]);
-	}
-	argv[n] = NULL;
-}
-
-/*
- * Starts the client with args (NULL-terminated). stdout is a pipe, or the slave of a
- * pseudo-terminal (raw: no output translation, 100 columns) when use_pty; stderr is a
- * pipe; stdin is /dev/null.
- */
-static proc *spawn(const char *const *args, const char *baton_url, bool use_pty)
-{
-	char *argv[MAX_ARGS];
-	int out[2], err[2];
-	proc *p = NULL;
-
-	for (size_t i = 0; i < MAX_PROCS && !p; i++)
-		p = procs[i].used ? NULL : &procs[i];
-	assert_non_null(p);
-	memset(p, 0, sizeof *p);
-	p->used = true;
-	p->out = p->err = -1;
-	p->status = -1;
-	text_add(&p->o, "", 0);
-	text_add(&p->e, "", 0);
-
-	char **env = client_env(baton_url);
-	int devnull = open("/dev/null", O_RDONLY | O_CLOEXEC);
-	client_argv(args, argv);
-	assert_true(devnull >= 0);
-	assert_int_equal(pipe2(err, O_CLOEXEC), 0);
-	if (use_pty) {
-		struct termios tio;
-		struct winsize ws = {.ws_row = 40, .ws_col = 100};
-		memset(&tio, 0, sizeof tio);
-		cfmakeraw(&tio);
-		assert_int_equal(openpty(&out[0], &out[1], NULL, &tio, &ws), 0);
-		fcntl(out[0], F_SETFD, FD_CLOEXEC);
-		fcntl(out[1], F_SETFD, FD_CLOEXEC);
-	} else {
-		assert_int_equal(pipe2(out, O_CLOEXEC), 0);
-	}
-	pid_t pid = fork();
-	assert_true(pid >= 0);
-	if (pid == 0) {
-		prctl(PR_SET_PDEATHSIG, SIGKILL);
-		dup2(devnull, STDIN_FILENO);
-		dup2(out[1], STDOUT_FILENO);
-		dup2(err[1], STDERR_FILENO);
-		execvpe(argv[0], argv, env); /* the wrapper is looked up in PATH */
-		dprintf(STDERR_FILENO, "cannot exec %s: %s\n", argv[0], strerror(errno));
-		_exit(127);
-	}
-	close(devnull);
-	close(out[1]);
-	close(err[1]);
-	for (size_t i = 0; argv[i]; i++)
-		free(argv[i]);
-	env_free(env);
-	p->pid = pid;
-	p->out = out[0];
-	p->err = err[0];
-	return p;
-}
-
-/* Reads what is available within timeout_ms. Returns false when both streams ended. */
-static bool pump(proc *p, int timeout_ms)
-{
-	struct pollfd fds[2] = {{.fd = p->out, .events = POLLIN}, {.fd = p->err, .events = POLLIN}};
-	if (p->out < 0 && p->err < 0)
-		return false;
-	if (poll(fds, 2, timeout_ms) < 0)
-		return true; /* EINTR: try again */
-	for (int i = 0; i < 2; i++) {
-		int *fd = i == 0 ? &p->out : &p->err;
-		if (*fd < 0 || !(fds[i].revents & (POLLIN | POLLHUP | POLLERR)))
-			continue;
-		char buf[8192];
-		ssize_t n = read(*fd, buf, sizeof buf);
-		if (n > 0) {
-			text_add(i == 0 ? &p->o : &p->e, buf, (size_t)n);
-		} else if (n == 0 || (errno != EINTR && errno != EAGAIN)) {
-			close(*fd); /* end of file; EIO from a pty whose slave closed */
-			*fd = -1;
-		}
-	}
-	return p->out >= 0 || p->err >= 0;
-}
-
-/* Reads stdout until it holds needle; fails the test at the deadline or at EOF. */
-static void read_until(proc *p, const char *needle)
-{
-	int64_t deadline = hs_mono_ms() + WAIT_MS;
-	while (!strstr(p->o.p, needle)) {
-		if (hs_mono_ms() > deadline || !pump(p, 100))
-			fail_msg("the client's stdout has no \"%s\" (%s)\nstdout:\n%s\nstderr:\n%s",
-				 needle, hs_mono_ms() > deadline ? "timeout" : "it ended", p->o.p,
-				 p->e.p);
-	}
-}
-
-/* Whether the child still runs (reaps it, recording its status, when it exited). */
-static bool running(proc *p)
-{
-	int st;
-	if (p->pid <= 0)
-		return false;
-	if (waitpid(p->pid, &st, WNOHANG) != p->pid)
-		return true;
-	p->status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-	p->pid = 0;
-	return false;
-}
-
-/* Reads everything and reaps the child. Returns its exit code; fails at the deadline. */
-static int finish(proc *p)
-{
-	int64_t deadline = hs_mono_ms() + WAIT_MS;
-	while (pump(p, 100) || running(p)) {
-		if (hs_mono_ms() > deadline) {
-			kill(p->pid, SIGKILL);
-			fail_msg("the client did not exit within %d ms\nstdout:\n%s\nstderr:\n%s",
-				 WAIT_MS, p->o.p, p->e.p);
-		}
-	}
-	return p->status;
-}
-
-/* Releases a child: kills and reaps it if it still runs, frees its buffers. */
-static void proc_fini(proc *p)
-{
-	if (p->pid > 0) {
-		kill(p->pid, SIGKILL);
-		waitpid(p->pid, NULL, 0);
-		p->pid = 0;
-	}
-	if (p->out >= 0)
-		close(p->out);
-	if (p->err >= 0)
-		close(p->err);
-	p->out = p->err = -1;
-	free(p->o.p);
-	free(p->e.p);
-	p->o.p = p->e.p = NULL;
-	p->used = false;
-}
-
-static void procs_fini(void)
-{
-	for (size_t i = 0; i < MAX_PROCS; i++) {
-		if (procs[i].used)
-			proc_fini(&procs[i]);
-	}
-}
-
-/* Runs the client to its end and asserts its exit code; its output stays in the result. */
-static proc *expect_exit(int code, const char *baton_url, const char *const *args)
-{
-	proc *p = spawn(args, baton_url, false);
-	int rc = finish(p);
-	if (rc != code) {
-		fprintf(stderr, "args:");
-		for (size_t i = 0; args[i]; i++)
-			fprintf(stderr, " %s", args[i]);
-		fail_msg("exit %d, expected %d\nstdout:\n%s\nstderr:\n%s", rc, code, p->o.p,
-			 p->e.p);
-	}
-	return p;
-}
+#define WAIT_MS 60000 /* a client run, a workflow: generous for valgrind and loaded CI */
 
 /* ---- fixtures ------------------------------------------------------------------------ */
 
@@ -339,7 +60,7 @@ static int setup(void **state)
 static int setup_fixed_port(void **state)
 {
 	char listen[32];
-	snprintf(listen, sizeof listen, "127.0.0.1:%d", closed_port());
+	snprintf(listen, sizeof listen, "127.0.0.1:%d", client_closed_port());
 	const char *const args[] = {"--listen", listen, NULL};
 	hs_server *s = hs_open(args);
 	*state = s;
@@ -348,14 +69,14 @@ static int setup_fixed_port(void **state)
 
 static int teardown(void **state)
 {
-	procs_fini();
+	client_free_all();
 	return hs_close(*state);
 }
 
 static int teardown_no_server(void **state)
 {
 	(void)state;
-	procs_fini();
+	client_free_all();
 	return 0;
 }
 
@@ -483,21 +204,21 @@ static void assert_no_escape_codes(const char *out)
 static void test_watch_live_lines_and_exit_0(void **state)
 {
 	hs_server *s = *state;
-	proc *p;
+	client_proc *p;
 	submit_retrying(s, "live", 3000);
-	const char *const args[] = {"--server", url_of(s), "watch", "live", NULL};
-	p = spawn(args, NULL, false);
+	const char *const args[] = {"--server", client_url_of(s), "watch", "live", NULL};
+	p = client_spawn(args, NULL, false);
 
 	/* worker-B failed and waits 3 s to retry: its line must be out before the end. */
-	read_until(p, "step_failed");
+	client_read_until(p, "step_failed");
 	json_t *wf = hs_get_workflow(s, "live");
 	assert_string_equal(hs_str(wf, "status"), "running");
 	assert_true(hs_int(wf, "steps_completed") < hs_int(wf, "steps_total"));
 	json_decref(wf);
 	assert_null(strstr(p->o.p, "workflow_completed"));
-	assert_true(running(p));
+	assert_true(client_running(p));
 
-	assert_int_equal(finish(p), 0);
+	assert_int_equal(client_finish(p), 0);
 	assert_no_escape_codes(p->o.p);
 	assert_one_line_per_event(s, "live", p->o.p);
 	/* The fields of the lines: worker, attempt, token, duration, error and retry. */
@@ -515,71 +236,71 @@ static void test_watch_live_lines_and_exit_0(void **state)
 	assert_non_null(strstr(line_with(p->o.p, "step_completed", "worker-C"), "ms"));
 	line_with(p->o.p, "workflow_completed", "3 steps processed");
 	json_decref(events);
-	proc_fini(p);
+	client_free(p);
 }
 
 /* A workflow that fails (no retries) exits 1, with its error. */
 static void test_watch_failed_exits_1(void **state)
 {
 	hs_server *s = *state;
-	proc *p;
+	client_proc *p;
 	json_t *body = json_pack("{s:s, s:s, s:[{s:s, s:i}], s:{s:i}}", "id", "bad", "resource",
 				 "gw", "workers", "name", "worker-F", "fail_attempts", 1, "retry",
 				 "max_attempts", 1);
 	json_decref(hs_create_workflow(s, body));
-	const char *const args[] = {"--server", url_of(s), "watch", "bad", NULL};
-	p = expect_exit(1, NULL, args);
+	const char *const args[] = {"--server", client_url_of(s), "watch", "bad", NULL};
+	p = client_expect_exit(1, NULL, args);
 	line_with(p->o.p, "step_failed", "no retries left");
 	line_with(p->o.p, "workflow_failed", "error: ");
 	assert_one_line_per_event(s, "bad", p->o.p);
-	proc_fini(p);
+	client_free(p);
 }
 
 /* watch waits while the workflow waits; a cancel ends it with exit 1. */
 static void test_watch_cancelled_exits_1(void **state)
 {
 	hs_server *s = *state;
-	proc *p;
+	client_proc *p;
 	hs_response r;
 	submit_stuck(s, "stop");
-	const char *const args[] = {"--server", url_of(s), "watch", "stop", NULL};
-	p = spawn(args, NULL, false);
-	read_until(p, "step_failed");
+	const char *const args[] = {"--server", client_url_of(s), "watch", "stop", NULL};
+	p = client_spawn(args, NULL, false);
+	client_read_until(p, "step_failed");
 	json_decref(hs_wait_step(s, "stop", 0, "retrying", WAIT_MS));
-	assert_true(running(p)); /* the workflow is not over: neither is watch */
+	assert_true(client_running(p)); /* the workflow is not over: neither is watch */
 
 	assert_int_equal(hs_post(s, "/workflows/stop/cancel", NULL, &r), 0);
 	assert_int_equal(r.status, 200);
 	hs_response_fini(&r);
-	assert_int_equal(finish(p), 1);
+	assert_int_equal(client_finish(p), 1);
 	line_with(p->o.p, "workflow_cancelled", "");
 	assert_one_line_per_event(s, "stop", p->o.p);
-	proc_fini(p);
+	client_free(p);
 }
 
 /* 404 for an unknown workflow: exit 1 and the server's reason. */
 static void test_watch_unknown_workflow_exits_1(void **state)
 {
 	hs_server *s = *state;
-	proc *p;
-	const char *const args[] = {"--server", url_of(s), "watch", "no-such-id", NULL};
-	p = expect_exit(1, NULL, args);
+	client_proc *p;
+	const char *const args[] = {"--server", client_url_of(s), "watch", "no-such-id", NULL};
+	p = client_expect_exit(1, NULL, args);
 	assert_non_null(strstr(p->e.p, "404"));
 	assert_string_equal(p->o.p, "");
-	proc_fini(p);
+	client_free(p);
 }
 
 /* --json: one JSON object per line, exactly the workflow's events in order. */
 static void test_watch_json_lines(void **state)
 {
 	hs_server *s = *state;
-	proc *p;
+	client_proc *p;
 	submit_retrying(s, "js", 500);
-	const char *const args[] = {"--server", url_of(s), "--json", "watch", "js", NULL};
-	p = expect_exit(0, NULL, args);
+	const char *const args[] = {"--server", client_url_of(s), "--json", "watch", "js", NULL};
+	p = client_expect_exit(0, NULL, args);
 	assert_no_escape_codes(p->o.p);
 	assert_json_lines_are_events(s, "js", p->o.p);
-	proc_fini(p);
+	client_free(p);
 }
 
 /* Nothing listens: exit 3, through --server and through BATON_URL, for every command. */
@@ -587,8 +308,8 @@ static void test_unreachable_exits_3(void **state)
 {
 	(void)state;
 	char url[64];
-	proc *p;
-	snprintf(url, sizeof url, "http://127.0.0.1:%d", closed_port());
+	client_proc *p;
+	snprintf(url, sizeof url, "http://127.0.0.1:%d", client_closed_port());
 	const char *const cmds[][3] = {{"watch", "x", NULL},
 				       {"get", "x", NULL},
 				       {"list", NULL, NULL},
@@ -597,13 +318,13 @@ static void test_unreachable_exits_3(void **state)
 	for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
 		const char *const flag[] = {"--server", url, cmds[i][0], cmds[i][1], NULL};
 		int64_t t0 = hs_mono_ms();
-		p = expect_exit(3, NULL, flag);
+		p = client_expect_exit(3, NULL, flag);
 		assert_non_null(strstr(p->e.p, "unreachable"));
 		assert_true(hs_mono_ms() - t0 < WAIT_MS / 2); /* at once, not after retries */
-		proc_fini(p);
+		client_free(p);
 		const char *const env[] = {cmds[i][0], cmds[i][1], NULL};
-		p = expect_exit(3, url, env);
-		proc_fini(p);
+		p = client_expect_exit(3, url, env);
+		client_free(p);
 	}
 }
 
@@ -612,8 +333,8 @@ static void test_usage_errors_exit_2(void **state)
 {
 	(void)state;
 	char url[64];
-	proc *p;
-	snprintf(url, sizeof url, "http://127.0.0.1:%d", closed_port());
+	client_proc *p;
+	snprintf(url, sizeof url, "http://127.0.0.1:%d", client_closed_port());
 	const char *const cases[][4] = {
 	    {"watch", NULL},	     {"watch", "a", "b", NULL}, {"watch", "--bogus", "x", NULL},
 	    {"get", NULL},	     {"cancel", NULL},		{"cancel", "a", "b", NULL},
@@ -624,45 +345,45 @@ static void test_usage_errors_exit_2(void **state)
 		const char *args[8] = {"--server", url};
 		for (size_t k = 0; k < 4 && cases[i][k]; k++)
 			args[2 + k] = cases[i][k];
-		p = expect_exit(2, NULL, args);
+		p = client_expect_exit(2, NULL, args);
 		assert_non_null(strstr(p->e.p, "usage: baton"));
-		proc_fini(p);
+		client_free(p);
 	}
 	const char *const help[] = {"--help", NULL};
-	p = expect_exit(0, NULL, help);
+	p = client_expect_exit(0, NULL, help);
 	assert_non_null(strstr(p->o.p, "watch ID"));
-	proc_fini(p);
+	client_free(p);
 }
 
 /* SIGKILL and restart of batond mid-workflow: both watchers reconnect, no line twice. */
 static void test_watch_survives_restart(void **state)
 {
 	hs_server *s = *state;
-	proc *plain, *json;
+	client_proc *plain, *json;
 	int port = hs_port(s);
 	char url[64];
 	snprintf(url, sizeof url, "http://127.0.0.1:%d", port);
 	submit_retrying(s, "phoenix", 3000);
 	const char *const a1[] = {"--server", url, "watch", "phoenix", NULL};
 	const char *const a2[] = {"--server", url, "--json", "watch", "phoenix", NULL};
-	plain = spawn(a1, NULL, false);
-	json = spawn(a2, NULL, false);
-	read_until(plain, "step_failed");
-	read_until(json, "\"step_failed\"");
+	plain = client_spawn(a1, NULL, false);
+	json = client_spawn(a2, NULL, false);
+	client_read_until(plain, "step_failed");
+	client_read_until(json, "\"step_failed\"");
 
 	hs_kill(s); /* worker-B waits to retry: the streams are open, mid-workflow */
 	assert_int_equal(hs_start(s), 0);
 	if (hs_port(s) != port)
 		fail_msg("batond came back on port %d, not %d", hs_port(s), port);
 
-	assert_int_equal(finish(plain), 0);
-	assert_int_equal(finish(json), 0);
+	assert_int_equal(client_finish(plain), 0);
+	assert_int_equal(client_finish(json), 0);
 	assert_non_null(strstr(plain->e.p, "reconnecting")); /* the drop happened, and was seen */
 	assert_non_null(strstr(json->e.p, "reconnecting"));
 	assert_one_line_per_event(s, "phoenix", plain->o.p);
 	assert_json_lines_are_events(s, "phoenix", json->o.p);
-	proc_fini(plain);
-	proc_fini(json);
+	client_free(plain);
+	client_free(json);
 }
 
 /* Number of distinct "retry 2 in Ns" values in out. */
@@ -684,11 +405,11 @@ static int countdown_values(const char *out)
 static void test_watch_tty_progress_bar(void **state)
 {
 	hs_server *s = *state;
-	proc *p;
+	client_proc *p;
 	submit_retrying(s, "tty", 3000);
-	const char *const args[] = {"--server", url_of(s), "watch", "tty", NULL};
-	p = spawn(args, NULL, true);
-	assert_int_equal(finish(p), 0);
+	const char *const args[] = {"--server", client_url_of(s), "watch", "tty", NULL};
+	p = client_spawn(args, NULL, true);
+	assert_int_equal(client_finish(p), 0);
 
 	const char *out = p->o.p;
 	assert_non_null(strstr(out, "\r\033[K["));   /* drawn in place */
@@ -701,13 +422,13 @@ static void test_watch_tty_progress_bar(void **state)
 	assert_null(strchr(p->e.p, '\033'));
 
 	/* --json on a terminal stays plain JSON lines: no bar. */
-	proc_fini(p);
-	const char *const jargs[] = {"--server", url_of(s), "--json", "watch", "tty", NULL};
-	p = spawn(jargs, NULL, true);
-	assert_int_equal(finish(p), 0);
+	client_free(p);
+	const char *const jargs[] = {"--server", client_url_of(s), "--json", "watch", "tty", NULL};
+	p = client_spawn(jargs, NULL, true);
+	assert_int_equal(client_finish(p), 0);
 	assert_null(strchr(p->o.p, '\033'));
 	assert_json_lines_are_events(s, "tty", p->o.p);
-	proc_fini(p);
+	client_free(p);
 }
 
 /* ---- watch against a scripted server ------------------------------------------------ */
@@ -819,8 +540,8 @@ static void test_watch_parses_split_frames_and_resumes(void **state)
 	fake_start(&f);
 	snprintf(url, sizeof url, "http://127.0.0.1:%d", f.port);
 	const char *const args[] = {"--server", url, "watch", "fake", NULL};
-	proc *p = spawn(args, NULL, false);
-	int rc = finish(p);
+	client_proc *p = client_spawn(args, NULL, false);
+	int rc = client_finish(p);
 	pthread_join(f.thread, NULL);
 	close(f.lfd);
 	if (rc != 0)
@@ -840,12 +561,12 @@ static void test_watch_parses_split_frames_and_resumes(void **state)
 	line_with(p->o.p, "lock_acquired", "worker-Z    attempt 1  token 9  waited 0ms");
 	line_with(p->o.p, "05:40:00.003  step_completed", "5ms");
 	assert_non_null(strstr(p->e.p, "reconnecting"));
-	proc_fini(p);
+	client_free(p);
 }
 
 /* ---- get, list, cancel, resources -------------------------------------------------- */
 
-static json_t *parse_stdout(const proc *p)
+static json_t *parse_stdout(const client_proc *p)
 {
 	json_error_t err;
 	json_t *doc = json_loads(p->o.p, 0, &err);
@@ -870,9 +591,9 @@ static bool page_has(const json_t *page, const char *id)
 static void test_get_list_cancel_resources(void **state)
 {
 	hs_server *s = *state;
-	const char *url = url_of(s);
+	const char *url = client_url_of(s);
 	char dead[64];
-	proc *p;
+	client_proc *p;
 	json_t *body = json_pack("{s:s, s:s, s:[s, s]}", "id", "done", "resource", "gw", "workers",
 				 "worker-A", "worker-B");
 	json_decref(hs_create_workflow(s, body));
@@ -882,86 +603,86 @@ static void test_get_list_cancel_resources(void **state)
 
 	/* get */
 	const char *const get[] = {"--server", url, "get", "done", NULL};
-	p = expect_exit(0, NULL, get);
+	p = client_expect_exit(0, NULL, get);
 	assert_non_null(strstr(p->o.p, "id        done\n"));
 	assert_non_null(strstr(p->o.p, "completed, 2/2 steps completed"));
 	assert_non_null(strstr(p->o.p, "worker-B"));
-	proc_fini(p);
+	client_free(p);
 	const char *const get_json[] = {"--server", url, "--json", "get", "done", NULL};
-	p = expect_exit(0, NULL, get_json);
+	p = client_expect_exit(0, NULL, get_json);
 	json_t *wf = parse_stdout(p);
 	assert_string_equal(hs_str(wf, "id"), "done");
 	assert_string_equal(hs_str(wf, "status"), "completed");
 	json_decref(wf);
-	proc_fini(p);
+	client_free(p);
 	const char *const get_404[] = {"--server", url, "get", "nope", NULL};
-	p = expect_exit(1, NULL, get_404);
+	p = client_expect_exit(1, NULL, get_404);
 	assert_non_null(strstr(p->e.p, "404"));
-	proc_fini(p);
+	client_free(p);
 
 	/* BATON_URL is used, and --server wins over it. */
 	const char *const get_env[] = {"get", "done", NULL};
-	p = expect_exit(0, url, get_env);
-	proc_fini(p);
-	snprintf(dead, sizeof dead, "http://127.0.0.1:%d", closed_port());
-	p = expect_exit(0, dead, get);
-	proc_fini(p);
+	p = client_expect_exit(0, url, get_env);
+	client_free(p);
+	snprintf(dead, sizeof dead, "http://127.0.0.1:%d", client_closed_port());
+	p = client_expect_exit(0, dead, get);
+	client_free(p);
 
 	/* list */
 	const char *const list[] = {"--server", url, "list", NULL};
-	p = expect_exit(0, NULL, list);
+	p = client_expect_exit(0, NULL, list);
 	assert_non_null(strstr(p->o.p, "ID"));
 	line_with(p->o.p, "done ", "completed");
 	line_with(p->o.p, "stuck ", "running");
-	proc_fini(p);
+	client_free(p);
 	const char *const list_json[] = {"--server", url,	  "--json", "list",
 					 "--status", "completed", NULL};
-	p = expect_exit(0, NULL, list_json);
+	p = client_expect_exit(0, NULL, list_json);
 	json_t *page = parse_stdout(p);
 	assert_true(page_has(page, "done"));
 	assert_false(page_has(page, "stuck"));
 	json_decref(page);
-	proc_fini(p);
+	client_free(p);
 	const char *const list_400[] = {"--server", url, "list", "--status", "bogus", NULL};
-	p = expect_exit(1, NULL, list_400);
+	p = client_expect_exit(1, NULL, list_400);
 	assert_non_null(strstr(p->e.p, "400"));
-	proc_fini(p);
+	client_free(p);
 
 	/* resources */
 	const char *const res[] = {"--server", url, "resources", NULL};
-	p = expect_exit(0, NULL, res);
+	p = client_expect_exit(0, NULL, res);
 	line_with(p->o.p, "gw", "");
-	proc_fini(p);
+	client_free(p);
 	const char *const res_one[] = {"--server", url, "resources", "gw", NULL};
-	p = expect_exit(0, NULL, res_one);
+	p = client_expect_exit(0, NULL, res_one);
 	assert_non_null(strstr(p->o.p, "name      gw\n"));
-	proc_fini(p);
+	client_free(p);
 	const char *const res_json[] = {"--server", url, "--json", "resources", NULL};
-	p = expect_exit(0, NULL, res_json);
+	p = client_expect_exit(0, NULL, res_json);
 	json_t *doc = parse_stdout(p);
 	assert_string_equal(hs_str(json_array_get(json_object_get(doc, "resources"), 0), "name"),
 			    "gw");
 	json_decref(doc);
-	proc_fini(p);
+	client_free(p);
 	const char *const res_404[] = {"--server", url, "resources", "nope", NULL};
-	p = expect_exit(1, NULL, res_404);
-	proc_fini(p);
+	p = client_expect_exit(1, NULL, res_404);
+	client_free(p);
 
 	/* cancel */
 	const char *const cancel[] = {"--server", url, "cancel", "stuck", NULL};
-	p = expect_exit(0, NULL, cancel);
+	p = client_expect_exit(0, NULL, cancel);
 	assert_string_equal(p->o.p, "cancelled stuck\n");
-	proc_fini(p);
+	client_free(p);
 	wf = hs_get_workflow(s, "stuck");
 	assert_string_equal(hs_str(wf, "status"), "cancelled");
 	json_decref(wf);
 	const char *const cancel_409[] = {"--server", url, "cancel", "done", NULL};
-	p = expect_exit(1, NULL, cancel_409);
+	p = client_expect_exit(1, NULL, cancel_409);
 	assert_non_null(strstr(p->e.p, "409"));
-	proc_fini(p);
+	client_free(p);
 	const char *const cancel_404[] = {"--server", url, "cancel", "nope", NULL};
-	p = expect_exit(1, NULL, cancel_404);
-	proc_fini(p);
+	p = client_expect_exit(1, NULL, cancel_404);
+	client_free(p);
 }
 
 static int setup_token(void **state)
@@ -976,30 +697,32 @@ static int setup_token(void **state)
 static void test_token_and_health(void **state)
 {
 	hs_server *s = *state;
-	const char *url = url_of(s);
-	proc *p = expect_exit(0, url, (const char *const[]){"health", NULL});
+	const char *url = client_url_of(s);
+	client_proc *p = client_expect_exit(0, url, (const char *const[]){"health", NULL});
 	assert_non_null(strstr(p->o.p, "ok"));
-	proc_fini(p);
-	p = expect_exit(1, url, (const char *const[]){"list", NULL});
+	client_free(p);
+	p = client_expect_exit(1, url, (const char *const[]){"list", NULL});
 	assert_non_null(strstr(p->e.p, "401"));
-	proc_fini(p);
-	proc_fini(expect_exit(1, url, (const char *const[]){"--token", "wrong", "list", NULL}));
-	proc_fini(
-	    expect_exit(0, url, (const char *const[]){"--token", "s3cret-token", "list", NULL}));
-	proc_fini(expect_exit(0, url,
-			      (const char *const[]){"--token", "s3cret-token", "submit", "--id",
-						    "tok-1", "--resource", "r", "a", NULL}));
-	proc_fini(expect_exit(
+	client_free(p);
+	client_free(
+	    client_expect_exit(1, url, (const char *const[]){"--token", "wrong", "list", NULL}));
+	client_free(client_expect_exit(
+	    0, url, (const char *const[]){"--token", "s3cret-token", "list", NULL}));
+	client_free(
+	    client_expect_exit(0, url,
+			       (const char *const[]){"--token", "s3cret-token", "submit", "--id",
+						     "tok-1", "--resource", "r", "a", NULL}));
+	client_free(client_expect_exit(
 	    0, url, (const char *const[]){"--token", "s3cret-token", "watch", "tok-1", NULL}));
 	/* $BATON_TOKEN, as a container would set it. */
 	setenv("BATON_TOKEN", "s3cret-token", 1);
-	p = spawn((const char *const[]){"list", NULL}, url, false);
+	p = client_spawn((const char *const[]){"list", NULL}, url, false);
 	unsetenv("BATON_TOKEN");
-	assert_int_equal(finish(p), 0);
-	proc_fini(p);
+	assert_int_equal(client_finish(p), 0);
+	client_free(p);
 	char closed[32];
-	snprintf(closed, sizeof closed, "http://127.0.0.1:%d", closed_port());
-	proc_fini(expect_exit(3, closed, (const char *const[]){"health", NULL}));
+	snprintf(closed, sizeof closed, "http://127.0.0.1:%d", client_closed_port());
+	client_free(client_expect_exit(3, closed, (const char *const[]){"health", NULL}));
 }
 
 int main(void)
