@@ -105,13 +105,6 @@ int calls_teardown(void **state)
 
 /* ---- helpers -------------------------------------------------------------------- */
 
-json_t *calls_step_at(const json_t *wf, size_t i)
-{
-	json_t *st = json_array_get(json_object_get(wf, "steps"), i);
-	assert_non_null(st);
-	return st;
-}
-
 char *calls_key_of(const char *wf_id, int step)
 {
 	char *k = NULL;

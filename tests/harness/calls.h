@@ -28,8 +28,7 @@ int calls_setup_prefixes(void **state);	     /* "/api" and "/v2/" only, and a ba
 int calls_setup_resource_only(void **state); /* the resource, no batond */
 int calls_teardown(void **state);
 
-json_t *calls_step_at(const json_t *wf, size_t i); /* borrowed; asserts it exists */
-char *calls_key_of(const char *wf_id, int step);   /* "<id>/<step>", malloc'ed */
+char *calls_key_of(const char *wf_id, int step); /* "<id>/<step>", malloc'ed */
 /* A retry policy with a short backoff: the first retry after 2 * initial ms. */
 json_t *calls_quick_retry(int initial_ms);
 /* A workflow `id` on "gateway" whose workflow-level call posts to `url` and whose `n`

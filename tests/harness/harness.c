@@ -356,6 +356,18 @@ int hs_run_batond(const char *const *args, const char *env_name, const char *env
 	return pid > 0 ? status : -1;
 }
 
+int hs_setup(void **state)
+{
+	hs_server *s = hs_open(NULL);
+	*state = s;
+	return s ? 0 : -1;
+}
+
+int hs_teardown(void **state)
+{
+	return hs_close(*state);
+}
+
 int hs_set_args(hs_server *s, const char *const *extra_args)
 {
 	for (int i = 0; s->extra[i]; i++) {

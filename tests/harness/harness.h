@@ -54,6 +54,10 @@ void hs_filters_from_env(void);
  */
 hs_server *hs_open(const char *const *extra_args);
 
+/* cmocka fixtures for the common case: state is an hs_server from hs_open(NULL). */
+int hs_setup(void **state);
+int hs_teardown(void **state);
+
 /* Starts the server again on the same database (after hs_stop or hs_kill). 0 or -1. */
 int hs_start(hs_server *s);
 
@@ -151,6 +155,9 @@ json_t *hs_get_json(const hs_server *s, const char *path, long status);
 
 /* GET /workflows/{id}, asserted 200. New reference. */
 json_t *hs_get_workflow(const hs_server *s, const char *id);
+
+/* Step i of a workflow document (borrowed); fails the test when it has none. */
+json_t *hs_step_at(const json_t *wf, size_t i);
 
 /*
  * GET /workflows/{id}/events, asserted 200 with the documented envelope, every event

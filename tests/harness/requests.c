@@ -637,3 +637,10 @@ size_t hs_event_count(const json_t *events, const char *type, int step, int atte
 	}
 	return n;
 }
+
+json_t *hs_step_at(const json_t *wf, size_t i)
+{
+	json_t *st = json_array_get(json_object_get(wf, "steps"), i);
+	assert_non_null(st);
+	return st;
+}

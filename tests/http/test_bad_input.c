@@ -40,18 +40,6 @@
 
 #define LEN(a) (sizeof(a) / sizeof((a)[0]))
 
-static int setup(void **state)
-{
-	hs_server *s = hs_open(NULL);
-	*state = s;
-	return s ? 0 : -1;
-}
-
-static int teardown(void **state)
-{
-	return hs_close(*state);
-}
-
 /*
  * For the tests that start with baseline(): after all their refused requests, the
  * database file itself (read with batond stopped, since it holds the file while it
@@ -772,17 +760,18 @@ int main(void)
 {
 	hs_filters_from_env();
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test_setup_teardown(test_malformed_json, setup, teardown_one_row),
-	    cmocka_unit_test_setup_teardown(test_wrong_types, setup, teardown_one_row),
-	    cmocka_unit_test_setup_teardown(test_unknown_fields, setup, teardown_one_row),
-	    cmocka_unit_test_setup_teardown(test_out_of_range, setup, teardown_one_row),
-	    cmocka_unit_test_setup_teardown(test_bad_names, setup, teardown_one_row),
-	    cmocka_unit_test_setup_teardown(test_bad_workers, setup, teardown_one_row),
-	    cmocka_unit_test_setup_teardown(test_payload_too_large, setup, teardown_one_row),
-	    cmocka_unit_test_setup_teardown(test_unsupported_media_type, setup, teardown_one_row),
-	    cmocka_unit_test_setup_teardown(test_bad_queries_and_paths, setup, teardown_one_row),
-	    cmocka_unit_test_setup_teardown(test_limits_are_accepted, setup, teardown),
-	    cmocka_unit_test_setup_teardown(test_wrong_methods_and_oversized_headers, setup,
+	    cmocka_unit_test_setup_teardown(test_malformed_json, hs_setup, teardown_one_row),
+	    cmocka_unit_test_setup_teardown(test_wrong_types, hs_setup, teardown_one_row),
+	    cmocka_unit_test_setup_teardown(test_unknown_fields, hs_setup, teardown_one_row),
+	    cmocka_unit_test_setup_teardown(test_out_of_range, hs_setup, teardown_one_row),
+	    cmocka_unit_test_setup_teardown(test_bad_names, hs_setup, teardown_one_row),
+	    cmocka_unit_test_setup_teardown(test_bad_workers, hs_setup, teardown_one_row),
+	    cmocka_unit_test_setup_teardown(test_payload_too_large, hs_setup, teardown_one_row),
+	    cmocka_unit_test_setup_teardown(test_unsupported_media_type, hs_setup,
+					    teardown_one_row),
+	    cmocka_unit_test_setup_teardown(test_bad_queries_and_paths, hs_setup, teardown_one_row),
+	    cmocka_unit_test_setup_teardown(test_limits_are_accepted, hs_setup, hs_teardown),
+	    cmocka_unit_test_setup_teardown(test_wrong_methods_and_oversized_headers, hs_setup,
 					    teardown_one_row),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -238,8 +238,8 @@ static void test_header_values_not_echoed(void **state)
 	}
 	fragile_records_free(r, 3);
 
-	json_t *h0 = json_object_get(json_object_get(calls_step_at(wf, 0), "call"), "headers");
-	json_t *h1 = json_object_get(json_object_get(calls_step_at(wf, 1), "call"), "headers");
+	json_t *h0 = json_object_get(json_object_get(hs_step_at(wf, 0), "call"), "headers");
+	json_t *h1 = json_object_get(json_object_get(hs_step_at(wf, 1), "call"), "headers");
 	assert_string_equal(hs_str(h0, "Authorization"), "<redacted>");
 	assert_string_equal(hs_str(h0, "X-Api-Key"), "<redacted>");
 	assert_string_equal(hs_str(h1, "X-Tenant"), "<redacted>");
@@ -278,7 +278,7 @@ static void test_redirect_not_followed(void **state)
 	assert_string_equal(r[0].path, "/op");
 	assert_int_equal(r[0].status, 302);
 	fragile_records_free(r, 1);
-	json_t *st = calls_step_at(wf, 0);
+	json_t *st = hs_step_at(wf, 0);
 	assert_int_equal(hs_int(st, "attempts"), 1);
 	assert_true(calls_contains(hs_str(st, "error"), "redirect"));
 	json_t *events = hs_get_events(c->s, "redir");

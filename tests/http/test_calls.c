@@ -232,7 +232,7 @@ static void assert_contended_workflow(const hs_server *s, const char *id, const 
 	json_t *wf = hs_wait_workflow(s, id, "completed", WAIT_MS);
 	json_t *events = hs_get_events(s, id);
 	for (int i = 0; i < N_WORKERS; i++) {
-		json_t *st = calls_step_at(wf, (size_t)i);
+		json_t *st = hs_step_at(wf, (size_t)i);
 		char *key = calls_key_of(id, i);
 		const fragile_record *rec = NULL;
 		for (size_t k = 0; k < n; k++)
@@ -338,7 +338,7 @@ static void test_503_then_200_retried(void **state)
 	assert_string_equal(ctype, "application/json");
 	free(ctype);
 
-	json_t *st = calls_step_at(wf, 0);
+	json_t *st = hs_step_at(wf, 0);
 	assert_string_equal(hs_str(st, "status"), "completed");
 	assert_int_equal(hs_int(st, "attempts"), 2);
 	assert_int_equal(hs_int(st, "fencing_token"), r[1].token);
@@ -375,11 +375,11 @@ static void test_400_not_retried(void **state)
 	fragile_record *r = calls_records_exactly(c->res, 1);
 	assert_string_equal(r[0].idempotency_key, "r400/0");
 	fragile_records_free(r, 1);
-	json_t *st = calls_step_at(wf, 0);
+	json_t *st = hs_step_at(wf, 0);
 	assert_string_equal(hs_str(st, "status"), "failed");
 	assert_int_equal(hs_int(st, "attempts"), 1);
 	assert_true(calls_contains(hs_str(st, "error"), "400"));
-	assert_int_equal(hs_int(calls_step_at(wf, 1), "attempts"), 0);
+	assert_int_equal(hs_int(hs_step_at(wf, 1), "attempts"), 0);
 	assert_true(calls_contains(hs_str(wf, "error"), "400"));
 	json_t *events = hs_get_events(c->s, "r400");
 	json_t *failed = hs_event_find(events, "step_failed", 0, 1);
@@ -408,7 +408,7 @@ static void test_429_retry_after_honoured(void **state)
 			 (long long)gap);
 	assert_string_equal(r[1].idempotency_key, "r429/0");
 	assert_true(r[1].token > r[0].token);
-	assert_int_equal(hs_int(calls_step_at(wf, 0), "attempts"), 2);
+	assert_int_equal(hs_int(hs_step_at(wf, 0), "attempts"), 2);
 	json_t *events = hs_get_events(c->s, "r429");
 	json_t *failed = hs_event_find(events, "step_failed", 0, 1);
 	calls_assert_event(failed, "step_failed", "POST", c->url, 429);
@@ -443,7 +443,7 @@ static void test_timeout_retried(void **state)
 	assert_string_equal(r[1].idempotency_key, "rto/0");
 	assert_string_equal(r[1].attempt, "2");
 	assert_true(r[1].token > r[0].token);
-	assert_int_equal(hs_int(calls_step_at(wf, 0), "attempts"), 2);
+	assert_int_equal(hs_int(hs_step_at(wf, 0), "attempts"), 2);
 	json_t *events = hs_get_events(c->s, "rto");
 	json_t *failed = hs_event_find(events, "step_failed", 0, 1);
 	calls_assert_event(failed, "step_failed", "POST", c->url, 0);
@@ -475,7 +475,7 @@ static void test_lost_answer_applied_once(void **state)
 	assert_int_equal(r[1].outcome, FRAGILE_DUPLICATE);
 	assert_string_equal(r[1].idempotency_key, r[0].idempotency_key);
 	assert_true(r[1].token > r[0].token);
-	assert_int_equal(hs_int(calls_step_at(wf, 0), "attempts"), 2);
+	assert_int_equal(hs_int(hs_step_at(wf, 0), "attempts"), 2);
 	json_t *events = hs_get_events(c->s, "rlost");
 	calls_assert_event(hs_event_find(events, "step_failed", 0, 1), "step_failed", "POST",
 			   c->url, 0);
@@ -515,7 +515,7 @@ static void test_sigkill_during_call(void **state)
 	calls_create(c->s, calls_workflow("kill", c->url, 3, calls_quick_retry(50)));
 	assert_true(fragile_wait_held(c->res, 1, WAIT_MS));
 	json_t *during = hs_get_workflow(c->s, "kill");
-	assert_string_equal(hs_str(calls_step_at(during, 1), "status"), "running");
+	assert_string_equal(hs_str(hs_step_at(during, 1), "status"), "running");
 	json_decref(during);
 	assert_true(fragile_applied(c->res, "kill/1"));
 	kill_while_held(c, 2);
@@ -536,9 +536,9 @@ static void test_sigkill_during_call(void **state)
 		assert_true(i == 0 || r[i].token > r[i - 1].token);
 	}
 	for (size_t i = 0; i < 3; i++)
-		assert_int_equal(hs_int(calls_step_at(wf, i), "attempts"), i == 0 ? 1 : 2);
-	assert_int_equal(hs_int(calls_step_at(wf, 1), "fencing_token"), r[2].token);
-	assert_int_equal(hs_int(calls_step_at(wf, 2), "fencing_token"), r[4].token);
+		assert_int_equal(hs_int(hs_step_at(wf, i), "attempts"), i == 0 ? 1 : 2);
+	assert_int_equal(hs_int(hs_step_at(wf, 1), "fencing_token"), r[2].token);
+	assert_int_equal(hs_int(hs_step_at(wf, 2), "fencing_token"), r[4].token);
 	json_t *events = hs_get_events(c->s, "kill");
 	for (int step = 1; step <= 2; step++) {
 		assert_non_null(hs_event_find(events, "step_interrupted", step, 1));
@@ -617,7 +617,7 @@ static void test_stored_call_waits_for_libcurl(void **state)
 	unlink(lib);
 	rmdir(dir);
 	json_t *wf = hs_wait_workflow(c->s, "nocurl", "completed", WAIT_MS);
-	assert_true(hs_int(calls_step_at(wf, 0), "attempts") >= 3);
+	assert_true(hs_int(hs_step_at(wf, 0), "attempts") >= 3);
 	json_decref(wf);
 	fragile_record *r = calls_records_exactly(c->res, 2);
 	assert_string_equal(r[0].idempotency_key, "nocurl/0");

@@ -46,13 +46,6 @@
 
 /* ---- fixtures ------------------------------------------------------------------------ */
 
-static int setup(void **state)
-{
-	hs_server *s = hs_open(NULL);
-	*state = s;
-	return s ? 0 : -1;
-}
-
 /*
  * A server on a fixed port, chosen free by binding 127.0.0.1:0 first: a restart keeps
  * it (the harness passes --listen 127.0.0.1:0, and the later --listen wins).
@@ -730,19 +723,20 @@ int main(void)
 	signal(SIGPIPE, SIG_IGN);
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test_setup_teardown(test_token_and_health, setup_token, teardown),
-	    cmocka_unit_test_setup_teardown(test_watch_live_lines_and_exit_0, setup, teardown),
-	    cmocka_unit_test_setup_teardown(test_watch_failed_exits_1, setup, teardown),
-	    cmocka_unit_test_setup_teardown(test_watch_cancelled_exits_1, setup, teardown),
-	    cmocka_unit_test_setup_teardown(test_watch_unknown_workflow_exits_1, setup, teardown),
-	    cmocka_unit_test_setup_teardown(test_watch_json_lines, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_watch_live_lines_and_exit_0, hs_setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_watch_failed_exits_1, hs_setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_watch_cancelled_exits_1, hs_setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_watch_unknown_workflow_exits_1, hs_setup,
+					    teardown),
+	    cmocka_unit_test_setup_teardown(test_watch_json_lines, hs_setup, teardown),
 	    cmocka_unit_test_teardown(test_unreachable_exits_3, teardown_no_server),
 	    cmocka_unit_test_teardown(test_usage_errors_exit_2, teardown_no_server),
 	    cmocka_unit_test_setup_teardown(test_watch_survives_restart, setup_fixed_port,
 					    teardown),
-	    cmocka_unit_test_setup_teardown(test_watch_tty_progress_bar, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_watch_tty_progress_bar, hs_setup, teardown),
 	    cmocka_unit_test_teardown(test_watch_parses_split_frames_and_resumes,
 				      teardown_no_server),
-	    cmocka_unit_test_setup_teardown(test_get_list_cancel_resources, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_get_list_cancel_resources, hs_setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

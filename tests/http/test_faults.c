@@ -190,18 +190,6 @@ static int slow_connection(int port, const char *start)
 	return fd;
 }
 
-static int setup(void **state)
-{
-	hs_server *s = hs_open(NULL);
-	*state = s;
-	return s ? 0 : -1;
-}
-
-static int teardown(void **state)
-{
-	return hs_close(*state);
-}
-
 /*
  * More slow clients than batond has HTTP threads (8), each trickling a request a byte at
  * a time: other requests are still answered promptly, because a connection holds no
@@ -327,9 +315,10 @@ int main(void)
 					    hs_faulty_teardown),
 	    cmocka_unit_test_setup_teardown(test_full_disk_pauses_and_recovers, hs_faulty_setup,
 					    hs_faulty_teardown),
-	    cmocka_unit_test_setup_teardown(test_slow_clients_hold_no_thread, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_slow_clients_hold_no_thread, hs_setup,
+					    hs_teardown),
 	    cmocka_unit_test_setup_teardown(test_overload_answers_503_with_retry_after, setup_small,
-					    teardown),
+					    hs_teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

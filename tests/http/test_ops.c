@@ -111,19 +111,7 @@ static int setup_json_log(void **state)
 	return open_with(state, args);
 }
 
-static int teardown(void **state)
-{
-	return hs_close(*state);
-}
-
 /* ---- small helpers ----------------------------------------------------------------- */
-
-static json_t *step_at(const json_t *wf, size_t i)
-{
-	json_t *st = json_array_get(json_object_get(wf, "steps"), i);
-	assert_non_null(st);
-	return st;
-}
 
 /* A workflow `id` on `resource` whose workers w0, w1 ... take work_ms[i] each. */
 static void submit(const hs_server *s, const char *id, const char *resource, const int *work_ms,
@@ -481,20 +469,20 @@ static void test_sigterm_lets_running_step_finish(void **state)
 	assert_int_equal(hs_start(s), 0);
 	json_t *wf = hs_wait_workflow(s, "drain", "completed", WAIT_MS);
 	for (size_t i = 0; i < 3; i++) {
-		json_t *st = step_at(wf, i);
+		json_t *st = hs_step_at(wf, i);
 		assert_string_equal(hs_str(st, "status"), "completed");
 		if (hs_int(st, "attempts") != 1)
 			fail_msg("step %zu has %lld attempts after SIGTERM and restart, expected 1",
 				 i, (long long)hs_int(st, "attempts"));
 	}
-	int64_t step1_done = hs_time(step_at(wf, 1), "finished_at");
+	int64_t step1_done = hs_time(hs_step_at(wf, 1), "finished_at");
 	if (step1_done > t.wall)
 		fail_msg("step 1 finished at %lld, after batond exited at %lld",
 			 (long long)step1_done, (long long)t.wall);
 	if (refused_at >= step1_done)
 		fail_msg("the listener closed at %lld, not before step 1 finished (%lld)",
 			 (long long)refused_at, (long long)step1_done);
-	if (hs_time(step_at(wf, 2), "started_at") < restarted)
+	if (hs_time(hs_step_at(wf, 2), "started_at") < restarted)
 		fail_msg("step 2 started during the shutdown");
 	json_t *events = hs_get_events(s, "drain");
 	assert_int_equal(hs_event_count(events, "step_interrupted", -1, -1), 0);
@@ -530,12 +518,12 @@ static void test_sigterm_timeout_cuts_running_step(void **state)
 	json_t *wf = hs_wait_workflow(s, "cut", "completed", WAIT_MS);
 	static const json_int_t attempts[] = {1, 2, 1};
 	for (size_t i = 0; i < 3; i++)
-		if (hs_int(step_at(wf, i), "attempts") != attempts[i])
+		if (hs_int(hs_step_at(wf, i), "attempts") != attempts[i])
 			fail_msg("step %zu: %lld attempts, expected %lld", i,
-				 (long long)hs_int(step_at(wf, i), "attempts"),
+				 (long long)hs_int(hs_step_at(wf, i), "attempts"),
 				 (long long)attempts[i]);
-	assert_string_equal(hs_str(step_at(wf, 0), "finished_at"),
-			    hs_str(step_at(before, 0), "finished_at"));
+	assert_string_equal(hs_str(hs_step_at(wf, 0), "finished_at"),
+			    hs_str(hs_step_at(before, 0), "finished_at"));
 	json_t *events = hs_get_events(s, "cut");
 	json_t *intr = hs_event_find(events, "step_interrupted", 1, 1);
 	if (!intr)
@@ -575,7 +563,7 @@ static void test_second_signal_exits_at_once(void **state)
 
 	assert_int_equal(hs_start(s), 0);
 	json_t *wf = hs_wait_workflow(s, "twice", "completed", WAIT_MS);
-	assert_int_equal(hs_int(step_at(wf, 0), "attempts"), 2);
+	assert_int_equal(hs_int(hs_step_at(wf, 0), "attempts"), 2);
 	json_t *events = hs_get_events(s, "twice");
 	assert_non_null(hs_event_find(events, "step_interrupted", 0, 1));
 	assert_int_equal(hs_event_count(events, "step_completed", 0, -1), 1);
@@ -824,22 +812,23 @@ int main(void)
 	hs_filters_from_env();
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_metrics_parser_is_strict),
-	    cmocka_unit_test_setup_teardown(test_metrics_exposition_and_values, setup, teardown),
-	    cmocka_unit_test_setup_teardown(test_health_endpoints, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_metrics_exposition_and_values, setup, hs_teardown),
+	    cmocka_unit_test_setup_teardown(test_health_endpoints, setup, hs_teardown),
 	    cmocka_unit_test_setup_teardown(test_readyz_follows_storage, hs_faulty_setup,
 					    hs_faulty_teardown),
-	    cmocka_unit_test_setup_teardown(test_sigterm_lets_running_step_finish, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_sigterm_lets_running_step_finish, setup,
+					    hs_teardown),
 	    cmocka_unit_test_setup_teardown(test_sigterm_timeout_cuts_running_step, setup_timeout0,
-					    teardown),
-	    cmocka_unit_test_setup_teardown(test_second_signal_exits_at_once, setup, teardown),
+					    hs_teardown),
+	    cmocka_unit_test_setup_teardown(test_second_signal_exits_at_once, setup, hs_teardown),
 	    cmocka_unit_test_setup_teardown(test_second_batond_on_the_same_database_exits, setup,
-					    teardown),
-	    cmocka_unit_test_setup_teardown(test_auth_token_flag, setup_token, teardown),
-	    cmocka_unit_test_setup_teardown(test_auth_token_env, setup_env_token, teardown),
+					    hs_teardown),
+	    cmocka_unit_test_setup_teardown(test_auth_token_flag, setup_token, hs_teardown),
+	    cmocka_unit_test_setup_teardown(test_auth_token_env, setup_env_token, hs_teardown),
 	    cmocka_unit_test_setup_teardown(test_auth_flag_overrides_env, setup_env_and_flag_token,
-					    teardown),
-	    cmocka_unit_test_setup_teardown(test_auth_token_file, setup_token_file, teardown),
-	    cmocka_unit_test_setup_teardown(test_log_format_json, setup_json_log, teardown),
+					    hs_teardown),
+	    cmocka_unit_test_setup_teardown(test_auth_token_file, setup_token_file, hs_teardown),
+	    cmocka_unit_test_setup_teardown(test_log_format_json, setup_json_log, hs_teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -180,15 +180,10 @@ static int setup(void **state)
 	return s ? 0 : -1;
 }
 
-static int teardown(void **state)
-{
-	return hs_close(*state);
-}
-
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test_setup_teardown(test_readme_curl_examples, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_readme_curl_examples, setup, hs_teardown),
 	};
 	return cmocka_run_group_tests_name("readme", tests, NULL, NULL);
 }

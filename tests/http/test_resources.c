@@ -2,9 +2,9 @@
  * test_resources.c - one holder per resource across workflows, over HTTP against the
  * real batond: concurrent workflows on one resource never overlap and get strictly
  * increasing fencing tokens; different resources run in parallel; grants are FIFO;
- * GET /resources/{name} shows holder and queue; cancellation of waiting, running and
- * retry-waiting workflows hands the resource on; a SIGKILL with holders and waiters
- * loses no checkpoint and never reuses a fencing token.
+ * GET /resources/{name} shows holder and queue; a SIGKILL with holders and waiters
+ * loses no checkpoint and never reuses a fencing token. Cancellation is test_cancel.c;
+ * what both use is tests/harness/queue.c.
  *
  * Exclusivity is checked twice, independently: on the events' own order (seq: between
  * a lock_acquired and its lock_released no other lock_acquired on that resource) and on
@@ -21,28 +21,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../harness/harness.h"
+#include "../harness/queue.h"
 
 #define WAIT_MS 60000
-
-static int setup(void **state)
-{
-	hs_server *s = hs_open(NULL);
-	*state = s;
-	return s ? 0 : -1;
-}
-
-static int teardown(void **state)
-{
-	return hs_close(*state);
-}
-
-static json_t *step_at(const json_t *wf, size_t i)
-{
-	json_t *st = json_array_get(json_object_get(wf, "steps"), i);
-	assert_non_null(st);
-	return st;
-}
 
 /* ---- submitting many workflows at once ------------------------------------------- */
 
@@ -65,26 +46,6 @@ static void *post_thread(void *arg)
 	return NULL;
 }
 
-/*
- * A workflow body: `resource`, `steps` workers named "<tag>-<i>" of `work_ms` each.
- * The caller frees the result.
- */
-static char *body_of(const char *id, const char *resource, int steps, int work_ms)
-{
-	json_t *workers = json_array();
-	for (int i = 0; i < steps; i++) {
-		char name[64];
-		snprintf(name, sizeof name, "%s-%d", id, i);
-		json_array_append_new(workers,
-				      json_pack("{s:s, s:i}", "name", name, "work_ms", work_ms));
-	}
-	json_t *body =
-	    json_pack("{s:s, s:s, s:o}", "id", id, "resource", resource, "workers", workers);
-	char *text = json_dumps(body, JSON_COMPACT);
-	json_decref(body);
-	return text;
-}
-
 /* POSTs every job's body from its own thread, all at once; asserts 201 for each. */
 static void post_concurrently(post_job *jobs, size_t n)
 {
@@ -102,147 +63,7 @@ static void post_concurrently(post_job *jobs, size_t n)
 	}
 }
 
-/* Waits until every workflow of `ids` is completed; returns their states (free with free_all). */
-static json_t **wait_all_completed(const hs_server *s, char **ids, size_t n)
-{
-	json_t **wfs = calloc(n, sizeof *wfs);
-	for (size_t i = 0; i < n; i++)
-		wfs[i] = hs_wait_workflow(s, ids[i], "completed", WAIT_MS);
-	return wfs;
-}
-
-static void free_all(json_t **wfs, size_t n)
-{
-	for (size_t i = 0; wfs && i < n; i++)
-		json_decref(wfs[i]);
-	free(wfs);
-}
-
 /* ---- events across workflows ----------------------------------------------------- */
-
-static int by_seq(const void *a, const void *b)
-{
-	json_int_t x = json_integer_value(json_object_get(*(json_t *const *)a, "seq"));
-	json_int_t y = json_integer_value(json_object_get(*(json_t *const *)b, "seq"));
-	return (x > y) - (x < y);
-}
-
-/* All events of the workflows `ids`, in seq order (seq is global). New reference. */
-static json_t *merged_events(const hs_server *s, char **ids, size_t n)
-{
-	json_t *lists = json_array();
-	size_t total = 0;
-	for (size_t i = 0; i < n; i++) {
-		json_t *evs = hs_get_events(s, ids[i]);
-		total += json_array_size(evs);
-		json_array_append_new(lists, evs);
-	}
-	json_t **all = calloc(total ? total : 1, sizeof *all);
-	size_t k = 0, i, j;
-	json_t *evs;
-	for (i = 0; i < json_array_size(lists); i++) {
-		evs = json_array_get(lists, i);
-		for (j = 0; j < json_array_size(evs); j++)
-			all[k++] = json_array_get(evs, j);
-	}
-	qsort(all, total, sizeof *all, by_seq);
-	json_t *out = json_array();
-	for (k = 0; k < total; k++) {
-		if (k > 0 && hs_int(all[k], "seq") == hs_int(all[k - 1], "seq"))
-			fail_msg("two events share seq %lld", (long long)hs_int(all[k], "seq"));
-		json_array_append(out, all[k]);
-	}
-	free(all);
-	json_decref(lists);
-	return out;
-}
-
-static bool is_type(const json_t *ev, const char *type)
-{
-	return strcmp(hs_str(ev, "type"), type) == 0;
-}
-
-/* "wf#step#attempt": the identity of one attempt of one step. */
-static void attempt_key(const json_t *ev, char *buf, size_t size)
-{
-	snprintf(buf, size, "%s#%lld#%lld", hs_str(ev, "workflow_id"),
-		 (long long)hs_int(ev, "step"), (long long)hs_int(ev, "attempt"));
-}
-
-static bool has_event(const json_t *events, const char *type, const char *key)
-{
-	size_t i;
-	json_t *ev;
-	json_array_foreach(events, i, ev)
-	{
-		char k[256];
-		if (!is_type(ev, type))
-			continue;
-		attempt_key(ev, k, sizeof k);
-		if (strcmp(k, key) == 0)
-			return true;
-	}
-	return false;
-}
-
-/*
- * Walks the merged `events` by seq and asserts one holder per resource: a lock_acquired
- * only when nobody holds it, a lock_released only by its holder. When `kill_ms` is not
- * HS_NO_TIME, the first event after it starts the restarted process's life: whoever held
- * a resource when it was killed must have a step_interrupted event (or have ended that
- * attempt before the kill). Returns how many grants it saw.
- */
-static size_t assert_one_holder(const json_t *events, int64_t kill_ms)
-{
-	json_t *holders = json_object(); /* resource -> attempt key */
-	bool restarted = kill_ms == HS_NO_TIME;
-	size_t grants = 0, i;
-	json_t *ev;
-	json_array_foreach(events, i, ev)
-	{
-		if (!restarted && hs_time(ev, "ts") > kill_ms) {
-			restarted = true;
-			const char *res;
-			json_t *holder;
-			json_object_foreach(holders, res, holder)
-			{
-				/* Its attempt either ended before the kill (the release was not
-				 * recorded) or was interrupted and must say so. */
-				const char *key = json_string_value(holder);
-				if (!has_event(events, "step_interrupted", key) &&
-				    !has_event(events, "step_completed", key) &&
-				    !has_event(events, "step_failed", key))
-					fail_msg("%s held %s when batond was killed but has no "
-						 "step_interrupted event",
-						 key, res);
-			}
-			json_object_clear(holders);
-		}
-		bool acq = is_type(ev, "lock_acquired"), rel = is_type(ev, "lock_released");
-		if (!acq && !rel)
-			continue;
-		const char *res = hs_str(ev, "resource");
-		char key[256];
-		attempt_key(ev, key, sizeof key);
-		const char *holder = json_string_value(json_object_get(holders, res));
-		if (acq) {
-			grants++;
-			if (holder)
-				fail_msg("%s acquired %s (seq %lld) while %s held it", key, res,
-					 (long long)hs_int(ev, "seq"), holder);
-			json_object_set_new(holders, res, json_string(key));
-		} else {
-			if (!holder || strcmp(holder, key) != 0)
-				fail_msg("%s released %s (seq %lld), held by %s", key, res,
-					 (long long)hs_int(ev, "seq"), holder ? holder : "nobody");
-			json_object_del(holders, res);
-		}
-	}
-	if (json_object_size(holders) != 0)
-		fail_msg("a resource is still held after every workflow completed");
-	json_decref(holders);
-	return grants;
-}
 
 /*
  * Asserts that on each resource the fencing tokens of lock_acquired strictly increase in
@@ -258,7 +79,7 @@ static json_int_t assert_tokens_increase(const json_t *events, const char *resou
 	json_t *ev;
 	json_array_foreach(events, i, ev)
 	{
-		if (!is_type(ev, "lock_acquired"))
+		if (!queue_is_type(ev, "lock_acquired"))
 			continue;
 		const char *res = hs_str(ev, "resource");
 		json_int_t token = hs_int(ev, "fencing_token");
@@ -348,7 +169,7 @@ static void assert_step_tokens_match(json_t **wfs, size_t n, const json_t *event
 			json_t *ev;
 			json_array_foreach(events, e, ev)
 			{
-				if (is_type(ev, "lock_acquired") &&
+				if (queue_is_type(ev, "lock_acquired") &&
 				    strcmp(hs_str(ev, "workflow_id"), hs_str(wfs[i], "id")) == 0 &&
 				    hs_int(ev, "step") == (json_int_t)j)
 					want = hs_int(ev, "fencing_token");
@@ -373,21 +194,21 @@ static void test_one_holder_across_workflows(void **state)
 	for (size_t i = 0; i < N; i++) {
 		char id[32];
 		snprintf(id, sizeof id, "many-%02zu", i);
-		jobs[i] = (post_job){.s = s, .body = body_of(id, "shared", STEPS, 20)};
+		jobs[i] = (post_job){.s = s, .body = queue_body(id, "shared", STEPS, 20)};
 	}
 	post_concurrently(jobs, N);
 	for (size_t i = 0; i < N; i++)
 		ids[i] = jobs[i].id;
 
-	json_t **wfs = wait_all_completed(s, ids, N);
+	json_t **wfs = queue_wait_completed(s, ids, N);
 	for (size_t i = 0; i < N; i++) {
 		hs_assert_workflow_shape(wfs[i]);
 		for (size_t j = 0; j < STEPS; j++)
-			assert_int_equal(hs_int(step_at(wfs[i], j), "attempts"), 1);
+			assert_int_equal(hs_int(hs_step_at(wfs[i], j), "attempts"), 1);
 	}
 	assert_no_overlap(wfs, N);
-	json_t *events = merged_events(s, ids, N);
-	assert_int_equal(assert_one_holder(events, HS_NO_TIME), N * STEPS);
+	json_t *events = queue_merged_events(s, ids, N);
+	assert_int_equal(queue_assert_one_holder(events, HS_NO_TIME), N * STEPS);
 	json_int_t max_token = assert_tokens_increase(events, "shared", INT64_MAX);
 	assert_step_tokens_match(wfs, N, events);
 
@@ -400,7 +221,7 @@ static void test_one_holder_across_workflows(void **state)
 
 	json_decref(res);
 	json_decref(events);
-	free_all(wfs, N);
+	queue_free_all(wfs, N);
 }
 
 /* Two resources with the same load run side by side: clearly faster than one after the other. */
@@ -413,23 +234,23 @@ static void test_two_resources_run_in_parallel(void **state)
 	for (size_t i = 0; i < N; i++) {
 		char id[32];
 		snprintf(id, sizeof id, "par-%zu", i);
-		jobs[i] =
-		    (post_job){.s = s, .body = body_of(id, i % 2 ? "right" : "left", STEPS, WORK)};
+		jobs[i] = (post_job){.s = s,
+				     .body = queue_body(id, i % 2 ? "right" : "left", STEPS, WORK)};
 	}
 	post_concurrently(jobs, N);
 	for (size_t i = 0; i < N; i++)
 		ids[i] = jobs[i].id;
-	json_t **wfs = wait_all_completed(s, ids, N);
+	json_t **wfs = queue_wait_completed(s, ids, N);
 	assert_no_overlap(wfs, N);
-	json_t *events = merged_events(s, ids, N);
-	assert_one_holder(events, HS_NO_TIME);
+	json_t *events = queue_merged_events(s, ids, N);
+	queue_assert_one_holder(events, HS_NO_TIME);
 	assert_tokens_increase(events, NULL, INT64_MAX);
 
 	int64_t first = INT64_MAX, last = INT64_MIN, serial = 0;
 	bool overlapped = false;
 	for (size_t i = 0; i < N; i++) {
 		for (size_t j = 0; j < STEPS; j++) {
-			json_t *st = step_at(wfs[i], j);
+			json_t *st = hs_step_at(wfs[i], j);
 			int64_t a = hs_time(st, "started_at"), b = hs_time(st, "finished_at");
 			first = a < first ? a : first;
 			last = b > last ? b : last;
@@ -437,7 +258,7 @@ static void test_two_resources_run_in_parallel(void **state)
 			/* Any step on the other resource running at the same time? */
 			for (size_t k = (i + 1) % 2; k < N; k += 2)
 				for (size_t m = 0; m < STEPS; m++) {
-					json_t *o = step_at(wfs[k], m);
+					json_t *o = hs_step_at(wfs[k], m);
 					if (hs_time(o, "started_at") < b &&
 					    a < hs_time(o, "finished_at"))
 						overlapped = true;
@@ -451,7 +272,7 @@ static void test_two_resources_run_in_parallel(void **state)
 		fail_msg("two resources took %lld ms for %lld ms of serial work: not parallel",
 			 (long long)(last - first), (long long)serial);
 	json_decref(events);
-	free_all(wfs, N);
+	queue_free_all(wfs, N);
 }
 
 /* Grants follow request order: the steps that asked first (lock_requested) get it first. */
@@ -464,13 +285,13 @@ static void test_grants_are_fifo(void **state)
 	for (size_t i = 0; i < N; i++) {
 		char id[32];
 		snprintf(id, sizeof id, "fifo-%zu", i);
-		jobs[i] = (post_job){.s = s, .body = body_of(id, "fifo", STEPS, 30)};
+		jobs[i] = (post_job){.s = s, .body = queue_body(id, "fifo", STEPS, 30)};
 	}
 	post_concurrently(jobs, N);
 	for (size_t i = 0; i < N; i++)
 		ids[i] = jobs[i].id;
-	json_t **wfs = wait_all_completed(s, ids, N);
-	json_t *events = merged_events(s, ids, N);
+	json_t **wfs = queue_wait_completed(s, ids, N);
+	json_t *events = queue_merged_events(s, ids, N);
 
 	json_t *requested = json_array(), *granted = json_array();
 	size_t i;
@@ -478,13 +299,13 @@ static void test_grants_are_fifo(void **state)
 	json_array_foreach(events, i, ev)
 	{
 		char key[256];
-		if (!is_type(ev, "lock_requested") && !is_type(ev, "lock_acquired"))
+		if (!queue_is_type(ev, "lock_requested") && !queue_is_type(ev, "lock_acquired"))
 			continue;
-		attempt_key(ev, key, sizeof key);
-		if (is_type(ev, "lock_requested"))
+		queue_attempt_key(ev, key, sizeof key);
+		if (queue_is_type(ev, "lock_requested"))
 			json_array_append_new(requested, json_string(key));
 		else {
-			if (!has_event(events, "lock_requested", key))
+			if (!queue_has_event(events, "lock_requested", key))
 				fail_msg("%s acquired the lock without a lock_requested event",
 					 key);
 			json_array_append_new(granted, json_string(key));
@@ -501,46 +322,7 @@ static void test_grants_are_fifo(void **state)
 	json_decref(requested);
 	json_decref(granted);
 	json_decref(events);
-	free_all(wfs, N);
-}
-
-typedef struct res_wait {
-	const hs_server *s;
-	const char *path;
-	size_t waiters;
-} res_wait;
-
-/* True when GET res_wait.path shows a holder and exactly `waiters` waiters. */
-static bool resource_queue_is(void *arg)
-{
-	res_wait *w = arg;
-	hs_response r;
-	bool ok = hs_get(w->s, w->path, &r) == 0 && r.status == 200 &&
-		  json_is_object(json_object_get(r.json, "holder")) &&
-		  json_array_size(json_object_get(r.json, "waiters")) == w->waiters;
-	hs_response_fini(&r);
-	return ok;
-}
-
-static void wait_queue(const hs_server *s, const char *resource, size_t waiters)
-{
-	char path[256];
-	snprintf(path, sizeof path, "/resources/%s", resource);
-	res_wait w = {s, path, waiters};
-	if (!hs_wait_until(resource_queue_is, &w, WAIT_MS))
-		fail_msg("%s never showed a holder and %zu waiters", resource, waiters);
-}
-
-/* POSTs a workflow of single steps `work_ms` long each; the caller frees nothing. */
-static void submit(const hs_server *s, const char *id, const char *resource, int steps, int work_ms)
-{
-	char *text = body_of(id, resource, steps, work_ms);
-	hs_response r;
-	hs_post(s, "/workflows", text, &r);
-	if (r.status != 201)
-		fail_msg("POST %s: %ld %s", text, r.status, r.body ? r.body : "");
-	hs_response_fini(&r);
-	free(text);
+	queue_free_all(wfs, N);
 }
 
 static json_int_t requested_seq(const hs_server *s, const char *id)
@@ -561,12 +343,12 @@ static json_int_t requested_seq(const hs_server *s, const char *id)
 static void test_resource_view_during_contention(void **state)
 {
 	hs_server *s = *state;
-	submit(s, "holder", "view", 1, 1500);
+	queue_submit(s, "holder", "view", 1, 1500);
 	json_decref(hs_wait_step(s, "holder", 0, "running", WAIT_MS));
 	static const char *const waiting[] = {"wait-1", "wait-2", "wait-3", "wait-4"};
 	for (size_t i = 0; i < 4; i++)
-		submit(s, waiting[i], "view", 1, 10);
-	wait_queue(s, "view", 4);
+		queue_submit(s, waiting[i], "view", 1, 10);
+	queue_wait(s, "view", 4);
 
 	json_t *res = hs_get_json(s, "/resources/view", 200);
 	json_t *holder_wf = hs_get_workflow(s, "holder");
@@ -576,7 +358,7 @@ static void test_resource_view_during_contention(void **state)
 	assert_int_equal(hs_int(holder, "step"), 0);
 	assert_string_equal(hs_str(holder, "worker"), "holder-0");
 	assert_int_equal(hs_int(holder, "fencing_token"),
-			 hs_int(step_at(holder_wf, 0), "fencing_token"));
+			 hs_int(hs_step_at(holder_wf, 0), "fencing_token"));
 	hs_time(holder, "since");
 	assert_int_equal(hs_int(res, "last_fencing_token"), hs_int(holder, "fencing_token"));
 	json_t *totals = json_object_get(res, "totals");
@@ -607,7 +389,7 @@ static void test_resource_view_during_contention(void **state)
 		prev_seq = seq;
 		json_t *wf = hs_get_workflow(s, id);
 		assert_string_equal(hs_str(wf, "status"), "pending");
-		json_t *st = step_at(wf, 0);
+		json_t *st = hs_step_at(wf, 0);
 		assert_string_equal(hs_str(st, "status"), "waiting");
 		assert_int_equal(hs_int(st, "queue_position"), (json_int_t)i + 1);
 		assert_string_equal(hs_str(st, "waiting_since"), hs_str(w, "waiting_since"));
@@ -630,7 +412,7 @@ static void test_resource_view_during_contention(void **state)
 	assert_true(listed);
 
 	char *ids[] = {"holder", "wait-1", "wait-2", "wait-3", "wait-4"};
-	json_t **wfs = wait_all_completed(s, ids, 5);
+	json_t **wfs = queue_wait_completed(s, ids, 5);
 	json_t *after = hs_get_json(s, "/resources/view", 200);
 	assert_true(json_is_null(json_object_get(after, "holder")));
 	assert_int_equal(json_array_size(json_object_get(after, "waiters")), 0);
@@ -649,252 +431,10 @@ static void test_resource_view_during_contention(void **state)
 	}
 	json_decref(res_list);
 	json_decref(after);
-	free_all(wfs, 5);
+	queue_free_all(wfs, 5);
 	json_decref(list);
 	json_decref(holder_wf);
 	json_decref(res);
-}
-
-/* POST /workflows/{id}/cancel; returns the response (the caller finishes it). */
-static hs_response cancel(const hs_server *s, const char *id)
-{
-	char path[256];
-	snprintf(path, sizeof path, "/workflows/%s/cancel", id);
-	hs_request req = {.method = "POST", .path = path};
-	hs_response r;
-	hs_send(s, &req, &r);
-	return r;
-}
-
-/* Asserts that in `events` the grant right after `prev`'s release of step `step` is `next`'s. */
-static void assert_handed_to(const json_t *events, const char *prev, int step, const char *next)
-{
-	bool released = false;
-	size_t i;
-	json_t *ev;
-	json_array_foreach(events, i, ev)
-	{
-		const char *wf = hs_str(ev, "workflow_id");
-		if (is_type(ev, "lock_released") && strcmp(wf, prev) == 0 &&
-		    hs_int(ev, "step") == step)
-			released = true;
-		else if (released && is_type(ev, "lock_acquired")) {
-			if (strcmp(wf, next) != 0)
-				fail_msg("after %s released, the resource went to %s, expected %s",
-					 prev, wf, next);
-			return;
-		}
-	}
-	fail_msg("no grant after %s released step %d", prev, step);
-}
-
-/* Cancelling a waiting workflow: cancelled at once, leaves the queue, the next waiter moves up. */
-static void test_cancel_waiting(void **state)
-{
-	hs_server *s = *state;
-	submit(s, "cw-holder", "cw", 1, 1200);
-	json_decref(hs_wait_step(s, "cw-holder", 0, "running", WAIT_MS));
-	submit(s, "cw-1", "cw", 1, 10);
-	submit(s, "cw-2", "cw", 1, 10);
-	wait_queue(s, "cw", 2);
-
-	hs_response r = cancel(s, "cw-1");
-	assert_int_equal(r.status, 200);
-	assert_string_equal(hs_str(r.json, "id"), "cw-1");
-	assert_string_equal(hs_str(r.json, "status"), "cancelled");
-	hs_response_fini(&r);
-	json_t *wf1 = hs_get_workflow(s, "cw-1");
-	hs_assert_workflow_shape(wf1);
-	assert_string_equal(hs_str(wf1, "status"), "cancelled");
-	assert_string_equal(hs_str(step_at(wf1, 0), "status"), "cancelled");
-	hs_time(wf1, "finished_at");
-
-	json_t *res = hs_get_json(s, "/resources/cw", 200);
-	json_t *waiters = json_object_get(res, "waiters");
-	assert_int_equal(json_array_size(waiters), 1);
-	assert_string_equal(hs_str(json_array_get(waiters, 0), "workflow_id"), "cw-2");
-	assert_int_equal(hs_int(json_array_get(waiters, 0), "position"), 1);
-	json_t *wf2 = hs_get_workflow(s, "cw-2");
-	assert_int_equal(hs_int(step_at(wf2, 0), "queue_position"), 1);
-
-	char *ids[] = {"cw-holder", "cw-2"};
-	json_t **wfs = wait_all_completed(s, ids, 2);
-	char *all_ids[] = {"cw-holder", "cw-1", "cw-2"};
-	json_t *events = merged_events(s, all_ids, 3);
-	assert_handed_to(events, "cw-holder", 0, "cw-2");
-	json_t *ev1 = hs_get_events(s, "cw-1");
-	assert_int_equal(hs_event_count(ev1, "lock_acquired", -1, -1), 0);
-	assert_non_null(hs_event_find(ev1, "cancel_requested", -1, -1));
-	assert_string_equal(hs_str(json_array_get(ev1, json_array_size(ev1) - 1), "type"),
-			    "workflow_cancelled");
-	json_t *still = hs_get_workflow(s, "cw-1");
-	assert_string_equal(hs_str(still, "status"), "cancelled");
-
-	json_decref(still);
-	json_decref(ev1);
-	json_decref(events);
-	free_all(wfs, 2);
-	json_decref(wf2);
-	json_decref(res);
-	json_decref(wf1);
-}
-
-/*
- * Cancelling a running workflow: it stays running with cancel_requested until its current
- * step finishes, keeps that step's checkpoint, starts no later step, and the resource goes
- * to the next waiter.
- */
-static void test_cancel_running(void **state)
-{
-	hs_server *s = *state;
-	char *text = body_of("cr-run", "cr", 3, 10);
-	json_t *body = json_loads(text, 0, NULL);
-	free(text);
-	json_object_set_new(json_array_get(json_object_get(body, "workers"), 0), "work_ms",
-			    json_integer(1000));
-	json_decref(hs_create_workflow(s, body));
-	json_decref(hs_wait_step(s, "cr-run", 0, "running", WAIT_MS));
-	submit(s, "cr-next", "cr", 1, 10);
-	wait_queue(s, "cr", 1);
-
-	hs_response r = cancel(s, "cr-run");
-	assert_int_equal(r.status, 200);
-	assert_string_equal(hs_str(r.json, "status"), "running");
-	assert_true(json_is_true(json_object_get(r.json, "cancel_requested")));
-	hs_response_fini(&r);
-
-	json_t *wf = hs_wait_workflow(s, "cr-run", "cancelled", WAIT_MS);
-	hs_assert_workflow_shape(wf);
-	assert_true(json_is_true(json_object_get(wf, "cancel_requested")));
-	json_t *first = step_at(wf, 0);
-	assert_string_equal(hs_str(first, "status"), "completed");
-	assert_int_equal(hs_int(first, "attempts"), 1);
-	assert_true(json_is_object(json_object_get(first, "result")));
-	assert_int_equal(hs_int(wf, "steps_completed"), 1);
-	for (size_t i = 1; i < 3; i++) {
-		json_t *st = step_at(wf, i);
-		const char *status = hs_str(st, "status");
-		if (strcmp(status, "pending") != 0 && strcmp(status, "cancelled") != 0)
-			fail_msg("step %zu of the cancelled workflow is %s", i, status);
-		assert_int_equal(hs_int(st, "attempts"), 0);
-		assert_true(json_is_null(json_object_get(st, "started_at")));
-	}
-	json_decref(hs_wait_workflow(s, "cr-next", "completed", WAIT_MS));
-
-	char *ids[] = {"cr-run", "cr-next"};
-	json_t *events = merged_events(s, ids, 2);
-	assert_handed_to(events, "cr-run", 0, "cr-next");
-	json_t *run_events = hs_get_events(s, "cr-run");
-	assert_non_null(hs_event_find(run_events, "step_completed", 0, 1));
-	assert_non_null(hs_event_find(run_events, "cancel_requested", -1, -1));
-	for (int i = 1; i < 3; i++) {
-		assert_int_equal(hs_event_count(run_events, "lock_requested", i, -1), 0);
-		assert_int_equal(hs_event_count(run_events, "lock_acquired", i, -1), 0);
-	}
-	assert_string_equal(
-	    hs_str(json_array_get(run_events, json_array_size(run_events) - 1), "type"),
-	    "workflow_cancelled");
-
-	json_decref(run_events);
-	json_decref(events);
-	json_decref(wf);
-}
-
-/*
- * Cancelling a workflow in its retry wait: cancelled at once; its retry never asks for
- * the resource again, which goes from holder to waiter as if it never existed.
- */
-static void test_cancel_retrying(void **state)
-{
-	hs_server *s = *state;
-	json_t *body =
-	    json_pack("{s:s, s:s, s:[{s:s, s:i, s:i}], s:{s:i, s:f}}", "id", "cx-retry", "resource",
-		      "cx", "workers", "name", "flaky", "work_ms", 10, "fail_attempts", 1, "retry",
-		      "initial_delay_ms", 1500, "backoff", 1.0);
-	json_decref(hs_create_workflow(s, body));
-	json_t *retrying = hs_wait_step(s, "cx-retry", 0, "retrying", WAIT_MS);
-	int64_t next_at = hs_time(step_at(retrying, 0), "next_attempt_at");
-	submit(s, "cx-hold", "cx", 1, 2500);
-	json_decref(hs_wait_step(s, "cx-hold", 0, "running", WAIT_MS));
-
-	hs_response r = cancel(s, "cx-retry");
-	assert_int_equal(r.status, 200);
-	assert_string_equal(hs_str(r.json, "status"), "cancelled");
-	hs_response_fini(&r);
-	json_t *wf = hs_get_workflow(s, "cx-retry");
-	assert_string_equal(hs_str(wf, "status"), "cancelled");
-	assert_string_equal(hs_str(step_at(wf, 0), "status"), "cancelled");
-	assert_true(json_is_null(json_object_get(step_at(wf, 0), "next_attempt_at")));
-	submit(s, "cx-next", "cx", 1, 10);
-
-	json_t *next = hs_wait_workflow(s, "cx-next", "completed", WAIT_MS);
-	/* The retry was due long before cx-next finished: it had its chance to sneak in. */
-	assert_true(hs_time(step_at(next, 0), "finished_at") > next_at);
-	char *ids[] = {"cx-retry", "cx-hold", "cx-next"};
-	json_t *events = merged_events(s, ids, 3);
-	assert_one_holder(events, HS_NO_TIME);
-	assert_handed_to(events, "cx-hold", 0, "cx-next");
-	json_t *ev = hs_get_events(s, "cx-retry");
-	assert_int_equal(hs_event_count(ev, "lock_requested", 0, 2), 0);
-	assert_int_equal(hs_event_count(ev, "lock_acquired", 0, -1), 1);
-	assert_string_equal(hs_str(json_array_get(ev, json_array_size(ev) - 1), "type"),
-			    "workflow_cancelled");
-	json_t *still = hs_get_workflow(s, "cx-retry");
-	assert_string_equal(hs_str(still, "status"), "cancelled");
-	assert_int_equal(hs_int(step_at(still, 0), "attempts"), 1);
-
-	json_decref(still);
-	json_decref(ev);
-	json_decref(events);
-	json_decref(next);
-	json_decref(wf);
-	json_decref(retrying);
-}
-
-/* A repeated cancel answers 200 again; a finished workflow answers 409; unknown 404. */
-static void test_cancel_repeat_and_finished(void **state)
-{
-	hs_server *s = *state;
-	submit(s, "rp-hold", "rp", 1, 800);
-	json_decref(hs_wait_step(s, "rp-hold", 0, "running", WAIT_MS));
-	submit(s, "rp-wait", "rp", 1, 10);
-	for (int i = 0; i < 2; i++) {
-		hs_response r = cancel(s, "rp-wait");
-		assert_int_equal(r.status, 200);
-		assert_string_equal(hs_str(r.json, "status"), "cancelled");
-		hs_response_fini(&r);
-		r = cancel(s, "rp-hold");
-		assert_int_equal(r.status, 200);
-		assert_true(json_is_true(json_object_get(r.json, "cancel_requested")));
-		hs_response_fini(&r);
-	}
-	json_decref(hs_wait_workflow(s, "rp-hold", "cancelled", WAIT_MS));
-	hs_response r = cancel(s, "rp-hold");
-	assert_int_equal(r.status, 200);
-	assert_string_equal(hs_str(r.json, "status"), "cancelled");
-	hs_response_fini(&r);
-
-	submit(s, "rp-done", "rp", 1, 0);
-	json_decref(hs_wait_workflow(s, "rp-done", "completed", WAIT_MS));
-	json_t *body = json_pack("{s:s, s:s, s:[{s:s, s:i, s:i}], s:{s:i}}", "id", "rp-failed",
-				 "resource", "rp", "workers", "name", "f", "work_ms", 0,
-				 "fail_attempts", 1, "retry", "max_attempts", 1);
-	json_decref(hs_create_workflow(s, body));
-	json_decref(hs_wait_workflow(s, "rp-failed", "failed", WAIT_MS));
-	static const char *const finished[] = {"rp-done", "rp-failed"};
-	static const char *const final_status[] = {"completed", "failed"};
-	for (size_t i = 0; i < 2; i++) {
-		r = cancel(s, finished[i]);
-		hs_assert_problem(&r, 409, "conflict", finished[i]);
-		hs_response_fini(&r);
-		json_t *wf = hs_get_workflow(s, finished[i]);
-		assert_string_equal(hs_str(wf, "status"), final_status[i]);
-		assert_true(json_is_false(json_object_get(wf, "cancel_requested")));
-		json_decref(wf);
-	}
-	r = cancel(s, "rp-unknown");
-	hs_assert_problem(&r, 404, "not-found", "cancel of an unknown workflow");
-	hs_response_fini(&r);
 }
 
 typedef struct kill_ready {
@@ -941,7 +481,8 @@ static void test_sigkill_with_holders_and_waiters(void **state)
 	for (size_t i = 0; i < N; i++) {
 		char id[32];
 		snprintf(id, sizeof id, "crash-%zu", i);
-		jobs[i] = (post_job){.s = s, .body = body_of(id, i % 2 ? "k2" : "k1", STEPS, 150)};
+		jobs[i] =
+		    (post_job){.s = s, .body = queue_body(id, i % 2 ? "k2" : "k1", STEPS, 150)};
 	}
 	post_concurrently(jobs, N);
 	for (size_t i = 0; i < N; i++)
@@ -959,11 +500,11 @@ static void test_sigkill_with_holders_and_waiters(void **state)
 		; /* the restarted process's events must carry later timestamps */
 	assert_int_equal(hs_start(s), 0);
 
-	json_t **wfs = wait_all_completed(s, ids, N);
+	json_t **wfs = queue_wait_completed(s, ids, N);
 	size_t kept = 0;
 	for (size_t i = 0; i < N; i++) {
 		for (size_t j = 0; j < STEPS; j++) {
-			json_t *b = step_at(before[i], j), *a = step_at(wfs[i], j);
+			json_t *b = hs_step_at(before[i], j), *a = hs_step_at(wfs[i], j);
 			if (strcmp(hs_str(b, "status"), "completed") != 0)
 				continue;
 			kept++;
@@ -980,11 +521,11 @@ static void test_sigkill_with_holders_and_waiters(void **state)
 	}
 	assert_true(kept >= 4);
 
-	json_t *events = merged_events(s, ids, N);
+	json_t *events = queue_merged_events(s, ids, N);
 	for (size_t i = 0; i < N; i++) {
 		json_t *mine = hs_get_events(s, ids[i]);
 		for (int j = 0; j < STEPS; j++) {
-			json_int_t attempts = hs_int(step_at(wfs[i], (size_t)j), "attempts");
+			json_int_t attempts = hs_int(hs_step_at(wfs[i], (size_t)j), "attempts");
 			size_t interrupted = hs_event_count(mine, "step_interrupted", j, -1);
 			if (hs_event_count(mine, "step_completed", j, -1) != 1)
 				fail_msg("%s step %d completed %zu times", ids[i], j,
@@ -994,7 +535,7 @@ static void test_sigkill_with_holders_and_waiters(void **state)
 		}
 		json_decref(mine);
 	}
-	assert_one_holder(events, kill_ms);
+	queue_assert_one_holder(events, kill_ms);
 	static const char *const resources[] = {"k1", "k2"};
 	for (size_t r = 0; r < 2; r++) {
 		json_int_t max_before = assert_tokens_increase(events, resources[r], kill_ms);
@@ -1003,7 +544,7 @@ static void test_sigkill_with_holders_and_waiters(void **state)
 		json_t *ev;
 		json_array_foreach(events, i, ev)
 		{
-			if (is_type(ev, "lock_acquired") &&
+			if (queue_is_type(ev, "lock_acquired") &&
 			    strcmp(hs_str(ev, "resource"), resources[r]) == 0 &&
 			    hs_time(ev, "ts") > kill_ms &&
 			    hs_int(ev, "fencing_token") <= max_before)
@@ -1015,7 +556,7 @@ static void test_sigkill_with_holders_and_waiters(void **state)
 	assert_no_overlap(wfs, N);
 
 	json_decref(events);
-	free_all(wfs, N);
+	queue_free_all(wfs, N);
 	for (size_t i = 0; i < N; i++)
 		json_decref(before[i]);
 }
@@ -1024,15 +565,15 @@ int main(void)
 {
 	hs_filters_from_env();
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test_setup_teardown(test_one_holder_across_workflows, setup, teardown),
-	    cmocka_unit_test_setup_teardown(test_two_resources_run_in_parallel, setup, teardown),
-	    cmocka_unit_test_setup_teardown(test_grants_are_fifo, setup, teardown),
-	    cmocka_unit_test_setup_teardown(test_resource_view_during_contention, setup, teardown),
-	    cmocka_unit_test_setup_teardown(test_cancel_waiting, setup, teardown),
-	    cmocka_unit_test_setup_teardown(test_cancel_running, setup, teardown),
-	    cmocka_unit_test_setup_teardown(test_cancel_retrying, setup, teardown),
-	    cmocka_unit_test_setup_teardown(test_cancel_repeat_and_finished, setup, teardown),
-	    cmocka_unit_test_setup_teardown(test_sigkill_with_holders_and_waiters, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_one_holder_across_workflows, hs_setup,
+					    hs_teardown),
+	    cmocka_unit_test_setup_teardown(test_two_resources_run_in_parallel, hs_setup,
+					    hs_teardown),
+	    cmocka_unit_test_setup_teardown(test_grants_are_fifo, hs_setup, hs_teardown),
+	    cmocka_unit_test_setup_teardown(test_resource_view_during_contention, hs_setup,
+					    hs_teardown),
+	    cmocka_unit_test_setup_teardown(test_sigkill_with_holders_and_waiters, hs_setup,
+					    hs_teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

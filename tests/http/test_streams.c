@@ -52,19 +52,7 @@ static int setup_many_streams(void **state)
 	return open_with(state, args);
 }
 
-static int teardown(void **state)
-{
-	return hs_close(*state);
-}
-
 /* ---- small helpers ----------------------------------------------------------------- */
-
-static json_t *step_at(const json_t *wf, size_t i)
-{
-	json_t *st = json_array_get(json_object_get(wf, "steps"), i);
-	assert_non_null(st);
-	return st;
-}
 
 /* A workflow `id` on `resource` whose workers w0, w1 ... take work_ms[i] each. */
 static void submit(const hs_server *s, const char *id, const char *resource, const int *work_ms,
@@ -616,7 +604,7 @@ static void test_sse_200_streams_keep_api_prompt(void **state)
 		fail_msg("not every stream of big-0 showed workflow prompt queueing within 10 s");
 	json_decref(hs_wait_workflow(s, "quick", "completed", WAIT_MS));
 	json_t *prompt = hs_get_workflow(s, "prompt");
-	assert_string_equal(hs_str(step_at(prompt, 0), "status"), "waiting");
+	assert_string_equal(hs_str(hs_step_at(prompt, 0), "status"), "waiting");
 	json_decref(prompt);
 
 	doc = prom_scrape(s);
@@ -646,14 +634,14 @@ int main(void)
 {
 	hs_filters_from_env();
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test_setup_teardown(test_sse_delivers_live_and_ends, setup, teardown),
-	    cmocka_unit_test_setup_teardown(test_sse_resume_with_last_event_id, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_sse_delivers_live_and_ends, setup, hs_teardown),
+	    cmocka_unit_test_setup_teardown(test_sse_resume_with_last_event_id, setup, hs_teardown),
 	    cmocka_unit_test_setup_teardown(test_sse_resume_after_final_event_ends, setup,
-					    teardown),
-	    cmocka_unit_test_setup_teardown(test_sse_resource_stream, setup, teardown),
-	    cmocka_unit_test_setup_teardown(test_sse_errors, setup, teardown),
+					    hs_teardown),
+	    cmocka_unit_test_setup_teardown(test_sse_resource_stream, setup, hs_teardown),
+	    cmocka_unit_test_setup_teardown(test_sse_errors, setup, hs_teardown),
 	    cmocka_unit_test_setup_teardown(test_sse_200_streams_keep_api_prompt,
-					    setup_many_streams, teardown),
+					    setup_many_streams, hs_teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -20,18 +20,6 @@
 
 #define WAIT_MS 30000
 
-static int setup(void **state)
-{
-	hs_server *s = hs_open(NULL);
-	*state = s;
-	return s ? 0 : -1;
-}
-
-static int teardown(void **state)
-{
-	return hs_close(*state);
-}
-
 /* POSTs `text` and returns the response (the caller finishes it). */
 static hs_response post_text(hs_server *s, const char *text)
 {
@@ -401,11 +389,11 @@ int main(void)
 {
 	hs_filters_from_env();
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test_setup_teardown(test_repost_same_id, setup, teardown),
-	    cmocka_unit_test_setup_teardown(test_generated_ids, setup, teardown),
-	    cmocka_unit_test_setup_teardown(test_list_filters_and_paging, setup, teardown),
-	    cmocka_unit_test_setup_teardown(test_not_found, setup, teardown),
-	    cmocka_unit_test_setup_teardown(test_method_not_allowed, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_repost_same_id, hs_setup, hs_teardown),
+	    cmocka_unit_test_setup_teardown(test_generated_ids, hs_setup, hs_teardown),
+	    cmocka_unit_test_setup_teardown(test_list_filters_and_paging, hs_setup, hs_teardown),
+	    cmocka_unit_test_setup_teardown(test_not_found, hs_setup, hs_teardown),
+	    cmocka_unit_test_setup_teardown(test_method_not_allowed, hs_setup, hs_teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

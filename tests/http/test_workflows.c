@@ -24,25 +24,6 @@
 
 static const char *const ABCDE[] = {"worker-A", "worker-B", "worker-C", "worker-D", "worker-E"};
 
-static int setup(void **state)
-{
-	hs_server *s = hs_open(NULL);
-	*state = s;
-	return s ? 0 : -1;
-}
-
-static int teardown(void **state)
-{
-	return hs_close(*state);
-}
-
-static json_t *step_at(const json_t *wf, size_t i)
-{
-	json_t *st = json_array_get(json_object_get(wf, "steps"), i);
-	assert_non_null(st);
-	return st;
-}
-
 /* The five origin workers; worker C may carry extra members (stolen). */
 static json_t *origin_workers(json_t *worker_c)
 {
@@ -162,7 +143,7 @@ static void test_happy_path(void **state)
 	int64_t prev_end = started_at;
 	json_int_t prev_token = 0, sum_work = 0;
 	for (size_t i = 0; i < 5; i++) {
-		json_t *st = step_at(wf, i);
+		json_t *st = hs_step_at(wf, i);
 		json_int_t work = hs_default_work_ms(ABCDE[i]);
 		sum_work += work;
 		assert_string_equal(hs_str(st, "worker"), ABCDE[i]);
@@ -195,7 +176,7 @@ static void test_happy_path(void **state)
 	assert_int_equal(json_array_size(processed), 5);
 	for (size_t i = 0; i < 5; i++)
 		assert_true(json_equal(json_array_get(processed, i),
-				       json_object_get(step_at(wf, i), "result")));
+				       json_object_get(hs_step_at(wf, i), "result")));
 	assert_int_equal(hs_int(result, "workersProcessed"), 5);
 	assert_true(hs_int(result, "totalMs") >= sum_work);
 	json_t *failed = json_object_get(result, "failed");
@@ -223,7 +204,7 @@ static void test_happy_path(void **state)
 	json_t *sev = step_events(events);
 	assert_int_equal(json_array_size(sev), 4 * 5);
 	for (size_t i = 0; i < 5; i++) {
-		json_t *st = step_at(wf, i);
+		json_t *st = hs_step_at(wf, i);
 		json_int_t work = hs_int(st, "work_ms");
 		json_t *req = json_array_get(sev, 4 * i), *acq = json_array_get(sev, 4 * i + 1);
 		json_t *done = json_array_get(sev, 4 * i + 2),
@@ -297,21 +278,21 @@ static void test_failed_step_retries_after_wait(void **state)
 	json_t *waiting = hs_wait_step(s, id, 2, "retrying", WAIT_MS);
 	hs_assert_workflow_shape(waiting);
 	assert_string_equal(hs_str(waiting, "status"), "running");
-	json_t *wc = step_at(waiting, 2);
+	json_t *wc = hs_step_at(waiting, 2);
 	assert_int_equal(hs_int(wc, "attempts"), 1);
 	assert_true(strlen(hs_str(wc, "error")) > 0);
 	int64_t next_at = hs_time(wc, "next_attempt_at");
-	assert_string_equal(hs_str(step_at(waiting, 0), "status"), "completed");
-	assert_string_equal(hs_str(step_at(waiting, 1), "status"), "completed");
-	assert_string_equal(hs_str(step_at(waiting, 3), "status"), "pending");
-	assert_string_equal(hs_str(step_at(waiting, 4), "status"), "pending");
+	assert_string_equal(hs_str(hs_step_at(waiting, 0), "status"), "completed");
+	assert_string_equal(hs_str(hs_step_at(waiting, 1), "status"), "completed");
+	assert_string_equal(hs_str(hs_step_at(waiting, 3), "status"), "pending");
+	assert_string_equal(hs_str(hs_step_at(waiting, 4), "status"), "pending");
 
 	json_t *wf = hs_wait_workflow(s, id, "completed", WAIT_MS);
 	hs_assert_workflow_shape(wf);
 	static const json_int_t attempts[] = {1, 1, 2, 1, 1};
 	for (size_t i = 0; i < 5; i++) {
-		assert_string_equal(hs_str(step_at(wf, i), "status"), "completed");
-		assert_int_equal(hs_int(step_at(wf, i), "attempts"), attempts[i]);
+		assert_string_equal(hs_str(hs_step_at(wf, i), "status"), "completed");
+		assert_int_equal(hs_int(hs_step_at(wf, i), "attempts"), attempts[i]);
 	}
 	assert_int_equal(hs_int(json_object_get(wf, "result"), "workersProcessed"), 5);
 
@@ -348,7 +329,7 @@ static void test_failed_step_retries_after_wait(void **state)
 			 (long long)waited);
 	assert_true(hs_time(acq2, "ts") >= next_at);
 	assert_true(hs_int(acq2, "fencing_token") > hs_int(acq1, "fencing_token"));
-	assert_int_equal(hs_int(step_at(wf, 2), "fencing_token"), hs_int(acq2, "fencing_token"));
+	assert_int_equal(hs_int(hs_step_at(wf, 2), "fencing_token"), hs_int(acq2, "fencing_token"));
 
 	char *log = hs_log_text(s);
 	size_t pos = 0;
@@ -388,7 +369,7 @@ static void test_sigkill_mid_step_resumes(void **state)
 	/* What was checkpointed survived the kill as it was. */
 	json_t *after = hs_get_workflow(s, id);
 	for (size_t i = 0; i < 2; i++) {
-		json_t *b = step_at(before, i), *a = step_at(after, i);
+		json_t *b = hs_step_at(before, i), *a = hs_step_at(after, i);
 		assert_string_equal(hs_str(a, "status"), "completed");
 		assert_int_equal(hs_int(a, "attempts"), 1);
 		assert_true(json_equal(json_object_get(a, "result"), json_object_get(b, "result")));
@@ -399,7 +380,7 @@ static void test_sigkill_mid_step_resumes(void **state)
 	hs_assert_workflow_shape(wf);
 	static const json_int_t attempts[] = {1, 1, 2, 1, 1};
 	for (size_t i = 0; i < 5; i++) {
-		json_t *st = step_at(wf, i);
+		json_t *st = hs_step_at(wf, i);
 		assert_string_equal(hs_str(st, "status"), "completed");
 		if (hs_int(st, "attempts") != attempts[i])
 			fail_msg("step %zu (%s) has %lld attempts after the restart, expected %lld",
@@ -407,10 +388,10 @@ static void test_sigkill_mid_step_resumes(void **state)
 				 (long long)attempts[i]);
 	}
 	for (size_t i = 0; i < 2; i++) {
-		assert_int_equal(hs_int(step_at(wf, i), "fencing_token"),
-				 hs_int(step_at(before, i), "fencing_token"));
-		assert_string_equal(hs_str(step_at(wf, i), "started_at"),
-				    hs_str(step_at(before, i), "started_at"));
+		assert_int_equal(hs_int(hs_step_at(wf, i), "fencing_token"),
+				 hs_int(hs_step_at(before, i), "fencing_token"));
+		assert_string_equal(hs_str(hs_step_at(wf, i), "started_at"),
+				    hs_str(hs_step_at(before, i), "started_at"));
 	}
 	assert_int_equal(hs_int(json_object_get(wf, "result"), "workersProcessed"), 5);
 	assert_int_equal(
@@ -457,8 +438,8 @@ static void test_restart_during_retry_wait_keeps_schedule(void **state)
 	json_decref(hs_create_workflow(s, body));
 
 	json_t *before = hs_wait_step(s, "retry-restart", 0, "retrying", WAIT_MS);
-	const char *planned_text = hs_str(step_at(before, 0), "next_attempt_at");
-	int64_t planned = hs_time(step_at(before, 0), "next_attempt_at");
+	const char *planned_text = hs_str(hs_step_at(before, 0), "next_attempt_at");
+	int64_t planned = hs_time(hs_step_at(before, 0), "next_attempt_at");
 	json_t *events = hs_get_events(s, "retry-restart");
 	json_t *fail = hs_event_find(events, "step_failed", 0, 1);
 	assert_non_null(fail);
@@ -474,13 +455,13 @@ static void test_restart_during_retry_wait_keeps_schedule(void **state)
 	json_t *after = hs_get_workflow(s, "retry-restart");
 	/* The restart takes milliseconds; the 3 s wait is still running. */
 	assert_true(hs_now_ms() < planned);
-	assert_string_equal(hs_str(step_at(after, 0), "status"), "retrying");
-	assert_string_equal(hs_str(step_at(after, 0), "next_attempt_at"), planned_text);
-	assert_int_equal(hs_int(step_at(after, 0), "attempts"), 1);
+	assert_string_equal(hs_str(hs_step_at(after, 0), "status"), "retrying");
+	assert_string_equal(hs_str(hs_step_at(after, 0), "next_attempt_at"), planned_text);
+	assert_int_equal(hs_int(hs_step_at(after, 0), "attempts"), 1);
 
 	json_t *wf = hs_wait_workflow(s, "retry-restart", "completed", WAIT_MS);
-	assert_int_equal(hs_int(step_at(wf, 0), "attempts"), 2);
-	assert_int_equal(hs_int(step_at(wf, 1), "attempts"), 1);
+	assert_int_equal(hs_int(hs_step_at(wf, 0), "attempts"), 2);
+	assert_int_equal(hs_int(hs_step_at(wf, 1), "attempts"), 1);
 	events = hs_get_events(s, "retry-restart");
 	json_t *acq2 = hs_event_find(events, "lock_acquired", 0, 2);
 	assert_non_null(acq2);
@@ -511,7 +492,7 @@ static void test_retry_backoff_schedule(void **state)
 				 "initial_delay_ms", 50, "backoff", 3.0, "max_delay_ms", 500);
 	json_decref(hs_create_workflow(s, body));
 	json_t *wf = hs_wait_workflow(s, "backoff", "completed", WAIT_MS);
-	assert_int_equal(hs_int(step_at(wf, 0), "attempts"), 4);
+	assert_int_equal(hs_int(hs_step_at(wf, 0), "attempts"), 4);
 	json_t *events = hs_get_events(s, "backoff");
 	static const json_int_t waits[] = {150, 450, 500};
 	for (int n = 1; n <= 3; n++) {
@@ -552,7 +533,7 @@ static void test_sigterm_mid_step_is_clean(void **state)
 	for (int i = 0; i < 2; i++) {
 		assert_int_equal(hs_event_count(events, "step_completed", i, -1), 1);
 		/* Run again only if it was interrupted; never completed twice. */
-		assert_int_equal(hs_int(step_at(wf, (size_t)i), "attempts"),
+		assert_int_equal(hs_int(hs_step_at(wf, (size_t)i), "attempts"),
 				 1 + (json_int_t)hs_event_count(events, "step_interrupted", i, -1));
 	}
 	json_decref(events);
@@ -578,7 +559,7 @@ static void test_long_event_history_is_complete(void **state)
 					    "max_attempts", 1000, "initial_delay_ms", 0)));
 	json_t *wf = hs_wait_workflow(s, "long-history", "completed", 120000);
 	for (size_t i = 0; i < 3; i++)
-		assert_int_equal(hs_int(step_at(wf, i), "attempts"), 1000);
+		assert_int_equal(hs_int(hs_step_at(wf, i), "attempts"), 1000);
 	json_decref(wf);
 
 	enum { EXPECTED = 3 * 1000 * 4 + 3 };
@@ -638,8 +619,8 @@ static void test_on_failure_fail_stops_workflow(void **state)
 	assert_true(strlen(hs_str(wf, "error")) > 0);
 	hs_time(wf, "finished_at");
 	assert_int_equal(hs_int(wf, "steps_completed"), 1);
-	assert_string_equal(hs_str(step_at(wf, 0), "status"), "completed");
-	json_t *b = step_at(wf, 1), *c = step_at(wf, 2);
+	assert_string_equal(hs_str(hs_step_at(wf, 0), "status"), "completed");
+	json_t *b = hs_step_at(wf, 1), *c = hs_step_at(wf, 2);
 	assert_string_equal(hs_str(b, "status"), "failed");
 	assert_int_equal(hs_int(b, "attempts"), 2);
 	assert_true(strlen(hs_str(b, "error")) > 0);
@@ -671,7 +652,7 @@ static void test_on_failure_continue_runs_the_rest(void **state)
 	hs_assert_workflow_shape(wf);
 	assert_string_equal(hs_str(wf, "on_failure"), "continue");
 	assert_int_equal(hs_int(wf, "steps_completed"), 2);
-	json_t *b = step_at(wf, 1), *c = step_at(wf, 2);
+	json_t *b = hs_step_at(wf, 1), *c = hs_step_at(wf, 2);
 	assert_string_equal(hs_str(b, "status"), "failed");
 	assert_int_equal(hs_int(b, "attempts"), 2);
 	assert_string_equal(hs_str(c, "status"), "completed");
@@ -681,7 +662,7 @@ static void test_on_failure_continue_runs_the_rest(void **state)
 	json_t *processed = json_object_get(result, "processed");
 	assert_int_equal(json_array_size(processed), 2);
 	assert_true(
-	    json_equal(json_array_get(processed, 0), json_object_get(step_at(wf, 0), "result")));
+	    json_equal(json_array_get(processed, 0), json_object_get(hs_step_at(wf, 0), "result")));
 	assert_true(json_equal(json_array_get(processed, 1), json_object_get(c, "result")));
 	assert_int_equal(hs_int(result, "workersProcessed"), 2);
 	json_t *failed = json_object_get(result, "failed");
@@ -705,17 +686,20 @@ int main(void)
 {
 	hs_filters_from_env();
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test_setup_teardown(test_happy_path, setup, teardown),
-	    cmocka_unit_test_setup_teardown(test_failed_step_retries_after_wait, setup, teardown),
-	    cmocka_unit_test_setup_teardown(test_sigkill_mid_step_resumes, setup, teardown),
-	    cmocka_unit_test_setup_teardown(test_restart_during_retry_wait_keeps_schedule, setup,
-					    teardown),
-	    cmocka_unit_test_setup_teardown(test_retry_backoff_schedule, setup, teardown),
-	    cmocka_unit_test_setup_teardown(test_sigterm_mid_step_is_clean, setup, teardown),
-	    cmocka_unit_test_setup_teardown(test_long_event_history_is_complete, setup, teardown),
-	    cmocka_unit_test_setup_teardown(test_on_failure_fail_stops_workflow, setup, teardown),
-	    cmocka_unit_test_setup_teardown(test_on_failure_continue_runs_the_rest, setup,
-					    teardown),
+	    cmocka_unit_test_setup_teardown(test_happy_path, hs_setup, hs_teardown),
+	    cmocka_unit_test_setup_teardown(test_failed_step_retries_after_wait, hs_setup,
+					    hs_teardown),
+	    cmocka_unit_test_setup_teardown(test_sigkill_mid_step_resumes, hs_setup, hs_teardown),
+	    cmocka_unit_test_setup_teardown(test_restart_during_retry_wait_keeps_schedule, hs_setup,
+					    hs_teardown),
+	    cmocka_unit_test_setup_teardown(test_retry_backoff_schedule, hs_setup, hs_teardown),
+	    cmocka_unit_test_setup_teardown(test_sigterm_mid_step_is_clean, hs_setup, hs_teardown),
+	    cmocka_unit_test_setup_teardown(test_long_event_history_is_complete, hs_setup,
+					    hs_teardown),
+	    cmocka_unit_test_setup_teardown(test_on_failure_fail_stops_workflow, hs_setup,
+					    hs_teardown),
+	    cmocka_unit_test_setup_teardown(test_on_failure_continue_runs_the_rest, hs_setup,
+					    hs_teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
