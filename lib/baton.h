@@ -131,6 +131,22 @@ int baton_engine_submit(baton_engine *e, const json_t *request, json_t **workflo
 			baton_error *err);
 
 /*
+ * Called once, from the engine thread, when an asynchronous submission is answered: rc
+ * BATON_OK with the workflow's id (created: 1 when it is new, 0 for an identical
+ * re-POST), or an error code and why. It must return quickly and must not call the
+ * engine; read the workflow afterwards with baton_engine_get.
+ */
+typedef void (*baton_submitted_fn)(void *ud, int rc, const char *id, int created, const char *why);
+/*
+ * baton_engine_submit without waiting for the commit, so that a caller's thread can
+ * serve others meanwhile: a request that is not valid, or a full engine inbox, is
+ * answered here (and done is never called); otherwise BATON_OK, and done follows once the
+ * submission is durable or refused, as baton_engine_submit would have answered.
+ */
+int baton_engine_submit_async(baton_engine *e, const json_t *request, baton_submitted_fn done,
+			      void *ud, baton_error *err);
+
+/*
  * Decodes a request body as one JSON value (duplicate keys refused). On success *out is
  * a new reference. BATON_EINVAL with the line and column of malformed JSON, or
  * BATON_EINTERNAL when memory ran out while decoding.

@@ -60,6 +60,11 @@ static void waiter_wait(waiter *w)
 
 void eng_waiter_done(waiter *w, int rc, int created, const char *msg_text)
 {
+	if (w->cb) {
+		w->cb(w->ud, rc, w->id, created, msg_text ? msg_text : "");
+		free(w);
+		return;
+	}
 	pthread_mutex_lock(&w->mu);
 	w->rc = rc;
 	w->created = created;
@@ -495,6 +500,12 @@ void baton_engine_close(baton_engine *e, int64_t timeout_ms)
 	sched_free(e->pool);
 	for (msg *m = e->inbox, *next; m; m = next) {
 		next = m->next;
+		if (m->type == MSG_SUBMIT ||
+		    m->type == MSG_CANCEL) { /* their callers get an answer */
+			eng_waiter_done(m->w, BATON_EBUSY, 0, "the server is shutting down");
+			if (m->type == MSG_SUBMIT)
+				wf_row_free(m->wf);
+		}
 		json_decref(m->out.result);
 		json_decref(m->out.detail);
 		free(m->id);
@@ -523,8 +534,9 @@ void baton_engine_close(baton_engine *e, int64_t timeout_ms)
 	free(e);
 }
 
-int baton_engine_submit(baton_engine *e, const json_t *request_body, json_t **workflow,
-			int *created, baton_error *err)
+/* Validates a submission and posts it to the engine with waiter w; 0, or an error
+ * (nothing posted). */
+static int post_submission(baton_engine *e, const json_t *request_body, waiter *w, baton_error *err)
 {
 	wf_row *wf = xcalloc(1, sizeof *wf);
 	wf->stored_status = -1;
@@ -543,13 +555,37 @@ int baton_engine_submit(baton_engine *e, const json_t *request_body, json_t **wo
 		return err_set(err, BATON_EBUSY,
 			       "too many submissions in flight; try again shortly");
 	}
-	waiter w;
-	waiter_init(&w);
 	msg *m = xcalloc(1, sizeof *m);
 	m->type = MSG_SUBMIT;
 	m->wf = wf;
-	m->w = &w;
+	m->w = w;
 	eng_post(e, m);
+	return BATON_OK;
+}
+
+int baton_engine_submit_async(baton_engine *e, const json_t *request_body, baton_submitted_fn done,
+			      void *ud, baton_error *err)
+{
+	waiter *w = xcalloc(1, sizeof *w);
+	w->cb = done;
+	w->ud = ud;
+	int rc = post_submission(e, request_body, w, err);
+	if (rc)
+		free(w);
+	return rc;
+}
+
+int baton_engine_submit(baton_engine *e, const json_t *request_body, json_t **workflow,
+			int *created, baton_error *err)
+{
+	waiter w;
+	waiter_init(&w);
+	int rc = post_submission(e, request_body, &w, err);
+	if (rc) {
+		pthread_cond_destroy(&w.cv);
+		pthread_mutex_destroy(&w.mu);
+		return rc;
+	}
 	waiter_wait(&w);
 	if (w.rc)
 		return err_set(err, w.rc, "%s", w.msg);

@@ -14,7 +14,10 @@ enum msg_type { MSG_SUBMIT, MSG_CANCEL, MSG_OUTCOME };
 #define MAX_PENDING_SUBMITS 4096
 
 /* A caller blocked until the engine has committed its request. */
+/* The caller of a submission or cancel: waiting on cv, or (async) called back. */
 typedef struct waiter {
+	baton_submitted_fn cb; /* async: called once and the waiter freed; else cv */
+	void *ud;
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
 	int done;

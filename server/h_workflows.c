@@ -68,22 +68,127 @@ static int read_json_body(const request *r, response *out, json_t **body)
 	return 0;
 }
 
-int h_workflows_create(srv *s, const request *r, const char *const *p, response *out)
+/* The engine thread's answer to a submission: recorded, and the connection resumed. */
+static void on_submitted(void *ud, int rc, const char *id, int created, const char *why)
 {
-	json_t *body, *wf = NULL;
+	request *r = ud;
+	srv *s = r->srv;
+	pthread_mutex_lock(&s->post_mu);
+	r->post_rc = rc;
+	r->post_created = created;
+	snprintf(r->post_id, sizeof r->post_id, "%s", id);
+	snprintf(r->post_why, sizeof r->post_why, "%s", why);
+	r->post_state = 2;
+	if (r->post_suspended)
+		MHD_resume_connection(r->conn);
+	pthread_mutex_unlock(&s->post_mu);
+}
+
+static void post_done(srv *s)
+{
+	pthread_mutex_lock(&s->post_mu);
+	if (--s->posts_waiting == 0)
+		pthread_cond_broadcast(&s->post_cv);
+	pthread_mutex_unlock(&s->post_mu);
+}
+
+/*
+ * A submission is answered only once it is durable, but its thread does not wait for
+ * the commit: the connection is suspended until the engine answers (on_submitted), so
+ * that a few HTTP threads can carry many submissions into one commit.
+ */
+int h_workflows_create(srv *s, const request *cr, const char *const *p, response *out)
+{
+	request *r = (request *)cr; /* its post_ fields: MHD keeps it until the answer is sent */
+	json_t *body;
 	baton_error err = {0};
-	int created = 0;
 	(void)p;
 	if (read_json_body(r, out, &body))
 		return out->status;
-	int rc = baton_engine_submit(s->engine, body, &wf, &created, &err);
+	pthread_mutex_lock(&s->post_mu);
+	int closing = s->closing;
+	s->posts_waiting += !closing;
+	pthread_mutex_unlock(&s->post_mu);
+	if (closing) {
+		json_decref(body);
+		reply_problem(out, 503, "the server is shutting down");
+		out->retry_after = 1;
+		return 503;
+	}
+	r->srv = s;
+	r->post_state = 1;
+	int rc = baton_engine_submit_async(s->engine, body, on_submitted, r, &err);
 	json_decref(body);
-	if (rc)
+	if (rc) {
+		r->post_state = 0;
+		post_done(s);
+		return reply_error(out, &err);
+	}
+	pthread_mutex_lock(&s->post_mu);
+	int waiting = r->post_state == 1;
+	if (waiting) {
+		r->post_suspended = 1;
+		MHD_suspend_connection(r->conn);
+	}
+	pthread_mutex_unlock(&s->post_mu);
+	if (waiting) {
+		out->pending = 1;
+		return 0;
+	}
+	return h_workflows_created(s, r, out); /* answered before it could wait */
+}
+
+int srv_post_answered(srv *s, request *r)
+{
+	pthread_mutex_lock(&s->post_mu);
+	int answered = r->post_state == 2;
+	pthread_mutex_unlock(&s->post_mu);
+	return answered;
+}
+
+int h_workflows_created(srv *s, request *r, response *out)
+{
+	baton_error err = {0};
+	char id[sizeof r->post_id];
+	pthread_mutex_lock(&s->post_mu);
+	int rc = r->post_rc, created = r->post_created;
+	snprintf(id, sizeof id, "%s", r->post_id);
+	snprintf(err.msg, sizeof err.msg, "%s", r->post_why);
+	r->post_state = 0;
+	if (--s->posts_waiting == 0)
+		pthread_cond_broadcast(&s->post_cv);
+	pthread_mutex_unlock(&s->post_mu);
+	out->route = "/workflows";
+	if (rc) {
+		err.code = rc;
+		return reply_error(out, &err);
+	}
+	json_t *wf;
+	if (baton_engine_get(s->engine, id, &wf, &err))
 		return reply_error(out, &err);
 	if (created)
-		snprintf(out->location, sizeof out->location, "/workflows/%s",
-			 json_string_value(json_object_get(wf, "id")));
+		snprintf(out->location, sizeof out->location, "/workflows/%s", id);
 	return reply_json(out, created ? 201 : 200, wf);
+}
+
+void srv_post_abandoned(srv *s, request *r)
+{
+	pthread_mutex_lock(&s->post_mu);
+	if (r->post_state) { /* answered, but the connection closed before it was sent */
+		r->post_state = 0;
+		if (--s->posts_waiting == 0)
+			pthread_cond_broadcast(&s->post_cv);
+	}
+	pthread_mutex_unlock(&s->post_mu);
+}
+
+void srv_posts_drain(srv *s)
+{
+	pthread_mutex_lock(&s->post_mu);
+	s->closing = 1;
+	while (s->posts_waiting > 0)
+		pthread_cond_wait(&s->post_cv, &s->post_mu);
+	pthread_mutex_unlock(&s->post_mu);
 }
 
 int h_workflows_list(srv *s, const request *r, const char *const *p, response *out)

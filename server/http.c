@@ -263,10 +263,14 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 		return MHD_YES;
 	}
 	response out = {0};
-	if (r->too_large)
+	if (srv_post_answered(s, r)) /* resumed: the engine has answered the submission */
+		h_workflows_created(s, r, &out);
+	else if (r->too_large)
 		reply_problem(&out, 413, "the body is larger than %zu bytes", s->cfg->max_body);
 	else
 		route(s, r, &out);
+	if (out.pending)
+		return MHD_YES; /* suspended; called again once resumed */
 	if (!out.status)
 		reply_problem(&out, 500, "no response");
 	return send_response(conn, r, &out);
@@ -275,11 +279,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
 			 enum MHD_RequestTerminationCode toe)
 {
-	(void)cls;
 	(void)conn;
 	(void)toe;
 	request *r = *con_cls;
 	if (r) {
+		srv_post_abandoned(cls, r);
 		struct timespec now;
 		clock_gettime(CLOCK_MONOTONIC, &now);
 		double secs = (double)(now.tv_sec - r->started.tv_sec) +
@@ -346,7 +350,9 @@ int srv_start(srv *s, baton_error *err)
 
 void srv_stop(srv *s)
 {
-	/* Suspended streams must be resumed before the daemon stops. */
+	/* Suspended connections must be resumed before the daemon stops: the submissions
+	 * with the engine are answered first (the engine still runs), then the streams. */
+	srv_posts_drain(s);
 	srv_streams_close();
 	if (s->daemon)
 		MHD_stop_daemon(s->daemon);

@@ -79,7 +79,10 @@ int main(int argc, char **argv)
 	    .on_commit = srv_streams_notify,
 	    .fault_file = getenv("BATON_TEST_FAULT_FILE"), /* tests only */
 	};
-	srv s = {.cfg = &cfg, .conn_mu = PTHREAD_MUTEX_INITIALIZER};
+	srv s = {.cfg = &cfg,
+		 .conn_mu = PTHREAD_MUTEX_INITIALIZER,
+		 .post_mu = PTHREAD_MUTEX_INITIALIZER,
+		 .post_cv = PTHREAD_COND_INITIALIZER};
 	baton_error err = {0};
 	if (baton_engine_open(&ecfg, &s.engine, &err)) {
 		srv_log(BATON_LOG_ERROR, "cannot open %s: %s", cfg.db, err.msg);

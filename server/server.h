@@ -65,6 +65,11 @@ typedef struct srv {
 	int port;	 /* the bound port */
 	int connections; /* open now, under conn_mu */
 	pthread_mutex_t conn_mu;
+	/* Submissions with the engine (h_workflows.c), under post_mu: srv_stop waits for
+	 * them, since their connections are suspended until the engine answers. */
+	pthread_mutex_t post_mu;
+	pthread_cond_t post_cv;
+	int posts_waiting, closing;
 } srv;
 
 typedef struct request {
@@ -78,6 +83,12 @@ typedef struct request {
 	char *body;
 	size_t body_len, body_cap;
 	int too_large;
+	/* POST /workflows while the engine commits it (h_workflows.c; under srv.post_mu) */
+	srv *srv;
+	int post_state; /* 0: none, 1: with the engine, 2: answered */
+	int post_suspended, post_rc, post_created;
+	char post_id[160];
+	char post_why[512];
 } request;
 
 typedef struct response {
@@ -91,6 +102,7 @@ typedef struct response {
 	char allow[64];
 	const char *www_authenticate;
 	int retry_after; /* seconds, 0: no Retry-After */
+	int pending;	 /* the connection is suspended; the answer comes later */
 } response;
 
 int srv_start(srv *s, baton_error *err);
@@ -123,6 +135,14 @@ void route(srv *s, const request *r, response *out);
 int64_t after_arg(const request *r, response *out);
 int limit_arg(const request *r, response *out);
 int h_workflows_create(srv *s, const request *r, const char *const *p, response *out);
+/* Whether the engine has answered the connection's submission (it was resumed for it). */
+int srv_post_answered(srv *s, request *r);
+/* The answer to a POST /workflows once the engine has answered. */
+int h_workflows_created(srv *s, request *r, response *out);
+/* A request that ends (NOTIFY_COMPLETED) with an answered submission it never sent. */
+void srv_post_abandoned(srv *s, request *r);
+/* Stops taking submissions and waits until every one with the engine is answered. */
+void srv_posts_drain(srv *s);
 int h_workflows_list(srv *s, const request *r, const char *const *p, response *out);
 int h_workflow_get(srv *s, const request *r, const char *const *p, response *out);
 int h_workflow_events(srv *s, const request *r, const char *const *p, response *out);

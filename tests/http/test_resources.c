@@ -561,6 +561,44 @@ static void test_sigkill_with_holders_and_waiters(void **state)
 		json_decref(before[i]);
 }
 
+/* A batond with a single HTTP thread. */
+static int setup_one_http_thread(void **state)
+{
+	static const char *const args[] = {"--http-threads", "1", NULL};
+	hs_server *s = hs_open(args);
+	*state = s;
+	return s ? 0 : -1;
+}
+
+/*
+ * A submission's connection is suspended until the engine answers it (h_workflows.c):
+ * 32 clients posting at once to a batond with a single HTTP thread are all answered
+ * 201, each with its own workflow, which then runs to completion. (That the thread
+ * serves others meanwhile shows in bench/'s HTTP accept, not in a pass/fail test.)
+ */
+static void test_many_posts_over_one_http_thread(void **state)
+{
+	hs_server *s = *state;
+	enum { N = 32 };
+	post_job jobs[N];
+	char *ids[N];
+	for (size_t i = 0; i < N; i++) {
+		char id[32];
+		snprintf(id, sizeof id, "one-thread-%02zu", i);
+		jobs[i] = (post_job){.s = s, .body = queue_body(id, i % 2 ? "odd" : "even", 2, 0)};
+	}
+	post_concurrently(jobs, N);
+	for (size_t i = 0; i < N; i++)
+		ids[i] = jobs[i].id;
+	json_t **wfs = queue_wait_completed(s, ids, N);
+	for (size_t i = 0; i < N; i++)
+		assert_string_equal(hs_str(wfs[i], "id"), jobs[i].id);
+	queue_free_all(wfs, N);
+	json_t *list = hs_get_json(s, "/workflows?limit=1000", 200);
+	assert_int_equal(json_array_size(json_object_get(list, "workflows")), N);
+	json_decref(list);
+}
+
 int main(void)
 {
 	hs_filters_from_env();
@@ -572,6 +610,8 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_grants_are_fifo, hs_setup, hs_teardown),
 	    cmocka_unit_test_setup_teardown(test_resource_view_during_contention, hs_setup,
 					    hs_teardown),
+	    cmocka_unit_test_setup_teardown(test_many_posts_over_one_http_thread,
+					    setup_one_http_thread, hs_teardown),
 	    cmocka_unit_test_setup_teardown(test_sigkill_with_holders_and_waiters, hs_setup,
 					    hs_teardown),
 	};
