@@ -79,9 +79,11 @@ static void on_submitted(void *ud, int rc, const char *id, int created, const ch
 	snprintf(r->post_id, sizeof r->post_id, "%s", id);
 	snprintf(r->post_why, sizeof r->post_why, "%s", why);
 	r->post_state = 2;
-	if (r->post_suspended)
-		MHD_resume_connection(r->conn);
+	int suspended = r->post_suspended;
 	pthread_mutex_unlock(&s->post_mu);
+	/* Outside the lock: until resumed, the connection (and r) stays as it is. */
+	if (suspended)
+		MHD_resume_connection(r->conn);
 }
 
 static void post_done(srv *s)
