@@ -115,6 +115,10 @@ long server_count(int port, const char *status);
 int wait_finished(int port, long want, double timeout_s);
 /* GET /workflows/{id} as JSON (new reference), NULL on failure. */
 json_t *get_workflow(int port, const char *id);
+/* For a completed workflow of `steps` steps: its first step's started_at and its last
+ * step's finished_at (ms). Returns 0, or -1 with a message naming `what` on stderr. */
+int workflow_span(int port, const char *id, int steps, const char *what, int64_t *first,
+		  int64_t *last);
 
 /* ---- concurrent HTTP load (load.c) ---- */
 

@@ -86,23 +86,9 @@ static int calls_run(const server *s, int run, void *ctx, double *figure, double
 			status);
 		return -1;
 	}
-	json_t *wf = get_workflow(s->port, id);
-	json_t *steps = json_object_get(wf, "steps");
-	size_t n = json_array_size(steps);
-	int64_t first =
-	    rfc3339_ms(json_string_value(json_object_get(json_array_get(steps, 0), "started_at")));
-	int64_t last = n ? rfc3339_ms(json_string_value(
-			       json_object_get(json_array_get(steps, n - 1), "finished_at")))
-			 : -1;
-	const char *st = json_string_value(json_object_get(wf, "status"));
-	int done = n == (size_t)c->workers && first >= 0 && last >= first && st &&
-		   strcmp(st, "completed") == 0;
-	json_decref(wf);
-	if (!done) {
-		fprintf(stderr, "bench: HTTP steps: workflow %s did not complete as expected\n",
-			id);
+	int64_t first, last;
+	if (workflow_span(s->port, id, c->workers, "HTTP steps", &first, &last))
 		return -1;
-	}
 	double per_step = (double)(last - first) / (double)c->workers;
 	double bare = bare_call_ms(c->mport, c->workers < 500 ? c->workers : 500);
 	if (bare < 0) {

@@ -486,6 +486,27 @@ json_t *get_workflow(int port, const char *id)
 	return wf;
 }
 
+int workflow_span(int port, const char *id, int steps, const char *what, int64_t *first,
+		  int64_t *last)
+{
+	json_t *wf = get_workflow(port, id);
+	json_t *list = json_object_get(wf, "steps");
+	size_t n = json_array_size(list);
+	*first = n ? rfc3339_ms(
+			 json_string_value(json_object_get(json_array_get(list, 0), "started_at")))
+		   : -1;
+	*last = n ? rfc3339_ms(json_string_value(
+			json_object_get(json_array_get(list, n - 1), "finished_at")))
+		  : -1;
+	const char *status = json_string_value(json_object_get(wf, "status"));
+	int ok = n == (size_t)steps && *first >= 0 && *last >= *first && status &&
+		 strcmp(status, "completed") == 0;
+	json_decref(wf);
+	if (!ok)
+		fprintf(stderr, "bench: %s: workflow %s did not complete as expected\n", what, id);
+	return ok ? 0 : -1;
+}
+
 /* ---- the table ---- */
 
 #define MAX_ROWS 32

@@ -130,20 +130,9 @@ static int one_long_workflow(const server *s, int run, int workers, double *per_
 	free(body);
 	if (rc)
 		return -1;
-	json_t *wf = get_workflow(port, id);
-	json_t *steps = json_object_get(wf, "steps");
-	size_t n = json_array_size(steps);
-	int64_t first = time_field(json_array_get(steps, 0), "started_at");
-	int64_t last = n ? time_field(json_array_get(steps, n - 1), "finished_at") : -1;
-	const char *status = json_string_value(json_object_get(wf, "status"));
-	if (n != (size_t)workers || first < 0 || last < first || !status ||
-	    strcmp(status, "completed") != 0) {
-		fprintf(stderr, "bench: step overhead: workflow %s did not complete as expected\n",
-			id);
-		json_decref(wf);
+	int64_t first, last;
+	if (workflow_span(port, id, workers, "step overhead", &first, &last))
 		return -1;
-	}
-	json_decref(wf);
 	*per_step_ms = (double)(last - first) / (double)workers;
 	*commits_per_step = (c1 - c0) / (k1 - k0);
 	printf("  run %d: %d steps in %lld ms: %.3f ms/step, %.2f commits/step\n", run + 1, workers,
