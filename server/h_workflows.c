@@ -86,12 +86,12 @@ static void on_submitted(void *ud, int rc, const char *id, int created, const ch
 		MHD_resume_connection(r->conn);
 }
 
-static void post_done(srv *s)
+/* A submission is off the engine's hands (under post_mu): srv_posts_drain may go on. */
+static void post_done_locked(srv *s, request *r)
 {
-	pthread_mutex_lock(&s->post_mu);
+	r->post_state = 0;
 	if (--s->posts_waiting == 0)
 		pthread_cond_broadcast(&s->post_cv);
-	pthread_mutex_unlock(&s->post_mu);
 }
 
 /*
@@ -122,8 +122,9 @@ int h_workflows_create(srv *s, const request *cr, const char *const *p, response
 	int rc = baton_engine_submit_async(s->engine, body, on_submitted, r, &err);
 	json_decref(body);
 	if (rc) {
-		r->post_state = 0;
-		post_done(s);
+		pthread_mutex_lock(&s->post_mu);
+		post_done_locked(s, r);
+		pthread_mutex_unlock(&s->post_mu);
 		return reply_error(out, &err);
 	}
 	pthread_mutex_lock(&s->post_mu);
@@ -156,9 +157,7 @@ int h_workflows_created(srv *s, request *r, response *out)
 	int rc = r->post_rc, created = r->post_created;
 	snprintf(id, sizeof id, "%s", r->post_id);
 	snprintf(err.msg, sizeof err.msg, "%s", r->post_why);
-	r->post_state = 0;
-	if (--s->posts_waiting == 0)
-		pthread_cond_broadcast(&s->post_cv);
+	post_done_locked(s, r);
 	pthread_mutex_unlock(&s->post_mu);
 	out->route = "/workflows";
 	if (rc) {
@@ -176,11 +175,8 @@ int h_workflows_created(srv *s, request *r, response *out)
 void srv_post_abandoned(srv *s, request *r)
 {
 	pthread_mutex_lock(&s->post_mu);
-	if (r->post_state) { /* answered, but the connection closed before it was sent */
-		r->post_state = 0;
-		if (--s->posts_waiting == 0)
-			pthread_cond_broadcast(&s->post_cv);
-	}
+	if (r->post_state) /* answered, but the connection closed before it was sent */
+		post_done_locked(s, r);
 	pthread_mutex_unlock(&s->post_mu);
 }
 
