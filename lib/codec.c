@@ -622,17 +622,28 @@ static void text_string(textbuf *b, const char *s, size_t n)
 	b->len = (size_t)(o - b->v);
 }
 
+/* An integer as "%" JSON_INTEGER_FORMAT writes it, without the cost of a printf. */
+static void text_integer(textbuf *b, json_int_t x)
+{
+	char num[24], *o = num + sizeof num;
+	/* The magnitude as unsigned: negating the smallest json_int_t would overflow. */
+	unsigned long long u = x < 0 ? 0ULL - (unsigned long long)x : (unsigned long long)x;
+	do
+		*--o = (char)('0' + u % 10);
+	while (u /= 10);
+	if (x < 0)
+		*--o = '-';
+	textbuf_put(b, o, (size_t)(num + sizeof num - o));
+}
+
 static void text_value(textbuf *b, const json_t *v)
 {
-	char num[32];
 	switch (json_typeof(v)) {
 	case JSON_STRING:
 		text_string(b, json_string_value(v), json_string_length(v));
 		return;
 	case JSON_INTEGER:
-		textbuf_put(b, num,
-			    (size_t)snprintf(num, sizeof num, "%" JSON_INTEGER_FORMAT,
-					     json_integer_value(v)));
+		text_integer(b, json_integer_value(v));
 		return;
 	case JSON_NULL:
 		textbuf_put(b, "null", 4);
@@ -643,7 +654,26 @@ static void text_value(textbuf *b, const json_t *v)
 	case JSON_FALSE:
 		textbuf_put(b, "false", 5);
 		return;
-	default: /* objects, arrays, reals: jansson */
+	case JSON_OBJECT: {
+		size_t at = b->len;
+		codec_text_members(b, v);
+		if (b->len == at)
+			textbuf_put(b, "{", 1);
+		else
+			b->v[at] = '{'; /* the first member's comma */
+		textbuf_put(b, "}", 1);
+		return;
+	}
+	case JSON_ARRAY:
+		textbuf_put(b, "[", 1);
+		for (size_t i = 0; i < json_array_size(v); i++) {
+			if (i)
+				textbuf_put(b, ",", 1);
+			text_value(b, json_array_get(v, i));
+		}
+		textbuf_put(b, "]", 1);
+		return;
+	default: /* reals: jansson's own formatting */
 		break;
 	}
 	size_t room = b->cap - b->len;
@@ -653,6 +683,11 @@ static void text_value(textbuf *b, const json_t *v)
 		need = json_dumpb(v, b->v + b->len, need, JSON_COMPACT | JSON_ENCODE_ANY);
 	}
 	b->len += need;
+}
+
+void codec_text(textbuf *b, const json_t *v)
+{
+	text_value(b, v);
 }
 
 void codec_text_members(textbuf *b, const json_t *obj)

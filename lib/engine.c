@@ -289,6 +289,21 @@ static void apply_cancel(baton_engine *e, msg *m, int64_t now)
 	VEC_PUSH(e->replies, r);
 }
 
+/* Grants l, when free, to its next waiter. */
+static void grant_lock(baton_engine *e, res_lock *l, int64_t now)
+{
+	event_sink ev = {eng_on_event, e};
+	int64_t waited;
+	wf_row *wf;
+	while ((wf = lock_grant_next(l, now, &waited))) {
+		machine_grant(wf, l->row.last_token, waited, now, &ev);
+		wf->in_flight = 1;
+		eng_touch_wf(e, wf);
+		dispatch d = {wf, wf->cur, wf->steps[wf->cur].attempts, l->row.last_token};
+		VEC_PUSH(e->dispatches, d);
+	}
+}
+
 static void apply_outcome(baton_engine *e, msg *m, int64_t now)
 {
 	wf_row *wf = m->wf;
@@ -303,6 +318,11 @@ static void apply_outcome(baton_engine *e, msg *m, int64_t now)
 	eng_follow(e, wf, machine_outcome(wf, &m->out, e->def, now, &ev), now);
 	json_decref(m->out.result);
 	json_decref(m->out.detail);
+	/* The released resource goes to its next waiter at once, rather than at the end of
+	 * the round: the step's end and the next grant are then consecutive events, which
+	 * are stored as one row when the waiter is this workflow again (commit.c). */
+	if (!e->no_new_work)
+		grant_lock(e, eng_lock_of(e, wf->resource), now);
 }
 
 static void fire_timers(baton_engine *e, int64_t now)
@@ -324,19 +344,8 @@ static void fire_timers(baton_engine *e, int64_t now)
 /* Grants every free resource touched in this round to its next waiter. */
 void eng_grant(baton_engine *e, int64_t now)
 {
-	event_sink ev = {eng_on_event, e};
-	for (size_t i = 0; i < e->dirty_locks.n; i++) {
-		res_lock *l = e->dirty_locks.v[i];
-		int64_t waited;
-		wf_row *wf;
-		while ((wf = lock_grant_next(l, now, &waited))) {
-			machine_grant(wf, l->row.last_token, waited, now, &ev);
-			wf->in_flight = 1;
-			eng_touch_wf(e, wf);
-			dispatch d = {wf, wf->cur, wf->steps[wf->cur].attempts, l->row.last_token};
-			VEC_PUSH(e->dispatches, d);
-		}
-	}
+	for (size_t i = 0; i < e->dirty_locks.n; i++)
+		grant_lock(e, e->dirty_locks.v[i], now);
 }
 
 /* ---- the loop ---- */

@@ -306,6 +306,8 @@ void textbuf_put(textbuf *b, const char *p, size_t n);
 /* Appends ,"key":value for each member of obj, as json_dumps(JSON_COMPACT) writes them
  * (the hot path of every event row: scalars are written here, not by jansson). */
 void codec_text_members(textbuf *b, const json_t *obj);
+/* Appends v as json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY) writes it. */
+void codec_text(textbuf *b, const json_t *v);
 /* Fills the steps of wf that have no worker yet as pending steps of the stored
  * definition (normalized request text); -1 when it does not describe wf's steps. */
 int codec_pending_steps(wf_row *wf, const char *definition);

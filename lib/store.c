@@ -178,14 +178,21 @@ static void bind_time(sqlite3_stmt *st, int i, int64_t v)
 		sqlite3_bind_null(st, i);
 }
 
-/* Binds a JSON value as compact text; NULL binds SQL NULL. */
-static void bind_json(sqlite3_stmt *st, int i, const json_t *v)
+/*
+ * Binds a JSON value as compact text (codec_text: jansson's text, without its
+ * allocations); NULL binds SQL NULL. The text stays in the writer's buffer `slot` until
+ * that slot is bound again, after the statement has run: one slot per value of a statement.
+ */
+static void bind_json(store *s, sqlite3_stmt *st, int i, const json_t *v, int slot)
 {
-	char *s = v ? json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY) : NULL;
-	if (s)
-		sqlite3_bind_text(st, i, s, -1, free);
-	else
+	if (!v) {
 		sqlite3_bind_null(st, i);
+		return;
+	}
+	textbuf *b = &s->json_text[slot];
+	b->len = 0;
+	codec_text(b, v);
+	sqlite3_bind_text(st, i, b->v, (int)b->len, SQLITE_STATIC);
 }
 
 /* Runs a prepared statement that returns no row, and resets it. */
@@ -412,6 +419,8 @@ void store_close(store *s)
 	pthread_mutex_destroy(&s->ckpt.mu);
 	for (int i = 0; i < FINISHED_SLOTS; i++)
 		free(s->finished[i].text);
+	free(s->json_text[0].v);
+	free(s->json_text[1].v);
 	pthread_mutex_destroy(&s->finished_mu);
 	free(s);
 }
@@ -460,7 +469,7 @@ void store_rollback(store *s)
 }
 
 /* A step's changing columns, in STEP_COLS order from status on, at parameters first.. */
-static void bind_step_state(sqlite3_stmt *st, int first, const step_row *r)
+static void bind_step_state(store *s, sqlite3_stmt *st, int first, const step_row *r)
 {
 	sql_bind_text(st, first, step_status_name(r->status));
 	sqlite3_bind_int(st, first + 1, r->attempts);
@@ -473,7 +482,7 @@ static void bind_step_state(sqlite3_stmt *st, int first, const step_row *r)
 		sqlite3_bind_int64(st, first + 7, r->duration_ms);
 	bind_time(st, first + 8, r->next_attempt_at);
 	sql_bind_text(st, first + 9, r->error);
-	bind_json(st, first + 10, r->result);
+	bind_json(s, st, first + 10, r->result, 1);
 }
 
 int store_insert_workflow(store *s, const wf_row *wf, baton_error *err)
@@ -490,7 +499,7 @@ int store_insert_workflow(store *s, const wf_row *wf, baton_error *err)
 	bind_time(st, 9, wf->finished_at);
 	sqlite3_bind_int(st, 10, wf->steps_total);
 	sqlite3_bind_int(st, 11, wf->steps_completed);
-	bind_json(st, 12, wf->result);
+	bind_json(s, st, 12, wf->result, 1);
 	sql_bind_text(st, 13, wf->error);
 	char *retry = codec_retry_text(&wf->retry);
 	sqlite3_bind_text(st, 14, retry, -1, free);
@@ -515,7 +524,7 @@ int store_update_workflow(store *s, const wf_row *wf, baton_error *err)
 	bind_time(st, 4, wf->started_at);
 	bind_time(st, 5, wf->finished_at);
 	sqlite3_bind_int(st, 6, wf->steps_completed);
-	bind_json(st, 7, wf->result);
+	bind_json(s, st, 7, wf->result, 1);
 	sql_bind_text(st, 8, wf->error);
 	return exec_stmt(s->db, st, err, "updating a workflow");
 }
@@ -527,7 +536,7 @@ int store_put_step(store *s, const wf_row *wf, const step_row *r, baton_error *e
 		st = s->stmt[W_UPD_STEP];
 		sqlite3_bind_int64(st, 1, wf->seq);
 		sqlite3_bind_int(st, 2, r->index);
-		bind_step_state(st, 4, r);
+		bind_step_state(s, st, 4, r);
 		return exec_stmt(s->db, st, err, "updating a step");
 	}
 	st = s->stmt[W_INS_STEP];
@@ -535,8 +544,8 @@ int store_put_step(store *s, const wf_row *wf, const step_row *r, baton_error *e
 	sql_bind_text(st, 2, wf->resource);
 	sqlite3_bind_int(st, 3, r->index);
 	sql_bind_text(st, 4, r->worker);
-	bind_json(st, 5, r->params);
-	bind_step_state(st, 6, r);
+	bind_json(s, st, 5, r->params, 0);
+	bind_step_state(s, st, 6, r);
 	return exec_stmt(s->db, st, err, "inserting a step");
 }
 

@@ -92,6 +92,7 @@ struct store {
 	pthread_mutex_t finished_mu;
 	finished_slot finished[FINISHED_SLOTS];
 	sqlite3_stmt *stmt[W_NSTMT];
+	textbuf json_text[2]; /* the writer's JSON values being bound (bind_json) */
 	reader *readers;
 	int nreaders;
 	pthread_mutex_t pool_mu;

@@ -227,6 +227,9 @@ static void test_event_text_matches_jansson(void **state)
 	    "{}",
 	    "{\"step\":0,\"worker\":\"worker-A\",\"attempt\":1}",
 	    "{\"n\":-9223372036854775807,\"z\":0,\"t\":true,\"f\":false,\"x\":null}",
+	    "{\"min\":-9223372036854775808,\"max\":9223372036854775807,\"ten\":10,\"m1\":-1}",
+	    "{\"deep\":{\"a\":{\"b\":[[],[{}],[1,[2,{\"c\":null}]]]},\"e\":\"\\n\"},\"f\":[true,"
+	    "false]}",
 	    "{\"error\":\"quote \\\" backslash \\\\ slash / tab \\t nl \\n cr \\r bs \\b ff \\f\"}",
 	    "{\"ctl\":\"\\u0001\\u001f\\u007f\",\"utf8\":\"\\u00e9\\u4e2d\\ud83d\\ude00\"}",
 	    "{\"result\":{\"a\":[1,2.5,\"x\"],\"b\":{}},\"list\":[],\"real\":0.25}",
@@ -250,6 +253,23 @@ static void test_event_text_matches_jansson(void **state)
 		assert_string_equal(ours, theirs);
 		free(theirs);
 		free(ours);
+		/* codec_text writes any value, as stored in step and workflow rows */
+		json_t *values = json_pack("[O, o, s, i, n, b, f]", o,
+					   json_object_get(o, "result")
+					       ? json_incref(json_object_get(o, "result"))
+					       : json_array(),
+					   "x\"y", -42, 1, 0.5);
+		assert_non_null(values);
+		for (size_t k = 0; k < json_array_size(values); k++) {
+			json_t *v = json_array_get(values, k);
+			b.len = 0;
+			codec_text(&b, v);
+			theirs = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
+			assert_int_equal(b.len, strlen(theirs));
+			assert_memory_equal(b.v, theirs, b.len);
+			free(theirs);
+		}
+		json_decref(values);
 		free(b.v);
 		json_decref(o);
 	}
