@@ -17,10 +17,13 @@
 /* Appends {"seq":S,"ts":T,"type":"...",<data's members>}. */
 static void text_event(baton_engine *e, const pending_event *ev, int64_t seq)
 {
-	char head[128];
-	int n = snprintf(head, sizeof head, "{\"seq\":%lld,\"ts\":%lld,\"type\":\"%s\"",
-			 (long long)seq, (long long)ev->ts, ev->type);
-	textbuf_put(&e->text, head, (size_t)n);
+	textbuf_put(&e->text, "{\"seq\":", 7);
+	textbuf_int(&e->text, seq);
+	textbuf_put(&e->text, ",\"ts\":", 6);
+	textbuf_int(&e->text, ev->ts);
+	textbuf_put(&e->text, ",\"type\":\"", 9);
+	textbuf_put(&e->text, ev->type, strlen(ev->type));
+	textbuf_put(&e->text, "\"", 1);
 	codec_text_members(&e->text, ev->data);
 	textbuf_put(&e->text, "}", 1);
 }

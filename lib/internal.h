@@ -296,6 +296,15 @@ json_t *codec_workflow(const wf_row *wf);	  /* new reference */
 json_t *codec_workflow_summary(const wf_row *wf); /* new reference */
 json_t *codec_step(const step_row *st);		  /* new reference */
 json_t *codec_params_defaults(const char *name);  /* worker object with defaults */
+/* Fills the steps of wf that have no worker yet as pending steps of the stored
+ * definition (normalized request text); -1 when it does not describe wf's steps. */
+int codec_pending_steps(wf_row *wf, const char *definition);
+/* A retry policy as stored (compact JSON, malloc'd) and read back. */
+char *codec_retry_text(const retry_policy *p);
+int codec_parse_retry(const char *text, retry_policy *p);
+
+/* ---- text.c: JSON text as jansson's compact dump writes it, for hot rows ---- */
+
 /* A growing text buffer (not NUL-terminated); aborts on out of memory like xcalloc. */
 typedef struct textbuf {
 	char *v;
@@ -303,17 +312,12 @@ typedef struct textbuf {
 } textbuf;
 void textbuf_reserve(textbuf *b, size_t n); /* room for n more bytes */
 void textbuf_put(textbuf *b, const char *p, size_t n);
+void textbuf_int(textbuf *b, int64_t x); /* in decimal, as printf's %lld writes it */
 /* Appends ,"key":value for each member of obj, as json_dumps(JSON_COMPACT) writes them
- * (the hot path of every event row: scalars are written here, not by jansson). */
+ * (the hot path of every event row). */
 void codec_text_members(textbuf *b, const json_t *obj);
 /* Appends v as json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY) writes it. */
 void codec_text(textbuf *b, const json_t *v);
-/* Fills the steps of wf that have no worker yet as pending steps of the stored
- * definition (normalized request text); -1 when it does not describe wf's steps. */
-int codec_pending_steps(wf_row *wf, const char *definition);
-/* A retry policy as stored (compact JSON, malloc'd) and read back. */
-char *codec_retry_text(const retry_policy *p);
-int codec_parse_retry(const char *text, retry_policy *p);
 
 /* ---- store.c and store_read.c (store.h): the only files that talk to SQLite ---- */
 typedef struct store store;

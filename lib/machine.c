@@ -36,10 +36,25 @@ static void emit(const event_sink *ev, const wf_row *wf, const char *type, json_
 		json_decref(data);
 }
 
+/* Event members, set without json_pack's format parsing or a UTF-8 check of the keys,
+ * which are the constants below (this runs for every event of every step). */
+static void put_int(json_t *d, const char *key, json_int_t v)
+{
+	json_object_set_new_nocheck(d, key, json_integer(v));
+}
+
+static void put_str(json_t *d, const char *key, const char *v)
+{
+	json_object_set_new_nocheck(d, key, json_string(v));
+}
+
 static json_t *step_data(const step_row *st, int attempt)
 {
-	return json_pack("{s:i, s:s, s:i}", "step", st->index, "worker", st->worker, "attempt",
-			 attempt);
+	json_t *d = json_object();
+	put_int(d, "step", st->index);
+	put_str(d, "worker", st->worker);
+	put_int(d, "attempt", attempt);
+	return d;
 }
 
 static void set_error(char **dst, const char *msg)
@@ -106,9 +121,9 @@ void machine_grant(wf_row *wf, int64_t token, int64_t waited_ms, int64_t now, co
 	set_error(&st->error, NULL);
 	wf_mark_step(wf, st->index);
 	json_t *d = step_data(st, st->attempts);
-	json_object_set_new(d, "resource", json_string(wf->resource));
-	json_object_set_new(d, "fencing_token", json_integer(token));
-	json_object_set_new(d, "waited_ms", json_integer(waited_ms));
+	put_str(d, "resource", wf->resource);
+	put_int(d, "fencing_token", token);
+	put_int(d, "waited_ms", waited_ms);
 	emit(ev, wf, "lock_acquired", d);
 }
 
@@ -130,9 +145,9 @@ static void advance(wf_row *wf, const workflow_def *def, int64_t now, const even
 static void release_event(const wf_row *wf, const step_row *st, int64_t now, const event_sink *ev)
 {
 	json_t *d = step_data(st, st->attempts);
-	json_object_set_new(d, "resource", json_string(wf->resource));
-	json_object_set_new(d, "fencing_token", json_integer(st->token));
-	json_object_set_new(d, "hold_ms", json_integer(now - st->started_at));
+	put_str(d, "resource", wf->resource);
+	put_int(d, "fencing_token", st->token);
+	put_int(d, "hold_ms", now - st->started_at);
 	emit(ev, wf, "lock_released", d);
 }
 
@@ -192,8 +207,8 @@ transition machine_outcome(wf_row *wf, const step_output *out, const workflow_de
 	st->result = json_incref(out->result);
 	wf->steps_completed++;
 	json_t *d = step_data(st, st->attempts);
-	json_object_set_new(d, "duration_ms", json_integer(st->duration_ms));
-	json_object_set_new(d, "result", json_incref(st->result));
+	put_int(d, "duration_ms", st->duration_ms);
+	json_object_set_new_nocheck(d, "result", json_incref(st->result));
 	if (out->detail)
 		json_object_update_missing(d, out->detail);
 	emit(ev, wf, "step_completed", d);

@@ -62,13 +62,26 @@ int srv_parse_level(const char *s)
 
 void srv_log_line(int level, const char *wf_id, const char *msg)
 {
+	/* The date and time to the second, formatted once a second per thread. */
+	static _Thread_local time_t last_sec = -1;
+	static _Thread_local char last_when[32];
+	static _Thread_local size_t last_n;
 	struct timespec ts;
-	struct tm tm;
 	char when[40], line[1400];
 	clock_gettime(CLOCK_REALTIME, &ts);
-	gmtime_r(&ts.tv_sec, &tm);
-	size_t n = strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%S", &tm);
-	snprintf(when + n, sizeof when - n, ".%03ldZ", ts.tv_nsec / 1000000);
+	if (ts.tv_sec != last_sec) {
+		struct tm tm;
+		gmtime_r(&ts.tv_sec, &tm);
+		last_n = strftime(last_when, sizeof last_when, "%Y-%m-%dT%H:%M:%S", &tm);
+		last_sec = ts.tv_sec;
+	}
+	memcpy(when, last_when, last_n);
+	long ms = ts.tv_nsec / 1000000;
+	when[last_n] = '.';
+	when[last_n + 1] = (char)('0' + ms / 100);
+	when[last_n + 2] = (char)('0' + ms / 10 % 10);
+	when[last_n + 3] = (char)('0' + ms % 10);
+	memcpy(when + last_n + 4, "Z", 2);
 	if (level < 0 || level > 3)
 		level = 3;
 	int len;
