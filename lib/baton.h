@@ -153,6 +153,15 @@ int baton_engine_submit_async(baton_engine *e, const json_t *request, baton_subm
  */
 int baton_decode_json(const char *buf, size_t len, json_t **out, baton_error *err);
 
+/*
+ * v as compact JSON text, byte for byte what json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY)
+ * writes, followed by `end` (NUL for none, or '\n' for a response body) and a NUL; *len,
+ * when not NULL, is its length without the NUL. The text is the caller's to free(). It
+ * costs a fraction of json_dumps (no allocation per value, no printf); v is only read.
+ * Any thread. Aborts when memory runs out, as the engine does.
+ */
+char *baton_json_text(const json_t *v, char end, size_t *len);
+
 /* The committed state of workflow `id`, with its steps; *out is a new reference. */
 int baton_engine_get(baton_engine *e, const char *id, json_t **out, baton_error *err);
 /* The same as compact JSON text followed by a newline (*text malloc'd, *len its length

@@ -571,7 +571,7 @@ int codec_pending_steps(wf_row *wf, const char *definition)
 char *codec_retry_text(const retry_policy *p)
 {
 	json_t *j = retry_json(p);
-	char *text = json_dumps(j, JSON_COMPACT);
+	char *text = baton_json_text(j, 0, NULL);
 	json_decref(j);
 	return text;
 }

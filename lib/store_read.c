@@ -298,19 +298,8 @@ int store_get_workflow_text(store *s, const char *id, char **text, size_t *len, 
 	wf_row *wf = NULL;
 	int rc = render_workflow(s, id, &json, &wf, err);
 	if (rc == BATON_OK) {
-		char *t = json_dumps(json, JSON_COMPACT);
-		size_t n = t ? strlen(t) : 0;
-		char *nl = t ? realloc(t, n + 2) : NULL;
-		if (!nl) {
-			free(t);
-			rc = err_set(err, BATON_EINTERNAL, "out of memory rendering a workflow");
-		} else {
-			nl[n] = '\n';
-			nl[n + 1] = 0;
-			*text = nl;
-			*len = n + 1;
-			cache_put(s, wf, nl, n + 1);
-		}
+		*text = baton_json_text(json, '\n', len);
+		cache_put(s, wf, *text, *len);
 	}
 	json_decref(json);
 	wf_row_free(wf);

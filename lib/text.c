@@ -150,3 +150,16 @@ void codec_text_members(textbuf *b, const json_t *obj)
 		text_value(b, v);
 	}
 }
+
+char *baton_json_text(const json_t *v, char end, size_t *len)
+{
+	textbuf b = {0};
+	textbuf_reserve(&b, 256);
+	text_value(&b, v);
+	if (end)
+		textbuf_put(&b, &end, 1);
+	textbuf_put(&b, "", 1);
+	if (len)
+		*len = b.len - 1;
+	return b.v;
+}

@@ -75,8 +75,12 @@ int random_id(char out[33])
 		if (n > 0)
 			got += (size_t)n;
 	}
-	for (int i = 0; i < 16; i++)
-		snprintf(out + 2 * i, 3, "%02x", b[i]);
+	static const char hex[] = "0123456789abcdef";
+	for (int i = 0; i < 16; i++) {
+		out[2 * i] = hex[b[i] >> 4];
+		out[2 * i + 1] = hex[b[i] & 15];
+	}
+	out[32] = 0;
 	return 0;
 }
 

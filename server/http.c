@@ -100,14 +100,7 @@ static char *body_text(response *out)
 		out->text = NULL;
 		return t;
 	}
-	char *text = out->body ? json_dumps(out->body, JSON_COMPACT) : NULL;
-	size_t len = text ? strlen(text) : 0;
-	char *t = text ? realloc(text, len + 2) : NULL;
-	if (!t)
-		return text;
-	t[len] = '\n';
-	t[len + 1] = 0;
-	return t;
+	return out->body ? baton_json_text(out->body, '\n', NULL) : NULL;
 }
 
 static enum MHD_Result send_response(struct MHD_Connection *conn, request *r, response *out)

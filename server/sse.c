@@ -164,14 +164,15 @@ static int fetch(stream *st)
 		st->finished = 1; /* resumed after the final event: nothing more will come */
 	json_array_foreach(events, i, ev)
 	{
-		char *data = json_dumps(ev, JSON_COMPACT);
+		size_t dlen;
+		char *data = baton_json_text(ev, 0, &dlen);
 		const char *type = json_string_value(json_object_get(ev, "type"));
 		st->last_seq = json_integer_value(json_object_get(ev, "seq"));
 		char head[160];
 		int n = snprintf(head, sizeof head,
 				 "id: %lld\nevent: %s\ndata: ", (long long)st->last_seq, type);
 		append(st, head, (size_t)n);
-		append(st, data, strlen(data));
+		append(st, data, dlen);
 		append(st, "\n\n", 2);
 		free(data);
 		if (!st->is_resource && is_final(type))
