@@ -279,6 +279,30 @@ static json_t *events_of(baton_engine *e, const char *id)
 }
 
 /*
+ * Replaces the fixture's database by a dump of an older schema and opens the engine on
+ * it. The ten-minute step of worker `slow` becomes short first, so that its resumed
+ * attempt finishes.
+ */
+static void load_fixture(fixture *f, const char *dump_path, const char *slow)
+{
+	baton_engine_close(f->e, 0);
+	f->e = NULL;
+	unlink(f->db);
+	char *dump = slurp(dump_path);
+	sqlite3 *db;
+	char sql[160];
+	snprintf(sql, sizeof sql,
+		 "UPDATE steps SET params = json_set(params, '$.work_ms', 10) WHERE worker = '%s'",
+		 slow);
+	assert_int_equal(sqlite3_open(f->db, &db), SQLITE_OK);
+	assert_int_equal(sqlite3_exec(db, dump, NULL, NULL, NULL), SQLITE_OK);
+	assert_int_equal(sqlite3_exec(db, sql, NULL, NULL, NULL), SQLITE_OK);
+	sqlite3_close(db);
+	free(dump);
+	f->e = open_engine(f);
+}
+
+/*
  * A database written by the first version of the store (schema 1: tests/unit/fixtures/
  * store-v1.sql is the dump of one, made by that batond and killed with SIGKILL: "old-done"
  * completed, "old-running" holding "ledger" in a ten-minute step, "old-waiting" queued)
@@ -288,23 +312,7 @@ static json_t *events_of(baton_engine *e, const char *id)
 static void test_schema_1_database_is_migrated(void **state)
 {
 	fixture *f = *state;
-	baton_engine_close(f->e, 0);
-	f->e = NULL;
-	unlink(f->db);
-	char *dump = slurp("tests/unit/fixtures/store-v1.sql");
-	sqlite3 *db;
-	assert_int_equal(sqlite3_open(f->db, &db), SQLITE_OK);
-	assert_int_equal(sqlite3_exec(db, dump, NULL, NULL, NULL), SQLITE_OK);
-	/* The ten-minute step becomes short, so that its resumed attempt finishes. */
-	assert_int_equal(sqlite3_exec(db,
-				      "UPDATE steps SET params = json_set(params, '$.work_ms', 10)"
-				      " WHERE worker = 'c'",
-				      NULL, NULL, NULL),
-			 SQLITE_OK);
-	sqlite3_close(db);
-	free(dump);
-
-	f->e = open_engine(f);
+	load_fixture(f, "tests/unit/fixtures/store-v1.sql", "c");
 	json_t *old = events_of(f->e, "old-done");
 	json_t *list = json_object_get(old, "events");
 	assert_int_equal(json_array_size(list), 11); /* as stored by schema 1 */
@@ -381,6 +389,46 @@ static int64_t count_rows(fixture *f, const char *sql)
 }
 
 /*
+ * A database of schema 2 (tests/unit/fixtures/store-v2.sql, made by that batond and
+ * killed with SIGKILL: "v2-done" completed; "v2-running" with step c completed, d holding
+ * "ledger" in a ten-minute step and e pending; "v2-waiting" queued) opens under schema 3
+ * as it is. Schema 2 stored a row for every step at submission, pending ones too: those
+ * rows are updated in place when their steps are reached, the interrupted step resumes as
+ * its second attempt with a higher token, and every step counts once.
+ */
+static void test_schema_2_database_opens_as_it_is(void **state)
+{
+	fixture *f = *state;
+	load_fixture(f, "tests/unit/fixtures/store-v2.sql", "d");
+	json_t *wf = wait_status(f->e, "v2-running", "completed");
+	assert_int_equal(json_integer_value(json_object_get(wf, "steps_completed")), 3);
+	assert_int_equal(step_int(wf, 0, "attempts"), 1);
+	assert_int_equal(step_int(wf, 0, "fencing_token"), 3);
+	assert_int_equal(step_int(wf, 1, "attempts"), 2);
+	assert_true(step_int(wf, 1, "fencing_token") > 4); /* above every token of schema 2 */
+	assert_int_equal(step_int(wf, 2, "attempts"), 1);
+	json_decref(wf);
+	wf = wait_status(f->e, "v2-waiting", "completed");
+	assert_int_equal(json_integer_value(json_object_get(wf, "steps_completed")), 2);
+	assert_int_equal(step_int(wf, 1, "attempts"), 1);
+	json_decref(wf);
+	baton_error err;
+	assert_int_equal(baton_engine_get(f->e, "v2-done", &wf, &err), BATON_OK);
+	assert_string_equal(status_of(wf), "completed");
+	assert_int_equal(json_integer_value(json_object_get(wf, "steps_completed")), 2);
+	json_decref(wf);
+	json_t *res;
+	assert_int_equal(baton_engine_resource(f->e, "ledger", &res, &err), BATON_OK);
+	assert_true(json_is_null(json_object_get(res, "holder")));
+	/* d again, then e, f and g: four grants after the four of schema 2 */
+	assert_int_equal(json_integer_value(json_object_get(res, "last_fencing_token")), 8);
+	json_decref(res);
+	assert_int_equal(count_rows(f, "SELECT count(*) FROM steps"), 7);
+	assert_int_equal(count_rows(f, "SELECT count(*) FROM steps WHERE status != 'completed'"),
+			 0);
+}
+
+/*
  * A step's row is written when the step is first reached, and a running workflow's row
  * is not rewritten at every step; what the API says is the same: pending steps with
  * their parameters (from the stored definition, also after a restart), and completed
@@ -440,6 +488,7 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_retry_wait_survives_reopen, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_cancel_and_unknown_ids, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_schema_1_database_is_migrated, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_schema_2_database_opens_as_it_is, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_pending_steps_have_no_row_until_reached, setup,
 					    teardown),
 	};
