@@ -9,7 +9,7 @@
 # workflows of 100 zero-work steps on 20 resources (the group-commit shape, smaller),
 # waits until all have completed, stops batond with SIGTERM and prints, per thread kind,
 # the instructions executed per step. HTTP threads serve the polling too, so their figure
-# is given but is not a cost of the steps. With --accept: 2,000 one-step zero-work
+# is given but is not a cost of the steps. With --accept: 2,048 one-step zero-work
 # workflows posted over 32 keep-alive connections on 32 resources (the HTTP-accept shape),
 # per workflow. Needs valgrind and curl; talks to 127.0.0.1.
 set -eu
@@ -20,22 +20,21 @@ if [ "${1:-}" = --accept ]; then
 	shift
 fi
 BATOND=${1:-server/batond}
-PORT=${PORT:-18181}
 if [ $ACCEPT = 1 ]; then
-	NWF=2000 STEPS=1 CONNS=32
+	NWF=2048 STEPS=1 CONNS=32
 else
 	NWF=20 STEPS=100
 fi
 DIR=$(mktemp -d "${TMPDIR:-/tmp}/baton-instr.XXXXXX")
-trap 'kill $VG 2>/dev/null || true; rm -rf "$DIR"' EXIT
+VG=
+trap '[ -z "$VG" ] || kill $VG 2>/dev/null || true; rm -rf "$DIR"' EXIT
 
 valgrind --tool=callgrind --separate-threads=yes --callgrind-out-file="$DIR/cg.out" \
-	"$BATOND" --listen "127.0.0.1:$PORT" --db "$DIR/baton.db" \
-	2>"$DIR/batond.log" &
+	"$BATOND" --listen 127.0.0.1:0 --db "$DIR/baton.db" 2>"$DIR/batond.log" &
 VG=$!
-URL="http://127.0.0.1:$PORT"
 i=0
-until curl -sf "$URL/readyz" >/dev/null 2>&1; do
+until URL=$(sed -n 's|.*listening on \(http://127.0.0.1:[0-9]*\).*|\1|p' "$DIR/batond.log") &&
+	[ -n "$URL" ] && curl -sf "$URL/readyz" >/dev/null 2>&1; do
 	i=$((i + 1))
 	[ $i -lt 600 ] || { echo "instructions.sh: batond did not start" >&2; exit 2; }
 	sleep 0.1
@@ -48,7 +47,7 @@ if [ $ACCEPT = 1 ]; then
 	# each curl posts NWF/CONNS workflows in turn on one keep-alive connection
 	per=$((NWF / CONNS))
 	urls=$(awk -v n=$per -v u="$URL/workflows" 'BEGIN { for (i = 0; i < n; i++) print u }')
-	for k in $(seq 1 $CONNS); do
+	for k in $(seq 1 "$CONNS"); do
 		# shellcheck disable=SC2086
 		curl -sf -X POST -H 'Content-Type: application/json' \
 			-d "{\"resource\":\"r$k\",\"workers\":$workers}" $urls >/dev/null &
