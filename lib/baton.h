@@ -158,7 +158,7 @@ int baton_decode_json(const char *buf, size_t len, json_t **out, baton_error *er
  * writes, followed by `end` (NUL for none, or '\n' for a response body) and a NUL; *len,
  * when not NULL, is its length without the NUL. The text is the caller's to free(). It
  * costs a fraction of json_dumps (no allocation per value, no printf); v is only read.
- * Any thread. Aborts when memory runs out, as the engine does.
+ * NULL when v is NULL. Any thread. Aborts when memory runs out, as the engine does.
  */
 char *baton_json_text(const json_t *v, char end, size_t *len);
 

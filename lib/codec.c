@@ -355,7 +355,7 @@ static int worker_call(const json_t *w, const char *where, const parse_ctx *ctx,
 		return BATON_EINVAL;
 	/* {"call", "name"}, the call's keys sorted too, as in the stored definition; p (the
 	 * caller's on failure) gives way to it */
-	char *text = json_dumps(c, JSON_COMPACT | JSON_SORT_KEYS);
+	char *text = codec_text_sorted(c);
 	json_decref(c);
 	json_t *sorted = text ? json_loads(text, 0, NULL) : NULL;
 	free(text);
@@ -536,7 +536,7 @@ static int parse_request(const json_t *req, wf_row *wf, const char *const *allow
 	json_t *norm = json_pack("{s:s, s:o, s:o, s:s}", "resource", wf->resource, "workers",
 				 norm_workers, "retry", retry_json(&wf->retry), "on_failure",
 				 wf->on_failure == ON_FAILURE_CONTINUE ? "continue" : "fail");
-	wf->definition = json_dumps(norm, JSON_COMPACT | JSON_SORT_KEYS);
+	wf->definition = codec_text_sorted(norm);
 	json_decref(norm);
 	if (!wf->definition)
 		return err_set(err, BATON_EINTERNAL, "out of memory");

@@ -318,6 +318,9 @@ void textbuf_int(textbuf *b, int64_t x); /* in decimal, as printf's %lld writes 
 void codec_text_members(textbuf *b, const json_t *obj);
 /* Appends v as json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY) writes it. */
 void codec_text(textbuf *b, const json_t *v);
+/* v as json_dumps(v, JSON_COMPACT | JSON_SORT_KEYS) writes it: a new malloc'd string;
+ * NULL when v is NULL. */
+char *codec_text_sorted(const json_t *v);
 
 /* ---- store.c and store_read.c (store.h): the only files that talk to SQLite ---- */
 typedef struct store store;

@@ -299,7 +299,10 @@ int store_get_workflow_text(store *s, const char *id, char **text, size_t *len, 
 	int rc = render_workflow(s, id, &json, &wf, err);
 	if (rc == BATON_OK) {
 		*text = baton_json_text(json, '\n', len);
-		cache_put(s, wf, *text, *len);
+		if (*text)
+			cache_put(s, wf, *text, *len);
+		else
+			rc = err_set(err, BATON_EINTERNAL, "out of memory rendering a workflow");
 	}
 	json_decref(json);
 	wf_row_free(wf);

@@ -7,6 +7,7 @@
  */
 #include "internal.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 void textbuf_reserve(textbuf *b, size_t n)
@@ -84,7 +85,46 @@ void textbuf_int(textbuf *b, int64_t x)
 	textbuf_put(b, o, (size_t)(num + sizeof num - o));
 }
 
-static void text_value(textbuf *b, const json_t *v)
+static void text_value(textbuf *b, const json_t *v, int sorted);
+
+static int cmp_key(const void *x, const void *y)
+{
+	return strcmp(*(const char *const *)x, *(const char *const *)y);
+}
+
+/* ,"key":value for each member, in the object's order or, when sorted, in strcmp's order
+ * of the keys (as JSON_SORT_KEYS orders them; keys never hold a NUL here). */
+static void text_members(textbuf *b, const json_t *obj, int sorted)
+{
+	const char *key;
+	json_t *v;
+	if (!sorted) {
+		json_object_foreach((json_t *)obj, key, v)
+		{
+			textbuf_put(b, ",", 1);
+			text_string(b, key, strlen(key));
+			textbuf_put(b, ":", 1);
+			text_value(b, v, 0);
+		}
+		return;
+	}
+	size_t n = json_object_size(obj), k = 0;
+	const char *small[16], **keys = n <= 16 ? small : malloc(n * sizeof *keys);
+	if (!keys)
+		abort();
+	json_object_foreach((json_t *)obj, key, v) keys[k++] = key;
+	qsort(keys, n, sizeof *keys, cmp_key);
+	for (k = 0; k < n; k++) {
+		textbuf_put(b, ",", 1);
+		text_string(b, keys[k], strlen(keys[k]));
+		textbuf_put(b, ":", 1);
+		text_value(b, json_object_get(obj, keys[k]), 1);
+	}
+	if (keys != small)
+		free(keys);
+}
+
+static void text_value(textbuf *b, const json_t *v, int sorted)
 {
 	switch (json_typeof(v)) {
 	case JSON_STRING:
@@ -104,7 +144,7 @@ static void text_value(textbuf *b, const json_t *v)
 		return;
 	case JSON_OBJECT: {
 		size_t at = b->len;
-		codec_text_members(b, v);
+		text_members(b, v, sorted);
 		if (b->len == at)
 			textbuf_put(b, "{", 1);
 		else
@@ -117,7 +157,7 @@ static void text_value(textbuf *b, const json_t *v)
 		for (size_t i = 0; i < json_array_size(v); i++) {
 			if (i)
 				textbuf_put(b, ",", 1);
-			text_value(b, json_array_get(v, i));
+			text_value(b, json_array_get(v, i), sorted);
 		}
 		textbuf_put(b, "]", 1);
 		return;
@@ -135,31 +175,36 @@ static void text_value(textbuf *b, const json_t *v)
 
 void codec_text(textbuf *b, const json_t *v)
 {
-	text_value(b, v);
+	text_value(b, v, 0);
 }
 
 void codec_text_members(textbuf *b, const json_t *obj)
 {
-	const char *key;
-	json_t *v;
-	json_object_foreach((json_t *)obj, key, v)
-	{
-		textbuf_put(b, ",", 1);
-		text_string(b, key, strlen(key));
-		textbuf_put(b, ":", 1);
-		text_value(b, v);
-	}
+	text_members(b, obj, 0);
 }
 
-char *baton_json_text(const json_t *v, char end, size_t *len)
+/* NULL for no value, as json_dumps answers (a value that failed to build). */
+static char *text_of(const json_t *v, int sorted, char end, size_t *len)
 {
+	if (!v)
+		return NULL;
 	textbuf b = {0};
 	textbuf_reserve(&b, 256);
-	text_value(&b, v);
+	text_value(&b, v, sorted);
 	if (end)
 		textbuf_put(&b, &end, 1);
 	textbuf_put(&b, "", 1);
 	if (len)
 		*len = b.len - 1;
 	return b.v;
+}
+
+char *baton_json_text(const json_t *v, char end, size_t *len)
+{
+	return text_of(v, 0, end, len);
+}
+
+char *codec_text_sorted(const json_t *v)
+{
+	return text_of(v, 1, 0, NULL);
 }

@@ -275,6 +275,31 @@ static void test_event_text_matches_jansson(void **state)
 	}
 }
 
+/* Stored definitions are written by codec_text_sorted: jansson's sorted compact dump. */
+static void test_sorted_text_matches_jansson(void **state)
+{
+	(void)state;
+	static const char *const values[] = {
+	    "{}",
+	    "[]",
+	    "{\"b\":1,\"a\":{\"z\":[{\"y\":1,\"x\":2}],\"\":null},\"ab\":true,\"B\":\"v\"}",
+	    "{\"\u00e9\":1,\"e\":2,\"\u4e2d\":3,\"E\":4,\"_\":5,\"~\":6,\"a b\":0.5}",
+	    "{\"q\":1,\"p\":2,\"o\":3,\"n\":4,\"m\":5,\"l\":6,\"k\":7,\"j\":8,\"i\":9,"
+	    "\"h\":10,\"g\":11,\"f\":12,\"e\":13,\"d\":14,\"c\":15,\"b\":16,\"a\":17,"
+	    "\"aa\":{\"s\":[3,{\"r\":1,\"q\":2}]}}",
+	};
+	for (size_t i = 0; i < sizeof values / sizeof *values; i++) {
+		json_t *v = json_loads(values[i], JSON_DECODE_ANY, NULL);
+		assert_non_null(v);
+		char *ours = codec_text_sorted(v);
+		char *theirs = json_dumps(v, JSON_COMPACT | JSON_SORT_KEYS | JSON_ENCODE_ANY);
+		assert_string_equal(ours, theirs);
+		free(ours);
+		free(theirs);
+		json_decref(v);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -285,6 +310,7 @@ int main(void)
 	    cmocka_unit_test(test_call_urls_stay_under_allowed_prefixes),
 	    cmocka_unit_test(test_call_headers_and_defaults),
 	    cmocka_unit_test(test_event_text_matches_jansson),
+	    cmocka_unit_test(test_sorted_text_matches_jansson),
 	};
 	return cmocka_run_group_tests_name("codec", tests, NULL, NULL);
 }
