@@ -295,6 +295,8 @@ static void test_overload_answers_503_with_retry_after(void **state)
 	assert_int_equal(status, 200);
 	for (int i = 0; i < HELD; i++)
 		close(fds[i]);
+	/* Wait until batond has seen the closes: status still holds /healthz's 200. */
+	status = 0;
 	for (int i = 0; i < 500 && status != 200; i++) {
 		usleep(20 * 1000);
 		status = raw_request(
