@@ -20,39 +20,41 @@
 
 /* ---- requests -------------------------------------------------------------------- */
 
-typedef struct buffer {
-	char *data;
-	size_t len;
-} buffer;
-
-static size_t on_body(char *ptr, size_t size, size_t nmemb, void *userdata)
+size_t hs_curl_body(char *p, size_t size, size_t n, void *ud)
 {
-	buffer *b = userdata;
-	size_t n = size * nmemb;
-	char *bigger = realloc(b->data, b->len + n + 1);
-	if (!bigger)
+	hs_response *r = ud;
+	size_t len = size * n;
+	char *b = realloc(r->body, r->body_len + len + 1);
+	if (!b)
 		return 0;
-	b->data = bigger;
-	memcpy(b->data + b->len, ptr, n);
-	b->len += n;
-	b->data[b->len] = '\0';
-	return n;
+	memcpy(b + r->body_len, p, len);
+	r->body = b;
+	r->body_len += len;
+	b[r->body_len] = 0;
+	return len;
 }
 
-/* Stores the value of header line `line` when its name is `name`. */
-static void keep_header(const char *line, size_t len, const char *name, char **slot)
+char *hs_header_value(const char *line, size_t len, const char *name)
 {
-	size_t nlen = strlen(name);
-	if (len <= nlen || strncasecmp(line, name, nlen) != 0 || line[nlen] != ':')
-		return;
-	const char *v = line + nlen + 1;
-	const char *end = line + len;
+	size_t n = strlen(name);
+	if (len <= n || strncasecmp(line, name, n) != 0 || line[n] != ':')
+		return NULL;
+	const char *v = line + n + 1, *end = line + len;
 	while (v < end && (*v == ' ' || *v == '\t'))
 		v++;
 	while (end > v && (end[-1] == '\r' || end[-1] == '\n' || end[-1] == ' '))
 		end--;
-	free(*slot);
-	*slot = strndup(v, (size_t)(end - v));
+	return strndup(v, (size_t)(end - v));
+}
+
+/* Stores the value of header line `line` in *slot when its name is `name`. */
+static void keep_header(const char *line, size_t len, const char *name, char **slot)
+{
+	char *v = hs_header_value(line, len, name);
+	if (v) {
+		free(*slot);
+		*slot = v;
+	}
 }
 
 static size_t on_header(char *line, size_t size, size_t nmemb, void *userdata)
@@ -109,7 +111,6 @@ int hs_send(const hs_server *s, const hs_request *req, hs_response *r)
 	} else {
 		headers = curl_slist_append(headers, "Content-Type:");
 	}
-	buffer body = {NULL, 0};
 	upload up = {req->body, req->body_len, 0};
 	char errbuf[CURL_ERROR_SIZE] = "";
 
@@ -118,8 +119,8 @@ int hs_send(const hs_server *s, const hs_request *req, hs_response *r)
 	curl_easy_setopt(c, CURLOPT_NOPROXY, "*");
 	curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, (long)HS_REQUEST_TIMEOUT_MS);
 	curl_easy_setopt(c, CURLOPT_ERRORBUFFER, errbuf);
-	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
-	curl_easy_setopt(c, CURLOPT_WRITEDATA, &body);
+	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, hs_curl_body);
+	curl_easy_setopt(c, CURLOPT_WRITEDATA, r);
 	curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, on_header);
 	curl_easy_setopt(c, CURLOPT_HEADERDATA, r);
 	if (req->body && req->chunked) {
@@ -141,8 +142,6 @@ int hs_send(const hs_server *s, const hs_request *req, hs_response *r)
 	curl_slist_free_all(headers);
 	curl_easy_cleanup(c);
 
-	r->body = body.data;
-	r->body_len = body.len;
 	if (r->body) {
 		json_error_t jerr;
 		r->json = json_loadb(r->body, r->body_len, 0, &jerr);

@@ -30,44 +30,16 @@ void sse_reply_fini(sse_reply *x)
 	x->www_authenticate = NULL;
 }
 
-static size_t on_body(char *p, size_t size, size_t n, void *ud)
-{
-	hs_response *r = ud;
-	size_t len = size * n;
-	char *b = realloc(r->body, r->body_len + len + 1);
-	if (!b)
-		return 0;
-	memcpy(b + r->body_len, p, len);
-	r->body = b;
-	r->body_len += len;
-	b[r->body_len] = 0;
-	return len;
-}
-
-/* The value of header line `line` if it is `name`, else NULL; the caller frees it. */
-static char *header_value(const char *line, size_t len, const char *name)
-{
-	size_t n = strlen(name);
-	if (len <= n || strncasecmp(line, name, n) != 0 || line[n] != ':')
-		return NULL;
-	const char *v = line + n + 1, *end = line + len;
-	while (v < end && (*v == ' ' || *v == '\t'))
-		v++;
-	while (end > v && (end[-1] == '\r' || end[-1] == '\n' || end[-1] == ' '))
-		end--;
-	return strndup(v, (size_t)(end - v));
-}
-
 static size_t on_reply_header(char *line, size_t size, size_t n, void *ud)
 {
 	sse_reply *x = ud;
 	size_t len = size * n;
 	char *v;
-	if ((v = header_value(line, len, "Content-Type"))) {
+	if ((v = hs_header_value(line, len, "Content-Type"))) {
 		free(x->r.content_type);
 		x->r.content_type = v;
 	}
-	if ((v = header_value(line, len, "WWW-Authenticate"))) {
+	if ((v = hs_header_value(line, len, "WWW-Authenticate"))) {
 		free(x->www_authenticate);
 		x->www_authenticate = v;
 	}
@@ -96,7 +68,7 @@ void sse_call(const hs_server *s, const char *method, const char *path, const ch
 	curl_easy_setopt(c, CURLOPT_NOPROXY, "*");
 	curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, (long)HS_REQUEST_TIMEOUT_MS);
 	curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
-	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
+	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, hs_curl_body);
 	curl_easy_setopt(c, CURLOPT_WRITEDATA, &x->r);
 	curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, on_reply_header);
 	curl_easy_setopt(c, CURLOPT_HEADERDATA, x);
@@ -245,7 +217,7 @@ static size_t sse_header(char *line, size_t size, size_t n, void *ud)
 		if (sp)
 			st->status = strtol(sp + 1, NULL, 10);
 	}
-	char *v = header_value(line, len, "Content-Type");
+	char *v = hs_header_value(line, len, "Content-Type");
 	if (v) {
 		free(st->content_type);
 		st->content_type = v;
