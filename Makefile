@@ -27,11 +27,14 @@ endif
 PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS))
 PKG_LIBS   = $(shell pkg-config --libs $(PKGS))
 CMOCKA_LIBS = $(shell pkg-config --libs cmocka)
+# The test harness reads PostgreSQL databases (tests/harness/pg.c, tests/torture/audit.c).
+PQ_CFLAGS = $(shell pkg-config --cflags libpq)
+PQ_LIBS   = $(shell pkg-config --libs libpq)
 
 WARN     = -Wall -Wextra -Werror -Wformat=2 -Wshadow -Wstrict-prototypes -Wno-unused-parameter
 OPT     ?= -O2
 SANFLAGS = $(if $(SAN),-fsanitize=$(SAN) -fno-sanitize-recover=all -fno-omit-frame-pointer,)
-ALL_CFLAGS  = -std=c11 -D_GNU_SOURCE $(WARN) $(OPT) -g -MMD -MP $(SANFLAGS) -Ilib $(PKG_CFLAGS) $(CFLAGS)
+ALL_CFLAGS  = -std=c11 -D_GNU_SOURCE $(WARN) $(OPT) -g -MMD -MP $(SANFLAGS) -Ilib $(PKG_CFLAGS) $(PQ_CFLAGS) $(CFLAGS)
 ALL_LDFLAGS = $(SANFLAGS) $(LDFLAGS)
 LIBS_ALL    = $(PKG_LIBS) -lpthread -lm
 # batond loads libcurl only when HTTP steps are allowed (lib/call.c), so it does not link it.
@@ -83,7 +86,7 @@ $(BUILD)/tests/unit/%: $(BUILD)/obj/tests/unit/%.o $(LIBBATON)
 
 $(BUILD)/tests/http/%: $(BUILD)/obj/tests/http/%.o $(call obj,$(HARNESS_SRC)) $(LIBBATON)
 	@mkdir -p $(@D)
-	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(LIBS_ALL) $(CMOCKA_LIBS)
+	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(LIBS_ALL) $(PQ_LIBS) $(CMOCKA_LIBS)
 
 # Crash torture: many workflows while batond is SIGKILLed and restarted at random moments.
 TORTURE_SRC   := $(wildcard tests/torture/*.c)
@@ -91,7 +94,7 @@ TORTURE_BIN   := $(BUILD)/tests/torture/torture
 TORTURE_KILLS ?= 200
 $(TORTURE_BIN): $(call obj,$(TORTURE_SRC)) $(call obj,$(HARNESS_SRC))
 	@mkdir -p $(@D)
-	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(LIBS_ALL) $(CMOCKA_LIBS)
+	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(LIBS_ALL) $(PQ_LIBS) $(CMOCKA_LIBS)
 torture: $(BATOND) $(TORTURE_BIN)
 	BATOND=$(abspath $(BATOND)) ./$(TORTURE_BIN) $(TORTURE_KILLS)
 torture-ci: $(BATOND) $(TORTURE_BIN)
