@@ -44,8 +44,8 @@
 
 struct hs_server {
 	char dir[PATH_MAX];
-	char db[PG_URL_MAX];	/* the --db value: DIR/baton.db, or a PostgreSQL URL */
-	char pg_name[64];	/* the PostgreSQL database created for it; "" on SQLite */
+	char db[PG_URL_MAX];	 /* the --db value: DIR/baton.db, or a PostgreSQL URL */
+	char pg_name[64];	 /* the PostgreSQL database created for it; "" on SQLite */
 	char log[PATH_MAX + 32]; /* log of the current (last) start */
 	char *extra[MAX_EXTRA_ARGS + 1];
 	char *env_name, *env_value; /* set in the server's environment (hs_set_env) */

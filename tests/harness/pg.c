@@ -36,8 +36,8 @@ int pg_url_with_db(const char *base, const char *name, char *out, size_t size)
 	const char *host = sep + 3;
 	const char *path = host + strcspn(host, "/?"); /* after [user@]host[:port] */
 	const char *query = strchr(path, '?');
-	int n = snprintf(out, size, "%.*s/%s%s", (int)(path - base), base, name,
-			 query ? query : "");
+	int n =
+	    snprintf(out, size, "%.*s/%s%s", (int)(path - base), base, name, query ? query : "");
 	return n > 0 && (size_t)n < size ? 0 : -1;
 }
 

@@ -160,7 +160,7 @@ static void fault_round(hs_faulty *f, const char *kind, const char *prefix)
 static void test_io_error_pauses_and_recovers(void **state)
 {
 	if (hs_store_is_pg())
-		skip(); /* the write faults come from SQLite's VFS, and integrity_check is SQLite's */
+		skip(); /* the faults come from SQLite's VFS; integrity_check is SQLite's */
 	hs_faulty *f = *state;
 	fault_round(f, "io", "io");
 	integrity_ok(f->s);
@@ -169,7 +169,7 @@ static void test_io_error_pauses_and_recovers(void **state)
 static void test_full_disk_pauses_and_recovers(void **state)
 {
 	if (hs_store_is_pg())
-		skip(); /* the write faults come from SQLite's VFS, and integrity_check is SQLite's */
+		skip(); /* the faults come from SQLite's VFS; integrity_check is SQLite's */
 	hs_faulty *f = *state;
 	fault_round(f, "full", "full");
 	/* And the whole story survives a restart: what was acknowledged is there. */

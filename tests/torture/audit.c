@@ -482,7 +482,8 @@ static void reader_rows(reader *d, check *c, const char *sql, const char *param,
 {
 	const char *cols[4] = {0};
 	if (d->pg) {
-		PGresult *res = PQexecParams(d->pg, sql, param ? 1 : 0, NULL, &param, NULL, NULL, 0);
+		PGresult *res =
+		    PQexecParams(d->pg, sql, param ? 1 : 0, NULL, &param, NULL, NULL, 0);
 		if (PQresultStatus(res) != PGRES_TUPLES_OK)
 			violation(c, "%s: %s", sql, PQresultErrorMessage(res));
 		for (int row = 0; PQresultStatus(res) == PGRES_TUPLES_OK && row < PQntuples(res);
