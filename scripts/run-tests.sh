@@ -7,12 +7,15 @@ passed=0
 failed=0
 skipped=0
 log=$(mktemp)
-trap 'rm -f "$log"' EXIT
+trap 'rm -f "$log" "$log.rc"' EXIT
 for t in "$@"; do
 	echo "== $t"
-	"$t" >"$log" 2>&1
-	rc=$?
-	cat "$log"
+	# As it goes (a torture run takes minutes), and kept for the counts.
+	{
+		"$t" 2>&1
+		echo $? >"$log.rc"
+	} | tee "$log"
+	rc=$(cat "$log.rc")
 	p=$(sed -n 's/^\[  PASSED  \] \([0-9]*\) test.*/\1/p' "$log" | tail -n 1)
 	f=$(sed -n 's/^\[  FAILED  \] \([0-9]*\) test.*/\1/p' "$log" | tail -n 1)
 	s=$(sed -n 's/^\[  SKIPPED \] \([0-9]*\) test.*/\1/p' "$log" | tail -n 1)
