@@ -6,6 +6,8 @@
  * it says "full"). While it fails: new work is refused with 503 and not stored, running
  * workflows pause instead of failing, /readyz says not ready. Once writes work again,
  * everything acknowledged completes, nothing ran twice, and PRAGMA integrity_check is ok.
+ * The seam is SQLite's: on PostgreSQL these two tests skip, and the same round is played
+ * by stopping the PostgreSQL server itself (scripts/pg.sh) under batond.
  * Slow clients: connections that send a byte a second hold no thread, and others are
  * served promptly meanwhile.
  */
@@ -104,10 +106,32 @@ static void integrity_ok(hs_server *s)
 	"{\"id\":\"%s\",\"resource\":\"%s\",\"workers\":[{\"name\":\"w1\",\"work_ms\":300},"       \
 	"{\"name\":\"w2\",\"work_ms\":50},{\"name\":\"w3\",\"work_ms\":50}]}"
 
-/* One disk fault of `kind` in the middle of two running workflows. */
-static void fault_round(hs_faulty *f, const char *kind, const char *prefix)
+/* A storage outage: outage(arg, true) begins it, outage(arg, false) ends it. */
+typedef void (*outage_fn)(void *arg, bool broken);
+
+typedef struct disk_fault {
+	hs_faulty *f;
+	const char *kind;
+} disk_fault;
+
+static void disk_outage(void *arg, bool broken)
 {
-	hs_server *s = f->s;
+	disk_fault *d = arg;
+	if (broken)
+		set_fault(d->f, d->kind);
+	else
+		unlink(d->f->file);
+}
+
+static void postgres_outage(void *arg, bool broken)
+{
+	(void)arg;
+	assert_int_equal(broken ? hs_pg_stop() : hs_pg_start(), 0);
+}
+
+/* One storage outage in the middle of two running workflows. */
+static void outage_round(hs_server *s, outage_fn outage, void *arg, const char *prefix)
+{
 	char a[64], b[64], c[64], body[512];
 	snprintf(a, sizeof a, "%s-a", prefix);
 	snprintf(b, sizeof b, "%s-b", prefix);
@@ -121,7 +145,7 @@ static void fault_round(hs_faulty *f, const char *kind, const char *prefix)
 	long long before = (long long)json_array_size(json_object_get(list, "workflows"));
 	json_decref(list);
 
-	set_fault(f, kind);
+	outage(arg, true);
 	/* The running steps end during the fault: their checkpoints cannot be written. */
 	until_ready not_ready = {s, 503};
 	assert_true(hs_wait_until(readyz_is, &not_ready, WAIT_MS));
@@ -132,7 +156,7 @@ static void fault_round(hs_faulty *f, const char *kind, const char *prefix)
 	assert_none_failed(s, b);
 	assert_int_equal(get_status(s, "/workflows/x-never"), 404); /* reads still work */
 
-	unlink(f->file);
+	outage(arg, false);
 	until_ready ready = {s, 200};
 	assert_true(hs_wait_until(readyz_is, &ready, WAIT_MS));
 	json_t *wa = hs_wait_workflow(s, a, "completed", WAIT_MS);
@@ -158,21 +182,46 @@ static void fault_round(hs_faulty *f, const char *kind, const char *prefix)
 
 static void test_io_error_pauses_and_recovers(void **state)
 {
+	if (hs_store_is_pg())
+		skip(); /* the faults come from SQLite's VFS; integrity_check is SQLite's */
 	hs_faulty *f = *state;
-	fault_round(f, "io", "io");
+	disk_fault io = {f, "io"};
+	outage_round(f->s, disk_outage, &io, "io");
 	integrity_ok(f->s);
 }
 
 static void test_full_disk_pauses_and_recovers(void **state)
 {
+	if (hs_store_is_pg())
+		skip(); /* the faults come from SQLite's VFS; integrity_check is SQLite's */
 	hs_faulty *f = *state;
-	fault_round(f, "full", "full");
+	disk_fault full = {f, "full"};
+	outage_round(f->s, disk_outage, &full, "full");
 	/* And the whole story survives a restart: what was acknowledged is there. */
 	hs_kill(f->s);
 	assert_int_equal(hs_start(f->s), 0);
 	json_decref(hs_wait_workflow(f->s, "full-a", "completed", WAIT_MS));
 	json_decref(hs_wait_workflow(f->s, "full-refused", "completed", WAIT_MS));
 	integrity_ok(f->s);
+}
+
+/*
+ * The PostgreSQL server stops under two running workflows and starts again (pg.sh, same
+ * port and data): batond behaves as when its disk fails, and recovers the same way.
+ */
+static void test_postgres_down_pauses_and_recovers(void **state)
+{
+	if (!hs_store_is_pg())
+		skip(); /* only PostgreSQL is a server that can go away under batond */
+	hs_server *s = *state;
+	outage_round(s, postgres_outage, NULL, "pg");
+	/* And a restart of the database alone, with no request in between. */
+	assert_int_equal(hs_pg_restart(), 0);
+	until_ready ready = {s, 200};
+	assert_true(hs_wait_until(readyz_is, &ready, WAIT_MS));
+	assert_int_equal(post(s, "{\"id\":\"after\",\"resource\":\"disk-1\",\"workers\":[\"w\"]}"),
+			 201);
+	json_decref(hs_wait_workflow(s, "after", "completed", WAIT_MS));
 }
 
 /* ---- slow clients ---- */
@@ -231,6 +280,13 @@ static void test_slow_clients_hold_no_thread(void **state)
 		fail_msg("a request took %lld ms while slow clients were connected",
 			 (long long)worst);
 	json_decref(hs_wait_workflow(s, "quick-4-9", "completed", WAIT_MS));
+}
+
+/* A server on PostgreSQL; on SQLite none, and the test skips. */
+static int pg_setup(void **state)
+{
+	*state = NULL;
+	return hs_store_is_pg() ? hs_setup(state) : 0;
 }
 
 static int setup_small(void **state)
@@ -317,6 +373,8 @@ int main(void)
 					    hs_faulty_teardown),
 	    cmocka_unit_test_setup_teardown(test_full_disk_pauses_and_recovers, hs_faulty_setup,
 					    hs_faulty_teardown),
+	    cmocka_unit_test_setup_teardown(test_postgres_down_pauses_and_recovers, pg_setup,
+					    hs_teardown),
 	    cmocka_unit_test_setup_teardown(test_slow_clients_hold_no_thread, hs_setup,
 					    hs_teardown),
 	    cmocka_unit_test_setup_teardown(test_overload_answers_503_with_retry_after, setup_small,
