@@ -45,7 +45,9 @@
 #define LOCK_WRITER  "7303122311002"
 /* Statements of a batch sent before their results are read (libpq's blocking mode must
  * not fill the server's output while it still sends). */
+#ifndef PIPELINE_CHUNK
 #define PIPELINE_CHUNK 256
+#endif
 
 static const char schema_sql[] =
     "CREATE TABLE baton_meta (key text PRIMARY KEY, value bigint NOT NULL);"
