@@ -60,6 +60,8 @@ enum {
 typedef struct pg_reader {
 	PGconn *conn;
 	unsigned prepared; /* bit i: statement i is prepared on conn */
+	int ran;	   /* statements run since the reader was taken */
+	struct pg_store *store;
 	struct pg_reader *next_free;
 } pg_reader;
 

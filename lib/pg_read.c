@@ -47,6 +47,7 @@ int pg_readers_open(pg_store *s, int n)
 	s->readers = xcalloc((size_t)n, sizeof *s->readers);
 	s->nreaders = n;
 	for (int i = 0; i < n; i++) {
+		s->readers[i].store = s;
 		s->readers[i].next_free = s->free_readers;
 		s->free_readers = &s->readers[i];
 	}
@@ -69,6 +70,7 @@ static pg_reader *reader_get(pg_store *s, baton_error *err)
 	pg_reader *r = s->free_readers;
 	s->free_readers = r->next_free;
 	pthread_mutex_unlock(&s->pool_mu);
+	r->ran = 0;
 	if (r->conn && PQstatus(r->conn) == CONNECTION_OK)
 		return r;
 	PQfinish(r->conn);
@@ -99,17 +101,40 @@ static void reader_put(pg_store *s, pg_reader *r)
 	pthread_mutex_unlock(&s->pool_mu);
 }
 
+/*
+ * After the first statement of a read failed on a connection that broke while it was
+ * idle (a restarted server): a new connection, so that the read is tried once more
+ * instead of answering 503. 1 when the statement should run again.
+ */
+static int revive(pg_reader *r)
+{
+	if (r->ran || PQstatus(r->conn) == CONNECTION_OK)
+		return 0;
+	r->ran = 1; /* once */
+	baton_error ignored;
+	PGconn *c = pg_connect(r->store, &ignored);
+	if (!c)
+		return 0;
+	PQfinish(r->conn);
+	r->conn = c;
+	r->prepared = 0;
+	return 1;
+}
+
 /* Runs reader statement i; a result that is not rows becomes a baton code in err. */
 static PGresult *query(pg_reader *r, int i, const pg_params *p, int *rc, baton_error *err,
 		       const char *what)
 {
 	char name[8];
 	snprintf(name, sizeof name, "r%d", i);
+again:
 	if (!(r->prepared & (1u << i))) {
 		PGresult *pr = PQprepare(r->conn, name, reader_sql[i], 0, NULL);
 		if (PQresultStatus(pr) != PGRES_COMMAND_OK) {
 			*rc = pg_fail(r->conn, pr, err, "preparing a query");
 			PQclear(pr);
+			if (revive(r))
+				goto again;
 			return NULL;
 		}
 		PQclear(pr);
@@ -120,30 +145,39 @@ static PGresult *query(pg_reader *r, int i, const pg_params *p, int *rc, baton_e
 	if (PQresultStatus(res) != PGRES_TUPLES_OK) {
 		*rc = pg_fail(r->conn, res, err, what);
 		PQclear(res);
+		if (revive(r))
+			goto again;
 		return NULL;
 	}
+	r->ran++;
 	*rc = BATON_OK;
 	return res;
 }
 
-static int exec_simple(pg_reader *r, const char *sql, baton_error *err)
+/* Runs sql, once more on a new connection when the first statement found it broken. */
+static int exec_simple(pg_reader *r, const char *sql, ExecStatusType want, baton_error *err)
 {
-	PGresult *res = PQexec(r->conn, sql);
-	int rc =
-	    PQresultStatus(res) == PGRES_COMMAND_OK ? BATON_OK : pg_fail(r->conn, res, err, sql);
-	PQclear(res);
-	return rc;
+	for (;;) {
+		PGresult *res = PQexec(r->conn, sql);
+		int rc = PQresultStatus(res) == want ? BATON_OK : pg_fail(r->conn, res, err, sql);
+		PQclear(res);
+		if (rc == BATON_OK)
+			r->ran++;
+		if (rc == BATON_OK || !revive(r))
+			return rc;
+	}
 }
 
 static int begin_read(pg_reader *r, baton_error *err)
 {
-	return exec_simple(r, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", err);
+	return exec_simple(r, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", PGRES_COMMAND_OK,
+			   err);
 }
 
 static void end_read(pg_reader *r)
 {
 	if (PQstatus(r->conn) == CONNECTION_OK && PQtransactionStatus(r->conn) != PQTRANS_IDLE)
-		exec_simple(r, "COMMIT", NULL);
+		exec_simple(r, "COMMIT", PGRES_COMMAND_OK, NULL);
 }
 
 static int load_workflow(pg_reader *r, const char *id, wf_row **out, baton_error *err)
@@ -433,11 +467,7 @@ int pg_ping(store *base, baton_error *err)
 	pg_reader *r = reader_get(s, err);
 	if (!r)
 		return err->code;
-	PGresult *q = PQexec(r->conn, "SELECT 1");
-	int rc = PQresultStatus(q) == PGRES_TUPLES_OK
-		     ? BATON_OK
-		     : pg_fail(r->conn, q, err, "pinging the database");
-	PQclear(q);
+	int rc = exec_simple(r, "SELECT 1", PGRES_TUPLES_OK, err);
 	reader_put(s, r);
 	return rc;
 }

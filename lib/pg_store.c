@@ -324,9 +324,13 @@ static int exec_ok(PGconn *c, const char *sql, baton_error *err, const char *wha
 
 PGconn *pg_connect(pg_store *s, baton_error *err)
 {
-	/* Later keywords win: the URL's own settings override these defaults. */
-	const char *const keys[] = {"connect_timeout", "application_name", "dbname", NULL};
-	const char *const vals[] = {"5", "batond", s->url, NULL};
+	/* Later keywords win: the URL's own settings override these defaults. A database
+	 * that stops answering (a cut network sends no reset) is given up on by TCP within
+	 * about 30 s instead of blocking the engine for the kernel's retransmission time. */
+	const char *const keys[] = {
+	    "connect_timeout",	"application_name", "keepalives_idle", "keepalives_interval",
+	    "keepalives_count", "tcp_user_timeout", "dbname",	       NULL};
+	const char *const vals[] = {"5", "batond", "10", "5", "3", "30000", s->url, NULL};
 	PGconn *c = PQconnectdbParams(keys, vals, 1);
 	if (!c || PQstatus(c) != CONNECTION_OK) {
 		char line[400];
@@ -432,11 +436,18 @@ static int own(pg_store *s, PGconn *c, int first, baton_error *err)
 	return rc;
 }
 
-/* The writer's connection, reconnected when it broke. */
+/* The writer's connection, reconnected when it broke. Whatever the server said while the
+ * connection was idle is read first: a server that shut down has closed it, and it is
+ * better to learn that before a batch is sent (its outcome would be unknown) than after. */
 static int writer(pg_store *s, baton_error *err)
 {
-	if (s->w && PQstatus(s->w) == CONNECTION_OK)
+	if (s->w && PQconsumeInput(s->w) && PQstatus(s->w) == CONNECTION_OK)
 		return BATON_OK;
+	if (s->w && !s->w_lost) {
+		log_at(s->log, BATON_LOG_ERROR, NULL,
+		       "lost the database connection (%s); reconnecting", s->shown);
+		s->w_lost = 1;
+	}
 	PQfinish(s->w);
 	s->w = NULL;
 	PGconn *c = pg_connect(s, err);
@@ -754,39 +765,58 @@ static int pg_write(store *base, const store_batch *b, store_write_failure *why,
 	return p.failed;
 }
 
+/*
+ * Runs one writer statement on its own (not in a batch), once more on a new connection
+ * when the old one turns out to have broken while it was idle (a restarted server): it
+ * reads or takes ids, so running it twice is harmless. NULL with err set on failure.
+ */
+static PGresult *writer_run(pg_store *s, int stmt, const pg_params *p, ExecStatusType want,
+			    const char *what, baton_error *err)
+{
+	for (int attempt = 0; attempt < 2; attempt++) {
+		int rc = writer(s, err);
+		if (rc)
+			return NULL;
+		PGresult *r = run(s->w, stmt, p);
+		if (PQresultStatus(r) == want)
+			return r;
+		pg_fail(s->w, r, err, what);
+		PQclear(r);
+		int broken = PQstatus(s->w) != CONNECTION_OK;
+		writer_failed(s);
+		if (!broken)
+			return NULL;
+	}
+	return NULL;
+}
+
 static int pg_next_ids(store *base, int kind, int64_t n, int64_t *first, baton_error *err)
 {
 	pg_store *s = (pg_store *)base;
-	int rc = writer(s, err);
-	if (rc)
-		return rc;
 	pg_params prm = {0};
 	pg_text(&prm, kind == STORE_ID_WORKFLOW ? "workflow_seq" : "event_seq");
 	pg_int(&prm, n);
-	PGresult *r = run(s->w, W_NEXT_ID, &prm);
-	if (PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) == 1)
+	PGresult *r = writer_run(s, W_NEXT_ID, &prm, PGRES_TUPLES_OK, "taking ids", err);
+	if (!r)
+		return err->code;
+	int rc = PQntuples(r) == 1 ? BATON_OK
+				   : err_set(err, BATON_ECORRUPT, "baton_meta has no counter");
+	if (rc == BATON_OK)
 		*first = pg_col_int(r, 0, 0) - n + 1;
-	else
-		rc = pg_fail(s->w, r, err, "taking ids");
 	PQclear(r);
-	if (rc)
-		writer_failed(s);
 	return rc;
 }
 
 static int pg_find_workflow(store *base, const char *id, char **def, int *status, baton_error *err)
 {
 	pg_store *s = (pg_store *)base;
-	int rc = writer(s, err);
-	if (rc)
-		return rc;
 	pg_params prm = {0};
 	pg_text(&prm, id);
-	PGresult *r = run(s->w, W_FIND, &prm);
-	if (PQresultStatus(r) != PGRES_TUPLES_OK) {
-		rc = pg_fail(s->w, r, err, "looking up a workflow");
-		writer_failed(s);
-	} else if (PQntuples(r) == 0) {
+	PGresult *r = writer_run(s, W_FIND, &prm, PGRES_TUPLES_OK, "looking up a workflow", err);
+	if (!r)
+		return err->code;
+	int rc = BATON_OK;
+	if (PQntuples(r) == 0) {
 		rc = BATON_ENOTFOUND;
 	} else {
 		*def = xstrdup(PQgetvalue(r, 0, 0));

@@ -87,8 +87,14 @@ int pg_db_drop(const char *name)
 	return admin(sql);
 }
 
+/* The server was stopped by hs_pg_stop and not started again (a test that failed while it
+ * was down): the next database is made only after it is started. */
+static int stopped;
+
 int pg_db_create(const char *name)
 {
+	if (stopped && hs_pg_start() != 0)
+		return -1;
 	char sql[160];
 	snprintf(sql, sizeof sql, "CREATE DATABASE \"%s\"", name);
 	return pg_db_drop(name) == 0 && admin(sql) == 0 ? 0 : -1;
@@ -171,15 +177,20 @@ static int run_script(const char *verb)
 
 int hs_pg_restart(void)
 {
-	return run_script("restart");
+	int rc = run_script("restart");
+	stopped = rc != 0;
+	return rc;
 }
 
 int hs_pg_stop(void)
 {
+	stopped = 1;
 	return run_script("stop");
 }
 
 int hs_pg_start(void)
 {
-	return run_script("start");
+	int rc = run_script("start");
+	stopped = rc != 0;
+	return rc;
 }
