@@ -63,6 +63,7 @@ typedef struct srv {
 	baton_engine *engine;
 	struct MHD_Daemon *daemon;
 	int port;	 /* the bound port */
+	int dual_stack;	 /* --listen :PORT bound IPv6 and IPv4 (else IPv4 only) */
 	int connections; /* open now, under conn_mu */
 	pthread_mutex_t conn_mu;
 	/* Submissions with the engine (h_workflows.c), under post_mu: srv_stop waits for
