@@ -131,7 +131,7 @@ run: $(BATOND) $(CLIENT)
 test: all $(UNIT_BIN) $(HTTP_BIN)
 	@BATOND=$(abspath $(BATOND)) BATON_CLIENT=$(abspath $(CLIENT)) \
 	  sh scripts/run-tests.sh $(UNIT_BIN) $(HTTP_BIN) scripts/check-openapi.py \
-	  tests/install/run.sh
+	  tests/install/run.sh tests/docker/check-files.sh
 check: test
 
 # The HTTP suites once more with batond under valgrind (memory errors, definite leaks).
