@@ -17,7 +17,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 /* mkdir -p for the database's directory. */
@@ -41,83 +40,6 @@ static int is_loopback(const char *host)
 {
 	return strncmp(host, "127.", 4) == 0 || strcmp(host, "::1") == 0 ||
 	       strcmp(host, "localhost") == 0;
-}
-
-/* "SIGTERM", "SIGINT": the names operators type. */
-static const char *signame(int sig)
-{
-	return sig == SIGTERM ? "SIGTERM" : sig == SIGINT ? "SIGINT" : strsignal(sig);
-}
-
-/* Steps running now: the resources' holders in the engine's metrics; -1 if unknown. */
-static long running_steps(baton_engine *e)
-{
-	json_t *m = NULL, *res;
-	baton_error err = {0};
-	const char *name;
-	long n = 0;
-	if (baton_engine_metrics(e, &m, &err))
-		return -1;
-	json_object_foreach(json_object_get(m, "resources"), name, res)
-	{
-		n += (long)json_integer_value(json_object_get(res, "holders"));
-	}
-	json_decref(m);
-	return n;
-}
-
-/* "2026-11-30T05:41:32.011Z", ms from now. */
-static void time_after(char *buf, size_t len, int64_t ms)
-{
-	struct timespec now;
-	struct tm tm;
-	clock_gettime(CLOCK_REALTIME, &now);
-	int64_t at = (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000 + ms;
-	time_t secs = (time_t)(at / 1000);
-	gmtime_r(&secs, &tm);
-	size_t n = strftime(buf, len, "%Y-%m-%dT%H:%M:%S", &tm);
-	snprintf(buf + n, len - n, ".%03dZ", (int)(at % 1000));
-}
-
-/* The first signal's line: what shutting down waits for, and until when. The words
- * "steps still running" are the engine's, when it gives up on them at the deadline. */
-static void log_shutdown(baton_engine *e, int sig, int64_t timeout_ms)
-{
-	long running = running_steps(e);
-	const char *steps = running == 1 ? "step" : "steps";
-	char until[40];
-	time_after(until, sizeof until, timeout_ms);
-	if (running == 0)
-		srv_log(BATON_LOG_INFO,
-			"%s: shutting down: no step is running; send SIGTERM or SIGINT again to"
-			" stop at once",
-			signame(sig));
-	else if (timeout_ms == 0)
-		srv_log(BATON_LOG_INFO,
-			"%s: shutting down without waiting (--shutdown-timeout 0): %ld running %s"
-			" will run again after a restart",
-			signame(sig), running, steps);
-	else
-		srv_log(BATON_LOG_INFO,
-			"%s: shutting down: waiting for %ld running %s, up to %lld s (until %s);"
-			" a step cut off then runs again after a restart; send SIGTERM or SIGINT"
-			" again to stop at once",
-			signame(sig), running, steps, (long long)timeout_ms / 1000, until);
-}
-
-/* Takes the second SIGTERM or SIGINT, while main waits for the steps: stop now. */
-static void *second_signal(void *arg)
-{
-	const sigset_t *sigs = arg;
-	int sig = 0;
-	if (sigwait(sigs, &sig) != 0)
-		return NULL;
-	srv_log(BATON_LOG_WARN,
-		"%s again: stopping now, without waiting for running steps (they run again"
-		" after a restart)",
-		signame(sig));
-	srv_log(BATON_LOG_WARN, "stopped (exit 1)");
-	_exit(1);
 }
 
 int main(int argc, char **argv)
@@ -186,11 +108,9 @@ int main(int argc, char **argv)
 		cfg.host[0] ? "" : " (every interface)");
 
 	int sig = 0;
-	pthread_t second;
 	sigwait(&sigs, &sig);
-	log_shutdown(s.engine, sig, cfg.shutdown_timeout_ms);
-	if (pthread_create(&second, NULL, second_signal, &sigs) == 0)
-		pthread_detach(second);
+	srv_shutdown_announce(s.engine, sig, cfg.shutdown_timeout_ms);
+	srv_shutdown_watch(&sigs);
 	srv_stop(&s);
 	baton_engine_close(s.engine, cfg.shutdown_timeout_ms);
 	srv_log_close();
