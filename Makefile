@@ -15,7 +15,7 @@ PREFIX  ?= /usr/local
 DESTDIR ?=
 CC      ?= cc
 SAN     ?=
-PKGS     = libmicrohttpd jansson sqlite3 libcurl
+PKGS     = libmicrohttpd jansson sqlite3 libpq libcurl
 
 # Where `make install` puts things (each under $(DESTDIR)).
 BINDIR         ?= $(PREFIX)/bin
@@ -27,9 +27,13 @@ SYSTEMDUNITDIR ?= $(PREFIX)/lib/systemd/system
 
 # libbaton.a's pkg-config dependencies, the one place to add a package to baton.pc.
 # LIB_PKGS_PUBLIC are those whose headers lib/baton.h includes: baton.pc's Requires (a
-# program that includes baton.h needs their flags). The others are Requires.private: the
-# library is static, so a program links them too (pkg-config --static --libs baton).
-LIB_PKGS         = jansson sqlite3
+# program that includes baton.h needs their flags and libraries). The others are only
+# the library's own: they go to Libs.private, as the flags that link their shared
+# libraries (pkg-config --libs, when baton.pc is made), with LIB_LIBS_PRIVATE. A program
+# links libbaton.a with `pkg-config --static --libs baton`. Not Requires.private: --static
+# would then also add libpq's own Libs.private (-lpgcommon -lpgport ...), meant for a
+# static libpq that Debian does not ship, and the link would fail.
+LIB_PKGS         = jansson sqlite3 libpq
 LIB_PKGS_PUBLIC  = jansson
 LIB_LIBS_PRIVATE = -lpthread -lm -ldl
 VERSION := $(shell sed -n 's/^\#define BATON_VERSION[ \t]*"\(.*\)"/\1/p' lib/baton.h)
@@ -54,7 +58,7 @@ ALL_CFLAGS  = -std=c11 -D_GNU_SOURCE $(WARN) $(OPT) -g -MMD -MP $(SANFLAGS) -Ili
 ALL_LDFLAGS = $(SANFLAGS) $(LDFLAGS)
 LIBS_ALL    = $(PKG_LIBS) -lpthread -lm
 # batond loads libcurl only when HTTP steps are allowed (lib/call.c), so it does not link it.
-BATOND_LIBS = $(shell pkg-config --libs libmicrohttpd jansson sqlite3) -lpthread -lm -ldl
+BATOND_LIBS = $(shell pkg-config --libs libmicrohttpd jansson sqlite3 libpq) -lpthread -lm -ldl
 
 LIB_SRC    := $(wildcard lib/*.c)
 SERVER_SRC := $(wildcard server/*.c)
@@ -170,9 +174,9 @@ $(BUILD)/baton.pc: FORCE | $(DEPS_STAMP)
 	  'Name: baton' \
 	  'Description: durable workflows whose steps take turns on shared resources' \
 	  'Version: $(VERSION)' 'Requires: $(LIB_PKGS_PUBLIC)' \
-	  'Requires.private: $(filter-out $(LIB_PKGS_PUBLIC),$(LIB_PKGS))' \
 	  'Cflags: -I$${includedir}' 'Libs: -L$${libdir} -lbaton' \
-	  'Libs.private: $(LIB_LIBS_PRIVATE)' > $@
+	  'Libs.private: $(strip $(shell pkg-config --libs $(filter-out \
+	    $(LIB_PKGS_PUBLIC),$(LIB_PKGS))) $(LIB_LIBS_PRIVATE))' > $@
 $(BUILD)/batond.service: systemd/batond.service.in FORCE
 	@mkdir -p $(@D)
 	sed 's|@BINDIR@|$(BINDIR)|g' $< > $@

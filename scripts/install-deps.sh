@@ -2,7 +2,7 @@
 # Installs the Debian packages baton builds and tests with, when any is missing.
 # Runs apt-get as root, or through sudo.
 set -eu
-pkgs="build-essential pkg-config libmicrohttpd-dev libjansson-dev libsqlite3-dev
+pkgs="build-essential pkg-config libmicrohttpd-dev libjansson-dev libsqlite3-dev libpq-dev
       libcurl4-openssl-dev libcmocka-dev sqlite3 curl python3 python3-yaml help2man ${BATON_EXTRA_PKGS:-}"
 missing=""
 for p in $pkgs; do

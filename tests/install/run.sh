@@ -4,7 +4,8 @@
 # Installs with the default PREFIX and with PREFIX=/opt/baton, and checks: every file
 # lands under DESTDIR/PREFIX; the installed batond and baton run (--version, --help);
 # a small C program built only from the installed header, library and baton.pc
-# (PKG_CONFIG_PATH into the DESTDIR) opens an engine on a temporary database and runs;
+# (PKG_CONFIG_PATH into the DESTDIR; pkg-config --static, libbaton.a being static) opens
+# an engine on a temporary database and runs;
 # the man pages hold every option of --help; the systemd unit runs the installed batond
 # with its hardening (and passes `systemd-analyze verify` where systemd is installed);
 # `make uninstall` removes exactly what install wrote and leaves other files alone.
@@ -107,8 +108,9 @@ one_prefix() {
 	pc="$root/lib/pkgconfig/baton.pc"
 	check "baton.pc prefix=$prefix" grep -qx "prefix=$prefix" "$pc"
 	check "baton.pc Requires: jansson" grep -qx "Requires: jansson" "$pc"
-	check "baton.pc Requires.private: sqlite3" grep -qx "Requires.private: sqlite3" "$pc"
-	check "baton.pc Libs.private" grep -qx "Libs.private: -lpthread -lm -ldl" "$pc"
+	want="Libs.private: $(echo $(pkg-config --libs sqlite3 libpq)) -lpthread -lm -ldl"
+	check "baton.pc $want" grep -qxF "$want" "$pc"
+	check "baton.pc has no Requires.private" sh -c "! grep -q '^Requires.private' '$pc'"
 	# The installed tree only: pkg-config finds baton.pc in the DESTDIR and its prefix
 	# is moved there (the files are not at PREFIX yet).
 	export PKG_CONFIG_PATH="$root/lib/pkgconfig"
