@@ -119,7 +119,8 @@ static char *retarget(const char *block, const target *t)
 	return out;
 }
 
-/* Runs a shell script; returns its exit status and its stdout (caller frees). */
+/* Runs a shell script (TMPDIR a directory of its own, removed when it ends); returns its
+ * exit status and its stdout (caller frees). */
 static int run_sh(const char *script, char **output)
 {
 	char path[] = "/tmp/baton-readme-XXXXXX";
@@ -128,8 +129,12 @@ static int run_sh(const char *script, char **output)
 	FILE *f = fdopen(fd, "w");
 	fputs(script, f);
 	fclose(f);
-	char cmd[128];
-	snprintf(cmd, sizeof cmd, "timeout -k 5 %d sh %s 2>&1", BLOCK_TIMEOUT_S, path);
+	/* The examples' mktemp -d directories go into one of the test's, removed after. */
+	char tmp[] = "/tmp/baton-readme-tmp-XXXXXX", cmd[256];
+	assert_non_null(mkdtemp(tmp));
+	snprintf(cmd, sizeof cmd,
+		 "TMPDIR=%s timeout -k 5 %d sh %s 2>&1; rc=$?; rm -rf %s; exit $rc", tmp,
+		 BLOCK_TIMEOUT_S, path, tmp);
 	FILE *p = popen(cmd, "r");
 	assert_non_null(p);
 	size_t cap = 4096, n = 0;
