@@ -7,6 +7,8 @@
 #   make test STORE=sqlite | STORE=postgres   one store only (torture and torture-ci too)
 #   make SAN=address,undefined test     the same under ASan+UBSan (objects in build/SAN/)
 #   make SAN=thread test                the same under TSan
+#   make install         batond, baton, libbaton.a + baton.h + baton.pc, man pages and a
+#                        systemd unit under $(DESTDIR)$(PREFIX); make uninstall removes them
 #
 # Every target first makes sure the Debian packages it needs are installed
 # (scripts/install-deps.sh, apt-get as root or through sudo).
@@ -16,6 +18,27 @@ DESTDIR ?=
 CC      ?= cc
 SAN     ?=
 PKGS     = libmicrohttpd jansson sqlite3 libpq libcurl
+
+# Where `make install` puts things (each under $(DESTDIR)).
+BINDIR         ?= $(PREFIX)/bin
+LIBDIR         ?= $(PREFIX)/lib
+INCLUDEDIR     ?= $(PREFIX)/include
+MANDIR         ?= $(PREFIX)/share/man
+PKGCONFIGDIR   ?= $(LIBDIR)/pkgconfig
+SYSTEMDUNITDIR ?= $(PREFIX)/lib/systemd/system
+
+# libbaton.a's pkg-config dependencies, the one place to add a package to baton.pc.
+# LIB_PKGS_PUBLIC are those whose headers lib/baton.h includes: baton.pc's Requires (a
+# program that includes baton.h needs their flags and libraries). The others are only
+# the library's own: they go to Libs.private, as the flags that link their shared
+# libraries (pkg-config --libs, when baton.pc is made), with LIB_LIBS_PRIVATE. A program
+# links libbaton.a with `pkg-config --static --libs baton`. Not Requires.private: --static
+# would then also add libpq's own Libs.private (-lpgcommon -lpgport ...), meant for a
+# static libpq that Debian does not ship, and the link would fail.
+LIB_PKGS         = jansson sqlite3 libpq
+LIB_PKGS_PUBLIC  = jansson
+LIB_LIBS_PRIVATE = -lpthread -lm -ldl
+VERSION := $(shell sed -n 's/^\#define BATON_VERSION[ \t]*"\(.*\)"/\1/p' lib/baton.h)
 
 ifeq ($(SAN),)
 BUILD   := build/default
@@ -58,7 +81,7 @@ UNIT_BIN := $(patsubst tests/unit/%.c,$(BUILD)/tests/unit/%,$(UNIT_SRC))
 HTTP_BIN := $(patsubst tests/http/%.c,$(BUILD)/tests/http/%,$(HTTP_SRC))
 DEPS_STAMP := build/.deps-ok
 
-.PHONY: all run test check demo demo-crash install clean format format-check format-check-counted deps fuzz valgrind-test torture torture-ci bench bench-smoke
+.PHONY: all run test check demo demo-crash install uninstall man FORCE clean format format-check format-check-counted deps fuzz valgrind-test torture torture-ci bench bench-smoke
 all: $(LIBBATON) $(BATOND) $(CLIENT)
 
 deps: $(DEPS_STAMP)
@@ -113,13 +136,17 @@ bench: all
 bench-smoke: all
 	@BATOND=$(BATOND) CC="$(CC)" sh bench/run.sh --smoke
 
-run: $(BATOND)
-	./$(BATOND)
+# batond in the foreground on its defaults (BATON_LISTEN, BATON_DB ... apply), its pid in
+# data/batond.pid for `kill "$$(cat data/batond.pid)"`; baton is built beside it.
+run: $(BATOND) $(CLIENT)
+	@echo "run: server $(BATOND), client $(CLIENT) (not on the PATH); pid in data/batond.pid"
+	@mkdir -p data && echo $$$$ > data/batond.pid && exec ./$(BATOND)
 
 # The unit tests and the OpenAPI check once; the HTTP suites on each store of STORE.
 test: all $(UNIT_BIN) $(HTTP_BIN)
 	@BATOND=$(abspath $(BATOND)) BATON_CLIENT=$(abspath $(CLIENT)) STORE=$(STORE) \
-	  sh scripts/test-stores.sh $(UNIT_BIN) scripts/check-openapi.py -- $(HTTP_BIN)
+	  sh scripts/test-stores.sh $(UNIT_BIN) scripts/check-openapi.py tests/install/run.sh \
+	  tests/docker/check-files.sh -- $(HTTP_BIN)
 check: test
 
 # The HTTP suites once more with batond under valgrind (memory errors, definite leaks).
@@ -137,9 +164,60 @@ demo-crash:
 	@$(MAKE) -s all >/dev/null
 	@sh scripts/demo.sh $(BATOND) $(CLIENT) --crash
 
-install: all
-	install -d $(DESTDIR)$(PREFIX)/bin
-	install -m 755 $(BATOND) $(CLIENT) $(DESTDIR)$(PREFIX)/bin/
+# Man pages from the programs' own --help and --version (help2man), so they cannot
+# drift from what the programs say.
+MAN_PAGES = $(BUILD)/man/baton.1 $(BUILD)/man/batond.8
+man: $(MAN_PAGES)
+$(BUILD)/man/baton.1: $(CLIENT)
+	@mkdir -p $(@D)
+	help2man -N -s 1 -n "client of batond, the durable serializer of shared resources" \
+	  -o $@ ./$(CLIENT)
+$(BUILD)/man/batond.8: $(BATOND)
+	@mkdir -p $(@D)
+	help2man -N -s 8 -n "durable workflows whose steps take turns on shared resources" \
+	  -o $@ ./$(BATOND)
+
+# Generated at every install: they hold PREFIX and the directories. In baton.pc the
+# directories under PREFIX are written ${prefix}/..., so that pkg-config can move them
+# (--define-variable=prefix=..., --define-prefix).
+under_prefix = $(patsubst $(PREFIX)/%,$${prefix}/%,$(1))
+$(BUILD)/baton.pc: FORCE | $(DEPS_STAMP)
+	@mkdir -p $(@D)
+	printf '%s\n' 'prefix=$(PREFIX)' 'libdir=$(call under_prefix,$(LIBDIR))' \
+	  'includedir=$(call under_prefix,$(INCLUDEDIR))' '' \
+	  'Name: baton' \
+	  'Description: durable workflows whose steps take turns on shared resources' \
+	  'Version: $(VERSION)' 'Requires: $(LIB_PKGS_PUBLIC)' \
+	  'Cflags: -I$${includedir}' 'Libs: -L$${libdir} -lbaton' \
+	  'Libs.private: $(strip $(shell pkg-config --libs $(filter-out \
+	    $(LIB_PKGS_PUBLIC),$(LIB_PKGS))) $(LIB_LIBS_PRIVATE))' > $@
+$(BUILD)/batond.service: systemd/batond.service.in FORCE
+	@mkdir -p $(@D)
+	sed 's|@BINDIR@|$(BINDIR)|g' $< > $@
+FORCE:
+
+# What install writes, as installed path = source; uninstall removes exactly these files.
+INSTALL_FILES = \
+	$(BINDIR)/batond=$(BATOND):755 $(BINDIR)/baton=$(CLIENT):755 \
+	$(LIBDIR)/libbaton.a=$(LIBBATON):644 $(INCLUDEDIR)/baton.h=lib/baton.h:644 \
+	$(PKGCONFIGDIR)/baton.pc=$(BUILD)/baton.pc:644 \
+	$(MANDIR)/man1/baton.1=$(BUILD)/man/baton.1:644 \
+	$(MANDIR)/man8/batond.8=$(BUILD)/man/batond.8:644 \
+	$(SYSTEMDUNITDIR)/batond.service=$(BUILD)/batond.service:644
+install_src = $(word 1,$(subst :, ,$(word 2,$(subst =, ,$(1)))))
+install_dst = $(word 1,$(subst =, ,$(1)))
+install_mode = $(lastword $(subst :, ,$(1)))
+
+install: all $(MAN_PAGES) $(BUILD)/baton.pc $(BUILD)/batond.service
+	@$(foreach f,$(INSTALL_FILES),\
+	  echo "install $(call install_src,$(f)) $(DESTDIR)$(call install_dst,$(f))" && \
+	  install -D -m $(call install_mode,$(f)) $(call install_src,$(f)) \
+	    $(DESTDIR)$(call install_dst,$(f)) &&) true
+
+uninstall:
+	@$(foreach f,$(INSTALL_FILES),\
+	  echo "rm -f $(DESTDIR)$(call install_dst,$(f))" && \
+	  rm -f $(DESTDIR)$(call install_dst,$(f)) &&) true
 
 # libFuzzer targets (clang), under ASan+UBSan, each run for FUZZ_SECONDS on a copy of
 # its seed corpus (tests/fuzz/corpus/NAME: seeds and regression cases found so far).

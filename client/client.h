@@ -2,7 +2,8 @@
  * client.h: internals shared by the files of `baton`, the command-line client of batond.
  *
  * The client is a thin layer over the REST API of batond (openapi.yaml):
- *   main.c      global options, usage, the command table, exit codes
+ *   main.c      global options (before or after the command), usage, the command table,
+ *               exit codes
  *   http.c      one libcurl handle: GET/POST that return the status and the parsed JSON body
  *   commands.c  submit, get, list, cancel, events, resources (human output or --json)
  *   demo.c      `baton demo [--crash]`: the origin's distributed-mutex demo, rendered live
@@ -26,6 +27,7 @@ enum {
 	EXIT_FAILED = 1,      /* the server answered with an error, or the workflow failed */
 	EXIT_USAGE = 2,	      /* bad command line; usage went to stderr */
 	EXIT_UNREACHABLE = 3, /* no HTTP answer from the server */
+	EXIT_PARTIAL = 4,     /* watch, get: the workflow completed, but some steps failed */
 };
 
 #define BATON_CLIENT_VERSION "0.1.0"
@@ -95,6 +97,16 @@ int jhas(const json_t *obj, const char *key);
 void print_json(FILE *out, const json_t *v);
 /* Prints s as-is when it is a plain token ([A-Za-z0-9._:/@+-]), else as a JSON string. */
 void print_token(FILE *out, const char *s);
+
+/*
+ * Terminal columns that the UTF-8 text s (n bytes) takes: 2 for East Asian wide and
+ * fullwidth characters, 0 for combining marks and zero-width characters, 1 for the rest
+ * (a byte that is not UTF-8 counts as one column). What aligns a table whose names are
+ * not ASCII: printf pads by bytes.
+ */
+size_t display_width(const char *s, size_t n);
+/* Prints s, then spaces up to width columns (none when s is wider). */
+void print_padded(FILE *out, const char *s, int width);
 
 /* Formats ms as seconds the way JavaScript prints ms / 1000 ("2", "1.5", "0.25"). */
 void format_secs(char *buf, size_t len, json_int_t ms);
@@ -177,7 +189,7 @@ int parse_workflow_id(int argc, char **argv, const char **id);
 
 /* main.c: prints the usage to out (stdout for --help, stderr for a usage error). */
 void usage(FILE *out);
-/* Prints "baton: <message>" and the usage on stderr; returns EXIT_USAGE. */
+/* Prints "baton: <message>" and a hint to --help on stderr; returns EXIT_USAGE. */
 int usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* usage_error for the argument getopt_long just rejected (argv[optind - 1]). */
 int bad_option(const char *cmd, char **argv);

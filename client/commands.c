@@ -25,7 +25,7 @@ int parse_workflow_id(int argc, char **argv, const char **id)
 	int c;
 
 	optind = 0;
-	while ((c = getopt_long(argc, argv, "+h", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
 		if (c != 'h')
 			return bad_option(argv[0], argv);
 		usage(stdout);
@@ -72,7 +72,8 @@ static void query_add(char **p, const char *key, const char *value)
 
 /* ---- printing helpers ------------------------------------------------------------------ */
 
-/* Width of the widest string field key among the objects of arr, at most MAX_NAME_COLUMN. */
+/* Display width of the widest string field key among the objects of arr, at most
+ * MAX_NAME_COLUMN. */
 static int column_width(const json_t *arr, const char *key, int min)
 {
 	size_t i;
@@ -81,7 +82,8 @@ static int column_width(const json_t *arr, const char *key, int min)
 
 	json_array_foreach(arr, i, v)
 	{
-		int n = (int)strlen(jstr(v, key, "-"));
+		const char *s = jstr(v, key, "-");
+		int n = (int)display_width(s, strlen(s));
 		if (n > w)
 			w = n < MAX_NAME_COLUMN ? n : MAX_NAME_COLUMN;
 	}
@@ -154,7 +156,7 @@ static int parse_submit(int argc, char **argv, const char **id, const char **res
 	int c;
 
 	optind = 0;
-	while ((c = getopt_long(argc, argv, "+h", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
 		switch (c) {
 		case 'i':
 			*id = optarg;
@@ -214,9 +216,10 @@ static void print_step(const json_t *step, int iw, int ww)
 	char dur[32], tok[32];
 	const char *status = jstr(step, "status", "?");
 
-	printf("  %*" JSON_INTEGER_FORMAT "  %-*s  %-9s  %8" JSON_INTEGER_FORMAT "  %8s  %5s", iw,
-	       jint(step, "index", 0), ww, jstr(step, "worker", "?"), status,
-	       jint(step, "attempts", 0), ms_or_dash(dur, sizeof(dur), step, "duration_ms"),
+	printf("  %*" JSON_INTEGER_FORMAT "  ", iw, jint(step, "index", 0));
+	print_padded(stdout, jstr(step, "worker", "?"), ww);
+	printf("  %-9s  %8" JSON_INTEGER_FORMAT "  %8s  %5s", status, jint(step, "attempts", 0),
+	       ms_or_dash(dur, sizeof(dur), step, "duration_ms"),
 	       int_or_dash(tok, sizeof(tok), step, "fencing_token"));
 	if (jhas(step, "queue_position"))
 		printf("  queue position %" JSON_INTEGER_FORMAT, jint(step, "queue_position", 0));
@@ -270,6 +273,27 @@ static void print_workflow(const json_t *wf)
 	print_steps(json_object_get(wf, "steps"));
 }
 
+/* A workflow that completed although some of its steps failed (on_failure: continue). */
+static int completed_with_failures(const json_t *wf)
+{
+	const json_t *result = json_object_get(wf, "result");
+	const json_t *step;
+	size_t i;
+
+	if (strcmp(jstr(wf, "status", ""), "completed") != 0)
+		return 0;
+	if (json_array_size(json_object_get(result, "failed")) > 0)
+		return 1;
+	json_array_foreach(json_object_get(wf, "steps"), i, step)
+	{
+		if (strcmp(jstr(step, "status", ""), "failed") == 0)
+			return 1;
+	}
+	return 0;
+}
+
+/* `baton get ID`: exit 0, or EXIT_PARTIAL for a workflow that completed with failed steps,
+ * so that a script sees it without parsing the output. */
 int cmd_get(struct cli *cli, int argc, char **argv)
 {
 	const char *id;
@@ -287,8 +311,9 @@ int cmd_get(struct cli *cli, int argc, char **argv)
 		print_json(stdout, wf);
 	else
 		print_workflow(wf);
+	rc = completed_with_failures(wf) ? EXIT_PARTIAL : EXIT_OK;
 	json_decref(wf);
-	return EXIT_OK;
+	return rc;
 }
 
 /* ---- list ------------------------------------------------------------------------------ */
@@ -307,7 +332,7 @@ static char *parse_list(int argc, char **argv, int *rc)
 	int c;
 
 	optind = 0;
-	while (path && (c = getopt_long(argc, argv, "+h", opts, NULL)) != -1) {
+	while (path && (c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
 		if (c == 's' || c == 'r' || c == 'l' || c == 'c') {
 			query_add(&path, keys[c], optarg);
 			continue;
@@ -561,7 +586,7 @@ int cmd_resources(struct cli *cli, int argc, char **argv)
 	int c, rc;
 
 	optind = 0;
-	while ((c = getopt_long(argc, argv, "+h", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
 		if (c != 'h')
 			return bad_option(argv[0], argv);
 		usage(stdout);
@@ -595,7 +620,8 @@ int cmd_resources(struct cli *cli, int argc, char **argv)
 	return EXIT_OK;
 }
 
-/* `baton health`: GET /healthz, for container health checks. Exit 0 when it answers 200. */
+/* `baton health`: GET /healthz, for container health checks. Exit 0 when it answers 200;
+ * with --json the server's answer is printed as it is ({"status": "ok"}). */
 int cmd_health(struct cli *cli, int argc, char **argv)
 {
 	struct http_reply reply;
@@ -606,6 +632,8 @@ int cmd_health(struct cli *cli, int argc, char **argv)
 	if (rc != EXIT_OK)
 		return rc;
 	long status = reply.status;
+	if (cli->json && reply.body)
+		print_json(stdout, reply.body);
 	http_reply_fini(&reply);
 	if (status != 200) {
 		fprintf(stderr, "baton: /healthz answered %ld\n", status);

@@ -246,7 +246,7 @@ static int parse_demo(int argc, char **argv, int *crash)
 	int c;
 
 	optind = 0;
-	while ((c = getopt_long(argc, argv, "+h", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
 		if (c == 'c') {
 			*crash = 1;
 		} else if (c == 'h') {

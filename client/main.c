@@ -1,11 +1,13 @@
 /*
  * main.c: `baton`, the command-line client of batond.
  *
- *   baton [--server URL] [--json] COMMAND [ARGS]
+ *   baton [--server URL] [--token TOKEN] [--json] COMMAND [ARGS]
  *
- * Global options come before the command; each command parses its own arguments
- * (commands.c, demo.c) and returns the exit status of client.h: 0 ok, 1 failed,
- * 2 usage error, 3 server unreachable.
+ * The global options may also come after the command (`baton get ID --json`): they are
+ * taken out of the whole command line first (up to a "--"), and each command parses
+ * what is left (commands.c, demo.c, watch.c). Every command returns an exit status of
+ * client.h: 0 ok, 1 failed, 2 usage error, 3 server unreachable, 4 completed with
+ * failed steps.
  */
 #include <getopt.h>
 #include <stdarg.h>
@@ -40,15 +42,15 @@ void usage(FILE *out)
 	      "  cancel ID           cancel a workflow\n"
 	      "  events ID           show the events of a workflow\n"
 	      "  watch ID            follow a workflow live: one line per event, and on a\n"
-	      "                      terminal a progress bar; exit 0 if it completes, 1 if\n"
-	      "                      it fails or is cancelled (with --json: events as JSON\n"
+	      "                      terminal a progress bar (with --json: events as JSON\n"
 	      "                      lines); reconnects if the connection drops\n"
 	      "  resources [NAME]    list the resources, or show one with its queue\n"
 	      "  demo [--crash]      run the distributed-mutex demo and follow it live\n"
 	      "                      (with --json: each event as one line of JSON)\n"
 	      "  health              exit 0 when batond answers /healthz (for HEALTHCHECK)\n"
 	      "\n"
-	      "Options:\n"
+	      "Options (before or after the command; \"--\" ends them, for a worker named\n"
+	      "like an option):\n"
 	      "  --server URL        batond's base URL (default: $BATON_URL, else " DEFAULT_SERVER
 	      ")\n"
 	      "  --json              print the server's JSON instead of human-readable output\n"
@@ -56,8 +58,14 @@ void usage(FILE *out)
 	      "  -h, --help          show this help\n"
 	      "  --version           print the version\n"
 	      "\n"
-	      "Exit status: 0 ok, 1 failed (HTTP error such as 404, or the workflow of demo or\n"
-	      "watch did not complete), 2 usage error, 3 server unreachable.\n",
+	      "Exit status:\n"
+	      "  0  ok; for watch and demo: the workflow completed\n"
+	      "  1  failed: an HTTP error such as 404, or for watch and demo the workflow\n"
+	      "     failed or was cancelled\n"
+	      "  2  usage error\n"
+	      "  3  server unreachable (for watch: lost, and did not come back)\n"
+	      "  4  watch and get: the workflow completed, but some of its steps failed\n"
+	      "     (on_failure: continue)\n",
 	      out);
 }
 
@@ -69,8 +77,7 @@ int usage_error(const char *fmt, ...)
 	va_start(ap, fmt);
 	vfprintf(stderr, fmt, ap);
 	va_end(ap);
-	fputs("\n\n", stderr);
-	usage(stderr);
+	fputs("\nTry 'baton --help' for more information.\n", stderr);
 	return EXIT_USAGE;
 }
 
@@ -79,43 +86,83 @@ int bad_option(const char *cmd, char **argv)
 	return usage_error("%s: unknown option or missing value: %s", cmd, argv[optind - 1]);
 }
 
-/* Global options. Returns -1 to go on with the command, else the exit status. */
-static int parse_global(int argc, char **argv, const char **server, struct cli *cli)
+/* Options of the commands that take a value: their value is never a global option. */
+static int command_option_with_value(const char *arg)
 {
-	enum { OPT_SERVER = 256, OPT_JSON, OPT_VERSION, OPT_TOKEN };
-	static const struct option opts[] = {
-	    {"server", required_argument, NULL, OPT_SERVER},
-	    {"token", required_argument, NULL, OPT_TOKEN},
-	    {"json", no_argument, NULL, OPT_JSON},
-	    {"help", no_argument, NULL, 'h'},
-	    {"version", no_argument, NULL, OPT_VERSION},
-	    {NULL, 0, NULL, 0},
-	};
-	int c;
+	static const char *const names[] = {"--id", "--resource", "--status", "--limit",
+					    "--cursor"};
 
-	opterr = 0;
-	while ((c = getopt_long(argc, argv, "+h", opts, NULL)) != -1) {
-		switch (c) {
-		case OPT_SERVER:
-			*server = optarg;
+	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+		if (strcmp(arg, names[i]) == 0)
+			return 1;
+	}
+	return 0;
+}
+
+/* When arg is "--NAME" or "--NAME=VALUE": 1, with *value the inline VALUE or NULL. */
+static int is_option(const char *arg, const char *name, const char **value)
+{
+	size_t n = strlen(name);
+
+	if (strncmp(arg, "--", 2) != 0 || strncmp(arg + 2, name, n) != 0)
+		return 0;
+	if (arg[2 + n] == '\0') {
+		*value = NULL;
+		return 1;
+	}
+	if (arg[2 + n] != '=')
+		return 0;
+	*value = arg + 3 + n;
+	return 1;
+}
+
+/*
+ * Takes the global options out of argv, wherever they stand before a "--", and leaves
+ * the command and its own arguments in argv[1..*argc-1]. Returns -1 to go on with the
+ * command, else the exit status (after --help, --version or a usage error).
+ */
+static int take_globals(int *argc, char **argv, const char **server, struct cli *cli)
+{
+	int kept = 1, command = 0;
+
+	for (int i = 1; i < *argc; i++) {
+		const char *arg = argv[i], *value = NULL;
+		int server_opt = is_option(arg, "server", &value);
+		int token_opt = !server_opt && is_option(arg, "token", &value);
+
+		if (strcmp(arg, "--") == 0) {
+			while (i < *argc)
+				argv[kept++] = argv[i++];
 			break;
-		case OPT_JSON:
+		}
+		if (server_opt || token_opt) {
+			if (!value && i + 1 == *argc)
+				return usage_error("%s needs a value", arg);
+			value = value ? value : argv[++i];
+			if (server_opt)
+				*server = value;
+			else
+				http_set_token(value);
+		} else if (strcmp(arg, "--json") == 0) {
 			cli->json = 1;
-			break;
-		case OPT_TOKEN:
-			http_set_token(optarg);
-			break;
-		case 'h':
-			usage(stdout);
-			return EXIT_OK;
-		case OPT_VERSION:
+		} else if (strcmp(arg, "--version") == 0) {
 			printf("baton %s\n", BATON_CLIENT_VERSION);
 			return EXIT_OK;
-		default:
-			return usage_error("unknown option or missing value: %s", argv[optind - 1]);
+		} else if (!command && (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0)) {
+			usage(stdout);
+			return EXIT_OK;
+		} else if (!command && arg[0] == '-' && arg[1] != '\0') {
+			return usage_error("unknown option: %s", arg);
+		} else {
+			command |= arg[0] != '-';
+			argv[kept++] = argv[i];
+			if (command_option_with_value(arg) && i + 1 < *argc)
+				argv[kept++] = argv[++i];
 		}
 	}
-	if (optind >= argc)
+	*argc = kept;
+	argv[kept] = NULL;
+	if (kept == 1)
 		return usage_error("no command given");
 	return -1;
 }
@@ -140,17 +187,18 @@ int main(int argc, char **argv)
 	if (!server || !*server)
 		server = DEFAULT_SERVER;
 	http_set_token(getenv("BATON_TOKEN"));
-	rc = parse_global(argc, argv, &server, &cli);
+	opterr = 0; /* the commands report bad options themselves (bad_option) */
+	rc = take_globals(&argc, argv, &server, &cli);
 	if (rc >= 0)
 		return rc;
 
-	const struct command *cmd = find_command(argv[optind]);
+	const struct command *cmd = find_command(argv[1]);
 	if (!cmd)
-		return usage_error("unknown command \"%s\"", argv[optind]);
+		return usage_error("unknown command \"%s\"", argv[1]);
 	cli.http = http_new(server);
 	if (!cli.http)
 		return EXIT_FAILED;
-	rc = cmd->run(&cli, argc - optind, argv + optind);
+	rc = cmd->run(&cli, argc - 1, argv + 1);
 	http_free(cli.http);
 	if ((fflush(stdout) != 0 || ferror(stdout)) && rc == EXIT_OK)
 		rc = EXIT_FAILED; /* e.g. stdout is a full disk */

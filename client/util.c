@@ -64,6 +64,87 @@ void print_token(FILE *out, const char *s)
 	json_decref(str);
 }
 
+/* Decodes the UTF-8 sequence at s (n > 0 bytes left) into *cp; returns its length, or 0
+ * when it is not well formed. */
+static size_t utf8_decode(const unsigned char *s, size_t n, unsigned long *cp)
+{
+	size_t len = s[0] < 0x80       ? 1
+		     : s[0] >> 5 == 6  ? 2
+		     : s[0] >> 4 == 14 ? 3
+		     : s[0] >> 3 == 30 ? 4
+				       : 0;
+
+	if (len == 0 || len > n)
+		return 0;
+	*cp = len == 1 ? s[0] : s[0] & (0x7f >> len);
+	for (size_t i = 1; i < len; i++) {
+		if ((s[i] & 0xc0) != 0x80)
+			return 0;
+		*cp = (*cp << 6) | (s[i] & 0x3f);
+	}
+	return len;
+}
+
+struct range {
+	unsigned long lo, hi;
+};
+
+static int in_ranges(unsigned long cp, const struct range *r, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		if (cp >= r[i].lo && cp <= r[i].hi)
+			return 1;
+	}
+	return 0;
+}
+
+/* Columns of one code point: wcwidth's answer for the scripts names are written in,
+ * without depending on the locale the client runs in. */
+static int cp_width(unsigned long cp)
+{
+	static const struct range zero[] = {
+	    {0x0300, 0x036f},	{0x0483, 0x0489}, {0x0591, 0x05bd}, {0x0610, 0x061a},
+	    {0x064b, 0x065f},	{0x0e31, 0x0e31}, {0x0e34, 0x0e3a}, {0x1ab0, 0x1aff},
+	    {0x1dc0, 0x1dff},	{0x200b, 0x200f}, {0x2028, 0x202e}, {0x2060, 0x2064},
+	    {0x20d0, 0x20ff},	{0xfe00, 0xfe0f}, {0xfe20, 0xfe2f}, {0xfeff, 0xfeff},
+	    {0xe0100, 0xe01ef},
+	};
+	static const struct range wide[] = {
+	    {0x1100, 0x115f},	{0x2e80, 0x303e},   {0x3041, 0x33ff},	{0x3400, 0x4dbf},
+	    {0x4e00, 0x9fff},	{0xa000, 0xa4cf},   {0xa960, 0xa97f},	{0xac00, 0xd7a3},
+	    {0xf900, 0xfaff},	{0xfe10, 0xfe19},   {0xfe30, 0xfe6f},	{0xff00, 0xff60},
+	    {0xffe0, 0xffe6},	{0x1f300, 0x1f64f}, {0x1f900, 0x1f9ff}, {0x20000, 0x2fffd},
+	    {0x30000, 0x3fffd},
+	};
+
+	if (in_ranges(cp, zero, sizeof(zero) / sizeof(zero[0])))
+		return 0;
+	return in_ranges(cp, wide, sizeof(wide) / sizeof(wide[0])) ? 2 : 1;
+}
+
+size_t display_width(const char *s, size_t n)
+{
+	const unsigned char *p = (const unsigned char *)s;
+	size_t cols = 0;
+
+	while (n > 0) {
+		unsigned long cp = 0;
+		size_t len = utf8_decode(p, n, &cp);
+		cols += len ? (size_t)cp_width(cp) : 1;
+		len = len ? len : 1;
+		p += len;
+		n -= len;
+	}
+	return cols;
+}
+
+void print_padded(FILE *out, const char *s, int width)
+{
+	fputs(s, out);
+	for (size_t w = display_width(s, strlen(s)); w < (size_t)width; w++)
+		fputc(' ', out);
+}
+
 void format_secs(char *buf, size_t len, json_int_t ms)
 {
 	const char *sign = ms < 0 ? "-" : "";

@@ -22,7 +22,8 @@
  *
  * Exit status: 0 the workflow completed; 1 it failed or was cancelled, or the server
  * refused the request (404 ...); 2 usage; 3 the server could not be reached, or was
- * lost and did not come back.
+ * lost and did not come back; 4 it completed, but some of its steps failed
+ * (on_failure: continue).
  */
 #include <signal.h>
 #include <stdarg.h>
@@ -93,23 +94,13 @@ static void sbuf_text(struct sbuf *b, const char *s)
 	}
 }
 
-/* Characters (not bytes) of UTF-8 text: what a terminal column count needs. */
-static size_t utf8_chars(const char *s, size_t n)
-{
-	size_t chars = 0;
-
-	for (size_t i = 0; i < n; i++)
-		chars += ((unsigned char)s[i] & 0xc0) != 0x80;
-	return chars;
-}
-
-/* Appends "  " and s (sanitised), padded with spaces to width characters. */
+/* Appends "  " and s (sanitised), padded with spaces to width terminal columns. */
 static void sbuf_column(struct sbuf *b, const char *s, int width)
 {
 	sbuf_add(b, "  ", 2, MAX_FRAME_BYTES);
 	size_t from = b->len;
 	sbuf_text(b, s);
-	for (size_t n = utf8_chars(b->p + from, b->len - from); n < (size_t)width; n++)
+	for (size_t n = display_width(b->p + from, b->len - from); n < (size_t)width; n++)
 		sbuf_add(b, " ", 1, MAX_FRAME_BYTES);
 }
 
@@ -204,14 +195,18 @@ static const char *final_word(const char *type)
 	return NULL;
 }
 
-/* Exit status for an event that ends the workflow, -1 for any other event. */
-static int final_outcome(const char *type)
+/* Exit status for an event that ends the workflow, -1 for any other event. A workflow
+ * that completed with failed steps (on_failure: continue) has a status of its own. */
+static int final_outcome(const char *type, const json_t *ev, const struct progress *pg)
 {
 	const char *word = final_word(type);
+	const json_t *failed = json_object_get(json_object_get(ev, "result"), "failed");
 
 	if (!word)
 		return -1;
-	return strcmp(word, "completed") == 0 ? EXIT_OK : EXIT_FAILED;
+	if (strcmp(word, "completed") != 0)
+		return EXIT_FAILED;
+	return json_array_size(failed) > 0 || pg->failed > 0 ? EXIT_PARTIAL : EXIT_OK;
 }
 
 static void progress_fini(struct progress *pg)
@@ -535,7 +530,7 @@ static void on_frame(void *userdata, const char *idtext, const char *event, cons
 	if (seq >= 0)
 		w->last_seq = seq;
 	w->new_events++;
-	w->outcome = final_outcome(type);
+	w->outcome = final_outcome(type, ev, &w->pg);
 	json_decref(ev);
 }
 

@@ -35,8 +35,8 @@ static void usage(FILE *f)
 		"next begins.\n"
 		"\n"
 		"options (each also an environment variable; flags win):\n"
-		"  --listen HOST:PORT       address to serve HTTP on; port 0 picks a free port\n"
-		"                           (BATON_LISTEN, default %s)\n"
+		"  --listen HOST:PORT       address to serve HTTP on; :PORT for every interface,\n"
+		"                           port 0 picks a free port (BATON_LISTEN, default %s)\n"
 		"  --db PATH|URL            the store: a SQLite file (PATH or sqlite:PATH; its\n"
 		"                           directory is created) or a PostgreSQL URL\n"
 		"                           (postgresql://USER@HOST:PORT/DBNAME, any libpq URL)\n"
@@ -79,17 +79,23 @@ static int parse_int(const char *what, const char *s, long lo, long hi, long *ou
 	return 0;
 }
 
-/* HOST:PORT, or [V6HOST]:PORT. */
+/* HOST:PORT, [V6HOST]:PORT, or :PORT for every interface (host left empty). */
 static int parse_listen(config *c, const char *s)
 {
 	const char *colon = strrchr(s, ':');
 	long port;
-	if (!colon || colon == s) {
-		fprintf(stderr, "batond: --listen wants HOST:PORT, not \"%s\"\n", s);
+	if (!colon) {
+		fprintf(stderr, "batond: --listen wants HOST:PORT or :PORT, not \"%s\"\n", s);
 		return -1;
 	}
 	if (parse_int("the port of --listen", colon + 1, 0, 65535, &port))
 		return -1;
+	if (colon == s) {
+		c->host[0] = 0;
+		c->port = (int)port;
+		snprintf(c->listen, sizeof c->listen, "%s", s);
+		return 0;
+	}
 	const char *h = s;
 	size_t n = (size_t)(colon - s);
 	if (h[0] == '[' && n >= 2 && h[n - 1] == ']') {

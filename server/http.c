@@ -301,7 +301,23 @@ static void on_mhd_log(void *cls, const char *fmt, va_list ap)
 	srv_log(BATON_LOG_DEBUG, "http: %s", msg);
 }
 
-int srv_start(srv *s, baton_error *err)
+/* Starts the daemon on addr, or with addr NULL on every interface at the configured port
+ * (libmicrohttpd binds the wildcard address itself). */
+static struct MHD_Daemon *start_daemon(srv *s, unsigned flags, const struct sockaddr *addr)
+{
+	return MHD_start_daemon(flags, addr ? 0 : (uint16_t)s->cfg->port, NULL, NULL, on_request, s,
+				MHD_OPTION_SOCK_ADDR, addr, MHD_OPTION_THREAD_POOL_SIZE,
+				(unsigned)s->cfg->http_threads, MHD_OPTION_NOTIFY_COMPLETED,
+				on_completed, s, MHD_OPTION_NOTIFY_CONNECTION, on_connection, s,
+				MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)s->cfg->conn_timeout_s,
+				MHD_OPTION_CONNECTION_LIMIT, (unsigned)s->cfg->max_connections,
+				MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)s->cfg->max_per_ip,
+				MHD_OPTION_CONNECTION_MEMORY_LIMIT, s->cfg->conn_memory,
+				MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, s, MHD_OPTION_END);
+}
+
+/* --listen HOST:PORT: the first address HOST resolves to. */
+static int start_at_host(srv *s, unsigned flags, baton_error *err)
 {
 	struct addrinfo hints = {.ai_family = AF_UNSPEC,
 				 .ai_socktype = SOCK_STREAM,
@@ -315,20 +331,27 @@ int srv_start(srv *s, baton_error *err)
 			 gai_strerror(rc));
 		return -1;
 	}
+	s->daemon =
+	    start_daemon(s, flags | (ai->ai_family == AF_INET6 ? MHD_USE_IPv6 : 0), ai->ai_addr);
+	freeaddrinfo(ai);
+	return 0;
+}
+
+int srv_start(srv *s, baton_error *err)
+{
 	unsigned flags =
 	    MHD_USE_AUTO_INTERNAL_THREAD | MHD_USE_ERROR_LOG | MHD_ALLOW_SUSPEND_RESUME;
-	if (ai->ai_family == AF_INET6)
-		flags |= MHD_USE_IPv6;
-	s->daemon = MHD_start_daemon(
-	    flags, 0, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
-	    MHD_OPTION_THREAD_POOL_SIZE, (unsigned)s->cfg->http_threads,
-	    MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_NOTIFY_CONNECTION,
-	    on_connection, s, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)s->cfg->conn_timeout_s,
-	    MHD_OPTION_CONNECTION_LIMIT, (unsigned)s->cfg->max_connections,
-	    MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)s->cfg->max_per_ip,
-	    MHD_OPTION_CONNECTION_MEMORY_LIMIT, s->cfg->conn_memory, MHD_OPTION_EXTERNAL_LOGGER,
-	    on_mhd_log, s, MHD_OPTION_END);
-	freeaddrinfo(ai);
+	if (s->cfg->host[0]) {
+		if (start_at_host(s, flags, err))
+			return -1;
+	} else {
+		/* --listen :PORT: IPv6 and IPv4 on one socket, or IPv4 alone on a machine
+		 * without IPv6. */
+		s->daemon = start_daemon(s, flags | MHD_USE_DUAL_STACK, NULL);
+		s->dual_stack = s->daemon != NULL;
+		if (!s->daemon)
+			s->daemon = start_daemon(s, flags, NULL);
+	}
 	if (!s->daemon) {
 		snprintf(err->msg, sizeof err->msg,
 			 "cannot listen on %s (in use, or not an address of this machine?)",

@@ -5,7 +5,8 @@
  * unfinished workflow before anything else happens), then the HTTP listener. Signals
  * are blocked in every thread and taken by sigwait here: the first SIGTERM or SIGINT
  * stops the listener, lets running steps finish (--shutdown-timeout) and closes the
- * database; a second one exits at once. SIGKILL at any moment is survivable by design.
+ * database; a second one, taken by a thread of its own, exits at once. Each stage says so
+ * in the log, which ends with "stopped". SIGKILL at any moment is survivable by design.
  */
 #include "server.h"
 
@@ -42,12 +43,6 @@ static int is_loopback(const char *host)
 {
 	return strncmp(host, "127.", 4) == 0 || strcmp(host, "::1") == 0 ||
 	       strcmp(host, "localhost") == 0;
-}
-
-static void exit_now(int sig)
-{
-	(void)sig;
-	_exit(1);
 }
 
 int main(int argc, char **argv)
@@ -111,18 +106,18 @@ int main(int argc, char **argv)
 		srv_log(BATON_LOG_WARN,
 			"listening on %s without --token: anyone who reaches this address can"
 			" submit and cancel workflows",
-			cfg.host);
+			cfg.host[0] ? cfg.host : "every interface");
 	for (int i = 0; i < cfg.n_allow_call; i++)
 		srv_log(BATON_LOG_INFO, "HTTP steps may call %s", cfg.allow_call[i]);
-	srv_log(BATON_LOG_INFO, "listening on http://%s%s%s:%d", strchr(cfg.host, ':') ? "[" : "",
-		cfg.host, strchr(cfg.host, ':') ? "]" : "", s.port);
+	const char *host = cfg.host[0] ? cfg.host : s.dual_stack ? "::" : "0.0.0.0";
+	srv_log(BATON_LOG_INFO, "listening on http://%s%s%s:%d%s", strchr(host, ':') ? "[" : "",
+		host, strchr(host, ':') ? "]" : "", s.port,
+		cfg.host[0] ? "" : " (every interface)");
 
 	int sig = 0;
 	sigwait(&sigs, &sig);
-	signal(SIGINT, exit_now);
-	signal(SIGTERM, exit_now);
-	pthread_sigmask(SIG_UNBLOCK, &sigs, NULL);
-	srv_log(BATON_LOG_INFO, "%s: shutting down (again to exit at once)", strsignal(sig));
+	srv_shutdown_announce(s.engine, sig, cfg.shutdown_timeout_ms);
+	srv_shutdown_watch(&sigs);
 	srv_stop(&s);
 	baton_engine_close(s.engine, cfg.shutdown_timeout_ms);
 	srv_log_close();

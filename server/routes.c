@@ -1,7 +1,9 @@
 /*
  * routes.c - the routes table: {method, pattern, handler}. A pattern's "{x}" segments
- * match one path segment and are handed to the handler in order. A path that matches
- * with another method answers 405 with Allow; no match at all answers 404.
+ * match one path segment and are handed to the handler in order. HEAD is served wherever
+ * GET is, by the GET handler (libmicrohttpd sends the head of its answer without the
+ * body). A path that matches with another method answers 405 with Allow; no match at all
+ * answers 404.
  */
 #include "server.h"
 
@@ -52,14 +54,17 @@ const route_def *route_lookup(const char *method, const char *path,
 			      char caps[MAX_PARAMS][MAX_SEGMENT], char *allow, size_t allow_len)
 {
 	int ncaps;
+	int head = strcmp(method, "HEAD") == 0;
 	allow[0] = 0;
 	for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++) {
 		if (!match(routes[i].pattern, path, caps, &ncaps))
 			continue;
-		if (strcmp(routes[i].method, method) == 0)
+		int get = strcmp(routes[i].method, "GET") == 0;
+		if (strcmp(routes[i].method, method) == 0 || (head && get))
 			return &routes[i];
 		size_t n = strlen(allow);
-		snprintf(allow + n, allow_len - n, "%s%s", n ? ", " : "", routes[i].method);
+		snprintf(allow + n, allow_len - n, "%s%s%s", n ? ", " : "", routes[i].method,
+			 get ? ", HEAD" : "");
 	}
 	return NULL;
 }

@@ -10,6 +10,7 @@
 #include <jansson.h>
 #include <microhttpd.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <time.h>
@@ -63,6 +64,7 @@ typedef struct srv {
 	baton_engine *engine;
 	struct MHD_Daemon *daemon;
 	int port;	 /* the bound port */
+	int dual_stack;	 /* --listen :PORT bound IPv6 and IPv4 (else IPv4 only) */
 	int connections; /* open now, under conn_mu */
 	pthread_mutex_t conn_mu;
 	/* Submissions with the engine (h_workflows.c), under post_mu: srv_stop waits for
@@ -162,6 +164,13 @@ int srv_streams_count(void);
 int srv_wants_stream(const request *r);
 int srv_stream_start(srv *s, const request *r, int is_resource, const char *key, int64_t after,
 		     response *out);
+
+/* ---- shutdown.c ---- */
+/* Logs what the shutdown after signal sig waits for (running steps, until when). */
+void srv_shutdown_announce(baton_engine *e, int sig, int64_t timeout_ms);
+/* Starts the thread that takes the next of sigs (blocked in every thread): it logs that
+ * batond stops now and exits 1 at once, without waiting for running steps. */
+void srv_shutdown_watch(const sigset_t *sigs);
 
 /* ---- metrics.c ---- */
 void srv_metrics_request(const char *route, const char *method, int status, double seconds,

@@ -264,6 +264,12 @@ int srv_stream_start(srv *s, const request *r, int is_resource, const char *key,
 			return reply_problem(out, 400, "Last-Event-ID: must be an event id (seq)");
 		after = v;
 	}
+	if (strcmp(r->method, "HEAD") == 0) {
+		/* The head of the stream without the stream: nothing to suspend for. */
+		out->status = 200;
+		out->content_type = "text/event-stream";
+		return 200;
+	}
 	stream *st = calloc(1, sizeof *st);
 	if (!st)
 		return reply_problem(out, 500, "out of memory");

@@ -2,7 +2,8 @@
 # tests/docker/run.sh - builds docker/Dockerfile and proves the image does what the
 # README says: it serves on its published port, runs a workflow, stops cleanly on
 # SIGTERM (exit 0, running step drained), keeps its workflows on the /data volume across
-# a restart and a brand-new container, runs as non-root, and its HEALTHCHECK works.
+# a restart and a brand-new container, runs as non-root, ships baton, and its
+# HEALTHCHECK (baton health) works.
 #
 #   bash tests/docker/run.sh            (as root where only podman can be set up)
 #
@@ -283,7 +284,7 @@ stop_clean() {
 
 # The log lines of this run of the container end with batond's own shutdown.
 clean_shutdown_logged() {
-	grep -q 'Terminated: shutting down' "$TMP/stoplog" &&
+	grep -q 'SIGTERM: shutting down' "$TMP/stoplog" &&
 		tail -n 1 "$TMP/stoplog" | grep -q 'INFO  stopped$'
 }
 
@@ -344,6 +345,10 @@ check_runtime() {
 	eng container inspect -f '{{json .Config.Healthcheck}}' "$CTR" >"$TMP/hc.json" 2>/dev/null
 	check "the image has a HEALTHCHECK ($(jq -c '.Test[0:2]' "$TMP/hc.json" 2>/dev/null)...)" \
 		jq_true '(.Test | length > 1) and .Test[0] != "NONE"' "$TMP/hc.json"
+	check "the image's HEALTHCHECK is baton health" \
+		jq_true '.Test | tostring | test("baton .*health")' "$TMP/hc.json"
+	check "the image ships baton, with BATON_URL at this batond" \
+		eng exec "$CTR" baton health
 	check "the image's HEALTHCHECK command passes" run_healthcheck "$CTR"
 	check "the HEALTHCHECK command fails when nothing listens (BATON_LISTEN port 1)" \
 		healthcheck_fails_elsewhere

@@ -714,16 +714,16 @@ static void test_wrong_methods_and_oversized_headers(void **state)
 	static const struct {
 		const char *path, *allow;
 	} paths[] = {
-	    {"/workflows", "POST, GET"},
-	    {"/workflows/baseline", "GET"},
-	    {"/workflows/baseline/events", "GET"},
+	    {"/workflows", "POST, GET, HEAD"},
+	    {"/workflows/baseline", "GET, HEAD"},
+	    {"/workflows/baseline/events", "GET, HEAD"},
 	    {"/workflows/baseline/cancel", "POST"},
-	    {"/resources", "GET"},
-	    {"/resources/bad-input", "GET"},
-	    {"/resources/bad-input/events", "GET"},
-	    {"/healthz", "GET"},
-	    {"/readyz", "GET"},
-	    {"/metrics", "GET"},
+	    {"/resources", "GET, HEAD"},
+	    {"/resources/bad-input", "GET, HEAD"},
+	    {"/resources/bad-input/events", "GET, HEAD"},
+	    {"/healthz", "GET, HEAD"},
+	    {"/readyz", "GET, HEAD"},
+	    {"/metrics", "GET, HEAD"},
 	};
 	static const char *const methods[] = {"GET", "POST", "PUT", "DELETE", "PATCH", "OPTIONS"};
 	int cases = 0;

@@ -5,7 +5,10 @@
  * across a batond restart without a duplicate or a gap, the progress bar and the retry
  * countdown on a pseudo-terminal, and against a scripted server the SSE parsing of
  * frames cut at every byte and the resume with Last-Event-ID) and the basic output and
- * exit codes of get, list, cancel and resources, with --server and BATON_URL.
+ * exit codes of get, list, cancel and resources, with --server and BATON_URL; options
+ * before or after the command and --json for every command, one-line usage errors,
+ * tables aligned by display width with non-ASCII worker names, and exit status 4 for a
+ * workflow that completed with failed steps.
  *
  * Each test that needs a server starts its own batond (harness.h). The client binary
  * comes from $BATON_CLIENT; its stdout and stderr are read incrementally through pipes
@@ -339,7 +342,12 @@ static void test_usage_errors_exit_2(void **state)
 		for (size_t k = 0; k < 4 && cases[i][k]; k++)
 			args[2 + k] = cases[i][k];
 		p = client_expect_exit(2, NULL, args);
-		assert_non_null(strstr(p->e.p, "usage: baton"));
+		/* One line that says what is wrong, one hint; not the whole help. */
+		const char *hint = "Try 'baton --help' for more information.\n";
+		const char *nl = strchr(p->e.p, '\n');
+		if (strncmp(p->e.p, "baton: ", 7) != 0 || !nl || strcmp(nl + 1, hint) != 0)
+			fail_msg("stderr of a usage error:\n%s", p->e.p);
+		assert_string_equal(p->o.p, "");
 		client_free(p);
 	}
 	const char *const help[] = {"--help", NULL};
@@ -678,6 +686,189 @@ static void test_get_list_cancel_resources(void **state)
 	client_free(p);
 }
 
+/* ---- options, alignment, exit statuses ---------------------------------------------- */
+
+/* Global options work before and after the command; --json works for every command. */
+static void test_options_before_or_after_command(void **state)
+{
+	hs_server *s = *state;
+	const char *url = client_url_of(s);
+	char dead[64];
+	client_proc *p;
+	snprintf(dead, sizeof dead, "http://127.0.0.1:%d", client_closed_port());
+	json_t *body =
+	    json_pack("{s:s, s:s, s:[s]}", "id", "opt", "resource", "gw", "workers", "worker-A");
+	json_decref(hs_create_workflow(s, body));
+	json_decref(hs_wait_workflow(s, "opt", "completed", WAIT_MS));
+
+	/* --json and --server after the command and after its argument (BATON_URL is dead:
+	 * the --server given after the command is the one used). */
+	const char *const get_after[] = {"get", "opt", "--json", "--server", url, NULL};
+	p = client_expect_exit(0, dead, get_after);
+	json_t *wf = parse_stdout(p);
+	assert_string_equal(hs_str(wf, "id"), "opt");
+	json_decref(wf);
+	client_free(p);
+	const char *const get_eq[] = {"get", "--server=", NULL};
+	client_free(client_expect_exit(2, dead, get_eq)); /* --server= is an empty value */
+	const char *const list_after[] = {"list", "--json", "--status", "completed", NULL};
+	p = client_expect_exit(0, url, list_after);
+	json_t *page = parse_stdout(p);
+	assert_true(page_has(page, "opt"));
+	json_decref(page);
+	client_free(p);
+	const char *const res_after[] = {"resources", "gw", "--json", NULL};
+	p = client_expect_exit(0, url, res_after);
+	json_t *res = parse_stdout(p);
+	assert_string_equal(hs_str(res, "name"), "gw");
+	json_decref(res);
+	client_free(p);
+
+	/* health with --json before or after: the server's JSON, not nothing. */
+	const char *const health[][3] = {{"--json", "health", NULL}, {"health", "--json", NULL}};
+	for (size_t i = 0; i < 2; i++) {
+		p = client_expect_exit(0, url, health[i]);
+		json_t *doc = parse_stdout(p);
+		assert_string_equal(hs_str(doc, "status"), "ok");
+		json_decref(doc);
+		client_free(p);
+	}
+	/* events and cancel too. */
+	const char *const events[] = {"events", "opt", "--json", NULL};
+	p = client_expect_exit(0, url, events);
+	json_t *evs = parse_stdout(p);
+	assert_true(json_array_size(json_object_get(evs, "events")) > 0);
+	json_decref(evs);
+	client_free(p);
+	submit_stuck(s, "opt-stuck");
+	const char *const cancel[] = {"cancel", "opt-stuck", "--json", NULL};
+	p = client_expect_exit(0, url, cancel);
+	json_t *c = parse_stdout(p);
+	assert_string_equal(hs_str(c, "id"), "opt-stuck");
+	json_decref(c);
+	client_free(p);
+	/* "--" ends the options: a worker may be named like one. */
+	const char *const dashes[] = {"submit", "--id", "dash",	  "--resource", "gw",
+				      "--json", "--",	"--json", NULL};
+	p = client_expect_exit(0, url, dashes);
+	wf = parse_stdout(p);
+	assert_int_equal(hs_int(wf, "steps_total"), 1);
+	json_decref(wf);
+	client_free(p);
+	wf = hs_get_workflow(s, "dash");
+	assert_string_equal(hs_str(hs_step_at(wf, 0), "worker"), "--json");
+	json_decref(wf);
+}
+
+/* The column where `word` starts in `line`, in terminal columns (UTF-8 aware for the
+ * names of this test: every non-ASCII character in them is one column, except U+5DE5
+ * and U+4EBA, two each, and U+0301, none). */
+static int column_of(const char *line, const char *word)
+{
+	const char *at = strstr(line, word);
+	int col = 0;
+	assert_non_null(at);
+	for (const unsigned char *p = (const unsigned char *)line; p < (const unsigned char *)at;) {
+		if (p[0] < 0x80) {
+			col++;
+			p++;
+		} else if (p[0] == 0xcc && p[1] == 0x81) {
+			p += 2; /* combining acute accent */
+		} else if (p[0] >= 0xe0) {
+			col += 2; /* the CJK characters of the test, three bytes each */
+			p += 3;
+		} else {
+			col++;
+			p += 2;
+		}
+	}
+	return col;
+}
+
+/* Tables align by display width: non-ASCII worker names (two bytes, three bytes and two
+ * columns, a combining mark) keep the columns of `get` and `watch` straight. */
+static void test_tables_align_by_display_width(void **state)
+{
+	hs_server *s = *state;
+	const char *url = client_url_of(s);
+	static const char *const names[] = {"plain-wk", "\xc3\xa4\xc3\xb6\xc3\xbc-wkrs",
+					    "\xe5\xb7\xa5\xe4\xba\xba\xe5\xb7\xa5\xe4\xba\xba",
+					    "e\xcc\x81tudes-w"};
+	json_t *workers = json_array();
+	for (size_t i = 0; i < 4; i++)
+		json_array_append_new(workers,
+				      json_pack("{s:s, s:i}", "name", names[i], "work_ms", 1));
+	json_decref(hs_create_workflow(
+	    s, json_pack("{s:s, s:s, s:o}", "id", "wide", "resource", "gw", "workers", workers)));
+	json_decref(hs_wait_workflow(s, "wide", "completed", WAIT_MS));
+
+	const char *const get[] = {"--server", url, "get", "wide", NULL};
+	client_proc *p = client_expect_exit(0, NULL, get);
+	int want = column_of(line_with(p->o.p, "WORKER", "STATUS"), "STATUS");
+	for (size_t i = 0; i < 4; i++) {
+		int col = column_of(line_with(p->o.p, names[i], "completed"), "completed");
+		if (col != want)
+			fail_msg("get: the status of %s is at column %d, not %d:\n%s", names[i],
+				 col, want, p->o.p);
+	}
+	client_free(p);
+
+	const char *const watch[] = {"--server", url, "watch", "wide", NULL};
+	p = client_expect_exit(0, NULL, watch);
+	want = column_of(line_with(p->o.p, "step_completed", names[0]), "attempt");
+	for (size_t i = 1; i < 4; i++) {
+		int col = column_of(line_with(p->o.p, "step_completed", names[i]), "attempt");
+		if (col != want)
+			fail_msg("watch: the attempt of %s is at column %d, not %d:\n%s", names[i],
+				 col, want, p->o.p);
+	}
+	client_free(p);
+}
+
+/* A workflow that completes with a failed step under on_failure: continue gives watch
+ * and get exit status 4; a clean one 0 (and a failed workflow 1, for watch). */
+static void test_completed_with_failed_steps_exits_4(void **state)
+{
+	hs_server *s = *state;
+	const char *url = client_url_of(s);
+	json_t *body =
+	    json_pack("{s:s, s:s, s:s, s:[s, {s:s, s:i}, s], s:{s:i}}", "id", "partial", "resource",
+		      "gw", "on_failure", "continue", "workers", "worker-A", "name", "worker-F",
+		      "fail_attempts", 1, "worker-C", "retry", "max_attempts", 1);
+	json_decref(hs_create_workflow(s, body));
+	const char *const watch[] = {"--server", url, "watch", "partial", NULL};
+	client_proc *p = client_expect_exit(4, NULL, watch);
+	line_with(p->o.p, "workflow_completed", "1 failed");
+	client_free(p);
+	json_t *wf = hs_get_workflow(s, "partial");
+	assert_string_equal(hs_str(wf, "status"), "completed");
+	assert_string_equal(hs_str(hs_step_at(wf, 1), "status"), "failed");
+	json_decref(wf);
+
+	const char *const watch_json[] = {"--server", url, "--json", "watch", "partial", NULL};
+	client_free(client_expect_exit(4, NULL, watch_json));
+	const char *const get[] = {"--server", url, "get", "partial", NULL};
+	p = client_expect_exit(4, NULL, get);
+	assert_non_null(strstr(p->o.p, "1 failed"));
+	client_free(p);
+	const char *const get_json[] = {"get", "partial", "--json", "--server", url, NULL};
+	p = client_expect_exit(4, NULL, get_json);
+	json_decref(parse_stdout(p));
+	client_free(p);
+
+	json_decref(hs_create_workflow(
+	    s, json_pack("{s:s, s:s, s:[s]}", "id", "clean", "resource", "gw", "workers", "w")));
+	const char *const watch_clean[] = {"--server", url, "watch", "clean", NULL};
+	client_free(client_expect_exit(0, NULL, watch_clean));
+	const char *const get_clean[] = {"--server", url, "get", "clean", NULL};
+	client_free(client_expect_exit(0, NULL, get_clean));
+	/* --help documents the status. */
+	const char *const help[] = {"--help", NULL};
+	p = client_expect_exit(0, NULL, help);
+	assert_non_null(strstr(p->o.p, "  4  watch and get: the workflow completed, but some"));
+	client_free(p);
+}
+
 static int setup_token(void **state)
 {
 	static const char *const args[] = {"--token", "s3cret-token", NULL};
@@ -737,6 +928,11 @@ int main(void)
 	    cmocka_unit_test_teardown(test_watch_parses_split_frames_and_resumes,
 				      teardown_no_server),
 	    cmocka_unit_test_setup_teardown(test_get_list_cancel_resources, hs_setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_options_before_or_after_command, hs_setup,
+					    teardown),
+	    cmocka_unit_test_setup_teardown(test_tables_align_by_display_width, hs_setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_completed_with_failed_steps_exits_4, hs_setup,
+					    teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

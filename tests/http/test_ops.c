@@ -2,8 +2,10 @@
  * test_ops.c - batond's operations features over HTTP, against the real binary: the
  * Prometheus exposition (checked by a strict parser of the text format 0.0.4, prom.h,
  * and its values as workflows run), the health checks, /readyz while the disk fails,
- * SIGTERM with and without a shutdown timeout, a second SIGTERM that exits at once,
- * a second batond refused on the same database, and JSON logs. Bearer-token access control
+ * SIGTERM with and without a shutdown timeout (and the log lines that say what it waits
+ * for, until when, and that it stopped), a second SIGTERM that exits at once and says so,
+ * a second batond refused on the same database, JSON logs, --listen :PORT on every
+ * interface, and HEAD wherever GET is served. Bearer-token access control
  * is tested in test_auth.c, the event streams in test_streams.c.
  *
  * Each test starts its own batond on a fresh temporary database (harness.h). The one
@@ -27,6 +29,11 @@
 
 #include <sqlite3.h>
 #include <sys/wait.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/time.h>
 
 #include "../harness/faulty.h"
 #include "../harness/harness.h"
@@ -93,6 +100,34 @@ static void assert_logged(const hs_server *s, const char *needle, bool want)
 		return;
 	hs_dump_log(s, 4000);
 	fail_msg("the log %s \"%s\"", want ? "lacks" : "has", needle);
+}
+
+/* The last line of the server's log (a static copy, without its newline). */
+static const char *last_log_line(const hs_server *s)
+{
+	static char line[1024];
+	char *log = hs_log_text(s);
+	size_t n = log ? strlen(log) : 0;
+	while (n > 0 && log[n - 1] == '\n')
+		n--;
+	size_t start = n;
+	while (start > 0 && log[start - 1] != '\n')
+		start--;
+	snprintf(line, sizeof line, "%.*s", (int)(n - start), log ? log + start : "");
+	free(log);
+	return line;
+}
+
+/* Fails unless the log's last line ends with `tail`. */
+static void assert_log_ends_with(const hs_server *s, const char *tail)
+{
+	const char *line = last_log_line(s);
+	size_t n = strlen(line), t = strlen(tail);
+	if (n < t || strcmp(line + n - t, tail) != 0) {
+		hs_dump_log(s, 4000);
+		fail_msg("the log's last line is \"%s\", expected it to end with \"%s\"", line,
+			 tail);
+	}
 }
 
 /* ---- metrics and health --------------------------------------------------------- */
@@ -416,6 +451,11 @@ static void test_sigterm_lets_running_step_finish(void **state)
 		fail_msg("batond kept answering after SIGTERM");
 	assert_logged(s, "stopped", true);
 	assert_logged(s, "steps still running", false);
+	/* What it waited for, and until when; then that it stopped, last. */
+	assert_logged(s, "SIGTERM: shutting down: waiting for 1 running step, up to 30 s (until ",
+		      true);
+	assert_logged(s, "send SIGTERM or SIGINT again to stop at once", true);
+	assert_log_ends_with(s, "INFO  stopped");
 
 	int64_t restarted = hs_now_ms();
 	assert_int_equal(hs_start(s), 0);
@@ -465,6 +505,11 @@ static void test_sigterm_timeout_cuts_running_step(void **state)
 		fail_msg("SIGTERM with --shutdown-timeout 0 took %lld ms", (long long)took);
 	assert_logged(s, "stopped", true);
 	assert_logged(s, "steps still running", true);
+	assert_logged(s,
+		      "SIGTERM: shutting down without waiting (--shutdown-timeout 0): 1 running"
+		      " step will run again after a restart",
+		      true);
+	assert_log_ends_with(s, "INFO  stopped");
 
 	assert_int_equal(hs_start(s), 0);
 	json_t *wf = hs_wait_workflow(s, "cut", "completed", WAIT_MS);
@@ -493,8 +538,9 @@ static void test_sigterm_timeout_cuts_running_step(void **state)
 
 /*
  * A second SIGTERM during the drain exits at once (status 1) instead of waiting for the
- * running step (8 s) to end: nothing is logged as stopped. After a restart the step cut
- * off runs again as attempt 2, with a step_interrupted event for attempt 1.
+ * running step (8 s) to end, and the log says so: "stopping now", then "stopped (exit 1)"
+ * last. After a restart the step cut off runs again as attempt 2, with a
+ * step_interrupted event for attempt 1.
  */
 static void test_second_signal_exits_at_once(void **state)
 {
@@ -511,7 +557,8 @@ static void test_second_signal_exits_at_once(void **state)
 	if (status != 1)
 		fail_msg("a second SIGTERM: exit status %d after %lld ms, expected 1 at once",
 			 status, (long long)took);
-	assert_logged(s, "stopped", false);
+	assert_logged(s, "SIGTERM again: stopping now, without waiting for running steps", true);
+	assert_log_ends_with(s, "WARN  stopped (exit 1)");
 
 	assert_int_equal(hs_start(s), 0);
 	json_t *wf = hs_wait_workflow(s, "twice", "completed", WAIT_MS);
@@ -619,6 +666,140 @@ static void test_second_batond_on_the_same_database_exits(void **state)
 	json_decref(hs_wait_workflow(s, "after", "completed", WAIT_MS));
 }
 
+/* ---- listening and HEAD ------------------------------------------------------------ */
+
+static int setup_any_interface(void **state)
+{
+	/* The later --listen wins over the harness's 127.0.0.1:0. */
+	static const char *const args[] = {"--listen", ":0", NULL};
+	return open_with(state, args);
+}
+
+/*
+ * --listen :PORT listens on every interface: the log says so (the IPv6 wildcard, which
+ * takes IPv4 too, or 0.0.0.0 on a machine without IPv6), warns that there is no token,
+ * and the server answers on 127.0.0.1 (and on ::1 when it bound IPv6).
+ */
+static void test_listen_colon_port_is_every_interface(void **state)
+{
+	hs_server *s = *state;
+	char want6[96], want4[96];
+	snprintf(want6, sizeof want6, "listening on http://[::]:%d (every interface)", hs_port(s));
+	snprintf(want4, sizeof want4, "listening on http://0.0.0.0:%d (every interface)",
+		 hs_port(s));
+	bool v6 = log_has(s, want6);
+	if (!v6 && !log_has(s, want4)) {
+		hs_dump_log(s, 4000);
+		fail_msg("the log says neither \"%s\" nor \"%s\"", want6, want4);
+	}
+	assert_logged(s, "listening on every interface without --token", true);
+	json_decref(hs_get_json(s, "/healthz", 200)); /* through 127.0.0.1 */
+	if (v6) {
+		int fd = socket(AF_INET6, SOCK_STREAM, 0);
+		struct sockaddr_in6 a = {.sin6_family = AF_INET6,
+					 .sin6_port = htons(hs_port(s)),
+					 .sin6_addr = IN6ADDR_LOOPBACK_INIT};
+		assert_true(fd >= 0);
+		assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
+		close(fd);
+	}
+	/* :PORT with no port, or no colon at all, is refused with a message. */
+	char text[4096];
+	const char *const bad[] = {"--listen", "8080", "--db", hs_db_path(s), NULL};
+	int status = hs_run_batond(bad, NULL, NULL, WAIT_MS, text, sizeof text);
+	assert_true(status != -1 && WIFEXITED(status) && WEXITSTATUS(status) == 2);
+	assert_non_null(strstr(text, "--listen wants HOST:PORT or :PORT"));
+}
+
+/* Sends raw request text to the server and returns all it answers until it closes the
+ * connection (a static buffer). */
+static const char *raw_exchange(const hs_server *s, const char *request)
+{
+	static char buf[65536];
+	struct sockaddr_in a = {.sin_family = AF_INET,
+				.sin_port = htons(hs_port(s)),
+				.sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	struct timeval tv = {WAIT_MS / 1000, 0};
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+	assert_true(fd >= 0);
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+	assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
+	assert_int_equal(write(fd, request, strlen(request)), (ssize_t)strlen(request));
+	size_t n = 0;
+	ssize_t got;
+	while (n + 1 < sizeof buf && (got = read(fd, buf + n, sizeof buf - 1 - n)) > 0)
+		n += (size_t)got;
+	buf[n] = 0;
+	close(fd);
+	return buf;
+}
+
+/* The value of header `name` in a raw answer (a static copy; "" when absent). */
+static const char *raw_header(const char *answer, const char *name)
+{
+	static char value[256];
+	char key[64];
+	snprintf(key, sizeof key, "\r\n%s: ", name);
+	const char *p = strstr(answer, key);
+	value[0] = 0;
+	if (p)
+		sscanf(p + strlen(key), "%255[^\r]", value);
+	return value;
+}
+
+/*
+ * HEAD is served wherever GET is: the same status line and Content-Type as GET, the
+ * Content-Length of GET's body, and no body at all; HEAD of a stream is its head, without
+ * the stream. A 405 lists HEAD beside GET in Allow.
+ */
+static void test_head_wherever_get(void **state)
+{
+	hs_server *s = *state;
+	static const int work[] = {10};
+	submit(s, "h1", "helm", work, 1);
+	json_decref(hs_wait_workflow(s, "h1", "completed", WAIT_MS));
+	static const char *const paths[] = {
+	    "/workflows", "/workflows/h1",   "/workflows/h1/events",   "/workflows/nope",
+	    "/resources", "/resources/helm", "/resources/helm/events", "/healthz",
+	    "/readyz",	  "/metrics",	     "/no/such/path",
+	};
+	for (size_t i = 0; i < sizeof paths / sizeof paths[0]; i++) {
+		char req[512], get_status[64], head_status[64], get_type[256];
+		snprintf(req, sizeof req, "GET %s HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n",
+			 paths[i]);
+		const char *get = raw_exchange(s, req);
+		sscanf(get, "%63[^\r]", get_status);
+		snprintf(get_type, sizeof get_type, "%s", raw_header(get, "Content-Type"));
+		const char *body = strstr(get, "\r\n\r\n");
+		assert_non_null(body);
+		snprintf(req, sizeof req,
+			 "HEAD %s HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n", paths[i]);
+		const char *head = raw_exchange(s, req);
+		sscanf(head, "%63[^\r]", head_status);
+		if (strcmp(get_status, head_status) != 0)
+			fail_msg("HEAD %s: \"%s\", GET: \"%s\"", paths[i], head_status, get_status);
+		assert_string_equal(raw_header(head, "Content-Type"), get_type);
+		const char *end = strstr(head, "\r\n\r\n");
+		assert_non_null(end);
+		if (end[4] != 0)
+			fail_msg("HEAD %s sent a body: %s", paths[i], end + 4);
+	}
+	/* The stream's head, without the stream (which would not end: nothing follows). */
+	const char *head =
+	    raw_exchange(s, "HEAD /resources/helm/events HTTP/1.1\r\nHost: t\r\n"
+			    "Accept: text/event-stream\r\nConnection: close\r\n\r\n");
+	assert_non_null(strstr(head, "HTTP/1.1 200 "));
+	assert_string_equal(raw_header(head, "Content-Type"), "text/event-stream");
+	assert_string_equal(strstr(head, "\r\n\r\n"), "\r\n\r\n");
+
+	hs_request req = {.method = "DELETE", .path = "/workflows/h1"};
+	hs_response r;
+	hs_send(s, &req, &r);
+	hs_assert_problem(&r, 405, "method-not-allowed", "DELETE /workflows/h1");
+	hs_assert_allow(&r, "GET, HEAD");
+	hs_response_fini(&r);
+}
+
 int main(void)
 {
 	hs_filters_from_env();
@@ -636,6 +817,9 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_second_batond_on_the_same_database_exits, setup,
 					    hs_teardown),
 	    cmocka_unit_test_setup_teardown(test_log_format_json, setup_json_log, hs_teardown),
+	    cmocka_unit_test_setup_teardown(test_listen_colon_port_is_every_interface,
+					    setup_any_interface, hs_teardown),
+	    cmocka_unit_test_setup_teardown(test_head_wherever_get, setup, hs_teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,12 +1,19 @@
 /*
  * test_readme.c - the curl examples of README.md, run as written against a real batond.
  *
- * Every ```sh block of the README is run with sh, after pointing 127.0.0.1:8080 at the
- * test server's port. curl gets --fail-with-body, so an example that answers 4xx/5xx
- * fails the test, except in blocks that start with "# expect: NNN", whose output must
- * be a problem with that status. Afterwards the test checks what the README promises:
- * pay-1 completed its five steps in order without overlap, pay-2 retried worker-C once,
- * the contended resource showed a holder and a waiter, and the waiter was cancelled.
+ * Every ```sh block of the README is run with sh (under `timeout`, and killing what it
+ * left running in the background), after pointing 127.0.0.1:8080 at the test server's
+ * port, the ports 8081 and 9000 of the examples that start their own batond and web
+ * server at free ports, and ./server/batond and ./client/baton at $BATOND and
+ * $BATON_CLIENT. curl gets --fail-with-body, so an example that answers 4xx/5xx fails
+ * the test, except in blocks that start with "# expect: NNN", whose output must be a
+ * problem with that status. The output of the examples that say what they show is
+ * checked: the event stream ends with the workflow's final event, HEAD answers headers,
+ * the HTTP-call workflow fails on its 404 and `baton watch` says so with exit 1, the
+ * workflow of the kill example completes with worker-C run twice. Afterwards the test
+ * checks what the README promises: pay-1 completed its five steps in order without
+ * overlap, pay-2 retried worker-C once, the contended resource showed a holder and a
+ * waiter, and the waiter was cancelled.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -17,11 +24,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include "../harness/harness.h"
 
-#define WAIT_MS 30000
+#define WAIT_MS		30000
+#define BLOCK_TIMEOUT_S 120 /* one README block, run by sh */
 
 static char *read_file(const char *path)
 {
@@ -38,18 +49,68 @@ static char *read_file(const char *path)
 	return buf;
 }
 
-/* Replaces every "127.0.0.1:8080" with the test server's address. */
-static char *retarget(const char *block, int port)
+/* A port of 127.0.0.1 that nothing listens on right now. */
+static int free_port(void)
 {
-	static const char from[] = "127.0.0.1:8080";
-	char to[32];
+	struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	socklen_t len = sizeof a;
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+	assert_true(fd >= 0);
+	assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
+	assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &len), 0);
+	close(fd);
+	return ntohs(a.sin_port);
+}
+
+/* What the README's addresses and paths become in the test. */
+typedef struct target {
+	char from[6][32];
+	char to[6][4096];
+	int n;
+} target;
+
+static void target_add(target *t, const char *from, const char *to)
+{
+	snprintf(t->from[t->n], sizeof t->from[t->n], "%s", from);
+	snprintf(t->to[t->n], sizeof t->to[t->n], "%s", to);
+	t->n++;
+}
+
+static void target_init(target *t, int port)
+{
+	char to[64];
+	const char *batond = getenv("BATOND"), *client = getenv("BATON_CLIENT");
+	if (!batond || !client)
+		fail_msg("set BATOND and BATON_CLIENT to the absolute paths of batond and baton");
+	t->n = 0;
 	snprintf(to, sizeof to, "127.0.0.1:%d", port);
-	size_t cap = strlen(block) * 2 + 64, n = 0;
+	target_add(t, "127.0.0.1:8080", to);
+	snprintf(to, sizeof to, "127.0.0.1:%d", free_port());
+	target_add(t, "127.0.0.1:8081", to);
+	int web = free_port();
+	snprintf(to, sizeof to, "127.0.0.1:%d", web);
+	target_add(t, "127.0.0.1:9000", to);
+	snprintf(to, sizeof to, "http.server %d", web);
+	target_add(t, "http.server 9000", to);
+	target_add(t, "./server/batond", batond);
+	target_add(t, "./client/baton", client);
+}
+
+/* The block with every address and path of t replaced. */
+static char *retarget(const char *block, const target *t)
+{
+	size_t cap = strlen(block) * 2 + 8192, n = 0;
 	char *out = malloc(cap);
 	for (const char *p = block; *p;) {
-		if (strncmp(p, from, sizeof from - 1) == 0) {
-			n += (size_t)snprintf(out + n, cap - n, "%s", to);
-			p += sizeof from - 1;
+		int hit = -1;
+		for (int i = 0; i < t->n && hit < 0; i++)
+			if (strncmp(p, t->from[i], strlen(t->from[i])) == 0)
+				hit = i;
+		if (n + 4200 > cap)
+			out = realloc(out, cap *= 2);
+		if (hit >= 0) {
+			n += (size_t)snprintf(out + n, cap - n, "%s", t->to[hit]);
+			p += strlen(t->from[hit]);
 		} else {
 			out[n++] = *p++;
 		}
@@ -58,7 +119,8 @@ static char *retarget(const char *block, int port)
 	return out;
 }
 
-/* Runs a shell script; returns its exit status and its stdout (caller frees). */
+/* Runs a shell script (TMPDIR a directory of its own, removed when it ends); returns its
+ * exit status and its stdout (caller frees). */
 static int run_sh(const char *script, char **output)
 {
 	char path[] = "/tmp/baton-readme-XXXXXX";
@@ -67,8 +129,12 @@ static int run_sh(const char *script, char **output)
 	FILE *f = fdopen(fd, "w");
 	fputs(script, f);
 	fclose(f);
-	char cmd[128];
-	snprintf(cmd, sizeof cmd, "sh %s 2>&1", path);
+	/* The examples' mktemp -d directories go into one of the test's, removed after. */
+	char tmp[] = "/tmp/baton-readme-tmp-XXXXXX", cmd[256];
+	assert_non_null(mkdtemp(tmp));
+	snprintf(cmd, sizeof cmd,
+		 "TMPDIR=%s timeout -k 5 %d sh %s 2>&1; rc=$?; rm -rf %s; exit $rc", tmp,
+		 BLOCK_TIMEOUT_S, path, tmp);
 	FILE *p = popen(cmd, "r");
 	assert_non_null(p);
 	size_t cap = 4096, n = 0;
@@ -86,26 +152,68 @@ static int run_sh(const char *script, char **output)
 	return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
 }
 
+/* Fails unless the output of a block holds `want`. */
+static void expect_output(const char *block, const char *out, const char *want)
+{
+	if (!strstr(out, want))
+		fail_msg("README block:\n%s\nshould print \"%s\"; it printed:\n%s", block, want,
+			 out);
+}
+
+/* What the blocks that show something must print. */
+static void check_output(const char *block, const char *out)
+{
+	if (strstr(block, "\"kill-me\"")) {
+		expect_output(block, out, "status    completed, 4/4 steps completed");
+		/* The step table of `baton get`: "  2  worker-C  completed  2  ..." */
+		const char *c = strstr(out, "  2  worker-C  ");
+		char status[16] = "";
+		int attempts = 0;
+		if (!c || sscanf(c, " 2 worker-C %15s %d", status, &attempts) != 2 ||
+		    strcmp(status, "completed") != 0 || attempts != 2)
+			fail_msg(
+			    "kill example: worker-C did not complete on its second attempt:\n%s",
+			    out);
+	}
+	if (strstr(block, "--allow-call")) {
+		expect_output(block, out, "HTTP 404");
+		expect_output(block, out, "workflow_failed");
+		expect_output(block, out, "watch exited with 1");
+	}
+	if (strstr(block, "follow=true"))
+		expect_output(block, out, "event: workflow_completed\n");
+	if (strstr(block, "curl -sI")) {
+		expect_output(block, out, "HTTP/1.1 200 OK");
+		expect_output(block, out, "Content-Type: application/json");
+	}
+}
+
 static int run_blocks(hs_server *s, const char *readme)
 {
 	int blocks = 0;
+	target t;
+	target_init(&t, hs_port(s));
 	const char *p = readme;
 	while ((p = strstr(p, "\n```sh\n"))) {
 		p += strlen("\n```sh\n");
 		const char *end = strstr(p, "\n```");
 		assert_non_null(end);
 		char *block = strndup(p, (size_t)(end - p));
-		char *cmds = retarget(block, hs_port(s));
+		char *cmds = retarget(block, &t);
 		int expect = 0;
 		sscanf(cmds, "# expect: %d", &expect);
-		size_t len = strlen(cmds) + 256;
+		size_t len = strlen(cmds) + 512;
 		char *script = malloc(len);
-		snprintf(script, len, "set -e\n%s%s\n",
+		/* What a block starts in the background is stopped when it ends, even early. */
+		snprintf(script, len,
+			 "set -e\ncleanup() { kill $(jobs -p) 2>/dev/null || true; }\n"
+			 "trap cleanup EXIT\ntrap 'exit 1' INT TERM\n%s%s\n",
 			 expect ? "" : "curl() { command curl --fail-with-body \"$@\"; }\n", cmds);
 		char *out;
 		int rc = run_sh(script, &out);
 		if (rc != 0)
 			fail_msg("README block failed (exit %d):\n%s\noutput:\n%s", rc, block, out);
+		check_output(block, out);
 		if (expect) {
 			char want[32];
 			snprintf(want, sizeof want, "\"status\":%d", expect);

@@ -360,12 +360,18 @@ static void test_method_not_allowed(void **state)
 	static const struct {
 		const char *method, *path, *allow;
 	} cases[] = {
-	    {"DELETE", "/workflows", "GET, POST"},   {"PUT", "/workflows", "GET, POST"},
-	    {"PATCH", "/workflows", "GET, POST"},    {"DELETE", "/workflows/m1", "GET"},
-	    {"POST", "/workflows/m1", "GET"},	     {"PUT", "/workflows/m1", "GET"},
-	    {"GET", "/workflows/m1/cancel", "POST"}, {"DELETE", "/workflows/m1/cancel", "POST"},
-	    {"POST", "/workflows/m1/events", "GET"}, {"POST", "/resources", "GET"},
-	    {"DELETE", "/resources/mna", "GET"},     {"POST", "/healthz", "GET"},
+	    {"DELETE", "/workflows", "GET, HEAD, POST"},
+	    {"PUT", "/workflows", "GET, HEAD, POST"},
+	    {"PATCH", "/workflows", "GET, HEAD, POST"},
+	    {"DELETE", "/workflows/m1", "GET, HEAD"},
+	    {"POST", "/workflows/m1", "GET, HEAD"},
+	    {"PUT", "/workflows/m1", "GET, HEAD"},
+	    {"GET", "/workflows/m1/cancel", "POST"},
+	    {"DELETE", "/workflows/m1/cancel", "POST"},
+	    {"POST", "/workflows/m1/events", "GET, HEAD"},
+	    {"POST", "/resources", "GET, HEAD"},
+	    {"DELETE", "/resources/mna", "GET, HEAD"},
+	    {"POST", "/healthz", "GET, HEAD"},
 	};
 	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
 		bool post = strcmp(cases[i].method, "POST") == 0;
