@@ -334,10 +334,11 @@ void eng_flush(baton_engine *e)
 	struct timespec t0, t1;
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 	int rc = eng_write_batch(e, &why, &err);
-	if (rc && why.permanent && why.culprit &&
+	if (rc && why.permanent && why.culprit && !e->write_unknown &&
 	    fail_unwritable(e, (wf_row *)why.culprit, err.msg))
 		rc = eng_write_batch(e, &why, &err);
 	clock_gettime(CLOCK_MONOTONIC, &t1);
+	e->write_unknown = rc && (why.unknown || e->write_unknown);
 	if (rc == BATON_OK) {
 		if (e->faulty) {
 			log_at(&e->log, BATON_LOG_WARN, NULL, "storage recovered; resuming");
@@ -352,16 +353,16 @@ void eng_flush(baton_engine *e)
 		log_at(&e->log, BATON_LOG_ERROR, NULL, "commit failed (%s): %s; retrying",
 		       baton_code_name(rc), err.msg);
 	set_faulty(e, 1);
-	/* Callers waiting on this round learn at once, unless the round may have committed:
-	 * then they learn when it is written again. New submissions are taken back; other
+	/* Callers waiting on this round learn at once, unless a round since the last success
+	 * may have committed: then they learn when it is written again. New submissions are taken back; other
 	 * changes (a cancel, step outcomes) stay in memory and commit when storage recovers. */
-	for (size_t i = 0; !why.unknown && i < e->replies.n; i++) {
+	for (size_t i = 0; !e->write_unknown && i < e->replies.n; i++) {
 		reply *r = &e->replies.v[i];
 		if (r->created)
 			drop_unacknowledged(e, r->w->id);
 		eng_waiter_done(r->w, BATON_EBUSY, 0, "storage is failing; try again later");
 	}
-	if (!why.unknown)
+	if (!e->write_unknown)
 		e->replies.n = 0;
 	e->fault_backoff_ms = e->fault_backoff_ms ? e->fault_backoff_ms * 2 : 50;
 	if (e->fault_backoff_ms > 2000)

@@ -121,6 +121,9 @@ struct baton_engine {
 	int64_t event_seq, event_seq_end; /* likewise for event seqs */
 	int64_t lock_seq;
 	unsigned write_gen; /* writes tried so far (batch.c) */
+	/* A write's outcome was unknown and no write has succeeded since: until one does,
+	 * what that write held may be in the database, so nothing of it is taken back. */
+	int write_unknown;
 	int64_t now;	    /* the current round's time (ms since the epoch) */
 	VEC(wf_row *) dirty_wfs;
 	VEC(res_lock *) dirty_locks;

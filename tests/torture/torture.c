@@ -409,12 +409,24 @@ static int kill_loop(run *r)
 		}
 		atomic_store(&r->port, hs_port(r->srv));
 		r->up_at[k - 1] = mono_ms() - r->t0;
+		/* On PostgreSQL, every fourth round also restarts the database under the running
+		 * batond, which must reconnect and go on without losing or repeating work. */
+		if (hs_store_is_pg() && k % 4 == 0) {
+			sleep_ms(rnd(&rng, 50, 400));
+			if (hs_pg_restart() != 0) {
+				fprintf(stderr,
+					"torture: PostgreSQL did not restart after kill %d\n", k);
+				return -1;
+			}
+			r->db_restarts++;
+		}
 		if (k % 10 == 0 || k == r->kills) {
 			pthread_mutex_lock(&r->mu);
 			size_t n = r->n;
 			pthread_mutex_unlock(&r->mu);
-			printf("torture: %d/%d kills, %.1f s, %zu workflows submitted\n", k,
-			       r->kills, (double)(mono_ms() - t0) / 1000.0, n);
+			printf("torture: %d/%d kills, %d database restarts, %.1f s, %zu workflows"
+			       " submitted\n",
+			       k, r->kills, r->db_restarts, (double)(mono_ms() - t0) / 1000.0, n);
 			fflush(stdout);
 		}
 	}
@@ -648,8 +660,9 @@ static void audit(run *r, check *checks)
 	if (st != 0)
 		violation(restarts, "batond exited with %d after SIGTERM, expected 0", st);
 	check_database(r, &checks[4], last_token, grants);
-	snprintf(restarts->note, sizeof restarts->note, "%d kills, %d restarts failed",
-		 r->kills_done, r->restarts_failed);
+	snprintf(restarts->note, sizeof restarts->note,
+		 "%d kills, %d database restarts, %d restarts failed", r->kills_done,
+		 r->db_restarts, r->restarts_failed);
 }
 
 static void teardown(run *r, const char *tmpdir, check *restarts, int failing)
