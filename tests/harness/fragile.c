@@ -70,12 +70,20 @@ static void action_free(fragile_action *a)
 {
 	free((char *)a->retry_after);
 	free((char *)a->location);
+	free((char *)a->body);
+	free((char *)a->content_type);
 }
 
 static fragile_action action_copy(fragile_action a)
 {
 	a.retry_after = dup_or_null(a.retry_after);
 	a.location = dup_or_null(a.location);
+	a.content_type = dup_or_null(a.content_type);
+	if (a.body) {
+		char *b = malloc(a.body_len + 1);
+		memcpy(b, a.body, a.body_len);
+		a.body = b;
+	}
 	return a;
 }
 
@@ -284,19 +292,27 @@ static char *answer_body(const fragile_record *rec, const char *what)
 	return text;
 }
 
-/* Queues the answer; f->mu is held and is released here. */
+/* Queues the answer (a's body when it has one, else the report); f->mu is held and is
+ * released here. */
 static enum MHD_Result respond(fragile *f, struct MHD_Connection *c, request *r,
-			       fragile_outcome outcome, int status, const char *retry_after,
-			       const char *location)
+			       fragile_outcome outcome, int status, const fragile_action *a)
 {
-	char *text = answer_body(r->rec, fragile_outcome_name(outcome));
-	struct MHD_Response *resp =
-	    MHD_create_response_from_buffer(strlen(text), text, MHD_RESPMEM_MUST_FREE);
-	MHD_add_response_header(resp, "Content-Type", "application/json");
-	if (retry_after)
-		MHD_add_response_header(resp, "Retry-After", retry_after);
-	if (location)
-		MHD_add_response_header(resp, "Location", location);
+	struct MHD_Response *resp;
+	if (a && a->body) {
+		char *copy = malloc(a->body_len + 1);
+		memcpy(copy, a->body, a->body_len);
+		resp = MHD_create_response_from_buffer(a->body_len, copy, MHD_RESPMEM_MUST_FREE);
+		if (a->content_type)
+			MHD_add_response_header(resp, "Content-Type", a->content_type);
+	} else {
+		char *text = answer_body(r->rec, fragile_outcome_name(outcome));
+		resp = MHD_create_response_from_buffer(strlen(text), text, MHD_RESPMEM_MUST_FREE);
+		MHD_add_response_header(resp, "Content-Type", "application/json");
+	}
+	if (a && a->retry_after)
+		MHD_add_response_header(resp, "Retry-After", a->retry_after);
+	if (a && a->location)
+		MHD_add_response_header(resp, "Location", a->location);
 	/* Out of flight before the answer can leave: the next holder calls only after it. */
 	finish(f, r, outcome, status);
 	pthread_mutex_unlock(&f->mu);
@@ -321,15 +337,15 @@ static enum MHD_Result final_call(fragile *f, struct MHD_Connection *c, request 
 	rec->body_len = r->len;
 	r->body = NULL;
 	if (r->overlap)
-		return respond(f, c, r, FRAGILE_OVERLAP, 500, NULL, NULL);
+		return respond(f, c, r, FRAGILE_OVERLAP, 500, NULL);
 	if (r->too_big)
-		return respond(f, c, r, FRAGILE_BAD, 413, NULL, NULL);
+		return respond(f, c, r, FRAGILE_BAD, 413, NULL);
 	if (rec->token < 0 || !rec->idempotency_key || !*rec->idempotency_key)
-		return respond(f, c, r, FRAGILE_BAD, 400, NULL, NULL);
+		return respond(f, c, r, FRAGILE_BAD, 400, NULL);
 	if (r->stale)
-		return respond(f, c, r, FRAGILE_STALE, 409, NULL, NULL);
+		return respond(f, c, r, FRAGILE_STALE, 409, NULL);
 	if (is_applied(f, rec->idempotency_key))
-		return respond(f, c, r, FRAGILE_DUPLICATE, 200, NULL, NULL);
+		return respond(f, c, r, FRAGILE_DUPLICATE, 200, NULL);
 	fragile_action a = next_action(f);
 	if (a.drop) {
 		apply(f, r);
@@ -342,7 +358,7 @@ static enum MHD_Result final_call(fragile *f, struct MHD_Connection *c, request 
 		return hang_up(f, r, FRAGILE_CLIENT_GONE);
 	if (a.status >= 200 && a.status < 300)
 		apply(f, r);
-	return respond(f, c, r, FRAGILE_ANSWERED, a.status, a.retry_after, a.location);
+	return respond(f, c, r, FRAGILE_ANSWERED, a.status, &a);
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,

@@ -13,7 +13,8 @@
  *    duplicate, answered 200 at once without applying anything again.
  * A request that passes those checks takes the next scripted action, if any (the script
  * is a FIFO queue), else the default action (200 at once unless fragile_set_default).
- * An action answers `status` (with Retry-After and Location when given) after `delay_ms`,
+ * An action answers `status` (with Retry-After and Location when given, and its own body
+ * and Content-Type when given) after `delay_ms`,
  * or drops the answer: the operation is applied and the connection is then held for
  * `delay_ms` and closed without an answer (a lost answer). A request is in flight from
  * the arrival of its headers until its answer is queued, or until its connection is
@@ -49,6 +50,12 @@ typedef struct fragile_action {
 	const char *location;	 /* Location value, or NULL */
 	int delay_ms;		 /* wait before answering (drop: how long to hold) */
 	bool drop;		 /* apply, hold delay_ms, close without answering */
+	/* The answer's body and Content-Type: when body is NULL, the resource's own JSON
+	 * report (application/json); else these body_len bytes (any bytes, NULs included)
+	 * with content_type, or no Content-Type header when it is NULL. */
+	const char *body;
+	size_t body_len;
+	const char *content_type;
 } fragile_action;
 
 /* One request as the resource saw it. Strings are NULL when the header was absent. */
