@@ -366,6 +366,43 @@ static void test_binary_answer_survives_kill_mid_workflow(void **state)
 	calls_assert_sound(ctx->res);
 }
 
+/*
+ * An error message quotes the URL up to 160 bytes; a URL of two-byte characters cut
+ * there in the middle of one must not make the error, the events or the workflow
+ * unreadable: the incomplete character is dropped.
+ */
+static void test_error_cut_inside_character(void **state)
+{
+	calls_ctx *ctx = *state;
+	char url[512];
+	size_t n = (size_t)snprintf(url, sizeof url, "%s/", ctx->url);
+	if ((160 - n) % 2 == 0) /* make byte 160 of the URL the second of a character */
+		url[n++] = 'x';
+	while (n < 300) {
+		memcpy(url + n, "\xc3\xa9", 2);
+		n += 2;
+	}
+	url[n] = 0;
+	fragile_push(ctx->res, (fragile_action){.status = 404});
+	json_t *body = calls_workflow("cut-error", ctx->url, 1, NULL);
+	json_object_set_new(json_object_get(body, "call"), "url", json_string(url));
+	calls_create(ctx->s, body);
+	json_t *wf = hs_wait_workflow(ctx->s, "cut-error", "failed", WAIT_MS);
+	const char *error = hs_str(hs_step_at(wf, 0), "error");
+	if (strncmp(error, "HTTP 404 from ", 14) != 0 || strlen(error) != 14 + 159)
+		fail_msg("the step's error is \"%s\"", error);
+	json_decref(wf);
+	json_t *events = hs_get_events(ctx->s, "cut-error");
+	const json_t *failed = hs_event_find(events, "step_failed", 0, 1);
+	assert_non_null(failed);
+	assert_string_equal(hs_str(failed, "error"), error);
+	json_decref(events);
+	hs_kill(ctx->s);
+	assert_int_equal(hs_start(ctx->s), 0);
+	json_decref(hs_get_events(ctx->s, "cut-error"));
+	json_decref(hs_wait_workflow(ctx->s, "cut-error", "failed", WAIT_MS));
+}
+
 int main(void)
 {
 	hs_filters_from_env();
@@ -374,6 +411,8 @@ int main(void)
 					    calls_teardown),
 	    cmocka_unit_test_setup_teardown(test_binary_answer_survives_kill_mid_workflow,
 					    calls_setup, calls_teardown),
+	    cmocka_unit_test_setup_teardown(test_error_cut_inside_character, calls_setup,
+					    calls_teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
