@@ -140,8 +140,11 @@ build/fuzz/fuzz_request: tests/fuzz/fuzz_request.c $(FUZZ_LIB_SRC) | $(DEPS_STAM
 build/fuzz/fuzz_route: tests/fuzz/fuzz_route.c $(FUZZ_SRV_SRC) $(FUZZ_LIB_SRC) | $(DEPS_STAMP)
 	@mkdir -p $(@D)
 	$(FUZZ_CC) -std=c11 -D_GNU_SOURCE $(FUZZ_FLAGS) -Ilib -Iserver $(PKG_CFLAGS) $^ -o $@ $(LIBS_ALL)
-fuzz: build/fuzz/fuzz_request build/fuzz/fuzz_route
-	@sh scripts/fuzz.sh $(FUZZ_SECONDS) request route
+build/fuzz/fuzz_answer: tests/fuzz/fuzz_answer.c $(FUZZ_LIB_SRC) | $(DEPS_STAMP)
+	@mkdir -p $(@D)
+	$(FUZZ_CC) -std=c11 -D_GNU_SOURCE $(FUZZ_FLAGS) -Ilib $(PKG_CFLAGS) $^ -o $@ $(LIBS_ALL)
+fuzz: build/fuzz/fuzz_request build/fuzz/fuzz_route build/fuzz/fuzz_answer
+	@sh scripts/fuzz.sh $(FUZZ_SECONDS) request route answer
 
 FORMAT_SRC = $(wildcard lib/*.[ch] server/*.[ch] client/*.[ch] tests/*/*.[ch] bench/*.[ch])
 format:
