@@ -85,6 +85,14 @@ $(BUILD)/tests/http/%: $(BUILD)/obj/tests/http/%.o $(call obj,$(HARNESS_SRC)) $(
 	@mkdir -p $(@D)
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(LIBS_ALL) $(CMOCKA_LIBS)
 
+# A libcurl.so.4 that refuses an option baton needs, as too old a libcurl does: batond
+# must refuse --allow-call with it (test_call_policy finds it beside its own directory).
+OLDCURL := $(BUILD)/tests/oldcurl/libcurl.so.4
+$(OLDCURL): tests/http/oldcurl.c | $(DEPS_STAMP)
+	@mkdir -p $(@D)
+	$(CC) -std=c11 $(WARN) -g -fPIC -shared -Wl,-soname,libcurl.so.4 $(PKG_CFLAGS) $< -o $@
+$(BUILD)/tests/http/test_call_policy: | $(OLDCURL)
+
 # Crash torture: many workflows while batond is SIGKILLed and restarted at random moments.
 TORTURE_SRC   := $(wildcard tests/torture/*.c)
 TORTURE_BIN   := $(BUILD)/tests/torture/torture

@@ -331,6 +331,45 @@ static void test_allow_call_needs_libcurl(void **state)
 }
 
 /*
+ * batond checks, at start, that libcurl takes every option baton relies on. With a
+ * libcurl.so.4 that refuses CURLOPT_PROTOCOLS_STR as libcurl before 7.85.0 does (built
+ * from tests/http/oldcurl.c into build/.../tests/oldcurl/ by the Makefile), a batond with
+ * --allow-call exits 1 at start, says which option and which version, and never listens.
+ */
+static void test_allow_call_refuses_old_libcurl(void **state)
+{
+	(void)state;
+	char exe[4096], dir[4096 + 16], db[64] = "/tmp/baton-oldcurl-XXXXXX";
+	ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+	assert_true(n > 0);
+	exe[n] = 0;
+	*strrchr(exe, '/') = 0; /* .../tests/http */
+	*strrchr(exe, '/') = 0; /* .../tests */
+	snprintf(dir, sizeof dir, "%s/oldcurl", exe);
+	char lib[sizeof dir + 16];
+	snprintf(lib, sizeof lib, "%s/libcurl.so.4", dir);
+	if (access(lib, R_OK) != 0)
+		fail_msg("%s is missing: build it with make", lib);
+	assert_non_null(mkdtemp(db));
+	char path[96];
+	snprintf(path, sizeof path, "%s/baton.db", db);
+	const char *const args[] = {"--listen",	    "127.0.0.1:0",	   "--db", path,
+				    "--allow-call", "http://127.0.0.1:9/", NULL};
+	char text[8192];
+	int status = hs_run_batond(args, "LD_LIBRARY_PATH", dir, WAIT_MS, text, sizeof text);
+	bool left_db = access(path, F_OK) == 0;
+	unlink(path);
+	rmdir(db);
+	if (status == -1 || !WIFEXITED(status) || WEXITSTATUS(status) != 1)
+		fail_msg("batond with too old a libcurl: wait status %d, expected exit 1; log:\n%s",
+			 status, text);
+	if (!strstr(text, "libcurl/7.84.0 is too old") || !strstr(text, "CURLOPT_PROTOCOLS_STR") ||
+	    strstr(text, "listening on"))
+		fail_msg("batond's log does not say that libcurl is too old:\n%s", text);
+	assert_false(left_db);
+}
+
+/*
  * A prefix must name at least a host: "http://" alone (which would allow every http URL),
  * an empty host, user info, a bad port or a query in the authority are refused at start,
  * by flag and by BATON_ALLOW_CALL, with exit 2 and a message that names the prefix.
@@ -385,6 +424,7 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_redirect_not_followed, calls_setup,
 					    calls_teardown),
 	    cmocka_unit_test(test_allow_call_needs_libcurl),
+	    cmocka_unit_test(test_allow_call_refuses_old_libcurl),
 	    cmocka_unit_test(test_allow_call_prefix_needs_host),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
