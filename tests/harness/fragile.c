@@ -42,6 +42,7 @@ struct fragile {
 	char **keys; /* applied Idempotency-Keys, distinct */
 	size_t n_keys, cap_keys;
 	fragile_stats st;
+	size_t gates_taken, gates_opened; /* gated requests so far, gates opened so far */
 };
 
 /* Per-request state, from the first callback to MHD_OPTION_NOTIFY_COMPLETED. */
@@ -252,16 +253,17 @@ static bool client_gone(struct MHD_Connection *c)
 }
 
 /*
- * Waits up to `ms` (f->mu held) unless the server stops or the client goes away.
- * Returns true when the client went away.
+ * Waits up to `ms`, or when `gate` is not NULL until gate number *gate is opened (f->mu
+ * held), unless the server stops or the client goes away. Returns true when the client
+ * went away.
  */
-static bool hold(fragile *f, struct MHD_Connection *c, int ms)
+static bool hold(fragile *f, struct MHD_Connection *c, int ms, const size_t *gate)
 {
 	int64_t deadline = mono_ms() + ms;
 	bool gone = false;
 	f->st.held++;
 	pthread_cond_broadcast(&f->cv);
-	while (!f->stopping && !gone && mono_ms() < deadline) {
+	while (!f->stopping && !gone && (gate ? f->gates_opened <= *gate : mono_ms() < deadline)) {
 		struct timespec ts;
 		clock_gettime(CLOCK_MONOTONIC, &ts);
 		ts.tv_nsec += POLL_STEP_MS * 1000000L;
@@ -349,10 +351,13 @@ static enum MHD_Result final_call(fragile *f, struct MHD_Connection *c, request 
 	fragile_action a = next_action(f);
 	if (a.drop) {
 		apply(f, r);
-		hold(f, c, a.delay_ms);
+		hold(f, c, a.delay_ms, NULL);
 		return hang_up(f, r, FRAGILE_DROPPED);
 	}
-	if (a.delay_ms > 0 && hold(f, c, a.delay_ms))
+	size_t gate = a.gated ? f->gates_taken++ : 0;
+	if (a.gated && hold(f, c, 0, &gate))
+		return hang_up(f, r, FRAGILE_CLIENT_GONE);
+	if (a.delay_ms > 0 && hold(f, c, a.delay_ms, NULL))
 		return hang_up(f, r, FRAGILE_CLIENT_GONE);
 	if (f->stopping)
 		return hang_up(f, r, FRAGILE_CLIENT_GONE);
@@ -496,6 +501,14 @@ void fragile_set_default(fragile *f, fragile_action a)
 }
 
 /* ---- what the tests read ----------------------------------------------------------- */
+
+void fragile_open_gate(fragile *f)
+{
+	pthread_mutex_lock(&f->mu);
+	f->gates_opened++;
+	pthread_cond_broadcast(&f->cv);
+	pthread_mutex_unlock(&f->mu);
+}
 
 void fragile_get_stats(fragile *f, fragile_stats *out)
 {

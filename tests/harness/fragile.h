@@ -56,6 +56,10 @@ typedef struct fragile_action {
 	const char *body;
 	size_t body_len;
 	const char *content_type;
+	/* Hold the request (in flight, counted as held) until the test opens its gate with
+	 * fragile_open_gate, before delay_ms: a step that cannot end before the test saw what
+	 * it wanted to see, whatever the machine's speed. */
+	bool gated;
 } fragile_action;
 
 /* One request as the resource saw it. Strings are NULL when the header was absent. */
@@ -100,6 +104,9 @@ void fragile_push(fragile *f, fragile_action a);
 
 /* The action of requests once the script is empty (strings copied). */
 void fragile_set_default(fragile *f, fragile_action a);
+
+/* Opens one gate: the oldest gated request still held (or the next to come) goes on. */
+void fragile_open_gate(fragile *f);
 
 void fragile_get_stats(fragile *f, fragile_stats *out);
 
