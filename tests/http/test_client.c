@@ -310,10 +310,11 @@ static void test_unreachable_exits_3(void **state)
 				       {"resources", NULL, NULL}};
 	for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
 		const char *const flag[] = {"--server", url, cmds[i][0], cmds[i][1], NULL};
-		int64_t t0 = hs_mono_ms();
 		p = client_expect_exit(3, NULL, flag);
 		assert_non_null(strstr(p->e.p, "unreachable"));
-		assert_true(hs_mono_ms() - t0 < WAIT_MS / 2); /* at once, not after retries */
+		/* at once, not after retries: it says so when it retries */
+		if (strstr(p->e.p, "reconnecting"))
+			fail_msg("%s retried an unreachable server:\n%s", cmds[i][0], p->e.p);
 		client_free(p);
 		const char *const env[] = {cmds[i][0], cmds[i][1], NULL};
 		p = client_expect_exit(3, url, env);

@@ -361,7 +361,8 @@ typedef struct stopper {
 static void *stop_main(void *arg)
 {
 	stopper *t = arg;
-	t->status = hs_stop(t->s);
+	/* hs_stop's deadline is for a prompt exit; this one drains an 8 s step first */
+	t->status = hs_signal(t->s, SIGTERM) ? -1 : hs_wait_exit(t->s, 8000 + WAIT_MS);
 	t->wall = hs_now_ms();
 	return NULL;
 }
@@ -389,15 +390,16 @@ static bool shutting_down(void *arg)
 }
 
 /*
- * SIGTERM while step 1 of 3 (1.5 s) runs: the listener closes at once while the step
- * goes on, the step finishes and is checkpointed, step 2 does not start, batond logs
- * "stopped" and exits 0. After a restart the workflow completes with one attempt per
- * step: nothing finished ran again, nothing was interrupted.
+ * SIGTERM while step 1 of 3 (8 s, far longer than the listener takes to close, even
+ * under valgrind) runs: the listener closes while the step goes on, the step finishes and is
+ * checkpointed, step 2 does not start, batond logs "stopped" and exits 0. After a restart the
+ * workflow completes with one attempt per step: nothing finished ran again, nothing was
+ * interrupted.
  */
 static void test_sigterm_lets_running_step_finish(void **state)
 {
 	hs_server *s = *state;
-	static const int work[] = {100, 1500, 100};
+	static const int work[] = {100, 8000, 100};
 	submit(s, "drain", "kiln", work, 3);
 	json_decref(hs_wait_step(s, "drain", 1, "running", WAIT_MS));
 
@@ -405,8 +407,8 @@ static void test_sigterm_lets_running_step_finish(void **state)
 	pthread_t th;
 	assert_int_equal(pthread_create(&th, NULL, stop_main, &t), 0);
 	/* No assertion may fail while the thread uses s: record, join, then check. */
-	bool logged = hs_wait_until(shutting_down, s, 10000);
-	int64_t refused_at = logged ? wait_refused(s, 10000) : -1;
+	bool logged = hs_wait_until(shutting_down, s, WAIT_MS);
+	int64_t refused_at = logged ? wait_refused(s, WAIT_MS) : -1;
 	pthread_join(th, NULL);
 	assert_true(logged);
 	assert_int_equal(t.status, 0);
@@ -446,9 +448,10 @@ static void test_sigterm_lets_running_step_finish(void **state)
 
 /*
  * With --shutdown-timeout 0, SIGTERM cuts off the running step 1 (2 s): batond warns,
- * logs "stopped" and exits 0 long before the step would have ended; after a restart
- * step 1 has a step_interrupted event for attempt 1, runs again as attempt 2, and the
- * workflow completes with steps 0 and 2 run once.
+ * logs "stopped" and exits 0 without waiting for the step (no step_completed for its
+ * attempt 1: how fast it exits is not the test's business); after a restart step 1 has
+ * a step_interrupted event for attempt 1, runs again as attempt 2, and the workflow
+ * completes with steps 0 and 2 run once.
  */
 static void test_sigterm_timeout_cuts_running_step(void **state)
 {
@@ -456,11 +459,7 @@ static void test_sigterm_timeout_cuts_running_step(void **state)
 	static const int work[] = {50, 2000, 50};
 	submit(s, "cut", "saw", work, 3);
 	json_t *before = hs_wait_step(s, "cut", 1, "running", WAIT_MS);
-	int64_t t0 = hs_mono_ms();
 	assert_int_equal(hs_stop(s), 0);
-	int64_t took = hs_mono_ms() - t0;
-	if (took >= 1500)
-		fail_msg("SIGTERM with --shutdown-timeout 0 took %lld ms", (long long)took);
 	assert_logged(s, "stopped", true);
 	assert_logged(s, "steps still running", true);
 
@@ -491,7 +490,8 @@ static void test_sigterm_timeout_cuts_running_step(void **state)
 
 /*
  * A second SIGTERM during the drain exits at once (status 1) instead of waiting for the
- * running step (8 s) to end: nothing is logged as stopped. After a restart the step cut
+ * running step (8 s) to end, which would exit 0: the status tells which happened,
+ * however long the exit takes. Nothing is logged as stopped. After a restart the step cut
  * off runs again as attempt 2, with a step_interrupted event for attempt 1.
  */
 static void test_second_signal_exits_at_once(void **state)
@@ -501,14 +501,11 @@ static void test_second_signal_exits_at_once(void **state)
 	submit(s, "twice", "anvil", work, 1);
 	json_decref(hs_wait_step(s, "twice", 0, "running", WAIT_MS));
 	assert_int_equal(hs_signal(s, SIGTERM), 0);
-	assert_true(hs_wait_until(shutting_down, s, 10000));
-	int64_t t0 = hs_mono_ms();
+	assert_true(hs_wait_until(shutting_down, s, WAIT_MS));
 	assert_int_equal(hs_signal(s, SIGTERM), 0);
-	int status = hs_wait_exit(s, 4000); /* the drain alone would take about 8 s */
-	int64_t took = hs_mono_ms() - t0;
+	int status = hs_wait_exit(s, WAIT_MS);
 	if (status != 1)
-		fail_msg("a second SIGTERM: exit status %d after %lld ms, expected 1 at once",
-			 status, (long long)took);
+		fail_msg("a second SIGTERM: exit status %d, expected 1 (0: it drained)", status);
 	assert_logged(s, "stopped", false);
 
 	assert_int_equal(hs_start(s), 0);
