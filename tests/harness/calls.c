@@ -145,6 +145,22 @@ void calls_create(const hs_server *s, json_t *body)
 	json_decref(hs_create_workflow(s, body));
 }
 
+void calls_submit_gated(calls_ctx *c, const char *id, const char *resource, int steps)
+{
+	fragile_push(c->res, (fragile_action){.status = 200, .gated = true});
+	json_t *workers = json_array();
+	json_array_append_new(workers,
+			      json_pack("{s:s, s:{s:s}}", "name", "holder", "call", "url", c->url));
+	for (int i = 1; i < steps; i++) {
+		char name[32];
+		snprintf(name, sizeof name, "w%d", i);
+		json_array_append_new(workers,
+				      json_pack("{s:s, s:i}", "name", name, "work_ms", 10));
+	}
+	calls_create(
+	    c->s, json_pack("{s:s, s:s, s:o}", "id", id, "resource", resource, "workers", workers));
+}
+
 /* Fails the test unless the resource never saw an overlap, a stale token or a bad request. */
 void calls_assert_sound(fragile *res)
 {
