@@ -221,7 +221,7 @@ static void test_metrics_exposition_and_values(void **state)
 	json_decref(hs_wait_step(s, "m-hold", 0, "running", WAIT_MS));
 	submit(s, "m-queued", "meter", quick, 1);
 	json_decref(hs_wait_step(s, "m-queued", 0, "waiting", WAIT_MS));
-	prom_wait_metric(s, "baton_resource_queue_depth", "resource=meter", 1, 5000);
+	prom_wait_metric(s, "baton_resource_queue_depth", "resource=meter", 1, WAIT_MS);
 	json_t *m1 = prom_scrape(s);
 	prom_assert_metric(m1, "baton_resource_held", "resource=meter", 1);
 	prom_assert_metric(m1, "baton_workflows", "status=running", 1);
@@ -235,7 +235,7 @@ static void test_metrics_exposition_and_values(void **state)
 	json_decref(hs_wait_workflow(s, "m-hold", "completed", WAIT_MS));
 	json_decref(hs_wait_workflow(s, "m-queued", "completed", WAIT_MS));
 	json_decref(hs_wait_workflow(s, "m-three", "completed", WAIT_MS));
-	prom_wait_metric(s, "baton_steps_completed_total", "", 5, 5000);
+	prom_wait_metric(s, "baton_steps_completed_total", "", 5, WAIT_MS);
 	json_t *m2 = prom_scrape(s);
 	prom_assert_metric(m2, "baton_workflows", "status=completed", 3);
 	prom_assert_metric(m2, "baton_workflows", "status=running", 0);
@@ -342,8 +342,8 @@ static void test_readyz_follows_storage(void **state)
 	assert_health(s, "/healthz", "ok");
 
 	unlink(f->file);
-	if (!hs_wait_until(is_ready, s, 15000))
-		fail_msg("/readyz did not answer 200 within 15 s of the storage recovering");
+	if (!hs_wait_until(is_ready, s, WAIT_MS))
+		fail_msg("/readyz did not answer 200 after the storage recovered");
 	static const int work[] = {0};
 	submit(s, "kept", "disk", work, 1);
 	json_decref(hs_wait_workflow(s, "kept", "completed", WAIT_MS));

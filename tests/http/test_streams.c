@@ -244,7 +244,7 @@ static void test_sse_resume_with_last_event_id(void **state)
 	free(hl);
 
 	/* The stream whose client went away mid-run is gone too. */
-	prom_wait_metric(s, "baton_event_streams", "", 0, 10000);
+	prom_wait_metric(s, "baton_event_streams", "", 0, WAIT_MS);
 	curl_multi_cleanup(m);
 	json_decref(head);
 	json_decref(events);
@@ -275,7 +275,7 @@ static void test_sse_resume_after_final_event_ends(void **state)
 		     sse_open(m, s, "/workflows/ended/events", h2)};
 	const char *what[] = {at_end, beyond};
 	sse_set set = {st, 2};
-	sse_pump_until(m, sse_all_done, &set, 5000);
+	sse_pump_until(m, sse_all_done, &set, WAIT_MS);
 	/* Free everything first: the failure is expected while batond has the bug. */
 	char problem[600] = "";
 	for (size_t i = 0; i < 2; i++) {
