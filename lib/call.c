@@ -6,10 +6,11 @@
  * attempt, so the resource can drop the repeat of a request whose answer was lost),
  * Baton-Fencing-Token (so it can refuse a stale holder), Baton-Workflow, Baton-Worker
  * and Baton-Attempt. 2xx completes the step with the response as its result (body
- * bounded to 1 MiB); connection errors, timeouts, 5xx, 408 and 429 may succeed later and
- * are retried (Retry-After is honoured when longer than the backoff); any other status
- * fails the step for good. Redirects are not followed, and only http and https are
- * spoken. The URL was checked against the operator's allowed prefixes at submission.
+ * bounded to 1 MiB, turned by answer.c into JSON that any store accepts, whatever bytes
+ * it holds, before it reaches the engine); connection errors, timeouts, 5xx, 408 and 429 may
+ * succeed later and are retried (Retry-After is honoured when longer than the backoff); any other
+ * status fails the step for good. Redirects are not followed, and only http and https are spoken.
+ * The URL was checked against the operator's allowed prefixes at submission.
  */
 #include "internal.h"
 
