@@ -391,12 +391,12 @@ static void test_error_cut_inside_character(void **state)
 	const char *error = hs_str(hs_step_at(wf, 0), "error");
 	if (strncmp(error, "HTTP 404 from ", 14) != 0 || strlen(error) != 14 + 159)
 		fail_msg("the step's error is \"%s\"", error);
-	json_decref(wf);
 	json_t *events = hs_get_events(ctx->s, "cut-error");
 	const json_t *failed = hs_event_find(events, "step_failed", 0, 1);
 	assert_non_null(failed);
 	assert_string_equal(hs_str(failed, "error"), error);
 	json_decref(events);
+	json_decref(wf); /* error is wf's */
 	hs_kill(ctx->s);
 	assert_int_equal(hs_start(ctx->s), 0);
 	json_decref(hs_get_events(ctx->s, "cut-error"));
