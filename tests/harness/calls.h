@@ -24,6 +24,7 @@ typedef struct calls_ctx {
 /* cmocka fixtures; state is a calls_ctx. */
 int calls_setup(void **state);		     /* batond may call all of the resource */
 int calls_setup_debug(void **state);	     /* the same at --log-level debug */
+int calls_setup_timeout0(void **state);	     /* the same with --shutdown-timeout 0 */
 int calls_setup_prefixes(void **state);	     /* "/api" and "/v2/" only, and a bare batond */
 int calls_setup_resource_only(void **state); /* the resource, no batond */
 int calls_teardown(void **state);

@@ -29,6 +29,7 @@
 #include <sys/wait.h>
 
 #include "../harness/faulty.h"
+#include "../harness/calls.h"
 #include "../harness/harness.h"
 #include "../harness/prom.h"
 #include "../harness/sse.h"
@@ -47,12 +48,6 @@ static int open_with(void **state, const char *const *args)
 static int setup(void **state)
 {
 	return open_with(state, NULL);
-}
-
-static int setup_timeout0(void **state)
-{
-	static const char *const args[] = {"--shutdown-timeout", "0", NULL};
-	return open_with(state, args);
 }
 
 static int setup_json_log(void **state)
@@ -190,19 +185,42 @@ static double events_seconds(const json_t *events, const char *type, const char 
 	return sum;
 }
 
+/* How many lock_released events held for at most `le` seconds. */
+static double holds_within(const json_t *events, double le)
+{
+	size_t i;
+	json_t *ev;
+	double n = 0;
+	json_array_foreach(events, i, ev)
+	{
+		if (strcmp(hs_str(ev, "type"), "lock_released") == 0 &&
+		    (double)hs_int(ev, "hold_ms") / 1000.0 <= le)
+			n++;
+	}
+	return n;
+}
+
+static bool past(void *arg)
+{
+	return hs_now_ms() > *(const int64_t *)arg;
+}
+
 /*
  * GET /metrics is text/plain; version=0.0.4 and parses strictly, with a HELP and the
  * right TYPE for every documented family; its values follow the work: a held resource
  * and a queued step show as running/pending workflows, held = 1 and queue depth 1;
  * after three workflows (5 steps) the counters, gauges and histograms say exactly so:
  * steps completed, workflows completed, POST 201 requests, lock hold and wait
- * histograms per resource (counts, sums equal to the events' hold_ms/waited_ms, the
- * 1.2 s hold in the right bucket), commits with their checkpoints per commit; no
- * counter goes down.
+ * histograms per resource (counts, sums equal to the events' hold_ms/waited_ms, each
+ * hold in the bucket its event says), commits with their checkpoints per commit; no
+ * counter goes down. The held resource is a call that the test resource holds until the
+ * test has looked and at least 1.3 s have passed (calls_submit_gated), so no check
+ * depends on how fast the machine is.
  */
 static void test_metrics_exposition_and_values(void **state)
 {
-	hs_server *s = *state;
+	calls_ctx *c = *state;
+	hs_server *s = c->s;
 	json_t *m0 = prom_scrape(s);
 	json_t *fams = json_object_get(m0, "families");
 	for (size_t i = 0; i < sizeof FAMILIES / sizeof FAMILIES[0]; i++) {
@@ -216,9 +234,11 @@ static void test_metrics_exposition_and_values(void **state)
 	prom_assert_metric(m0, "baton_event_streams", "", 0);
 	double commits0 = prom_metric_of(m0, "baton_commits_total", "");
 
-	static const int hold[] = {1200}, quick[] = {50}, three[] = {30, 30, 30};
-	submit(s, "m-hold", "meter", hold, 1);
-	json_decref(hs_wait_step(s, "m-hold", 0, "running", WAIT_MS));
+	static const int quick[] = {50}, three[] = {30, 30, 30};
+	calls_submit_gated(c, "m-hold", "meter", 1);
+	json_t *holding = hs_wait_step(s, "m-hold", 0, "running", WAIT_MS);
+	int64_t hold_until = hs_time(hs_step_at(holding, 0), "started_at") + 1300;
+	json_decref(holding);
 	submit(s, "m-queued", "meter", quick, 1);
 	json_decref(hs_wait_step(s, "m-queued", 0, "waiting", WAIT_MS));
 	prom_wait_metric(s, "baton_resource_queue_depth", "resource=meter", 1, WAIT_MS);
@@ -231,6 +251,8 @@ static void test_metrics_exposition_and_values(void **state)
 	assert_true(prom_metric_of(m1, "baton_http_requests_total",
 				   "route=/metrics,method=GET,status=200") >= 1);
 
+	assert_true(hs_wait_until(past, &hold_until, WAIT_MS));
+	fragile_open_gate(c->res);
 	submit(s, "m-three", "meter-2", three, 3);
 	json_decref(hs_wait_workflow(s, "m-hold", "completed", WAIT_MS));
 	json_decref(hs_wait_workflow(s, "m-queued", "completed", WAIT_MS));
@@ -251,18 +273,23 @@ static void test_metrics_exposition_and_values(void **state)
 	prom_assert_metric(m2, "baton_lock_hold_seconds_count", "resource=meter-2", 3);
 	prom_assert_metric(m2, "baton_lock_wait_seconds_count", "resource=meter", 2);
 	prom_assert_metric(m2, "baton_lock_wait_seconds_count", "resource=meter-2", 3);
-	/* The 50 ms hold is under 1 s, the 1.2 s one is not, both are under 2.5 s. */
-	prom_assert_metric(m2, "baton_lock_hold_seconds_bucket", "resource=meter,le=1", 1);
-	prom_assert_metric(m2, "baton_lock_hold_seconds_bucket", "resource=meter,le=2.5", 2);
 
 	json_t *doc = hs_get_json(s, "/resources/meter/events", 200);
 	json_t *evs = json_object_get(doc, "events");
+	/* Each hold in the buckets its event's hold_ms says (the held one is over 1.3 s). */
+	static const char *const les[] = {"1", "2.5", "10"};
+	for (size_t i = 0; i < 3; i++) {
+		char labels[64];
+		snprintf(labels, sizeof labels, "resource=meter,le=%s", les[i]);
+		prom_assert_metric(m2, "baton_lock_hold_seconds_bucket", labels,
+				   holds_within(evs, atof(les[i])));
+	}
 	double hold_sum = prom_metric_of(m2, "baton_lock_hold_seconds_sum", "resource=meter");
 	double wait_sum = prom_metric_of(m2, "baton_lock_wait_seconds_sum", "resource=meter");
 	double hold_ev = events_seconds(evs, "lock_released", "hold_ms");
 	double wait_ev = events_seconds(evs, "lock_acquired", "waited_ms");
-	if (fabs(hold_sum - hold_ev) > 0.002 || hold_sum < 1.25)
-		fail_msg("hold sum %g s, events say %g s (>= 1.25 s)", hold_sum, hold_ev);
+	if (fabs(hold_sum - hold_ev) > 0.002 || hold_sum < 1.3)
+		fail_msg("hold sum %g s, events say %g s (>= 1.3 s)", hold_sum, hold_ev);
 	if (fabs(wait_sum - wait_ev) > 0.002 || wait_sum < 0.3)
 		fail_msg("wait sum %g s, events say %g s (m-queued waited for m-hold)", wait_sum,
 			 wait_ev);
@@ -447,7 +474,8 @@ static void test_sigterm_lets_running_step_finish(void **state)
 }
 
 /*
- * With --shutdown-timeout 0, SIGTERM cuts off the running step 1 (2 s): batond warns,
+ * With --shutdown-timeout 0, SIGTERM cuts off the running step 1 (a call the resource
+ * holds until the test opens its gate, so it is surely running): batond warns,
  * logs "stopped" and exits 0 without waiting for the step (no step_completed for its
  * attempt 1: how fast it exits is not the test's business); after a restart step 1 has
  * a step_interrupted event for attempt 1, runs again as attempt 2, and the workflow
@@ -455,10 +483,16 @@ static void test_sigterm_lets_running_step_finish(void **state)
  */
 static void test_sigterm_timeout_cuts_running_step(void **state)
 {
-	hs_server *s = *state;
-	static const int work[] = {50, 2000, 50};
-	submit(s, "cut", "saw", work, 3);
+	calls_ctx *c = *state;
+	hs_server *s = c->s;
+	fragile_push(c->res, (fragile_action){.status = 200, .gated = true}); /* attempt 1 */
+	json_t *workers =
+	    json_pack("[{s:s, s:i}, {s:s, s:{s:s}}, {s:s, s:i}]", "name", "w0", "work_ms", 50,
+		      "name", "w1", "call", "url", c->url, "name", "w2", "work_ms", 50);
+	calls_create(
+	    s, json_pack("{s:s, s:s, s:o}", "id", "cut", "resource", "saw", "workers", workers));
 	json_t *before = hs_wait_step(s, "cut", 1, "running", WAIT_MS);
+	assert_true(fragile_wait_held(c->res, 1, WAIT_MS));
 	assert_int_equal(hs_stop(s), 0);
 	assert_logged(s, "stopped", true);
 	assert_logged(s, "steps still running", true);
@@ -617,14 +651,15 @@ int main(void)
 	hs_filters_from_env();
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_metrics_parser_is_strict),
-	    cmocka_unit_test_setup_teardown(test_metrics_exposition_and_values, setup, hs_teardown),
+	    cmocka_unit_test_setup_teardown(test_metrics_exposition_and_values, calls_setup,
+					    calls_teardown),
 	    cmocka_unit_test_setup_teardown(test_health_endpoints, setup, hs_teardown),
 	    cmocka_unit_test_setup_teardown(test_readyz_follows_storage, hs_faulty_setup,
 					    hs_faulty_teardown),
 	    cmocka_unit_test_setup_teardown(test_sigterm_lets_running_step_finish, setup,
 					    hs_teardown),
-	    cmocka_unit_test_setup_teardown(test_sigterm_timeout_cuts_running_step, setup_timeout0,
-					    hs_teardown),
+	    cmocka_unit_test_setup_teardown(test_sigterm_timeout_cuts_running_step,
+					    calls_setup_timeout0, calls_teardown),
 	    cmocka_unit_test_setup_teardown(test_second_signal_exits_at_once, setup, hs_teardown),
 	    cmocka_unit_test_setup_teardown(test_second_batond_on_the_same_database_exits, setup,
 					    hs_teardown),
