@@ -318,18 +318,25 @@ static size_t count_of(const sse *st, const char *type, const char *wf, int step
  * release in that order, grants never overlap, the second workflow queues while the
  * first holds the resource, a grant arrives while it is held, the stream equals the
  * JSON listing, does not end when the workflows do, and resumes with Last-Event-ID.
+ * Both workflows' first steps are calls the test resource holds until the test saw what
+ * it waits for (calls_submit_gated), so none of it depends on the machine's speed.
  */
 static void test_sse_resource_stream(void **state)
 {
-	hs_server *s = *state;
-	static const int w1[] = {500, 500}, w2[] = {300, 300};
+	calls_ctx *c = *state;
+	hs_server *s = c->s;
 	static const char *const accept[] = {SSE_ACCEPT, NULL};
 	CURLM *m = curl_multi_init();
-	submit(s, "first", "lathe", w1, 2);
+	calls_submit_gated(c, "first", "lathe", 2);
 	sse *r1 = sse_open(m, s, "/resources/lathe/events", accept);
 	sse *r2 = sse_open(m, s, "/resources/lathe/events?follow=true", NULL);
 	sse_await_event(m, r1, "lock_acquired", 0, "first", WAIT_MS);
-	submit(s, "second", "lathe", w2, 2);
+	calls_submit_gated(c, "second", "lathe", 2);
+	sse_await_event(m, r1, "lock_requested", 0, "second", WAIT_MS);
+	fragile_open_gate(c->res); /* first/0 ends while second/0 waits */
+	sse_await_event(m, r1, "lock_acquired", 0, "second", WAIT_MS);
+	sse_await_event(m, r2, "lock_acquired", 0, "second", WAIT_MS);
+	fragile_open_gate(c->res); /* second/0 ends once both streams showed its grant */
 	sse_want w = {r1, "lock_released", -1, NULL, 4};
 	sse_want w2b = {r2, "lock_released", -1, NULL, 4};
 	if (!sse_pump_until(m, sse_has_event, &w, WAIT_MS) ||
@@ -409,7 +416,7 @@ static void test_sse_resource_stream(void **state)
 			if (strcmp(hs_str(d, "type"), "lock_released") == 0)
 				rel = (long)e;
 		}
-		if (sse_wall(st, (size_t)acq) >= hs_time(sse_data(st, (size_t)rel), "ts"))
+		if (sse_wall(st, (size_t)acq) > hs_time(sse_data(st, (size_t)rel), "ts"))
 			fail_msg("%s: the grant of second/0 arrived after its release", names[k]);
 	}
 	assert_int_equal(json_array_size(events), 12);
@@ -642,7 +649,7 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_sse_resume_with_last_event_id, setup, hs_teardown),
 	    cmocka_unit_test_setup_teardown(test_sse_resume_after_final_event_ends, setup,
 					    hs_teardown),
-	    cmocka_unit_test_setup_teardown(test_sse_resource_stream, setup, hs_teardown),
+	    cmocka_unit_test_setup_teardown(test_sse_resource_stream, calls_setup, calls_teardown),
 	    cmocka_unit_test_setup_teardown(test_sse_errors, setup, hs_teardown),
 	    cmocka_unit_test_setup_teardown(test_sse_200_streams_keep_api_prompt,
 					    setup_many_streams, hs_teardown),
