@@ -2,7 +2,9 @@
 #
 #   make                 lib/libbaton.a, server/batond, client/baton
 #   make run             start batond on its embedded default (./data/baton.db)
-#   make test            unit tests (cmocka) and HTTP tests against the real batond
+#   make test            unit tests (cmocka) and HTTP tests against the real batond, the
+#                        HTTP tests once on SQLite and once on a throwaway PostgreSQL
+#   make test STORE=sqlite | STORE=postgres   one store only (torture and torture-ci too)
 #   make SAN=address,undefined test     the same under ASan+UBSan (objects in build/SAN/)
 #   make SAN=thread test                the same under TSan
 #
@@ -13,7 +15,7 @@ PREFIX  ?= /usr/local
 DESTDIR ?=
 CC      ?= cc
 SAN     ?=
-PKGS     = libmicrohttpd jansson sqlite3 libcurl
+PKGS     = libmicrohttpd jansson sqlite3 libpq libcurl
 
 ifeq ($(SAN),)
 BUILD   := build/default
@@ -27,15 +29,18 @@ endif
 PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS))
 PKG_LIBS   = $(shell pkg-config --libs $(PKGS))
 CMOCKA_LIBS = $(shell pkg-config --libs cmocka)
+# The test harness reads PostgreSQL databases (tests/harness/pg.c, tests/torture/audit.c).
+PQ_CFLAGS = $(shell pkg-config --cflags libpq)
+PQ_LIBS   = $(shell pkg-config --libs libpq)
 
 WARN     = -Wall -Wextra -Werror -Wformat=2 -Wshadow -Wstrict-prototypes -Wno-unused-parameter
 OPT     ?= -O2
 SANFLAGS = $(if $(SAN),-fsanitize=$(SAN) -fno-sanitize-recover=all -fno-omit-frame-pointer,)
-ALL_CFLAGS  = -std=c11 -D_GNU_SOURCE $(WARN) $(OPT) -g -MMD -MP $(SANFLAGS) -Ilib $(PKG_CFLAGS) $(CFLAGS)
+ALL_CFLAGS  = -std=c11 -D_GNU_SOURCE $(WARN) $(OPT) -g -MMD -MP $(SANFLAGS) -Ilib $(PKG_CFLAGS) $(PQ_CFLAGS) $(CFLAGS)
 ALL_LDFLAGS = $(SANFLAGS) $(LDFLAGS)
 LIBS_ALL    = $(PKG_LIBS) -lpthread -lm
 # batond loads libcurl only when HTTP steps are allowed (lib/call.c), so it does not link it.
-BATOND_LIBS = $(shell pkg-config --libs libmicrohttpd jansson sqlite3) -lpthread -lm -ldl
+BATOND_LIBS = $(shell pkg-config --libs libmicrohttpd jansson sqlite3 libpq) -lpthread -lm -ldl
 
 LIB_SRC    := $(wildcard lib/*.c)
 SERVER_SRC := $(wildcard server/*.c)
@@ -83,7 +88,7 @@ $(BUILD)/tests/unit/%: $(BUILD)/obj/tests/unit/%.o $(LIBBATON)
 
 $(BUILD)/tests/http/%: $(BUILD)/obj/tests/http/%.o $(call obj,$(HARNESS_SRC)) $(LIBBATON)
 	@mkdir -p $(@D)
-	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(LIBS_ALL) $(CMOCKA_LIBS)
+	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(LIBS_ALL) $(PQ_LIBS) $(CMOCKA_LIBS)
 
 # A libcurl.so.4 that refuses an option baton needs, as too old a libcurl does: batond
 # must refuse --allow-call with it (test_call_policy finds it beside its own directory).
@@ -97,13 +102,18 @@ $(BUILD)/tests/http/test_call_policy: | $(OLDCURL)
 TORTURE_SRC   := $(wildcard tests/torture/*.c)
 TORTURE_BIN   := $(BUILD)/tests/torture/torture
 TORTURE_KILLS ?= 200
+# Which stores the HTTP suites and the torture run on: sqlite, postgres or both
+# (scripts/test-stores.sh starts and stops the PostgreSQL server).
+STORE ?= both
 $(TORTURE_BIN): $(call obj,$(TORTURE_SRC)) $(call obj,$(HARNESS_SRC))
 	@mkdir -p $(@D)
-	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(LIBS_ALL) $(CMOCKA_LIBS)
+	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(LIBS_ALL) $(PQ_LIBS) $(CMOCKA_LIBS)
 torture: $(BATOND) $(TORTURE_BIN)
-	BATOND=$(abspath $(BATOND)) ./$(TORTURE_BIN) $(TORTURE_KILLS)
+	@BATOND=$(abspath $(BATOND)) TORTURE_KILLS=$(TORTURE_KILLS) STORE=$(STORE) \
+	  sh scripts/test-stores.sh -- ./$(TORTURE_BIN)
 torture-ci: $(BATOND) $(TORTURE_BIN)
-	BATOND=$(abspath $(BATOND)) ./$(TORTURE_BIN) 20
+	@BATOND=$(abspath $(BATOND)) TORTURE_KILLS=20 STORE=$(STORE) \
+	  sh scripts/test-stores.sh -- ./$(TORTURE_BIN)
 
 # Benchmarks (bench/README.md): each figure beside its floor measured in the same run.
 bench: all
@@ -114,15 +124,19 @@ bench-smoke: all
 run: $(BATOND)
 	./$(BATOND)
 
+# The unit tests and the OpenAPI check once; the HTTP suites on each store of STORE.
 test: all $(UNIT_BIN) $(HTTP_BIN)
-	@BATOND=$(abspath $(BATOND)) BATON_CLIENT=$(abspath $(CLIENT)) \
-	  sh scripts/run-tests.sh $(UNIT_BIN) $(HTTP_BIN) scripts/check-openapi.py
+	@BATOND=$(abspath $(BATOND)) BATON_CLIENT=$(abspath $(CLIENT)) STORE=$(STORE) \
+	  sh scripts/test-stores.sh $(UNIT_BIN) scripts/check-openapi.py -- $(HTTP_BIN)
 check: test
 
 # The HTTP suites once more with batond under valgrind (memory errors, definite leaks).
+# SQLite only (STORE does not apply): at valgrind's speed the suites run once, on the
+# default store.
 valgrind-test: all $(HTTP_BIN)
 	@BATOND=$(abspath scripts/valgrind-batond.sh) VALGRIND_BATOND=$(abspath $(BATOND)) \
-	  BATON_CLIENT=$(abspath $(CLIENT)) sh scripts/run-tests.sh $(HTTP_BIN)
+	  BATON_CLIENT=$(abspath $(CLIENT)) BATON_TEST_PG= BATON_TEST_PG_DIR= \
+	  sh scripts/run-tests.sh $(HTTP_BIN)
 
 demo:
 	@$(MAKE) -s all >/dev/null

@@ -45,6 +45,13 @@ typedef struct baton_error {
 	char msg[512];
 } baton_error;
 
+/*
+ * Copies a --db value into out (size n, always terminated) with any password hidden:
+ * "postgresql://user:secret@host/db?password=x" becomes
+ * "postgresql://user:***@host/db?password=***". Any thread.
+ */
+void baton_db_redact(const char *db, char *out, size_t n);
+
 /* Returns a static, constant name for a code ("invalid", "not found", ...). */
 const char *baton_code_name(int code);
 
@@ -86,10 +93,12 @@ typedef struct baton_change {
 typedef void (*baton_commit_fn)(void *ud, const baton_change *changes, size_t n);
 
 typedef struct baton_engine_config {
-	const char *db_path; /* SQLite file; its directory must exist */
-	int threads;	     /* steps running at once, >= 1 */
-	int readers;	     /* read-only connections for queries, >= 1 */
-	baton_log_fn log;    /* may be NULL: no logging */
+	/* The store: a SQLite file (PATH or sqlite:PATH; its directory must exist), or a
+	 * PostgreSQL connection URL (postgresql://... or postgres://...). */
+	const char *db_path;
+	int threads;	  /* steps running at once, >= 1 */
+	int readers;	  /* read-only connections for queries, >= 1 */
+	baton_log_fn log; /* may be NULL: no logging */
 	void *log_ud;
 	int log_level;		      /* lines below this level are not even formatted */
 	baton_log_flush_fn log_flush; /* may be NULL */

@@ -1,97 +1,21 @@
 /*
  * commit.c - group commit and what follows it.
  *
- * Everything the engine changed in one round (dirty workflow and step rows, resource
- * rows, new events) is written in one transaction. Only when it is durable do its
- * effects happen: callers are answered, granted steps are handed to the step threads,
- * log lines are written, metrics are counted, event streams are woken, finished rows
- * are freed. When the commit fails, the round stays pending and is retried with backoff,
- * and submissions of that round are taken back (their callers get BATON_EBUSY).
+ * Everything the engine changed in one round is written in one transaction (batch.c).
+ * Only when it is durable do its effects happen: callers are answered, granted steps
+ * are handed to the step threads, log lines are written, metrics are counted, event
+ * streams are woken, finished rows are freed. When the write fails:
+ *  - and a retry may help, the round stays pending and is retried with backoff, and
+ *    submissions of that round are taken back (their callers get BATON_EBUSY);
+ *  - and its outcome is unknown (the connection broke during COMMIT), nothing is taken
+ *    back or answered: the same batch is written again once the database answers;
+ *  - and the database refused one workflow's rows, that workflow alone fails.
  */
 #include "engine.h"
 
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-/* Appends {"seq":S,"ts":T,"type":"...",<data's members>}. */
-static void text_event(baton_engine *e, const pending_event *ev, int64_t seq)
-{
-	textbuf_put(&e->text, "{\"seq\":", 7);
-	textbuf_int(&e->text, seq);
-	textbuf_put(&e->text, ",\"ts\":", 6);
-	textbuf_int(&e->text, ev->ts);
-	textbuf_put(&e->text, ",\"type\":\"", 9);
-	textbuf_put(&e->text, ev->type, strlen(ev->type));
-	textbuf_put(&e->text, "\"", 1);
-	codec_text_members(&e->text, ev->data);
-	textbuf_put(&e->text, "}", 1);
-}
-
-/*
- * Writes the round's events in the order they happened, numbered from e->event_seq + 1,
- * one row for each run of consecutive events of one workflow (store.c): a step's end,
- * release, next request and grant make one row; *last is the last seq used.
- */
-static int write_events(baton_engine *e, int64_t *last, baton_error *err)
-{
-	size_t n = e->events.n;
-	int64_t seq = e->event_seq;
-	int rc = BATON_OK;
-	for (size_t g = 0; rc == BATON_OK && g < n;) {
-		const wf_row *wf = e->events.v[g].wf;
-		int64_t first = seq + 1;
-		int lock = 0;
-		e->text.len = 0;
-		textbuf_put(&e->text, "[", 1);
-		size_t k = g;
-		for (; k < n && e->events.v[k].wf == wf; k++) {
-			pending_event *ev = &e->events.v[k];
-			if (k > g)
-				textbuf_put(&e->text, ",", 1);
-			ev->seq = ++seq;
-			text_event(e, ev, ev->seq);
-			lock |= machine_resource_event(ev->type);
-		}
-		textbuf_put(&e->text, "]", 1);
-		rc = store_insert_events(e->st, first, seq, wf, lock, e->text.v, e->text.len, err);
-		g = k;
-	}
-	*last = seq;
-	return rc;
-}
-
-static int write_batch(baton_engine *e, int64_t *last_seq, baton_error *err)
-{
-	int rc = store_begin(e->st, err);
-	for (size_t i = 0; rc == BATON_OK && i < e->dirty_wfs.n; i++) {
-		wf_row *wf = e->dirty_wfs.v[i];
-		/* A step of a running workflow changes only step rows: the workflow's row is
-		 * written when it is new, when it starts or ends, and on a cancel. */
-		if (wf->is_new)
-			rc = store_insert_workflow(e->st, wf, err);
-		else if (wf->dirty)
-			rc = store_update_workflow(e->st, wf, err);
-		for (int k = wf->dirty_lo; rc == BATON_OK && k < wf->dirty_hi; k++)
-			if (wf->steps[k].dirty)
-				rc = store_put_step(e->st, wf, &wf->steps[k], err);
-	}
-	for (size_t i = 0; rc == BATON_OK && i < e->dirty_locks.n; i++) {
-		res_lock *l = e->dirty_locks.v[i];
-		if (!l->dirty)
-			continue;
-		l->row.holder_seq = l->holder ? l->holder->seq : 0;
-		l->row.holder_idx = l->holder ? l->holder->cur : 0;
-		rc = store_put_resource(e->st, &l->row, err);
-	}
-	if (rc == BATON_OK)
-		rc = write_events(e, last_seq, err);
-	if (rc == BATON_OK)
-		rc = store_commit(e->st, err);
-	if (rc)
-		store_rollback(e->st);
-	return rc;
-}
 
 static void log_event(baton_engine *e, const pending_event *ev)
 {
@@ -305,12 +229,9 @@ static void drop_unacknowledged(baton_engine *e, const char *id)
 	if (!wf || !wf->is_new)
 		return;
 	res_lock *l = eng_lock_of(e, wf->resource);
-	if (l->holder == wf) {
-		/* Its grant was never committed nor seen: take back the token too. */
-		l->holder = NULL; /* the next round grants the next waiter */
-		l->row.last_token--;
-		l->row.grants--;
-	} else
+	if (l->holder == wf)
+		lock_ungrant(l); /* the next round grants the next waiter */
+	else
 		lock_remove(l, wf);
 	eng_touch_lock(e, l);
 	size_t k = 0;
@@ -347,19 +268,77 @@ static void set_faulty(baton_engine *e, int faulty)
 	pthread_mutex_unlock(&e->mu);
 }
 
+/*
+ * The database refused a workflow's rows (a value or a constraint it will never accept):
+ * that workflow alone fails, with the reason in its record, and the round is written
+ * again without what was refused. A new submission is taken back and its caller told
+ * why. Returns 0 when it could not be done (a step of it is still running): then the
+ * failure is treated as one a retry may clear.
+ */
+static int fail_unwritable(baton_engine *e, wf_row *wf, const char *why)
+{
+	if (wf->in_flight)
+		return 0;
+	if (wf->is_new) {
+		for (size_t i = 0; i < e->replies.n; i++) {
+			reply *r = &e->replies.v[i];
+			if (!r->created || strcmp(r->w->id, wf->id) != 0)
+				continue;
+			eng_waiter_done(r->w, BATON_EINVAL, 0, why);
+			e->replies.v[i] = e->replies.v[--e->replies.n];
+			break;
+		}
+		drop_unacknowledged(e, wf->id);
+		return 1;
+	}
+	char text[640];
+	snprintf(text, sizeof text, "the database refused this workflow's changes: %s", why);
+	for (int k = wf->dirty_lo; k < wf->dirty_hi; k++) {
+		step_row *st = &wf->steps[k];
+		if (!st->dirty)
+			continue;
+		json_decref(st->result);
+		st->result = NULL;
+		free(st->error);
+		st->error = NULL;
+	}
+	res_lock *l = eng_lock_of(e, wf->resource);
+	if (l->holder == wf)
+		lock_release(l, e->now);
+	else
+		lock_remove(l, wf);
+	eng_touch_lock(e, l);
+	json_decref(wf->result);
+	wf->result = NULL;
+	free(wf->error);
+	wf->error = xstrdup(text);
+	wf->status = WF_FAILED;
+	wf->finished_at = e->now;
+	wf->dirty = 1;
+	eng_on_event(e, wf, "workflow_failed", json_pack("{s:s}", "error", text));
+	if (!wf->done) {
+		wf->done = 1;
+		VEC_PUSH(e->finished, wf);
+	}
+	log_at(&e->log, BATON_LOG_ERROR, wf->id, "%s", text);
+	return 1;
+}
+
 /* Commits the round; on failure keeps everything pending and schedules a retry. */
 void eng_flush(baton_engine *e)
 {
 	if (!e->dirty_wfs.n && !e->dirty_locks.n && !e->events.n && !e->replies.n)
 		return;
 	baton_error err = {0};
+	store_write_failure why;
 	struct timespec t0, t1;
 	clock_gettime(CLOCK_MONOTONIC, &t0);
-	int64_t last_seq;
-	int rc = write_batch(e, &last_seq, &err);
+	int rc = eng_write_batch(e, &why, &err);
+	if (rc && why.permanent && why.culprit &&
+	    fail_unwritable(e, (wf_row *)why.culprit, err.msg))
+		rc = eng_write_batch(e, &why, &err);
 	clock_gettime(CLOCK_MONOTONIC, &t1);
 	if (rc == BATON_OK) {
-		e->event_seq = last_seq;
 		if (e->faulty) {
 			log_at(&e->log, BATON_LOG_WARN, NULL, "storage recovered; resuming");
 			set_faulty(e, 0);
@@ -373,15 +352,17 @@ void eng_flush(baton_engine *e)
 		log_at(&e->log, BATON_LOG_ERROR, NULL, "commit failed (%s): %s; retrying",
 		       baton_code_name(rc), err.msg);
 	set_faulty(e, 1);
-	/* Callers waiting on this round learn at once. New submissions are taken back; other
+	/* Callers waiting on this round learn at once, unless the round may have committed:
+	 * then they learn when it is written again. New submissions are taken back; other
 	 * changes (a cancel, step outcomes) stay in memory and commit when storage recovers. */
-	for (size_t i = 0; i < e->replies.n; i++) {
+	for (size_t i = 0; !why.unknown && i < e->replies.n; i++) {
 		reply *r = &e->replies.v[i];
 		if (r->created)
 			drop_unacknowledged(e, r->w->id);
 		eng_waiter_done(r->w, BATON_EBUSY, 0, "storage is failing; try again later");
 	}
-	e->replies.n = 0;
+	if (!why.unknown)
+		e->replies.n = 0;
 	e->fault_backoff_ms = e->fault_backoff_ms ? e->fault_backoff_ms * 2 : 50;
 	if (e->fault_backoff_ms > 2000)
 		e->fault_backoff_ms = 2000;

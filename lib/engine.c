@@ -118,7 +118,7 @@ void eng_on_event(void *ctx, const wf_row *wf, const char *type, json_t *data)
 {
 	baton_engine *e = ctx;
 	/* Every event of a round carries the round's time, the time its transitions used. */
-	pending_event ev = {0, e->now, (wf_row *)wf, type, data}; /* numbered at commit */
+	pending_event ev = {.ts = e->now, .wf = (wf_row *)wf, .type = type, .data = data};
 	VEC_PUSH(e->events, ev);
 }
 
@@ -240,7 +240,13 @@ static void apply_submit(baton_engine *e, msg *m, int64_t now)
 		return;
 	}
 	snprintf(m->w->id, sizeof m->w->id, "%s", wf->id);
-	wf->seq = ++e->wf_seq;
+	baton_error err = {0};
+	if (eng_next_wf_seq(e, &wf->seq, &err)) {
+		log_at(&e->log, BATON_LOG_WARN, NULL, "cannot number a workflow: %s", err.msg);
+		eng_waiter_done(m->w, BATON_EBUSY, 0, "storage is failing; try again later");
+		wf_row_free(wf);
+		return;
+	}
 	wf->status = WF_PENDING;
 	wf->created_at = now;
 	wf->is_new = 1;
@@ -457,12 +463,12 @@ int baton_engine_open(const baton_engine_config *cfg, baton_engine **out, baton_
 	e->locks = strmap_new();
 	pthread_mutex_init(&e->mu, NULL);
 	pthread_cond_init(&e->cv, NULL);
-	const char *vfs = baton_vfs(cfg->fault_file);
 	char no_curl[256];
-	int rc = cfg->allow_call && cfg->allow_call[0] && call_load(no_curl, sizeof no_curl)
-		     ? err_set(err, BATON_EINTERNAL, "HTTP steps are allowed but need libcurl: %s",
-			       no_curl)
-		     : store_open(cfg->db_path, vfs, cfg->readers, &e->st, err);
+	int rc =
+	    cfg->allow_call && cfg->allow_call[0] && call_load(no_curl, sizeof no_curl)
+		? err_set(err, BATON_EINTERNAL, "HTTP steps are allowed but need libcurl: %s",
+			  no_curl)
+		: store_open(cfg->db_path, cfg->readers, &e->log, cfg->fault_file, &e->st, err);
 	e->now = now_ms();
 	if (rc == BATON_OK)
 		rc = eng_recover(e, err);
@@ -526,6 +532,8 @@ void baton_engine_close(baton_engine *e, int64_t timeout_ms)
 		free(e->timers.v[i].id);
 	free(e->events.v);
 	free(e->text.v);
+	free(e->event_rows.v);
+	free(e->res_rows.v);
 	free(e->timers.v);
 	free(e->dirty_wfs.v);
 	free(e->dirty_locks.v);
@@ -683,7 +691,8 @@ int baton_engine_ready(baton_engine *e)
 	pthread_mutex_lock(&e->mu);
 	int ready = !e->faulty && !e->draining;
 	pthread_mutex_unlock(&e->mu);
-	return ready;
+	baton_error err;
+	return ready && store_ping(e->st, &err) == BATON_OK;
 }
 
 int baton_engine_metrics(baton_engine *e, json_t **out, baton_error *err)

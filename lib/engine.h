@@ -6,7 +6,7 @@
 #ifndef BATON_ENGINE_H
 #define BATON_ENGINE_H
 
-#include "internal.h"
+#include "store.h"
 
 enum msg_type { MSG_SUBMIT, MSG_CANCEL, MSG_OUTCOME };
 
@@ -38,7 +38,9 @@ typedef struct msg {
 } msg;
 
 typedef struct pending_event {
-	int64_t seq, ts;
+	int64_t seq;  /* 0 until a write numbers it; kept when that write is tried again */
+	unsigned gen; /* the write that numbered it: rows never mix two writes' events */
+	int64_t ts;
 	wf_row *wf;
 	const char *type; /* static string from machine.c */
 	json_t *data;
@@ -111,12 +113,15 @@ struct baton_engine {
 	int draining;	     /* no new grants: shutting down */
 
 	/* Engine thread only. */
-	int faulty;	 /* commits are failing */
-	int no_new_work; /* copy of draining, taken with each round */
-	strmap *wfs;	 /* id -> wf_row, unfinished workflows */
-	strmap *locks;	 /* resource name -> res_lock */
-	int64_t wf_seq, event_seq, lock_seq;
-	int64_t now; /* the current round's time (ms since the epoch) */
+	int faulty;			  /* commits are failing */
+	int no_new_work;		  /* copy of draining, taken with each round */
+	strmap *wfs;			  /* id -> wf_row, unfinished workflows */
+	strmap *locks;			  /* resource name -> res_lock */
+	int64_t wf_seq, wf_seq_end;	  /* workflow seqs handed out by the store: (wf_seq, end] */
+	int64_t event_seq, event_seq_end; /* likewise for event seqs */
+	int64_t lock_seq;
+	unsigned write_gen; /* writes tried so far (batch.c) */
+	int64_t now;	    /* the current round's time (ms since the epoch) */
 	VEC(wf_row *) dirty_wfs;
 	VEC(res_lock *) dirty_locks;
 	VEC(pending_event) events;
@@ -125,7 +130,9 @@ struct baton_engine {
 	VEC(wf_row *) finished;
 	VEC(timer) timers; /* binary min-heap on .at */
 	int64_t fault_backoff_ms, retry_commit_at;
-	textbuf text; /* the event rows being written (commit.c) */
+	textbuf text; /* the event rows being written (batch.c) */
+	VEC(store_event_row) event_rows;
+	VEC(const resource_row *) res_rows;
 };
 
 /* engine.c */
@@ -139,6 +146,11 @@ void eng_request(baton_engine *e, wf_row *wf, int idx, int64_t now);
 void eng_follow(baton_engine *e, wf_row *wf, transition t, int64_t now);
 void eng_grant(baton_engine *e, int64_t now);
 void eng_post(baton_engine *e, msg *m);
+
+/* batch.c: writes the round's changes in one transaction (store_write). */
+int eng_write_batch(baton_engine *e, store_write_failure *why, baton_error *err);
+/* A new workflow seq from the store's blocks; BATON_OK or the store's error. */
+int eng_next_wf_seq(baton_engine *e, int64_t *seq, baton_error *err);
 
 /* commit.c: commits the round; on success performs its effects, on failure keeps
  * everything pending and schedules a retry. */

@@ -284,6 +284,9 @@ wf_row *lock_pop(res_lock *l);			/* head, or NULL */
 wf_row *lock_grant_next(res_lock *l, int64_t now, int64_t *waited_ms);
 /* Ends the current hold at `now` and accounts for it. */
 void lock_release(res_lock *l, int64_t now);
+/* Undoes the current grant, which no commit recorded and nobody saw: the resource is free
+ * again, with its token and grant count as they were before it. */
+void lock_ungrant(res_lock *l);
 
 /* ---- sched.c: step threads (a pool in the manner of redis bio.c) ---- */
 typedef struct sched sched;
@@ -333,50 +336,7 @@ void codec_text(textbuf *b, const json_t *v);
  * NULL when v is NULL. */
 char *codec_text_sorted(const json_t *v);
 
-/* ---- store.c and store_read.c (store.h): the only files that talk to SQLite ---- */
+/* ---- the store (store.h is the seam; its backends are the only files with SQL) ---- */
 typedef struct store store;
-/* vfs: NULL for SQLite's default, or a registered VFS name (vfs.c). */
-int store_open(const char *path, const char *vfs, int readers, store **out, baton_error *err);
-/* Registers baton's VFS (vfs.c) and returns its name: with faults while control_path
- * exists, or without faults when control_path is NULL. */
-const char *baton_vfs(const char *control_path);
-void store_close(store *s);
-
-/* Engine thread only. */
-int store_begin(store *s, baton_error *err);
-int store_commit(store *s, baton_error *err);
-void store_rollback(store *s);
-int store_insert_workflow(store *s, const wf_row *wf, baton_error *err);
-int store_update_workflow(store *s, const wf_row *wf, baton_error *err);
-/* Inserts the step's row (its first write: a pending step has none) or updates it. */
-int store_put_step(store *s, const wf_row *wf, const step_row *st, baton_error *err);
-/* The events of one workflow in one commit, seq..last_seq, as a JSON array of
- * {"seq", "ts", "type", ...}; lock: one of them belongs to the resource's history. */
-int store_insert_events(store *s, int64_t seq, int64_t last_seq, const wf_row *wf, int lock,
-			const char *json, size_t len, baton_error *err);
-int store_put_resource(store *s, const resource_row *r, baton_error *err);
-/* Looks up a stored workflow's definition (malloc'd) and status; BATON_ENOTFOUND when free. */
-int store_find_workflow(store *s, const char *id, char **def, int *status, baton_error *err);
-typedef struct store_counters {
-	int64_t wf_seq, event_seq, lock_seq;
-} store_counters;
-int store_counters_load(store *s, store_counters *c, baton_error *err);
-/* Calls fn for every resource row, then every unfinished workflow (fully loaded, owned by fn). */
-int store_load_resources(store *s, void (*fn)(void *ctx, resource_row *r), void *ctx,
-			 baton_error *err);
-int store_load_unfinished(store *s, void (*fn)(void *ctx, wf_row *wf), void *ctx, baton_error *err);
-
-/* Any thread: read-only queries on a pooled connection. */
-int store_get_workflow(store *s, const char *id, json_t **out, baton_error *err);
-/* The same as compact JSON text and a newline (malloc'd), cached once finished. */
-int store_get_workflow_text(store *s, const char *id, char **text, size_t *len, baton_error *err);
-int store_list_workflows(store *s, const baton_list_query *q, json_t **out, baton_error *err);
-int store_list_events(store *s, const char *id, int64_t after, int limit, json_t **out,
-		      baton_error *err);
-int store_list_resources(store *s, json_t **out, baton_error *err);
-int store_get_resource(store *s, const char *name, json_t **out, baton_error *err);
-int store_resource_events(store *s, const char *name, int64_t after, int limit, json_t **out,
-			  baton_error *err);
-int store_workflow_counts(store *s, json_t **out, baton_error *err);
 
 #endif

@@ -103,3 +103,11 @@ void lock_release(res_lock *l, int64_t now)
 	l->holder = NULL;
 	l->dirty = 1;
 }
+
+void lock_ungrant(res_lock *l)
+{
+	l->holder = NULL;
+	l->row.last_token--;
+	l->row.grants--;
+	l->dirty = 1;
+}

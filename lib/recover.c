@@ -16,7 +16,7 @@ typedef struct recovery {
 
 static void recover_resource(void *ctx, resource_row *r)
 {
-	baton_engine *e = ctx;
+	baton_engine *e = ((recovery *)ctx)->e;
 	res_lock *l = lock_new(r->name);
 	resource_row_fini(&l->row);
 	l->row = *r;
@@ -74,16 +74,8 @@ static void requeue(baton_engine *e, wf_row **v, size_t n)
 
 int eng_recover(baton_engine *e, baton_error *err)
 {
-	store_counters c;
 	recovery r = {.e = e};
-	int rc;
-	if ((rc = store_counters_load(e->st, &c, err)) ||
-	    (rc = store_load_resources(e->st, recover_resource, e, err)))
-		return rc;
-	e->wf_seq = c.wf_seq;
-	e->event_seq = c.event_seq;
-	e->lock_seq = c.lock_seq;
-	rc = store_load_unfinished(e->st, recover_workflow, &r, err);
+	int rc = store_load(e->st, recover_resource, recover_workflow, &r, &e->lock_seq, err);
 	/* A step that held its resource gets it back before every later request. */
 	requeue(e, r.interrupted.v, r.interrupted.n);
 	requeue(e, r.waiting.v, r.waiting.n);

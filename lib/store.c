@@ -1,681 +1,337 @@
 /*
- * store.c - baton's SQLite store, the writer's half (store_read.c is the readers').
- *
- * Design. One read-write connection belongs to the engine thread, which is the only
- * writer: it wraps each group commit in BEGIN IMMEDIATE ... COMMIT, so the checkpoints
- * of every workflow that moved since the last commit share one transaction and one
- * fsync. Queries from other threads use a small pool of read-only connections; in WAL
- * mode they never block the writer and always see the last committed state.
- * Durability: WAL with synchronous=FULL (NORMAL may lose the last commits on power
- * loss). Every statement is prepared once per connection and finalized on close.
- * A PostgreSQL store would implement the same functions (internal.h) and nothing else.
- *
- * Schema (user_version 3): workflows, steps (a row per worker, written when the step is
- * first reached: until then the definition describes it), events (append-only history,
- * global sequence), resources (fencing-token high-water mark, holder and totals).
- * Databases of versions 1 and 2 are migrated when opened.
- *
- * Events. One row holds a run of consecutive events of one workflow (a step's end, its
- * release, the next request and grant: four events, one row), as a JSON array; their
- * seqs are consecutive, from the row's seq to its last_seq, so rows never interleave.
- * A history read starts at the row that holds `after` and expands the rows it reads.
- *
- * Cost. A durable step is one commit, and what a commit costs grows with the pages it
- * writes: a step of a lone workflow writes about five (its step rows, its event row and
- * its two index entries, its resource row). Hence what the schema does not have: no
- * index on running steps (the resource row names its holder), no UPDATE of an indexed
- * column that did not change, no rewrite of a running workflow's row at each step (its
- * count of completed steps is read from the step rows), and no rows for steps not yet
- * reached (written all at once at submission, they filled their pages, which then split
- * as each step's row grew with its result). Events stay in a rowid table in seq order:
- * appending there costs one page, where a table clustered by workflow split its pages
- * (tried: 2.8 pages per commit for the events alone).
+ * store.c - what both stores share, above the table of store.h: choosing a backend from
+ * the --db value, shaping the rows that backends read into the API's JSON (in one place
+ * for both), paging cursors, and the cache of finished workflows.
  */
 #include "store.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-#define SCHEMA_VERSION 3
-
-/* lock: 1 when one of the row's events is in a resource's history (see LOCK_TYPES). */
-#define EVENTS_SQL                                                                                 \
-	"CREATE TABLE events ("                                                                    \
-	"  seq INTEGER PRIMARY KEY, last_seq INTEGER NOT NULL, workflow_seq INTEGER NOT NULL,"     \
-	"  resource TEXT NOT NULL, lock INTEGER NOT NULL, data TEXT NOT NULL);"                    \
-	"CREATE INDEX events_workflow ON events(workflow_seq, seq);"                               \
-	"CREATE INDEX events_resource ON events(resource, seq) WHERE lock;"
-
-/* The event types of a resource's history (as machine_resource_event says). */
-#define LOCK_TYPES "'lock_requested', 'lock_acquired', 'lock_released', 'workflow_cancelled'"
-
-static const char schema_sql[] =
-    "CREATE TABLE workflows ("
-    "  seq INTEGER PRIMARY KEY, id TEXT NOT NULL UNIQUE, resource TEXT NOT NULL,"
-    "  on_failure TEXT NOT NULL, status TEXT NOT NULL,"
-    "  cancel_requested INTEGER NOT NULL DEFAULT 0, created_at INTEGER NOT NULL,"
-    "  started_at INTEGER, finished_at INTEGER, steps_total INTEGER NOT NULL,"
-    "  steps_completed INTEGER NOT NULL DEFAULT 0, result TEXT, error TEXT,"
-    "  retry TEXT NOT NULL);"
-    /* Written once: a workflow's row is rewritten at every step, its definition never. */
-    "CREATE TABLE definitions ("
-    "  workflow_seq INTEGER PRIMARY KEY, definition TEXT NOT NULL);"
-    "CREATE INDEX workflows_status ON workflows(status, seq);"
-    "CREATE INDEX workflows_resource ON workflows(resource, seq);"
-    "CREATE TABLE steps ("
-    "  workflow_seq INTEGER NOT NULL, idx INTEGER NOT NULL, worker TEXT NOT NULL,"
-    "  resource TEXT NOT NULL, params TEXT NOT NULL, status TEXT NOT NULL,"
-    "  attempts INTEGER NOT NULL DEFAULT 0, lock_seq INTEGER, requested_at INTEGER,"
-    "  fencing_token INTEGER, started_at INTEGER, finished_at INTEGER, duration_ms INTEGER,"
-    "  next_attempt_at INTEGER, error TEXT, result TEXT,"
-    "  PRIMARY KEY (workflow_seq, idx)) WITHOUT ROWID;"
-    /* Partial: only the few waiting and running steps are indexed, and only their
-     * transitions touch the index. */
-    "CREATE INDEX steps_waiting ON steps(resource, lock_seq) WHERE status = 'waiting';" EVENTS_SQL
-    "CREATE TABLE resources ("
-    "  name TEXT PRIMARY KEY, last_token INTEGER NOT NULL, grants INTEGER NOT NULL,"
-    "  total_hold_ms INTEGER NOT NULL, max_hold_ms INTEGER NOT NULL,"
-    "  total_wait_ms INTEGER NOT NULL, max_wait_ms INTEGER NOT NULL,"
-    "  holder_seq INTEGER, holder_idx INTEGER) WITHOUT ROWID;"
-    "PRAGMA user_version = 3;";
-
-/* Version 1 to 2: an event row per event becomes a row of one event; the running-steps
- * index is replaced by the holder in the resource row. */
-static const char migrate_v1_sql[] =
-    "ALTER TABLE events RENAME TO events_v1;"
-    "DROP INDEX events_workflow;"
-    "DROP INDEX events_resource;" EVENTS_SQL
-    "INSERT INTO events (seq, last_seq, workflow_seq, resource, lock, data)"
-    "  SELECT seq, seq, workflow_seq, resource, type IN (" LOCK_TYPES "),"
-    "  json_array(json_patch(json_object('seq', seq, 'ts', ts, 'type', type), data))"
-    "  FROM events_v1;"
-    "DROP TABLE events_v1;"
-    "ALTER TABLE resources ADD COLUMN holder_seq INTEGER;"
-    "ALTER TABLE resources ADD COLUMN holder_idx INTEGER;"
-    "UPDATE resources SET (holder_seq, holder_idx) = (SELECT workflow_seq, idx FROM steps"
-    "  WHERE steps.resource = resources.name AND status = 'running');"
-    "DROP INDEX steps_running;"
-    "PRAGMA user_version = 2;";
-
-/* Version 2 to 3: a step's row is written when the step is first reached, so pending
- * steps may have none (readers take them from the definition). Rows of schema 2 stay
- * valid as they are; only the version changes, so that an older batond refuses the file. */
-static const char migrate_v2_sql[] = "PRAGMA user_version = 3;";
-
-static const char *const writer_sql[W_NSTMT] = {
-    [W_BEGIN] = "BEGIN IMMEDIATE",
-    [W_COMMIT] = "COMMIT",
-    [W_ROLLBACK] = "ROLLBACK",
-    [W_INS_WF] = "INSERT INTO workflows (" WF_COLS ") VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-    [W_INS_DEF] = "INSERT INTO definitions (workflow_seq, definition) VALUES (?,?)",
-    [W_GET_DEF] = "SELECT definition FROM definitions WHERE workflow_seq=?",
-    [W_UPD_WF] = "UPDATE workflows SET status=?2, cancel_requested=?3, started_at=?4,"
-		 " finished_at=?5, steps_completed=?6, result=?7, error=?8 WHERE seq=?1",
-    /* The same without status: an UPDATE that sets an indexed column rewrites its index
-     * entry even when the value stays, and most steps do not change the status. */
-    [W_UPD_WF_PROGRESS] = "UPDATE workflows SET cancel_requested=?3, started_at=?4,"
-			  " finished_at=?5, steps_completed=?6, result=?7, error=?8"
-			  " WHERE seq=?1",
-    [W_INS_STEP] = "INSERT INTO steps (workflow_seq, resource, " STEP_COLS
-		   ") VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-    [W_UPD_STEP] = "UPDATE steps SET status=?4, attempts=?5, lock_seq=?6, requested_at=?7,"
-		   " fencing_token=?8, started_at=?9, finished_at=?10, duration_ms=?11,"
-		   " next_attempt_at=?12, error=?13, result=?14"
-		   " WHERE workflow_seq=?1 AND idx=?2",
-    [W_INS_EVENT] = "INSERT INTO events (seq, last_seq, workflow_seq, resource, lock, data)"
-		    " VALUES (?,?,?,?,?,?)",
-    [W_PUT_RES] = "INSERT INTO resources (name, last_token, grants, total_hold_ms,"
-		  " max_hold_ms, total_wait_ms, max_wait_ms, holder_seq, holder_idx)"
-		  " VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9)"
-		  " ON CONFLICT (name) DO UPDATE SET last_token=?2, grants=?3,"
-		  " total_hold_ms=?4, max_hold_ms=?5, total_wait_ms=?6, max_wait_ms=?7,"
-		  " holder_seq=?8, holder_idx=?9",
-
-    [W_FIND_DEF] = "SELECT d.definition, w.status FROM workflows w"
-		   " JOIN definitions d ON d.workflow_seq = w.seq WHERE w.id=?",
-};
-
-/* Maps a SQLite result code to baton's and copies the connection's message at once. */
-int sql_fail(sqlite3 *db, int rc, baton_error *err, const char *what)
+void store_base_init(store *s, const store_ops *ops)
 {
-	int code;
-	switch (rc & 0xff) {
-	case SQLITE_BUSY:
-	case SQLITE_LOCKED:
-		code = BATON_EBUSY;
-		break;
-	case SQLITE_IOERR:
-	case SQLITE_FULL:
-	case SQLITE_CANTOPEN:
-	case SQLITE_READONLY:
-	case SQLITE_PERM:
-		code = BATON_EIO;
-		break;
-	case SQLITE_CORRUPT:
-	case SQLITE_NOTADB:
-	case SQLITE_SCHEMA:
-		code = BATON_ECORRUPT;
-		break;
-	default:
-		code = BATON_EINTERNAL;
-	}
-	return err_set(err, code, "%s: %s", what, db ? sqlite3_errmsg(db) : sqlite3_errstr(rc));
-}
-
-void sql_bind_text(sqlite3_stmt *st, int i, const char *s)
-{
-	if (s)
-		sqlite3_bind_text(st, i, s, -1, SQLITE_TRANSIENT);
-	else
-		sqlite3_bind_null(st, i);
-}
-
-static void bind_time(sqlite3_stmt *st, int i, int64_t v)
-{
-	if (v)
-		sqlite3_bind_int64(st, i, v);
-	else
-		sqlite3_bind_null(st, i);
-}
-
-/*
- * Binds a JSON value as compact text (codec_text: jansson's text, without its
- * allocations); NULL binds SQL NULL. The text stays in the writer's buffer `slot` until
- * that slot is bound again, after the statement has run: one slot per value of a statement.
- */
-static void bind_json(store *s, sqlite3_stmt *st, int i, const json_t *v, int slot)
-{
-	if (!v) {
-		sqlite3_bind_null(st, i);
-		return;
-	}
-	textbuf *b = &s->json_text[slot];
-	b->len = 0;
-	codec_text(b, v);
-	sqlite3_bind_text(st, i, b->v, (int)b->len, SQLITE_STATIC);
-}
-
-/* Runs a prepared statement that returns no row, and resets it. */
-static int exec_stmt(sqlite3 *db, sqlite3_stmt *st, baton_error *err, const char *what)
-{
-	int rc = sqlite3_step(st);
-	sqlite3_reset(st);
-	sqlite3_clear_bindings(st);
-	if (rc != SQLITE_DONE)
-		return sql_fail(db, rc, err, what);
-	return BATON_OK;
-}
-
-int sql_exec(sqlite3 *db, const char *sql, baton_error *err)
-{
-	int rc = sqlite3_exec(db, sql, NULL, NULL, NULL);
-	return rc == SQLITE_OK ? BATON_OK : sql_fail(db, rc, err, sql);
-}
-
-static int open_conn(const char *path, const char *vfs, int flags, sqlite3 **out, baton_error *err)
-{
-	sqlite3 *db = NULL;
-	int rc = sqlite3_open_v2(path, &db, flags | SQLITE_OPEN_NOMUTEX, vfs);
-	if (rc != SQLITE_OK) {
-		rc = sql_fail(db, rc, err, path);
-		sqlite3_close(db);
-		return rc;
-	}
-	sqlite3_busy_timeout(db, 5000);
-	sqlite3_extended_result_codes(db, 1);
-	*out = db;
-	return BATON_OK;
-}
-
-static int user_version(sqlite3 *db, int *v, baton_error *err)
-{
-	sqlite3_stmt *st;
-	int rc = sqlite3_prepare_v2(db, "PRAGMA user_version", -1, &st, NULL);
-	if (rc != SQLITE_OK)
-		return sql_fail(db, rc, err, "reading the schema version");
-	rc = sqlite3_step(st);
-	*v = sqlite3_column_int(st, 0);
-	sqlite3_finalize(st);
-	return rc == SQLITE_ROW ? BATON_OK : sql_fail(db, rc, err, "reading the schema version");
-}
-
-/* WAL, synchronous=FULL, and the schema (created or checked in one transaction). */
-static int setup_writer(store *s, const char *path, baton_error *err)
-{
-	int rc, v = 0;
-	/* The first statement takes the process's exclusive lock (vfs.c): if another process
-	 * holds the file, say so at once instead of waiting for it. */
-	sqlite3_busy_timeout(s->db, 0);
-	rc = sqlite3_exec(s->db, "PRAGMA user_version", NULL, NULL, NULL);
-	sqlite3_busy_timeout(s->db, 5000);
-	if ((rc & 0xff) == SQLITE_BUSY)
-		return err_set(err, BATON_EBUSY,
-			       "%s is in use by another process (is another batond running on it?)",
-			       path);
-	/* FULL: durable at every commit, and vfs.c's gathering of WAL writes relies on it. */
-	if ((rc = sql_exec(s->db, "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL;", err)) ||
-	    (rc = sql_exec(s->db, "BEGIN IMMEDIATE", err)))
-		return rc;
-	if ((rc = user_version(s->db, &v, err)) == BATON_OK) {
-		if (v == 0)
-			rc = sql_exec(s->db, schema_sql, err);
-		else if (v == 1 && (rc = sql_exec(s->db, migrate_v1_sql, err)) == BATON_OK)
-			rc = sql_exec(s->db, migrate_v2_sql, err);
-		else if (v == 2)
-			rc = sql_exec(s->db, migrate_v2_sql, err);
-		else if (v != SCHEMA_VERSION)
-			rc = err_set(err, BATON_ECORRUPT,
-				     "%s: schema version %d is not one this batond knows (%d)",
-				     path, v, SCHEMA_VERSION);
-	}
-	if (rc) {
-		sql_exec(s->db, "ROLLBACK", NULL);
-		return rc;
-	}
-	if ((rc = sql_exec(s->db, "COMMIT", err)))
-		return rc;
-	for (int i = 0; i < W_NSTMT; i++) {
-		int r = sqlite3_prepare_v3(s->db, writer_sql[i], -1, SQLITE_PREPARE_PERSISTENT,
-					   &s->stmt[i], NULL);
-		if (r != SQLITE_OK)
-			return sql_fail(s->db, r, err, "preparing statements");
-	}
-	return BATON_OK;
-}
-
-/* WAL pages after which the checkpointer copies the WAL back into the database. */
-#define CHECKPOINT_FRAMES 1000
-/* The writer finishes a checkpoint itself when at most this many pages are left... */
-#define FINISH_FRAMES 256
-/* ...or, whatever is left, once the WAL holds this many (the checkpointer fell behind). */
-#define FORCE_FRAMES (8 * CHECKPOINT_FRAMES)
-
-/*
- * Checkpoints run on their own thread and connection (PASSIVE: they never block the
- * writer), woken by the writer's WAL hook, so that the engine thread never pays for
- * copying most of the WAL into the database file.
- *
- * But SQLite starts the WAL over from its beginning only when a write transaction
- * begins with every frame copied back, and under steady load the writer appends between
- * any two passes of the checkpointer, which therefore never catches up: the WAL would
- * grow without end, and each commit would extend the file, so that its fsync also has
- * to write the file's size and new block map (an extra disk write per commit). So once
- * the checkpointer has copied all but the last few pages, the writer copies those
- * itself, right after a commit; its next transaction then reuses the WAL from the
- * start, overwriting blocks that already exist.
- */
-static void *checkpoint_main(void *arg)
-{
-	checkpointer *c = arg;
-	pthread_setname_np(pthread_self(), "baton-ckpt");
-	pthread_mutex_lock(&c->mu);
-	for (;;) {
-		while (!c->pending && !c->stop)
-			pthread_cond_wait(&c->cv, &c->mu);
-		if (c->stop)
-			break;
-		c->pending = 0;
-		pthread_mutex_unlock(&c->mu);
-		int copied = 0;
-		sqlite3_wal_checkpoint_v2(c->db, NULL, SQLITE_CHECKPOINT_PASSIVE, NULL, &copied);
-		pthread_mutex_lock(&c->mu);
-		c->backfilled = copied;
-	}
-	pthread_mutex_unlock(&c->mu);
-	return NULL;
-}
-
-static int on_wal_commit(void *ud, sqlite3 *db, const char *name, int frames)
-{
-	checkpointer *c = ud;
-	(void)db;
-	(void)name;
-	c->frames = frames;
-	if (frames >= CHECKPOINT_FRAMES) {
-		pthread_mutex_lock(&c->mu);
-		c->pending = 1;
-		pthread_cond_signal(&c->cv);
-		pthread_mutex_unlock(&c->mu);
-	}
-	return SQLITE_OK;
-}
-
-static int start_checkpointer(store *s, const char *path, const char *vfs, baton_error *err)
-{
-	checkpointer *c = &s->ckpt;
-	int rc = open_conn(path, vfs, SQLITE_OPEN_READWRITE, &c->db, err);
-	if (rc)
-		return rc;
-	sql_exec(c->db, "PRAGMA cache_size=-64", NULL);
-	if (pthread_create(&c->thread, NULL, checkpoint_main, c) != 0)
-		return err_set(err, BATON_EINTERNAL, "cannot start the checkpoint thread");
-	c->started = 1;
-	sqlite3_wal_hook(s->db, on_wal_commit, c); /* replaces the automatic checkpoints */
-	return BATON_OK;
-}
-
-static void stop_checkpointer(checkpointer *c)
-{
-	if (c->started) {
-		pthread_mutex_lock(&c->mu);
-		c->stop = 1;
-		pthread_cond_signal(&c->cv);
-		pthread_mutex_unlock(&c->mu);
-		pthread_join(c->thread, NULL);
-	}
-	sqlite3_close(c->db);
-}
-
-int store_open(const char *path, const char *vfs, int readers, store **out, baton_error *err)
-{
-	store *s = xcalloc(1, sizeof *s);
-	pthread_mutex_init(&s->pool_mu, NULL);
-	pthread_cond_init(&s->pool_cv, NULL);
-	pthread_mutex_init(&s->ckpt.mu, NULL);
-	pthread_cond_init(&s->ckpt.cv, NULL);
+	s->ops = ops;
 	pthread_mutex_init(&s->finished_mu, NULL);
-	int rc = open_conn(path, vfs, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, &s->db, err);
-	if (rc == BATON_OK)
-		rc = setup_writer(s, path, err);
-	if (rc == BATON_OK)
-		rc = start_checkpointer(s, path, vfs, err);
-	s->readers = xcalloc((size_t)readers, sizeof *s->readers);
-	for (int i = 0; rc == BATON_OK && i < readers; i++) {
-		rc = open_conn(path, vfs, SQLITE_OPEN_READONLY, &s->readers[i].db, err);
-		/* Bounded memory: 512 KiB of page cache per reader (the writer keeps 2 MiB). */
-		if (rc == BATON_OK)
-			sql_exec(s->readers[i].db, "PRAGMA cache_size=-512", NULL);
-		if (rc == BATON_OK) {
-			s->nreaders++;
-			s->readers[i].next_free = s->free_readers;
-			s->free_readers = &s->readers[i];
-		}
+}
+
+void store_base_fini(store *s)
+{
+	for (int i = 0; i < FINISHED_SLOTS; i++)
+		free(s->finished[i].text);
+	pthread_mutex_destroy(&s->finished_mu);
+}
+
+void store_resource_fini(store_resource *r)
+{
+	resource_row_fini(&r->row);
+	free(r->holder.wf_id);
+	free(r->holder.worker);
+	for (size_t i = 0; i < r->nwaiters; i++) {
+		free(r->waiters[i].wf_id);
+		free(r->waiters[i].worker);
 	}
-	if (rc) {
-		store_close(s);
-		return rc;
+	free(r->waiters);
+	memset(r, 0, sizeof *r);
+}
+
+int store_open(const char *db, int readers, const logger *log, const char *fault_file, store **out,
+	       baton_error *err)
+{
+	store_config cfg = {db, readers, log, fault_file};
+	const store_ops *ops = &sqlite_store_ops;
+	const char *scheme_end = strstr(db, "://");
+	if (strncmp(db, "postgresql://", 13) == 0 || strncmp(db, "postgres://", 11) == 0) {
+		ops = &pg_store_ops;
+	} else if (strncmp(db, "sqlite:", 7) == 0) {
+		cfg.target = db + 7;
+		if (strncmp(cfg.target, "//", 2) == 0)
+			cfg.target += 2; /* sqlite:///abs/path and sqlite://rel/path */
+	} else if (scheme_end) {
+		return err_set(err, BATON_EINVAL,
+			       "--db: \"%.*s://\" is not a store baton supports (postgresql://..., "
+			       "postgres://..., sqlite:PATH or a file path)",
+			       (int)(scheme_end - db > 32 ? 32 : scheme_end - db), db);
 	}
-	*out = s;
-	return BATON_OK;
+	if (!*cfg.target)
+		return err_set(err, BATON_EINVAL, "--db: no database file named");
+	return ops->open(&cfg, out, err);
 }
 
 void store_close(store *s)
 {
-	if (!s)
-		return;
-	stop_checkpointer(&s->ckpt);
-	for (int i = 0; i < s->nreaders; i++) {
-		for (int j = 0; j < R_NSTMT; j++)
-			sqlite3_finalize(s->readers[i].stmt[j]);
-		sqlite3_close(s->readers[i].db);
+	if (s)
+		s->ops->close(s);
+}
+
+/* ---- workflows ---- */
+
+/*
+ * Finished workflows never change again, so their rendered JSON text is kept in a small
+ * direct-mapped cache (a slot per hash of the id): reads of them skip the database,
+ * rendering and serialising. Filled by reads, not by the answers to POSTs, which are
+ * seldom read again.
+ */
+static char *cache_get(store *s, const char *id, size_t *len)
+{
+	finished_slot *slot = &s->finished[fnv1a(id) % FINISHED_SLOTS];
+	char *hit = NULL;
+	pthread_mutex_lock(&s->finished_mu);
+	if (slot->text && strcmp(slot->id, id) == 0 && (hit = malloc(slot->len + 1))) {
+		memcpy(hit, slot->text, slot->len + 1);
+		*len = slot->len;
 	}
-	free(s->readers);
-	for (int i = 0; i < W_NSTMT; i++)
-		sqlite3_finalize(s->stmt[i]);
-	sqlite3_close(s->db);
-	pthread_cond_destroy(&s->pool_cv);
-	pthread_mutex_destroy(&s->pool_mu);
-	pthread_cond_destroy(&s->ckpt.cv);
-	pthread_mutex_destroy(&s->ckpt.mu);
-	for (int i = 0; i < FINISHED_SLOTS; i++)
-		free(s->finished[i].text);
-	free(s->json_text[0].v);
-	free(s->json_text[1].v);
-	pthread_mutex_destroy(&s->finished_mu);
-	free(s);
+	pthread_mutex_unlock(&s->finished_mu);
+	return hit;
 }
 
-/* ---- writer side: the engine thread only ---- */
-
-int store_begin(store *s, baton_error *err)
+static void cache_put(store *s, const wf_row *wf, const char *text, size_t len)
 {
-	return exec_stmt(s->db, s->stmt[W_BEGIN], err, "begin");
-}
-
-/* After a commit: copies the WAL's last pages back when that lets the WAL start over. */
-static void finish_checkpoint(store *s)
-{
-	checkpointer *c = &s->ckpt;
-	if (!c->started || c->frames < CHECKPOINT_FRAMES)
+	if (wf->status != WF_COMPLETED && wf->status != WF_FAILED && wf->status != WF_CANCELLED)
 		return;
-	pthread_mutex_lock(&c->mu);
-	int left = c->frames - c->backfilled;
-	pthread_mutex_unlock(&c->mu);
-	if (left > FINISH_FRAMES && c->frames < FORCE_FRAMES)
+	char *copy = malloc(len + 1);
+	if (!copy)
 		return;
-	/* PASSIVE: returns at once if the checkpointer holds the checkpoint lock. A failure
-	 * costs nothing but the WAL's length: the next commit tries again. */
-	if (sqlite3_wal_checkpoint_v2(s->db, NULL, SQLITE_CHECKPOINT_PASSIVE, NULL, NULL) ==
-	    SQLITE_OK) {
-		pthread_mutex_lock(&c->mu);
-		c->backfilled = 0;
-		pthread_mutex_unlock(&c->mu);
-		c->frames = 0;
-	}
+	memcpy(copy, text, len + 1);
+	finished_slot *slot = &s->finished[fnv1a(wf->id) % FINISHED_SLOTS];
+	pthread_mutex_lock(&s->finished_mu);
+	free(slot->text);
+	snprintf(slot->id, sizeof slot->id, "%s", wf->id);
+	slot->text = copy;
+	slot->len = len;
+	pthread_mutex_unlock(&s->finished_mu);
 }
 
-int store_commit(store *s, baton_error *err)
+int store_get_workflow(store *s, const char *id, json_t **out, baton_error *err)
 {
-	int rc = exec_stmt(s->db, s->stmt[W_COMMIT], err, "commit");
+	wf_row *wf = NULL;
+	int rc = s->ops->read_workflow(s, id, &wf, err);
 	if (rc == BATON_OK)
-		finish_checkpoint(s);
+		*out = codec_workflow(wf);
+	wf_row_free(wf);
 	return rc;
 }
 
-void store_rollback(store *s)
+int store_get_workflow_text(store *s, const char *id, char **text, size_t *len, baton_error *err)
 {
-	if (!sqlite3_get_autocommit(s->db))
-		exec_stmt(s->db, s->stmt[W_ROLLBACK], NULL, "rollback");
-}
-
-/* A step's changing columns, in STEP_COLS order from status on, at parameters first.. */
-static void bind_step_state(store *s, sqlite3_stmt *st, int first, const step_row *r)
-{
-	sql_bind_text(st, first, step_status_name(r->status));
-	sqlite3_bind_int(st, first + 1, r->attempts);
-	bind_time(st, first + 2, r->lock_seq);
-	bind_time(st, first + 3, r->requested_at);
-	bind_time(st, first + 4, r->token);
-	bind_time(st, first + 5, r->started_at);
-	bind_time(st, first + 6, r->finished_at);
-	if (r->duration_ms >= 0)
-		sqlite3_bind_int64(st, first + 7, r->duration_ms);
-	bind_time(st, first + 8, r->next_attempt_at);
-	sql_bind_text(st, first + 9, r->error);
-	bind_json(s, st, first + 10, r->result, 1);
-}
-
-int store_insert_workflow(store *s, const wf_row *wf, baton_error *err)
-{
-	sqlite3_stmt *st = s->stmt[W_INS_WF];
-	sqlite3_bind_int64(st, 1, wf->seq);
-	sql_bind_text(st, 2, wf->id);
-	sql_bind_text(st, 3, wf->resource);
-	sql_bind_text(st, 4, wf->on_failure == ON_FAILURE_CONTINUE ? "continue" : "fail");
-	sql_bind_text(st, 5, wf_status_name(wf->status));
-	sqlite3_bind_int(st, 6, wf->cancel_requested);
-	sqlite3_bind_int64(st, 7, wf->created_at);
-	bind_time(st, 8, wf->started_at);
-	bind_time(st, 9, wf->finished_at);
-	sqlite3_bind_int(st, 10, wf->steps_total);
-	sqlite3_bind_int(st, 11, wf->steps_completed);
-	bind_json(s, st, 12, wf->result, 1);
-	sql_bind_text(st, 13, wf->error);
-	char *retry = codec_retry_text(&wf->retry);
-	sqlite3_bind_text(st, 14, retry, -1, free);
-	int rc = exec_stmt(s->db, st, err, "inserting a workflow");
-	if (rc == BATON_OK) {
-		st = s->stmt[W_INS_DEF];
-		sqlite3_bind_int64(st, 1, wf->seq);
-		sql_bind_text(st, 2, wf->definition);
-		rc = exec_stmt(s->db, st, err, "inserting a definition");
-	}
-	return rc;
-}
-
-int store_update_workflow(store *s, const wf_row *wf, baton_error *err)
-{
-	int same = wf->status == wf->stored_status;
-	sqlite3_stmt *st = s->stmt[same ? W_UPD_WF_PROGRESS : W_UPD_WF];
-	sqlite3_bind_int64(st, 1, wf->seq);
-	if (!same)
-		sql_bind_text(st, 2, wf_status_name(wf->status));
-	sqlite3_bind_int(st, 3, wf->cancel_requested);
-	bind_time(st, 4, wf->started_at);
-	bind_time(st, 5, wf->finished_at);
-	sqlite3_bind_int(st, 6, wf->steps_completed);
-	bind_json(s, st, 7, wf->result, 1);
-	sql_bind_text(st, 8, wf->error);
-	return exec_stmt(s->db, st, err, "updating a workflow");
-}
-
-int store_put_step(store *s, const wf_row *wf, const step_row *r, baton_error *err)
-{
-	sqlite3_stmt *st;
-	if (r->stored) {
-		st = s->stmt[W_UPD_STEP];
-		sqlite3_bind_int64(st, 1, wf->seq);
-		sqlite3_bind_int(st, 2, r->index);
-		bind_step_state(s, st, 4, r);
-		return exec_stmt(s->db, st, err, "updating a step");
-	}
-	st = s->stmt[W_INS_STEP];
-	sqlite3_bind_int64(st, 1, wf->seq);
-	sql_bind_text(st, 2, wf->resource);
-	sqlite3_bind_int(st, 3, r->index);
-	sql_bind_text(st, 4, r->worker);
-	bind_json(s, st, 5, r->params, 0);
-	bind_step_state(s, st, 6, r);
-	return exec_stmt(s->db, st, err, "inserting a step");
-}
-
-int store_insert_events(store *s, int64_t seq, int64_t last_seq, const wf_row *wf, int lock,
-			const char *json, size_t len, baton_error *err)
-{
-	sqlite3_stmt *st = s->stmt[W_INS_EVENT];
-	sqlite3_bind_int64(st, 1, seq);
-	sqlite3_bind_int64(st, 2, last_seq);
-	sqlite3_bind_int64(st, 3, wf->seq);
-	sql_bind_text(st, 4, wf->resource);
-	sqlite3_bind_int(st, 5, lock);
-	sqlite3_bind_text(st, 6, json, (int)len, SQLITE_STATIC);
-	return exec_stmt(s->db, st, err, "inserting events");
-}
-
-int store_put_resource(store *s, const resource_row *r, baton_error *err)
-{
-	sqlite3_stmt *st = s->stmt[W_PUT_RES];
-	sql_bind_text(st, 1, r->name);
-	sqlite3_bind_int64(st, 2, r->last_token);
-	sqlite3_bind_int64(st, 3, r->grants);
-	sqlite3_bind_int64(st, 4, r->total_hold_ms);
-	sqlite3_bind_int64(st, 5, r->max_hold_ms);
-	sqlite3_bind_int64(st, 6, r->total_wait_ms);
-	sqlite3_bind_int64(st, 7, r->max_wait_ms);
-	if (r->holder_seq) {
-		sqlite3_bind_int64(st, 8, r->holder_seq);
-		sqlite3_bind_int(st, 9, r->holder_idx);
-	}
-	return exec_stmt(s->db, st, err, "updating a resource");
-}
-
-int store_find_workflow(store *s, const char *id, char **def, int *status, baton_error *err)
-{
-	sqlite3_stmt *st = s->stmt[W_FIND_DEF];
-	sql_bind_text(st, 1, id);
-	int rc = sqlite3_step(st);
-	int out = BATON_OK;
-	if (rc == SQLITE_ROW) {
-		*def = xstrdup((const char *)sqlite3_column_text(st, 0));
-		*status = wf_status_parse((const char *)sqlite3_column_text(st, 1));
-	} else if (rc == SQLITE_DONE)
-		out = BATON_ENOTFOUND;
+	if ((*text = cache_get(s, id, len)))
+		return BATON_OK;
+	wf_row *wf = NULL;
+	int rc = s->ops->read_workflow(s, id, &wf, err);
+	if (rc)
+		return rc;
+	json_t *json = codec_workflow(wf);
+	*text = baton_json_text(json, '\n', len);
+	if (*text)
+		cache_put(s, wf, *text, *len);
 	else
-		out = sql_fail(s->db, rc, err, "looking up a workflow");
-	sqlite3_reset(st);
-	sqlite3_clear_bindings(st);
-	return out;
+		rc = err_set(err, BATON_EINTERNAL, "out of memory rendering a workflow");
+	json_decref(json);
+	wf_row_free(wf);
+	return rc;
 }
 
-static int64_t query_int(sqlite3 *db, const char *sql)
+/* A list cursor is "w" and the last seq shown, in base 36. */
+static int parse_cursor(const char *c, int64_t *seq)
 {
-	sqlite3_stmt *st;
-	int64_t v = 0;
-	if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) == SQLITE_OK &&
-	    sqlite3_step(st) == SQLITE_ROW)
-		v = sqlite3_column_int64(st, 0);
-	sqlite3_finalize(st);
-	return v;
+	char *end;
+	if (!c || c[0] != 'w' || !c[1])
+		return -1;
+	long long v = strtoll(c + 1, &end, 36);
+	if (*end || v <= 0)
+		return -1;
+	*seq = v;
+	return 0;
 }
 
-int store_counters_load(store *s, store_counters *c, baton_error *err)
+static json_t *cursor_json(int64_t last)
 {
-	c->wf_seq = query_int(s->db, "SELECT coalesce(max(seq), 0) FROM workflows");
-	c->event_seq = query_int(s->db, "SELECT last_seq FROM events ORDER BY seq DESC LIMIT 1");
-	c->lock_seq = query_int(s->db, "SELECT coalesce(max(lock_seq), 0) FROM steps");
+	char buf[32], tmp[32];
+	int i = 0;
+	for (int64_t v = last; v > 0; v /= 36)
+		tmp[i++] = "0123456789abcdefghijklmnopqrstuvwxyz"[v % 36];
+	buf[0] = 'w';
+	for (int j = 0; j < i; j++)
+		buf[1 + j] = tmp[i - 1 - j];
+	buf[1 + i] = 0;
+	return json_string(buf);
+}
+
+int store_list_workflows(store *s, const baton_list_query *q, json_t **out, baton_error *err)
+{
+	store_list l = {INT64_MAX, q->status, q->resource, q->limit ? q->limit : 50};
+	if (l.limit < 1 || l.limit > 1000)
+		return err_set(err, BATON_EINVAL, "limit: must be between 1 and 1000");
+	if (q->status && wf_status_parse(q->status) < 0)
+		return err_set(err, BATON_EINVAL,
+			       "status: must be pending, running, completed, failed or cancelled");
+	if (q->resource && !valid_name(q->resource))
+		return err_set(err, BATON_EINVAL,
+			       "resource: must be 1-128 characters of [A-Za-z0-9._:-]");
+	if (q->cursor && parse_cursor(q->cursor, &l.before))
+		return err_set(err, BATON_EINVAL, "cursor: not a cursor this server returned");
+	int limit = l.limit, n = 0;
+	l.limit = limit + 1; /* one more tells whether there is a next page */
+	wf_row **rows = NULL;
+	int rc = s->ops->list_workflows(s, &l, &rows, &n, err);
+	if (rc)
+		return rc;
+	json_t *list = json_array();
+	for (int i = 0; i < n && i < limit; i++)
+		json_array_append_new(list, codec_workflow_summary(rows[i]));
+	json_t *next = n > limit ? cursor_json(rows[limit - 1]->seq) : json_null();
+	for (int i = 0; i < n; i++)
+		wf_row_free(rows[i]);
+	free(rows);
+	*out = json_pack("{s:o, s:o}", "workflows", list, "next_cursor", next);
 	return BATON_OK;
 }
 
-/* The stored definition of a workflow (malloc'd), for the engine's re-POST checks. */
-static char *load_definition(store *s, int64_t seq)
+/* ---- events ---- */
+
+typedef struct event_page {
+	json_t *list;
+	int64_t after;
+	int limit; /* 0: all */
+	int lock_only;
+} event_page;
+
+/* An event as the API shows it: seq, ts, type, workflow_id, then the stored fields. */
+static json_t *event_json(json_t *stored, const char *wf_id)
 {
-	sqlite3_stmt *st = s->stmt[W_GET_DEF];
-	sqlite3_bind_int64(st, 1, seq);
-	char *def = sqlite3_step(st) == SQLITE_ROW ? sql_column_strdup(st, 0) : NULL;
-	sqlite3_reset(st);
-	return def ? def : xstrdup("");
+	json_t *e = json_pack("{s:O, s:o, s:O, s:s}", "seq", json_object_get(stored, "seq"), "ts",
+			      time_json(json_integer_value(json_object_get(stored, "ts"))), "type",
+			      json_object_get(stored, "type"), "workflow_id", wf_id);
+	json_object_update_missing(e, stored);
+	return e;
 }
 
-int store_load_resources(store *s, void (*fn)(void *ctx, resource_row *r), void *ctx,
-			 baton_error *err)
+static int page_full(const event_page *p)
 {
-	sqlite3_stmt *st;
-	int rc = sqlite3_prepare_v2(s->db,
-				    "SELECT name, last_token, grants, total_hold_ms, max_hold_ms,"
-				    " total_wait_ms, max_wait_ms FROM resources",
-				    -1, &st, NULL);
-	if (rc != SQLITE_OK)
-		return sql_fail(s->db, rc, err, "loading resources");
-	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-		resource_row r = {
-		    .name = sql_column_strdup(st, 0),
-		    .last_token = sqlite3_column_int64(st, 1),
-		    .grants = sqlite3_column_int64(st, 2),
-		    .total_hold_ms = sqlite3_column_int64(st, 3),
-		    .max_hold_ms = sqlite3_column_int64(st, 4),
-		    .total_wait_ms = sqlite3_column_int64(st, 5),
-		    .max_wait_ms = sqlite3_column_int64(st, 6),
-		};
-		fn(ctx, &r);
-	}
-	sqlite3_finalize(st);
-	return rc == SQLITE_DONE ? BATON_OK : sql_fail(s->db, rc, err, "loading resources");
+	return p->limit > 0 && json_array_size(p->list) >= (size_t)p->limit;
 }
 
-int store_load_unfinished(store *s, void (*fn)(void *ctx, wf_row *wf), void *ctx, baton_error *err)
+/* Expands a stored row into the events after `after`, up to the page's limit. */
+static int add_event_row(void *ctx, const char *text, size_t len, const char *wf_id)
 {
-	sqlite3_stmt *q, *steps;
-	int rc = sqlite3_prepare_v2(s->db,
-				    "SELECT " WF_READ_COLS " FROM workflows"
-				    " WHERE status IN ('pending', 'running') ORDER BY seq",
-				    -1, &q, NULL);
-	if (rc != SQLITE_OK)
-		return sql_fail(s->db, rc, err, "loading workflows");
-	rc = sqlite3_prepare_v2(s->db, reader_sql[R_STEPS], -1, &steps, NULL);
-	if (rc != SQLITE_OK) {
-		sqlite3_finalize(q);
-		return sql_fail(s->db, rc, err, "loading steps");
+	event_page *p = ctx;
+	json_t *row = json_loadb(text, len, JSON_DECODE_ANY, NULL), *ev;
+	if (!json_is_array(row)) { /* out of memory: an answer without them would lie */
+		json_decref(row);
+		return -1;
 	}
-	while ((rc = sqlite3_step(q)) == SQLITE_ROW) {
-		wf_row *wf = sql_read_wf(q);
-		wf->definition = load_definition(s, wf->seq);
-		if ((rc = sql_read_steps(steps, NULL, wf->definition, wf)) != SQLITE_DONE) {
-			wf_row_free(wf);
+	size_t i;
+	json_array_foreach(row, i, ev)
+	{
+		if (page_full(p))
 			break;
-		}
-		fn(ctx, wf);
+		if (json_integer_value(json_object_get(ev, "seq")) <= p->after ||
+		    (p->lock_only &&
+		     !machine_resource_event(json_string_value(json_object_get(ev, "type")))))
+			continue;
+		json_array_append_new(p->list, event_json(ev, wf_id));
 	}
-	sqlite3_finalize(q);
-	sqlite3_finalize(steps);
-	return rc == SQLITE_DONE ? BATON_OK : sql_fail(s->db, rc, err, "loading workflows");
+	json_decref(row);
+	return page_full(p);
+}
+
+int store_list_events(store *s, const char *id, int64_t after, int limit, json_t **out,
+		      baton_error *err)
+{
+	event_page p = {json_array(), after, limit, 0};
+	char status[16] = "";
+	int rc = s->ops->read_events(s, id, NULL, after, status, add_event_row, &p, err);
+	if (rc) {
+		json_decref(p.list);
+		return rc;
+	}
+	/* The status is read with the events: a stream that sees a final status and no
+	 * newer event knows it has everything. */
+	*out = json_pack("{s:s, s:s, s:o}", "workflow_id", id, "status", status, "events", p.list);
+	return BATON_OK;
+}
+
+int store_resource_events(store *s, const char *name, int64_t after, int limit, json_t **out,
+			  baton_error *err)
+{
+	event_page p = {json_array(), after, limit, 1};
+	char status[16] = "";
+	int rc = s->ops->read_events(s, NULL, name, after, status, add_event_row, &p, err);
+	if (rc) {
+		json_decref(p.list);
+		return rc;
+	}
+	*out = json_pack("{s:s, s:o}", "resource", name, "events", p.list);
+	return BATON_OK;
+}
+
+/* ---- resources ---- */
+
+static json_t *holder_json(const store_holder *h)
+{
+	if (!h->wf_id)
+		return json_null();
+	json_t *j =
+	    json_pack("{s:s, s:i, s:s, s:I}", "workflow_id", h->wf_id, "step", h->step, "worker",
+		      h->worker ? h->worker : "", "fencing_token", (json_int_t)h->token);
+	json_object_set_new(j, "since", time_json(h->since));
+	return j;
+}
+
+static void add_resource(void *ctx, const store_resource *r)
+{
+	json_array_append_new(ctx, json_pack("{s:s, s:o, s:I}", "name", r->row.name, "holder",
+					     holder_json(&r->holder), "queue_length",
+					     (json_int_t)r->queue_length));
+}
+
+int store_list_resources(store *s, json_t **out, baton_error *err)
+{
+	json_t *list = json_array();
+	int rc = s->ops->list_resources(s, add_resource, list, err);
+	if (rc) {
+		json_decref(list);
+		return rc;
+	}
+	*out = json_pack("{s:o}", "resources", list);
+	return BATON_OK;
+}
+
+int store_get_resource(store *s, const char *name, json_t **out, baton_error *err)
+{
+	store_resource r;
+	int rc = s->ops->read_resource(s, name, 1, &r, err);
+	if (rc)
+		return rc;
+	json_t *waiters = json_array();
+	for (size_t i = 0; i < r.nwaiters; i++) {
+		const store_waiter *w = &r.waiters[i];
+		json_t *j =
+		    json_pack("{s:s, s:i, s:s, s:i}", "workflow_id", w->wf_id, "step", w->step,
+			      "worker", w->worker ? w->worker : "", "position", (int)i + 1);
+		json_object_set_new(j, "waiting_since", time_json(w->since));
+		json_array_append_new(waiters, j);
+	}
+	json_t *totals = json_pack("{s:I, s:I, s:I, s:I, s:I}", "grants", (json_int_t)r.row.grants,
+				   "total_hold_ms", (json_int_t)r.row.total_hold_ms, "max_hold_ms",
+				   (json_int_t)r.row.max_hold_ms, "total_wait_ms",
+				   (json_int_t)r.row.total_wait_ms, "max_wait_ms",
+				   (json_int_t)r.row.max_wait_ms);
+	*out = json_pack("{s:s, s:I, s:o, s:o, s:o}", "name", name, "last_fencing_token",
+			 (json_int_t)r.row.last_token, "holder", holder_json(&r.holder), "waiters",
+			 waiters, "totals", totals);
+	store_resource_fini(&r);
+	return BATON_OK;
+}
+
+int store_workflow_counts(store *s, json_t **out, baton_error *err)
+{
+	int64_t counts[WF_NSTATUS] = {0};
+	int rc = s->ops->count_workflows(s, counts, err);
+	if (rc)
+		return rc;
+	json_t *j = json_object();
+	for (int i = 0; i < WF_NSTATUS; i++)
+		json_object_set_new(j, wf_status_name(i), json_integer(counts[i]));
+	*out = j;
+	return BATON_OK;
 }

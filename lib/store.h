@@ -1,83 +1,161 @@
 /*
- * store.h - what the two halves of baton's SQLite store share: store.c (the writer:
- * schema and migrations, group commits, start-up loads, checkpoints) and store_read.c
- * (the pool of read connections and every query behind the API). These two files and
- * vfs.c are the only ones that include sqlite3.h; the rest of lib/ sees internal.h.
+ * store.h - the store seam: one table of operations, one implementation per database.
+ *
+ * Design (SQLite's sqlite3_io_methods, libcurl's vtls): each backend is one pair of files
+ * (sqlite_store.c and sqlite_read.c, pg_store.c and pg_read.c) that defines a const
+ * store_ops and keeps its own types in its own header (sqlite.h, pg.h). Callers never ask
+ * which one they hold. What both stores share lives above the table, once, in store.c:
+ * choosing a backend from the --db value, shaping rows into the API's JSON, paging
+ * cursors, and the cache of finished workflows.
+ *
+ * Writes. The engine hands the store one batch per round (everything the round changed)
+ * and the store commits it in one transaction, durable before the call returns. Writing
+ * a batch is idempotent: when a commit's outcome is unknown (the connection broke during
+ * COMMIT), the engine writes the same batch again, with the same ids, once the database
+ * answers, and a batch that had landed changes nothing the second time. Fencing tokens
+ * never go backwards in the database: a resource row is written only while its stored
+ * token is not higher than the batch's.
+ *
+ * Ids. Workflow sequence numbers and event seqs are handed out by the store (next_ids),
+ * in blocks that are durable before they are used, so that no value is ever given twice,
+ * across restarts and (later) across writers. Fencing tokens come from the resource's
+ * row, which only ever moves forward. Lock-queue numbers order one resource's queue;
+ * the engine counts on from the highest stored one.
+ *
+ * Reads return rows (wf_row, stored event rows, resource views): never API JSON.
+ *
+ * Threads. open, close, write, find_workflow, next_ids and load belong to the engine
+ * thread (one writer); every read may be called from any thread at once.
  */
 #ifndef BATON_STORE_H
 #define BATON_STORE_H
 
 #include "internal.h"
 
-#include <sqlite3.h>
+/* ---- what the engine writes ---- */
 
-#define WF_COLS                                                                                    \
-	"seq, id, resource, on_failure, status, cancel_requested, created_at, started_at,"         \
-	" finished_at, steps_total, steps_completed, result, error, retry"
-/* WF_COLS as read: a workflow that has not ended counts its completed steps from their
- * rows, since its own row is not rewritten at every step (commit.c). */
-#define WF_READ_COLS                                                                               \
-	"seq, id, resource, on_failure, status, cancel_requested, created_at, started_at,"         \
-	" finished_at, steps_total, CASE WHEN status IN ('pending', 'running') THEN"               \
-	" (SELECT count(*) FROM steps s WHERE s.workflow_seq = workflows.seq"                      \
-	" AND s.status = 'completed') ELSE steps_completed END, result, error, retry"
-#define STEP_COLS                                                                                  \
-	"idx, worker, params, status, attempts, lock_seq, requested_at, fencing_token,"            \
-	" started_at, finished_at, duration_ms, next_attempt_at, error, result"
+/* One row of events: consecutive events of one workflow, seqs seq..last_seq, as the JSON
+ * array text[0..len) of {"seq", "ts", "type", ...}; lock: one of them belongs to the
+ * resource's history. */
+typedef struct store_event_row {
+	int64_t seq, last_seq;
+	const wf_row *wf;
+	int lock;
+	const char *text;
+	size_t len;
+} store_event_row;
 
-/* Writer statements, prepared once on the engine's connection. */
-enum {
-	W_BEGIN,
-	W_COMMIT,
-	W_ROLLBACK,
-	W_INS_WF,
-	W_INS_DEF,
-	W_GET_DEF,
-	W_UPD_WF,
-	W_UPD_WF_PROGRESS,
-	W_INS_STEP,
-	W_UPD_STEP,
-	W_INS_EVENT,
-	W_PUT_RES,
-	W_FIND_DEF,
-	W_NSTMT
-};
-/* Reader statements, prepared on first use on each pooled connection. */
-enum {
-	R_WF_BY_ID,
-	R_STEPS,
-	R_DEF,
-	R_QUEUE_POS,
-	R_EVENTS,
-	R_RESOURCES,
-	R_RESOURCE,
-	R_HOLDER,
-	R_WAITERS,
-	R_QUEUE_LEN,
-	R_RES_EVENTS,
-	R_WF_COUNTS,
-	R_BEGIN,
-	R_COMMIT,
-	R_NSTMT
-};
-extern const char *const reader_sql[R_NSTMT]; /* store_read.c */
+/*
+ * A round's changes. For each workflow: its row when is_new (insert) or dirty (update),
+ * and its steps marked dirty in [dirty_lo, dirty_hi) (a step with `stored` clear has no
+ * row yet). Resources: their rows as they are now.
+ */
+typedef struct store_batch {
+	wf_row *const *wfs;
+	size_t nwfs;
+	const resource_row *const *resources;
+	size_t nresources;
+	const store_event_row *events;
+	size_t nevents;
+} store_batch;
 
-typedef struct reader {
-	sqlite3 *db;
-	sqlite3_stmt *stmt[R_NSTMT];
-	struct reader *next_free;
-} reader;
+/* Why a write failed, for the engine's choice of what to do next. */
+typedef struct store_write_failure {
+	/* 1: the transaction may have committed (the connection broke during COMMIT): the
+	 * same batch must be written again before anything is answered. */
+	int unknown;
+	/* 1: a retry cannot help (the database refused a value or a constraint). */
+	int permanent;
+	/* With permanent: the workflow whose row was refused, when the store could tell. */
+	const wf_row *culprit;
+} store_write_failure;
 
-/* The checkpoint thread (store.c says why it exists and how it and the writer share). */
-typedef struct checkpointer {
-	sqlite3 *db;
-	pthread_t thread;
-	pthread_mutex_t mu;
-	pthread_cond_t cv;
-	int pending, stop, started;
-	int backfilled; /* pages of the WAL the last pass had copied (under mu) */
-	int frames;	/* pages in the WAL after the writer's last commit (writer only) */
-} checkpointer;
+enum store_id_kind { STORE_ID_WORKFLOW, STORE_ID_EVENT, STORE_NIDS };
+
+/* ---- what readers return ---- */
+
+/* A stored event row (the JSON array text of store_event_row) and its workflow's id;
+ * returns 0 to go on, 1 when it has enough, -1 when it failed (out of memory). */
+typedef int (*store_event_fn)(void *ctx, const char *text, size_t len, const char *wf_id);
+
+typedef struct store_holder {
+	char *wf_id; /* NULL: the resource is free */
+	int step;
+	char *worker;
+	int64_t token, since;
+} store_holder;
+
+typedef struct store_waiter {
+	char *wf_id;
+	int step;
+	char *worker;
+	int64_t since;
+} store_waiter;
+
+typedef struct store_resource {
+	resource_row row; /* name and totals */
+	store_holder holder;
+	int64_t queue_length;
+	store_waiter *waiters; /* with_waiters only */
+	size_t nwaiters;
+} store_resource;
+void store_resource_fini(store_resource *r);
+
+typedef struct store_list {
+	int64_t before; /* seq, exclusive */
+	const char *status, *resource;
+	int limit;
+} store_list;
+
+/* Where a backend comes from: the --db value and what every backend needs. */
+typedef struct store_config {
+	const char *target; /* file path, or the URL without its "sqlite:" prefix */
+	int readers;
+	const logger *log;
+	const char *fault_file; /* SQLite's testing seam (vfs.c); NULL elsewhere */
+} store_config;
+
+/*
+ * The operations. Every one returns BATON_OK or a baton code with detail in err.
+ * The store's own header fields (struct store) are for store.c; a backend's struct
+ * starts with a struct store.
+ */
+typedef struct store_ops {
+	const char *name; /* "sqlite", "postgresql" */
+	int (*open)(const store_config *cfg, store **out, baton_error *err);
+	void (*close)(store *s); /* accepts NULL */
+
+	/* Engine thread. */
+	int (*write)(store *s, const store_batch *b, store_write_failure *why, baton_error *err);
+	/* first..first+n-1 are this caller's, for ever. */
+	int (*next_ids)(store *s, int kind, int64_t n, int64_t *first, baton_error *err);
+	/* A stored workflow's definition (malloc'd) and status; BATON_ENOTFOUND when none. */
+	int (*find_workflow)(store *s, const char *id, char **def, int *status, baton_error *err);
+	/* Every resource row, then every unfinished workflow with its steps (owned by fn);
+	 * *lock_seq: the highest lock-queue number stored (the engine counts on from it). */
+	int (*load)(store *s, void (*res_fn)(void *ctx, resource_row *r),
+		    void (*wf_fn)(void *ctx, wf_row *wf), void *ctx, int64_t *lock_seq,
+		    baton_error *err);
+
+	/* Any thread. */
+	/* A workflow with its steps and the queue positions of its waiting step. */
+	int (*read_workflow)(store *s, const char *id, wf_row **out, baton_error *err);
+	/* Up to q->limit rows newest first, without steps; *n rows in *out (malloc'd). */
+	int (*list_workflows)(store *s, const store_list *q, wf_row ***out, int *n,
+			      baton_error *err);
+	/* The event rows of workflow id (status: its status, 16 bytes) or of a resource's
+	 * history (id NULL, resource set), from the row that holds `after` on, in order. */
+	int (*read_events)(store *s, const char *id, const char *resource, int64_t after,
+			   char status[16], store_event_fn fn, void *ctx, baton_error *err);
+	int (*read_resource)(store *s, const char *name, int with_waiters, store_resource *out,
+			     baton_error *err);
+	/* Every resource by name, each with holder and queue length; fn owns nothing. */
+	int (*list_resources)(store *s, void (*fn)(void *ctx, const store_resource *r), void *ctx,
+			      baton_error *err);
+	int (*count_workflows)(store *s, int64_t counts[WF_NSTATUS], baton_error *err);
+	/* BATON_OK while the database answers. */
+	int (*ping)(store *s, baton_error *err);
+} store_ops;
 
 #define FINISHED_SLOTS 1024
 typedef struct finished_slot {
@@ -87,33 +165,64 @@ typedef struct finished_slot {
 } finished_slot;
 
 struct store {
-	sqlite3 *db;
-	checkpointer ckpt;
+	const store_ops *ops;
 	pthread_mutex_t finished_mu;
 	finished_slot finished[FINISHED_SLOTS];
-	sqlite3_stmt *stmt[W_NSTMT];
-	textbuf json_text[2]; /* the writer's JSON values being bound (bind_json) */
-	reader *readers;
-	int nreaders;
-	pthread_mutex_t pool_mu;
-	pthread_cond_t pool_cv;
-	reader *free_readers;
 };
 
-/* store.c */
-int sql_fail(sqlite3 *db, int rc, baton_error *err, const char *what); /* returns baton's code */
-void sql_bind_text(sqlite3_stmt *st, int i, const char *s);	       /* NULL binds NULL */
-int sql_exec(sqlite3 *db, const char *sql, baton_error *err);
+extern const store_ops sqlite_store_ops; /* sqlite_store.c */
+extern const store_ops pg_store_ops;	 /* pg_store.c */
 
-/* store_read.c: decoding rows */
-char *sql_column_strdup(sqlite3_stmt *st, int i);
-json_t *sql_column_json(sqlite3_stmt *st, int i);
-wf_row *sql_read_wf(sqlite3_stmt *st); /* a row of WF_READ_COLS, with room for its steps */
+/* For backends: the header's fields, set up and torn down once. */
+void store_base_init(store *s, const store_ops *ops);
+void store_base_fini(store *s);
+
+/* ---- store.c: above the table ---- */
+
 /*
- * Reads the step rows of wf (STEP_COLS) into their places and fills the steps that have
- * no row yet (pending ones) from the workflow's definition, which *def_text holds or
- * def_stmt (bound to the workflow's seq here) reads; returns a SQLite code.
+ * Opens the store that db names: "postgresql://..." or "postgres://..." (a libpq URL),
+ * "sqlite:PATH", or a plain PATH (SQLite). Any other "SCHEME://" is refused.
  */
-int sql_read_steps(sqlite3_stmt *st, sqlite3_stmt *def_stmt, const char *def_text, wf_row *wf);
+int store_open(const char *db, int readers, const logger *log, const char *fault_file, store **out,
+	       baton_error *err);
+void store_close(store *s);
+
+static inline int store_write(store *s, const store_batch *b, store_write_failure *why,
+			      baton_error *err)
+{
+	return s->ops->write(s, b, why, err);
+}
+static inline int store_next_ids(store *s, int kind, int64_t n, int64_t *first, baton_error *err)
+{
+	return s->ops->next_ids(s, kind, n, first, err);
+}
+static inline int store_find_workflow(store *s, const char *id, char **def, int *status,
+				      baton_error *err)
+{
+	return s->ops->find_workflow(s, id, def, status, err);
+}
+static inline int store_load(store *s, void (*res_fn)(void *ctx, resource_row *r),
+			     void (*wf_fn)(void *ctx, wf_row *wf), void *ctx, int64_t *lock_seq,
+			     baton_error *err)
+{
+	return s->ops->load(s, res_fn, wf_fn, ctx, lock_seq, err);
+}
+static inline int store_ping(store *s, baton_error *err)
+{
+	return s->ops->ping(s, err);
+}
+
+/* Reads shaped into the API's JSON (new references), any thread. */
+int store_get_workflow(store *s, const char *id, json_t **out, baton_error *err);
+/* The same as compact JSON text and a newline (malloc'd), cached once finished. */
+int store_get_workflow_text(store *s, const char *id, char **text, size_t *len, baton_error *err);
+int store_list_workflows(store *s, const baton_list_query *q, json_t **out, baton_error *err);
+int store_list_events(store *s, const char *id, int64_t after, int limit, json_t **out,
+		      baton_error *err);
+int store_list_resources(store *s, json_t **out, baton_error *err);
+int store_get_resource(store *s, const char *name, json_t **out, baton_error *err);
+int store_resource_events(store *s, const char *name, int64_t after, int limit, json_t **out,
+			  baton_error *err);
+int store_workflow_counts(store *s, json_t **out, baton_error *err);
 
 #endif

@@ -310,3 +310,39 @@ void resource_row_fini(resource_row *r)
 	free(r->name);
 	r->name = NULL;
 }
+
+static void put_str(char *out, size_t n, size_t *k, const char *s)
+{
+	for (; *s && *k + 1 < n; s++)
+		out[(*k)++] = *s;
+}
+
+void baton_db_redact(const char *db, char *out, size_t n)
+{
+	if (!n)
+		return;
+	/* The password of user:PASSWORD@ in the URL's authority, if there is one. */
+	const char *pw = NULL, *pw_end = NULL, *auth = strstr(db, "://");
+	if (auth) {
+		auth += 3;
+		const char *at = auth + strcspn(auth, "@/?");
+		const char *colon = *at == '@' ? memchr(auth, ':', (size_t)(at - auth)) : NULL;
+		if (colon) {
+			pw = colon + 1;
+			pw_end = at;
+		}
+	}
+	size_t k = 0;
+	for (const char *p = db; *p && k + 1 < n;) {
+		if (p == pw) {
+			put_str(out, n, &k, "***");
+			p = pw_end;
+		} else if (strncmp(p, "password=", 9) == 0 && (p == db || strchr("?& ", p[-1]))) {
+			put_str(out, n, &k, "password=***");
+			p += 9 + strcspn(p + 9, "& ");
+		} else {
+			out[k++] = *p++;
+		}
+	}
+	out[k] = 0;
+}

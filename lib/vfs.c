@@ -26,7 +26,7 @@
  * xTruncate and xSync fails: with SQLITE_FULL when the file's first word is "full", else
  * with SQLITE_IOERR_WRITE (SQLITE_IOERR_FSYNC for xSync). Reads always work.
  */
-#include "internal.h"
+#include "sqlite.h"
 
 #include <sqlite3.h>
 #include <stdio.h>

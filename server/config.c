@@ -31,12 +31,15 @@ static void usage(FILE *f)
 		"usage: batond [options]\n"
 		"\n"
 		"baton serializes access to a shared resource: workflows of workers, one step\n"
-		"at a time, each step checkpointed in SQLite before the next begins.\n"
+		"at a time, each step checkpointed in its store (SQLite or PostgreSQL) before the\n"
+		"next begins.\n"
 		"\n"
 		"options (each also an environment variable; flags win):\n"
 		"  --listen HOST:PORT       address to serve HTTP on; port 0 picks a free port\n"
 		"                           (BATON_LISTEN, default %s)\n"
-		"  --db PATH                SQLite database file; its directory is created\n"
+		"  --db PATH|URL            the store: a SQLite file (PATH or sqlite:PATH; its\n"
+		"                           directory is created) or a PostgreSQL URL\n"
+		"                           (postgresql://USER@HOST:PORT/DBNAME, any libpq URL)\n"
 		"                           (BATON_DB, default %s)\n"
 		"  --threads N              steps running at once (BATON_THREADS, default %d)\n"
 		"  --http-threads N         HTTP threads (BATON_HTTP_THREADS, default %d)\n"
@@ -218,8 +221,18 @@ static int set_option(config *c, const char *name, const char *v)
 	if (strcmp(name, "listen") == 0)
 		return parse_listen(c, v);
 	if (strcmp(name, "db") == 0) {
+		const char *scheme = strstr(v, "://");
 		if (!*v || strlen(v) >= sizeof c->db) {
-			fprintf(stderr, "batond: --db must be a path\n");
+			fprintf(stderr,
+				"batond: --db must be a file path or a postgresql:// URL\n");
+			return -1;
+		}
+		if (scheme && strncmp(v, "postgresql://", 13) != 0 &&
+		    strncmp(v, "postgres://", 11) != 0 && strncmp(v, "sqlite:", 7) != 0) {
+			fprintf(stderr,
+				"batond: --db: \"%.*s://\" is not a store batond supports; use"
+				" postgresql://USER@HOST:PORT/DBNAME, sqlite:PATH or a file path\n",
+				(int)(scheme - v > 32 ? 32 : scheme - v), v);
 			return -1;
 		}
 		snprintf(c->db, sizeof c->db, "%s", v);

@@ -22,7 +22,10 @@
 static int make_dirs(const char *db)
 {
 	char path[4096];
-	snprintf(path, sizeof path, "%s", db);
+	size_t n = strlen(db);
+	if (n >= sizeof path)
+		return -1;
+	memcpy(path, db, n + 1);
 	char *dir = dirname(path);
 	for (char *p = dir + 1; *p; p++) {
 		if (*p != '/')
@@ -63,11 +66,15 @@ int main(int argc, char **argv)
 	pthread_sigmask(SIG_BLOCK, &sigs, NULL);
 	signal(SIGPIPE, SIG_IGN);
 
-	if (make_dirs(cfg.db) != 0) {
-		srv_log(BATON_LOG_ERROR, "cannot create the directory of %s: %s", cfg.db,
+	/* A SQLite file's directory is made; a PostgreSQL URL names a server. */
+	const char *file = strncmp(cfg.db, "sqlite:", 7) == 0 ? cfg.db + 7 : cfg.db;
+	if (!strstr(cfg.db, "://") && make_dirs(file) != 0) {
+		srv_log(BATON_LOG_ERROR, "cannot create the directory of %s: %s", file,
 			strerror(errno));
 		return 1;
 	}
+	char shown[1024];
+	baton_db_redact(cfg.db, shown, sizeof shown);
 	baton_engine_config ecfg = {
 	    .db_path = cfg.db,
 	    .threads = cfg.threads,
@@ -85,7 +92,7 @@ int main(int argc, char **argv)
 		 .wait_cv = PTHREAD_COND_INITIALIZER};
 	baton_error err = {0};
 	if (baton_engine_open(&ecfg, &s.engine, &err)) {
-		srv_log(BATON_LOG_ERROR, "cannot open %s: %s", cfg.db, err.msg);
+		srv_log(BATON_LOG_ERROR, "cannot open %s: %s", shown, err.msg);
 		return 1;
 	}
 	if (srv_streams_start() != 0)
@@ -98,7 +105,7 @@ int main(int argc, char **argv)
 		srv_log_close();
 		return 1;
 	}
-	srv_log(BATON_LOG_INFO, "batond %s: database %s, %d step threads", BATON_VERSION, cfg.db,
+	srv_log(BATON_LOG_INFO, "batond %s: database %s, %d step threads", BATON_VERSION, shown,
 		cfg.threads);
 	if (!cfg.token[0] && !is_loopback(cfg.host))
 		srv_log(BATON_LOG_WARN,

@@ -7,6 +7,9 @@
 
 int hs_faulty_setup(void **state)
 {
+	*state = NULL;
+	if (hs_store_is_pg())
+		return 0; /* no VFS to fail there: the test skips */
 	hs_faulty *f = calloc(1, sizeof *f);
 	const char *tmp = getenv("TMPDIR");
 	if (!f)
@@ -32,6 +35,8 @@ int hs_faulty_setup(void **state)
 int hs_faulty_teardown(void **state)
 {
 	hs_faulty *f = *state;
+	if (!f)
+		return 0;
 	int rc = hs_close(f->s);
 	unlink(f->file);
 	rmdir(f->dir);

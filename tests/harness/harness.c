@@ -1,10 +1,15 @@
 /*
  * harness.c - runs the real batond for the HTTP tests (see harness.h): starts, stops,
- * kills and signals it, and reads its database file; requests.c talks to it.
+ * kills and signals it, gives it its database (a SQLite file, or a PostgreSQL database of
+ * its own) and reads it; requests.c talks to it.
  *
  * The server's stdout and stderr go to DIR/batond.N.log, one file per start, so that the
  * "listening on" line looked for after a restart is the new process's own. The process
  * gets PR_SET_PDEATHSIG so that a test binary that dies never leaves a server behind.
+ *
+ * On PostgreSQL (BATON_TEST_PG) each server gets a database created for it through libpq,
+ * named after the test process and a counter (baton_t<pid>_<n>), and dropped by hs_close,
+ * so tests share the server but never each other's rows.
  */
 #include "harness.h"
 
@@ -14,6 +19,7 @@
 #include <limits.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,12 +36,16 @@
 #include <curl/curl.h>
 #include <sqlite3.h>
 
+#include "pg.h"
+
 #define MAX_EXTRA_ARGS 16
 #define LISTEN_MARK    "listening on http://"
+#define PG_URL_MAX     (PATH_MAX + 256)
 
 struct hs_server {
 	char dir[PATH_MAX];
-	char db[PATH_MAX + 16];
+	char db[PG_URL_MAX];	 /* the --db value: DIR/baton.db, or a PostgreSQL URL */
+	char pg_name[64];	 /* the PostgreSQL database created for it; "" on SQLite */
 	char log[PATH_MAX + 32]; /* log of the current (last) start */
 	char *extra[MAX_EXTRA_ARGS + 1];
 	char *env_name, *env_value; /* set in the server's environment (hs_set_env) */
@@ -126,6 +136,10 @@ bool hs_running(const hs_server *s)
 	return s->pid > 0;
 }
 const char *hs_db_path(const hs_server *s)
+{
+	return s->pg_name[0] ? NULL : s->db;
+}
+const char *hs_db_url(const hs_server *s)
 {
 	return s->db;
 }
@@ -285,6 +299,25 @@ int hs_start(hs_server *s)
 	return -1;
 }
 
+/* The server's database: DIR/baton.db, or a new database on the server of BATON_TEST_PG. */
+static int open_store(hs_server *s)
+{
+	static atomic_int serial;
+	if (!hs_store_is_pg()) {
+		snprintf(s->db, sizeof s->db, "%s/baton.db", s->dir);
+		return 0;
+	}
+	snprintf(s->pg_name, sizeof s->pg_name, "baton_t%d_%d", (int)getpid(),
+		 atomic_fetch_add(&serial, 1) + 1);
+	if (pg_url_with_db(getenv("BATON_TEST_PG"), s->pg_name, s->db, sizeof s->db) != 0) {
+		fprintf(stderr, "harness: BATON_TEST_PG is not a postgresql:// URL: %s\n",
+			getenv("BATON_TEST_PG"));
+		s->pg_name[0] = '\0';
+		return -1;
+	}
+	return pg_db_create(s->pg_name);
+}
+
 hs_server *hs_open(const char *const *extra_args)
 {
 	pthread_once(&global_once, global_init);
@@ -298,7 +331,10 @@ hs_server *hs_open(const char *const *extra_args)
 		free(s);
 		return NULL;
 	}
-	snprintf(s->db, sizeof s->db, "%s/baton.db", s->dir);
+	if (open_store(s) != 0) {
+		hs_close(s);
+		return NULL;
+	}
 	for (int i = 0; extra_args && extra_args[i]; i++) {
 		if (i == MAX_EXTRA_ARGS) {
 			fprintf(stderr, "harness: too many extra arguments\n");
@@ -522,10 +558,15 @@ int hs_close(hs_server *s)
 		rc = -1;
 	if (rc != 0)
 		hs_dump_log(s, 6000);
-	if (getenv("BATON_TEST_KEEP"))
-		fprintf(stderr, "harness: kept %s\n", s->dir);
-	else if (s->dir[0])
-		nftw(s->dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+	if (getenv("BATON_TEST_KEEP")) {
+		fprintf(stderr, "harness: kept %s%s%s\n", s->dir, s->pg_name[0] ? " and " : "",
+			s->pg_name[0] ? s->db : "");
+	} else {
+		if (s->dir[0])
+			nftw(s->dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+		if (s->pg_name[0] && pg_db_drop(s->pg_name) != 0)
+			rc = -1;
+	}
 	for (int i = 0; s->extra[i]; i++)
 		free(s->extra[i]);
 	free(s->env_name);
@@ -534,10 +575,13 @@ int hs_close(hs_server *s)
 	return rc;
 }
 
-/* ---- the database file ----------------------------------------------------------- */
+/* ---- the database ---------------------------------------------------------------- */
 
 long long hs_db_count(hs_server *s, const char *sql)
 {
+	/* PostgreSQL serves other connections while batond runs. */
+	if (s->pg_name[0])
+		return pg_db_count(s->db, sql);
 	sqlite3 *db = NULL;
 	sqlite3_stmt *st = NULL;
 	long long value = -1;

@@ -17,8 +17,18 @@
  *    the test's own thread. Every wait is bounded by a deadline; none sleeps a fixed
  *    time to let something happen.
  *
+ * The store: by default each server's database is DIR/baton.db (SQLite). With
+ * BATON_TEST_PG set to the URL of a PostgreSQL server on which the harness may create
+ * databases (postgresql://postgres@127.0.0.1:PORT/postgres, as scripts/pg.sh prints it),
+ * each hs_open creates a database of its own there (baton_t<pid>_<n>), batond gets its URL
+ * as --db, and hs_close drops it. The same tests run on both; one that only makes sense
+ * on SQLite (its file, its lock, its VFS) calls cmocka's skip() when hs_store_is_pg().
+ *
  * Environment: BATOND (absolute path of the server binary, required),
- * BATON_TEST_KEEP (set: keep the temporary directories for inspection),
+ * BATON_TEST_PG (see above), BATON_TEST_PG_DIR (the directory of that server for
+ * scripts/pg.sh, for hs_pg_stop/start/restart), BATON_PG_SCRIPT (scripts/pg.sh; by
+ * default the one of the tree the harness was built in),
+ * BATON_TEST_KEEP (set: keep the temporary directories and databases for inspection),
  * BATON_TEST_FILTER / BATON_TEST_SKIP (cmocka patterns such as "test_cancel*": run only
  * the matching tests / skip them; see hs_filters_from_env).
  */
@@ -48,9 +58,11 @@ void hs_filters_from_env(void);
 
 /*
  * Creates a fresh temporary directory and starts $BATOND in it with
- * `--listen 127.0.0.1:0 --db DIR/baton.db` followed by `extra_args` (NULL-terminated,
- * may be NULL; copied). Returns NULL, after printing why, when the server could not be
- * started or did not report its port within HS_START_TIMEOUT_MS.
+ * `--listen 127.0.0.1:0 --db DB` followed by `extra_args` (NULL-terminated, may be NULL;
+ * copied), DB being DIR/baton.db or, on PostgreSQL, the URL of a database created for
+ * this server (see hs_db_url). Returns NULL, after printing why, when the database could
+ * not be created, or the server could not be started or did not report its port within
+ * HS_START_TIMEOUT_MS.
  */
 hs_server *hs_open(const char *const *extra_args);
 
@@ -95,8 +107,9 @@ int hs_wait_exit(hs_server *s, int timeout_ms);
 /*
  * Stops the server if it runs (SIGTERM), checks that it exited with status 0 and that
  * no log holds a sanitizer report or more or less than one "listening on" line, removes
- * the temporary directory and frees `s`. Returns 0, or -1 (after printing the log tail)
- * when one of those checks failed. Accepts NULL.
+ * the temporary directory, drops the server's PostgreSQL database (ending whatever
+ * connections it still has) and frees `s`. Returns 0, or -1 (after printing the log tail
+ * or the error) when one of those checks or the drop failed. Accepts NULL.
  */
 int hs_close(hs_server *s);
 
@@ -105,7 +118,10 @@ int hs_port(const hs_server *s);
 bool hs_running(const hs_server *s);
 /* Whether the process still lives (reaps it, and returns false, when it died). */
 bool hs_alive(hs_server *s);
+/* The SQLite database file (borrowed); NULL on PostgreSQL, where there is none. */
 const char *hs_db_path(const hs_server *s);
+/* The --db value batond is started with: the file, or the PostgreSQL URL (borrowed). */
+const char *hs_db_url(const hs_server *s);
 
 /* The concatenated logs of every start of the server; the caller frees it. */
 char *hs_log_text(const hs_server *s);
@@ -227,16 +243,32 @@ json_t *hs_wait_workflow(const hs_server *s, const char *id, const char *status,
 json_t *hs_wait_step(const hs_server *s, const char *id, size_t step, const char *status,
 		     int timeout_ms);
 
-/* ---- the database file, read-only ----------------------------------------------- */
+/* ---- the store ------------------------------------------------------------------- */
+
+/* Whether the servers run on PostgreSQL (BATON_TEST_PG is set and not empty). */
+int hs_store_is_pg(void);
 
 /*
- * Runs a one-integer query (such as "SELECT count(*) FROM workflows") on a read-only
- * connection to the server's database. batond holds its database exclusively while it
- * runs, so a running server is stopped (SIGTERM, exit 0 expected) for the query and
- * started again on the same database (on a new port). Returns the value, or -1 after
- * printing what went wrong.
+ * Runs a one-integer query (such as "SELECT count(*) FROM workflows", the same SQL on
+ * both stores) on the server's database. On SQLite, through a read-only connection:
+ * batond holds its database exclusively while it runs, so a running server is stopped
+ * (SIGTERM, exit 0 expected) for the query and started again on the same database (on a
+ * new port). On PostgreSQL, through libpq, with batond left running. Returns the value,
+ * or -1 after printing what went wrong.
  */
 long long hs_db_count(hs_server *s, const char *sql);
+
+/*
+ * For the tests of a PostgreSQL server going away under batond: scripts/pg.sh stop,
+ * start or restart (stop, then start on the same port and data) on $BATON_TEST_PG_DIR,
+ * each waited for (bounded; start and restart return once the server accepts
+ * connections). They affect every database of that server. Return 0, or -1 after
+ * printing why (also on SQLite, or without BATON_TEST_PG_DIR: such a test skips first).
+ * Test thread only.
+ */
+int hs_pg_restart(void);
+int hs_pg_stop(void);
+int hs_pg_start(void);
 
 /* ---- baton specifics ------------------------------------------------------------ */
 

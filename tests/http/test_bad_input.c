@@ -5,7 +5,7 @@
  * Data-driven, as jansson's test/suites/invalid: each table below is a list of requests
  * that must all be refused the same way. After every single case the harness checks
  * that the process still lives, /healthz answers, and the workflows table (read straight
- * from the SQLite file) and GET /workflows still hold only the baseline workflow.
+ * from the database, hs_db_count) and GET /workflows still hold only the baseline workflow.
  * The last test is the mirror image: values exactly at the documented limits are
  * accepted, so that a server refusing everything cannot pass this file.
  */
@@ -42,8 +42,8 @@
 
 /*
  * For the tests that start with baseline(): after all their refused requests, the
- * database file itself (read with batond stopped, since it holds the file while it
- * runs) still holds the one baseline workflow.
+ * database itself (hs_db_count: on SQLite read with batond stopped, since it holds the
+ * file while it runs) still holds the one baseline workflow.
  */
 static int teardown_one_row(void **state)
 {

@@ -6,6 +6,8 @@
  * it says "full"). While it fails: new work is refused with 503 and not stored, running
  * workflows pause instead of failing, /readyz says not ready. Once writes work again,
  * everything acknowledged completes, nothing ran twice, and PRAGMA integrity_check is ok.
+ * The seam is SQLite's: on PostgreSQL these two tests skip, and the same round is played
+ * by stopping the PostgreSQL server itself (scripts/pg.sh) under batond.
  * Slow clients: connections that send a byte a second hold no thread, and others are
  * served promptly meanwhile.
  */
@@ -106,10 +108,35 @@ static void integrity_ok(hs_server *s)
 	"{\"id\":\"%s\",\"resource\":\"%s\",\"workers\":[{\"name\":\"w1\",\"work_ms\":5000},"      \
 	"{\"name\":\"w2\",\"work_ms\":50},{\"name\":\"w3\",\"work_ms\":50}]}"
 
-/* One disk fault of `kind` in the middle of two running workflows. */
-static void fault_round(hs_faulty *f, const char *kind, const char *prefix)
+/* A storage outage: outage(arg, true) begins it, outage(arg, false) ends it. */
+typedef void (*outage_fn)(void *arg, bool broken);
+
+typedef struct disk_fault {
+	hs_faulty *f;
+	const char *kind;
+} disk_fault;
+
+static void disk_outage(void *arg, bool broken)
 {
-	hs_server *s = f->s;
+	disk_fault *d = arg;
+	if (broken)
+		set_fault(d->f, d->kind);
+	else
+		unlink(d->f->file);
+}
+
+static void postgres_outage(void *arg, bool broken)
+{
+	(void)arg;
+	assert_int_equal(broken ? hs_pg_stop() : hs_pg_start(), 0);
+}
+
+/* One storage outage in the middle of two running workflows. reads_work: the store is a
+ * file that can still be read (a disk that fails writes); a database server that is down
+ * answers no read either, and reads answer 503. */
+static void outage_round(hs_server *s, outage_fn outage, void *arg, const char *prefix,
+			 bool reads_work)
+{
 	char a[64], b[64], c[64], body[512];
 	snprintf(a, sizeof a, "%s-a", prefix);
 	snprintf(b, sizeof b, "%s-b", prefix);
@@ -123,18 +150,20 @@ static void fault_round(hs_faulty *f, const char *kind, const char *prefix)
 	long long before = (long long)json_array_size(json_object_get(list, "workflows"));
 	json_decref(list);
 
-	set_fault(f, kind);
+	outage(arg, true);
 	/* The running steps end during the fault: their checkpoints cannot be written. */
 	until_ready not_ready = {s, 503};
 	assert_true(hs_wait_until(readyz_is, &not_ready, WAIT_MS));
 	snprintf(body, sizeof body, FMT, c, "disk-3");
 	assert_int_equal(post(s, body), 503);
 	assert_int_equal(get_status(s, "/healthz"), 200);
-	assert_none_failed(s, a);
-	assert_none_failed(s, b);
-	assert_int_equal(get_status(s, "/workflows/x-never"), 404); /* reads still work */
+	if (reads_work) {
+		assert_none_failed(s, a);
+		assert_none_failed(s, b);
+	}
+	assert_int_equal(get_status(s, "/workflows/x-never"), reads_work ? 404 : 503);
 
-	unlink(f->file);
+	outage(arg, false);
 	until_ready ready = {s, 200};
 	assert_true(hs_wait_until(readyz_is, &ready, WAIT_MS));
 	json_t *wa = hs_wait_workflow(s, a, "completed", WAIT_MS);
@@ -160,21 +189,46 @@ static void fault_round(hs_faulty *f, const char *kind, const char *prefix)
 
 static void test_io_error_pauses_and_recovers(void **state)
 {
+	if (hs_store_is_pg())
+		skip(); /* the faults come from SQLite's VFS; integrity_check is SQLite's */
 	hs_faulty *f = *state;
-	fault_round(f, "io", "io");
+	disk_fault io = {f, "io"};
+	outage_round(f->s, disk_outage, &io, "io", true);
 	integrity_ok(f->s);
 }
 
 static void test_full_disk_pauses_and_recovers(void **state)
 {
+	if (hs_store_is_pg())
+		skip(); /* the faults come from SQLite's VFS; integrity_check is SQLite's */
 	hs_faulty *f = *state;
-	fault_round(f, "full", "full");
+	disk_fault full = {f, "full"};
+	outage_round(f->s, disk_outage, &full, "full", true);
 	/* And the whole story survives a restart: what was acknowledged is there. */
 	hs_kill(f->s);
 	assert_int_equal(hs_start(f->s), 0);
 	json_decref(hs_wait_workflow(f->s, "full-a", "completed", WAIT_MS));
 	json_decref(hs_wait_workflow(f->s, "full-refused", "completed", WAIT_MS));
 	integrity_ok(f->s);
+}
+
+/*
+ * The PostgreSQL server stops under two running workflows and starts again (pg.sh, same
+ * port and data): batond behaves as when its disk fails, and recovers the same way.
+ */
+static void test_postgres_down_pauses_and_recovers(void **state)
+{
+	if (!hs_store_is_pg())
+		skip(); /* only PostgreSQL is a server that can go away under batond */
+	hs_server *s = *state;
+	outage_round(s, postgres_outage, NULL, "pg", false);
+	/* And a restart of the database alone, with no request in between. */
+	assert_int_equal(hs_pg_restart(), 0);
+	until_ready ready = {s, 200};
+	assert_true(hs_wait_until(readyz_is, &ready, WAIT_MS));
+	assert_int_equal(post(s, "{\"id\":\"after\",\"resource\":\"disk-1\",\"workers\":[\"w\"]}"),
+			 201);
+	json_decref(hs_wait_workflow(s, "after", "completed", WAIT_MS));
 }
 
 /* ---- slow clients ---- */
@@ -234,6 +288,13 @@ static void test_slow_clients_hold_no_thread(void **state)
 		close(fds[i]);
 	}
 	json_decref(hs_wait_workflow(s, "quick-4-9", "completed", WAIT_MS));
+}
+
+/* A server on PostgreSQL; on SQLite none, and the test skips. */
+static int pg_setup(void **state)
+{
+	*state = NULL;
+	return hs_store_is_pg() ? hs_setup(state) : 0;
 }
 
 static int setup_small(void **state)
@@ -320,6 +381,8 @@ int main(void)
 					    hs_faulty_teardown),
 	    cmocka_unit_test_setup_teardown(test_full_disk_pauses_and_recovers, hs_faulty_setup,
 					    hs_faulty_teardown),
+	    cmocka_unit_test_setup_teardown(test_postgres_down_pauses_and_recovers, pg_setup,
+					    hs_teardown),
 	    cmocka_unit_test_setup_teardown(test_slow_clients_hold_no_thread, hs_setup,
 					    hs_teardown),
 	    cmocka_unit_test_setup_teardown(test_overload_answers_503_with_retry_after, setup_small,

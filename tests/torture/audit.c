@@ -4,12 +4,14 @@
  *
  * Sources: GET /workflows/{id} and /workflows/{id}/events (the history batond committed),
  * the records of the fragile resources (every request as the resource saw it, with its
- * Idempotency-Key, Baton-Attempt and Baton-Fencing-Token), and the database file itself.
+ * Idempotency-Key, Baton-Attempt and Baton-Fencing-Token), and the database itself (the
+ * SQLite file, or the PostgreSQL database through libpq, with the same SQL).
  * The history is checked against the resources: a request must carry the token of the
  * grant of its own attempt, so neither side can hide a replay of the other.
  */
 #include "torture.h"
 
+#include <libpq-fe.h>
 #include <math.h>
 #include <sqlite3.h>
 #include <stdarg.h>
@@ -437,70 +439,153 @@ void check_retry_waits(run *r, check *c)
 
 /* ---- check 5: the database ------------------------------------------------------ */
 
+/*
+ * The store under test, read directly: the SQLite file (batond stopped), or its
+ * PostgreSQL database through libpq. The same SQL runs on both; rows come as text.
+ */
+typedef struct reader {
+	sqlite3 *lite;
+	PGconn *pg;
+} reader;
+
+typedef void (*row_fn)(void *arg, const char *const *cols);
+
+static int reader_open(reader *d, const hs_server *s, check *c)
+{
+	*d = (reader){0};
+	if (hs_store_is_pg()) {
+		const char *const keys[] = {"dbname", "connect_timeout", NULL};
+		const char *const values[] = {hs_db_url(s), "10", NULL};
+		d->pg = PQconnectdbParams(keys, values, 1);
+		if (d->pg && PQstatus(d->pg) == CONNECTION_OK)
+			return 0;
+		violation(c, "cannot connect to %s: %s", hs_db_url(s),
+			  d->pg ? PQerrorMessage(d->pg) : "out of memory");
+		return -1;
+	}
+	if (sqlite3_open_v2(hs_db_path(s), &d->lite, SQLITE_OPEN_READONLY, NULL) == SQLITE_OK)
+		return 0;
+	violation(c, "cannot open %s: %s", hs_db_path(s), sqlite3_errmsg(d->lite));
+	return -1;
+}
+
+static void reader_close(reader *d)
+{
+	sqlite3_close(d->lite);
+	PQfinish(d->pg);
+}
+
+/* Calls fn for each row of `sql` (one text parameter $1, or none when NULL), with its
+ * first `ncols` columns (NULL for SQL NULL). A failed query is a violation. */
+static void reader_rows(reader *d, check *c, const char *sql, const char *param, int ncols,
+			row_fn fn, void *arg)
+{
+	const char *cols[4] = {0};
+	if (d->pg) {
+		PGresult *res =
+		    PQexecParams(d->pg, sql, param ? 1 : 0, NULL, &param, NULL, NULL, 0);
+		if (PQresultStatus(res) != PGRES_TUPLES_OK)
+			violation(c, "%s: %s", sql, PQresultErrorMessage(res));
+		for (int row = 0; PQresultStatus(res) == PGRES_TUPLES_OK && row < PQntuples(res);
+		     row++) {
+			for (int i = 0; i < ncols; i++)
+				cols[i] = PQgetisnull(res, row, i) ? NULL : PQgetvalue(res, row, i);
+			fn(arg, cols);
+		}
+		PQclear(res);
+		return;
+	}
+	sqlite3_stmt *q = NULL;
+	if (sqlite3_prepare_v2(d->lite, sql, -1, &q, NULL) != SQLITE_OK ||
+	    (param && sqlite3_bind_text(q, 1, param, -1, SQLITE_STATIC) != SQLITE_OK)) {
+		violation(c, "%s: %s", sql, sqlite3_errmsg(d->lite));
+		sqlite3_finalize(q);
+		return;
+	}
+	while (sqlite3_step(q) == SQLITE_ROW) {
+		for (int i = 0; i < ncols; i++)
+			cols[i] = (const char *)sqlite3_column_text(q, i);
+		fn(arg, cols);
+	}
+	sqlite3_finalize(q);
+}
+
 static int cmp_str(const void *a, const void *b)
 {
 	return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
+typedef struct db_check {
+	check *c;
+	char **ids; /* acknowledged, sorted */
+	size_t acked, stored;
+	int found;
+	long long last_token, grants;
+} db_check;
+
+static void on_integrity(void *arg, const char *const *cols)
+{
+	db_check *k = arg;
+	if (!cols[0] || strcmp(cols[0], "ok") != 0)
+		violation(k->c, "integrity_check: %s", cols[0] ? cols[0] : "(null)");
+}
+
+static void on_workflow(void *arg, const char *const *cols)
+{
+	db_check *k = arg;
+	const char *id = cols[0] ? cols[0] : "(null)";
+	k->stored++;
+	if (!bsearch(&id, k->ids, k->acked, sizeof *k->ids, cmp_str))
+		violation(k->c, "workflow %s (%s) is stored but was never acknowledged", id,
+			  cols[1] ? cols[1] : "(null)");
+}
+
+static void on_resource(void *arg, const char *const *cols)
+{
+	db_check *k = arg;
+	k->found = 1;
+	k->last_token = cols[0] ? strtoll(cols[0], NULL, 10) : -1;
+	k->grants = cols[1] ? strtoll(cols[1], NULL, 10) : -1;
+}
+
 void check_database(run *r, check *c, const int64_t last_token[NRES], const int64_t grants[NRES])
 {
-	sqlite3 *db = NULL;
-	if (sqlite3_open_v2(hs_db_path(r->srv), &db, SQLITE_OPEN_READONLY, NULL) != SQLITE_OK) {
-		violation(c, "cannot open %s: %s", hs_db_path(r->srv), sqlite3_errmsg(db));
-		sqlite3_close(db);
+	reader d;
+	if (reader_open(&d, r->srv, c) != 0) {
+		reader_close(&d);
 		return;
 	}
-	sqlite3_stmt *q = NULL;
-	sqlite3_prepare_v2(db, "PRAGMA integrity_check", -1, &q, NULL);
-	while (q && sqlite3_step(q) == SQLITE_ROW) {
-		const char *t = (const char *)sqlite3_column_text(q, 0);
-		if (!t || strcmp(t, "ok") != 0)
-			violation(c, "integrity_check: %s", t ? t : "(null)");
-	}
-	sqlite3_finalize(q);
+	db_check k = {.c = c, .ids = malloc((r->n + 1) * sizeof(char *))};
+	if (d.lite) /* PostgreSQL checks its pages itself (and has no such statement) */
+		reader_rows(&d, c, "PRAGMA integrity_check", NULL, 1, on_integrity, &k);
 	/* Every stored workflow was acknowledged, and every acknowledged one is stored. */
-	size_t acked = 0;
-	char **ids = malloc((r->n + 1) * sizeof *ids);
 	for (size_t i = 0; i < r->n; i++)
 		if (r->wfs[i]->acked)
-			ids[acked++] = r->wfs[i]->id;
-	qsort(ids, acked, sizeof *ids, cmp_str);
-	size_t stored = 0;
-	q = NULL;
-	sqlite3_prepare_v2(db, "SELECT id, status FROM workflows", -1, &q, NULL);
-	while (q && sqlite3_step(q) == SQLITE_ROW) {
-		const char *id = (const char *)sqlite3_column_text(q, 0);
-		const char *st = (const char *)sqlite3_column_text(q, 1);
-		stored++;
-		if (!bsearch(&id, ids, acked, sizeof *ids, cmp_str))
-			violation(c, "workflow %s (%s) is stored but was never acknowledged", id,
-				  st);
-	}
-	sqlite3_finalize(q);
-	if (stored != acked)
-		violation(c, "%zu workflows stored, %zu acknowledged", stored, acked);
-	free(ids);
+			k.ids[k.acked++] = r->wfs[i]->id;
+	qsort(k.ids, k.acked, sizeof *k.ids, cmp_str);
+	reader_rows(&d, c, "SELECT id, status FROM workflows", NULL, 2, on_workflow, &k);
+	if (k.stored != k.acked)
+		violation(c, "%zu workflows stored, %zu acknowledged", k.stored, k.acked);
+	free(k.ids);
 	/* The resources' high-water marks agree with the history. */
 	for (int i = 0; i < NRES; i++) {
-		q = NULL;
-		sqlite3_prepare_v2(db, "SELECT last_token, grants FROM resources WHERE name=?", -1,
-				   &q, NULL);
-		sqlite3_bind_text(q, 1, res_name(i), -1, SQLITE_STATIC);
-		if (q && sqlite3_step(q) == SQLITE_ROW) {
-			long long lt = sqlite3_column_int64(q, 0), g = sqlite3_column_int64(q, 1);
-			if (lt < last_token[i])
+		k.found = 0;
+		reader_rows(&d, c, "SELECT last_token, grants FROM resources WHERE name=$1",
+			    res_name(i), 2, on_resource, &k);
+		if (k.found) {
+			if (k.last_token < last_token[i])
 				violation(c, "%s: last_token %lld below the highest granted %lld",
-					  res_name(i), lt, (long long)last_token[i]);
-			if (g != grants[i])
+					  res_name(i), k.last_token, (long long)last_token[i]);
+			if (k.grants != grants[i])
 				violation(c, "%s: %lld grants stored, %lld lock_acquired events",
-					  res_name(i), g, (long long)grants[i]);
+					  res_name(i), k.grants, (long long)grants[i]);
 		} else if (grants[i]) {
 			violation(c, "%s: no resource row", res_name(i));
 		}
-		sqlite3_finalize(q);
 	}
-	snprintf(c->note, sizeof c->note, "%zu workflows stored", stored);
-	sqlite3_close(db);
+	snprintf(c->note, sizeof c->note, "%zu workflows stored%s", k.stored,
+		 d.lite ? "" : " (PostgreSQL: no integrity_check)");
+	reader_close(&d);
 }
 
 /* ---- check 6: the resources never saw a stale token, an overlap or a bad call --- */

@@ -685,7 +685,7 @@ int main(int argc, char **argv)
 	    {.name = "2. no completed step ran again"},
 	    {.name = "3. per resource, holds never overlap and fencing tokens only grow"},
 	    {.name = "4. retry waits were respected"},
-	    {.name = "5. database: integrity_check ok, matches what was acknowledged"},
+	    {.name = "5. database: integrity_check ok (SQLite), matches what was acknowledged"},
 	    {.name = "6. resources: no stale token, no overlap, no bad call"},
 	    {.name = "7. batond restarted after every kill, stopped cleanly, clean logs"},
 	};

@@ -89,8 +89,8 @@ void check_no_rerun(run *r, check *c, check *fencing);
 void check_holds(run *r, check *c, int64_t last_token[NRES], int64_t grants[NRES]);
 void check_retry_waits(run *r, check *c);
 void check_resources(run *r, check *c);
-/* After batond stopped: integrity_check, and the rows against the acknowledgements and
- * the history (last_token, grants: as check_holds counted them). */
+/* After batond stopped: integrity_check (SQLite only), and the rows against the
+ * acknowledgements and the history (last_token, grants: as check_holds counted them). */
 void check_database(run *r, check *c, const int64_t last_token[NRES], const int64_t grants[NRES]);
 
 #endif

@@ -1,0 +1,113 @@
+/*
+ * pg.h - what the two halves of baton's PostgreSQL store share: pg_store.c (the writer:
+ * connection, schema and migrations, batches in one pipelined transaction, ids, start-up
+ * loads) and pg_read.c (a pool of connections behind every read). These two files are
+ * the only ones that include libpq-fe.h.
+ */
+#ifndef BATON_PG_H
+#define BATON_PG_H
+
+#include "store.h"
+
+#include <libpq-fe.h>
+
+#define PG_WF_COLS                                                                                 \
+	"seq, id, resource, on_failure, status, cancel_requested, created_at, started_at,"         \
+	" finished_at, steps_total, steps_completed, result, error, retry"
+/* As read: a workflow that has not ended counts its completed steps from their rows. */
+#define PG_WF_READ_COLS                                                                            \
+	"seq, id, resource, on_failure, status, cancel_requested, created_at, started_at,"         \
+	" finished_at, steps_total, CASE WHEN status IN ('pending', 'running') THEN"               \
+	" (SELECT count(*) FROM steps s WHERE s.workflow_seq = workflows.seq"                      \
+	" AND s.status = 'completed') ELSE steps_completed END, result, error, retry"
+#define PG_STEP_COLS                                                                               \
+	"idx, worker, params, status, attempts, lock_seq, requested_at, fencing_token,"            \
+	" started_at, finished_at, duration_ms, next_attempt_at, error, result"
+
+/* Parameters of one statement: ints as decimal text, strings as bytes with a length. */
+#define PG_MAX_PARAMS 20
+typedef struct pg_params {
+	const char *v[PG_MAX_PARAMS];
+	int len[PG_MAX_PARAMS];
+	int fmt[PG_MAX_PARAMS];
+	char num[PG_MAX_PARAMS][24];
+	int n;
+} pg_params;
+void pg_int(pg_params *p, int64_t x);
+void pg_time(pg_params *p, int64_t x);	   /* 0 is NULL */
+void pg_text(pg_params *p, const char *s); /* NULL is NULL */
+void pg_bytes(pg_params *p, const char *s, size_t n);
+
+/* Reader statements, prepared on first use on each pooled connection. */
+enum {
+	PR_WF_BY_ID,
+	PR_STEPS,
+	PR_DEF,
+	PR_QUEUE_POS,
+	PR_WF_SEQ,
+	PR_EVENTS,
+	PR_RESOURCE,
+	PR_RES_EVENTS,
+	PR_HOLDER,
+	PR_WAITERS,
+	PR_QUEUE_LEN,
+	PR_RESOURCES,
+	PR_WF_COUNTS,
+	PR_LIST,
+	PR_NSTMT
+};
+
+typedef struct pg_reader {
+	PGconn *conn;
+	unsigned prepared; /* bit i: statement i is prepared on conn */
+	int ran;	   /* statements run since the reader was taken */
+	struct pg_store *store;
+	struct pg_reader *next_free;
+} pg_reader;
+
+typedef struct pg_store {
+	store base;
+	char *url;   /* as given: may hold a password, never shown */
+	char *shown; /* the same with the password hidden, for messages */
+	const logger *log;
+	PGconn *w;	  /* the writer's connection (engine thread) */
+	int w_lost;	  /* the writer's connection broke and is not back yet (logged once) */
+	int64_t epoch;	  /* this process's ownership of the database (baton_meta) */
+	int64_t lock_seq; /* the highest stored, at open */
+	textbuf json[2];  /* the writer's JSON values being sent */
+	pg_reader *readers;
+	int nreaders;
+	pthread_mutex_t pool_mu;
+	pthread_cond_t pool_cv;
+	pg_reader *free_readers;
+} pg_store;
+
+/* pg_store.c */
+/* A new connection with baton's session settings, or NULL with err set. */
+PGconn *pg_connect(pg_store *s, baton_error *err);
+/* Maps a failed result (or a broken connection) to baton's code, copying the message. */
+int pg_fail(PGconn *c, const PGresult *r, baton_error *err, const char *what);
+/* 1 for the codes a retry may clear: the connection, the database's resources, a lock. */
+int pg_transient(int code);
+wf_row *pg_read_wf(const PGresult *r, int row); /* a row of PG_WF_READ_COLS, steps allocated */
+/* Reads the step rows of wf (PG_STEP_COLS, rows of r) and fills the steps with no row
+ * from the definition; BATON_OK or BATON_ECORRUPT. */
+int pg_read_steps(const PGresult *r, const char *definition, wf_row *wf);
+char *pg_col_str(const PGresult *r, int row, int col);	 /* NULL for SQL NULL */
+int64_t pg_col_int(const PGresult *r, int row, int col); /* 0 for SQL NULL */
+
+/* pg_read.c: the read operations of pg_store_ops, and the pool */
+int pg_readers_open(pg_store *s, int n);
+void pg_readers_close(pg_store *s);
+int pg_read_workflow(store *s, const char *id, wf_row **out, baton_error *err);
+int pg_list_workflows(store *s, const store_list *q, wf_row ***out, int *n, baton_error *err);
+int pg_read_events(store *s, const char *id, const char *resource, int64_t after, char status[16],
+		   store_event_fn fn, void *ctx, baton_error *err);
+int pg_read_resource(store *s, const char *name, int with_waiters, store_resource *out,
+		     baton_error *err);
+int pg_list_resources(store *s, void (*fn)(void *ctx, const store_resource *r), void *ctx,
+		      baton_error *err);
+int pg_count_workflows(store *s, int64_t counts[WF_NSTATUS], baton_error *err);
+int pg_ping(store *s, baton_error *err);
+
+#endif

@@ -1,0 +1,931 @@
+/*
+ * pg_store.c - baton's PostgreSQL store, the writer's half (pg_read.c is the readers'),
+ * behind pg_store_ops (store.h).
+ *
+ * Design. One connection belongs to the engine thread, the only writer. A batch is one
+ * transaction sent in libpq's pipeline mode: BEGIN, the ownership check, every row, and
+ * COMMIT go out together and their results are read back in order, so a round costs
+ * about one round trip and one WAL flush (synchronous_commit is set on for baton's
+ * sessions, whatever the server's default). Every write is an upsert or an insert that
+ * ignores a row already there, so writing a batch again after a COMMIT whose outcome
+ * was lost changes nothing.
+ *
+ * Ownership. At open batond takes a session advisory lock (a second batond on the same
+ * database is refused, as a second one on a SQLite file is) and increments the epoch in
+ * baton_meta; every batch first checks, inside its transaction, that the epoch is still
+ * its own (baton_check_epoch), so a batond that lost the database while it was cut off
+ * can never commit again. A trigger refuses any update that would move a resource's
+ * fencing token backwards, whoever sends it.
+ *
+ * The database may go away. A failed batch or id request drops the connection; the next
+ * one reconnects (the engine retries with backoff), takes the advisory lock again and
+ * checks the epoch. One log line says the connection was lost and one that it is back.
+ *
+ * Errors by SQLSTATE class: 08 (connection), 53 (insufficient resources: disk full, out
+ * of memory, too many connections), 57 (operator intervention: shutdown, cancel,
+ * timeouts), 58 (system and I/O errors) and 25 (an idle transaction ended by the server)
+ * are BATON_EIO; 40 (serialization failure, deadlock) and 55 (lock not available) are
+ * BATON_EBUSY: a retry may clear all of those. 22 (data exception: a value the database
+ * refuses) is BATON_EINVAL, 23 (integrity constraint) and BT (baton's own: ownership
+ * lost, a token going backwards) BATON_ECONFLICT, XX (internal, corruption)
+ * BATON_ECORRUPT, anything else BATON_EINTERNAL: a retry cannot help those.
+ *
+ * Schema (baton_meta 'schema' = 1): the same tables and columns as the SQLite store's,
+ * so that operators can read either with the same SQL, with boolean columns where SQLite
+ * has integers, and counters for ids in baton_meta.
+ */
+#include "pg.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define PG_SCHEMA_VERSION 1
+/* Advisory lock keys: the schema migration (per transaction), the writer (per session). */
+#define LOCK_MIGRATE "7303122311001"
+#define LOCK_WRITER  "7303122311002"
+/* Statements of a batch sent before their results are read (libpq's blocking mode must
+ * not fill the server's output while it still sends). */
+#ifndef PIPELINE_CHUNK
+#define PIPELINE_CHUNK 256
+#endif
+
+static const char schema_sql[] =
+    "CREATE TABLE baton_meta (key text PRIMARY KEY, value bigint NOT NULL);"
+    "INSERT INTO baton_meta VALUES ('schema', 1), ('epoch', 0), ('workflow_seq', 0),"
+    " ('event_seq', 0);"
+    "CREATE TABLE workflows ("
+    "  seq bigint PRIMARY KEY, id text COLLATE \"C\" NOT NULL UNIQUE,"
+    "  resource text COLLATE \"C\" NOT NULL, on_failure text NOT NULL, status text NOT NULL,"
+    "  cancel_requested boolean NOT NULL DEFAULT false, created_at bigint NOT NULL,"
+    "  started_at bigint, finished_at bigint, steps_total integer NOT NULL,"
+    "  steps_completed integer NOT NULL DEFAULT 0, result text, error text,"
+    "  retry text NOT NULL);"
+    "CREATE TABLE definitions (workflow_seq bigint PRIMARY KEY, definition text NOT NULL);"
+    "CREATE INDEX workflows_status ON workflows(status, seq);"
+    "CREATE INDEX workflows_resource ON workflows(resource, seq);"
+    "CREATE TABLE steps ("
+    "  workflow_seq bigint NOT NULL, idx integer NOT NULL, worker text NOT NULL,"
+    "  resource text COLLATE \"C\" NOT NULL, params text NOT NULL, status text NOT NULL,"
+    "  attempts integer NOT NULL DEFAULT 0, lock_seq bigint, requested_at bigint,"
+    "  fencing_token bigint, started_at bigint, finished_at bigint, duration_ms bigint,"
+    "  next_attempt_at bigint, error text, result text,"
+    "  PRIMARY KEY (workflow_seq, idx));"
+    "CREATE INDEX steps_waiting ON steps(resource, lock_seq) WHERE status = 'waiting';"
+    "CREATE TABLE events ("
+    "  seq bigint PRIMARY KEY, last_seq bigint NOT NULL, workflow_seq bigint NOT NULL,"
+    "  resource text COLLATE \"C\" NOT NULL, lock boolean NOT NULL, data text NOT NULL);"
+    "CREATE INDEX events_workflow ON events(workflow_seq, seq);"
+    "CREATE INDEX events_resource ON events(resource, seq) WHERE lock;"
+    "CREATE TABLE resources ("
+    "  name text COLLATE \"C\" PRIMARY KEY, last_token bigint NOT NULL, grants bigint NOT NULL,"
+    "  total_hold_ms bigint NOT NULL, max_hold_ms bigint NOT NULL,"
+    "  total_wait_ms bigint NOT NULL, max_wait_ms bigint NOT NULL,"
+    "  holder_seq bigint, holder_idx integer);"
+    "CREATE FUNCTION baton_token_backwards() RETURNS trigger LANGUAGE plpgsql AS $$"
+    " BEGIN RAISE EXCEPTION 'resource %: fencing token % would go back to %', OLD.name,"
+    "  OLD.last_token, NEW.last_token USING ERRCODE = 'BT002'; END $$;"
+    "CREATE TRIGGER resources_token_forward BEFORE UPDATE ON resources FOR EACH ROW"
+    " WHEN (NEW.last_token < OLD.last_token) EXECUTE FUNCTION baton_token_backwards();"
+    "CREATE FUNCTION baton_check_epoch(mine bigint) RETURNS void LANGUAGE plpgsql AS $$"
+    " BEGIN PERFORM 1 FROM baton_meta WHERE key = 'epoch' AND value = mine FOR SHARE;"
+    "  IF NOT FOUND THEN RAISE EXCEPTION"
+    "  'another batond has taken over this database (this one had epoch %)', mine"
+    "  USING ERRCODE = 'BT001'; END IF; END $$;";
+
+/* Writer statements, prepared on each new writer connection. */
+enum {
+	W_BEGIN,
+	W_COMMIT,
+	W_EPOCH,
+	W_INS_WF,
+	W_INS_DEF,
+	W_UPD_WF,
+	W_PUT_STEP,
+	W_INS_EVENT,
+	W_PUT_RES,
+	W_FIND,
+	W_NEXT_ID,
+	W_NSTMT
+};
+static const char *const writer_sql[W_NSTMT] = {
+    [W_BEGIN] = "BEGIN",
+    [W_COMMIT] = "COMMIT",
+    [W_EPOCH] = "SELECT baton_check_epoch($1)",
+    [W_INS_WF] = "INSERT INTO workflows (" PG_WF_COLS ") VALUES"
+		 " ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14)"
+		 " ON CONFLICT (seq) DO UPDATE SET status=$5, cancel_requested=$6,"
+		 " started_at=$8, finished_at=$9, steps_completed=$11, result=$12, error=$13",
+    [W_INS_DEF] = "INSERT INTO definitions (workflow_seq, definition) VALUES ($1,$2)"
+		  " ON CONFLICT (workflow_seq) DO NOTHING",
+    [W_UPD_WF] = "UPDATE workflows SET status=$2, cancel_requested=$3, started_at=$4,"
+		 " finished_at=$5, steps_completed=$6, result=$7, error=$8 WHERE seq=$1",
+    [W_PUT_STEP] = "INSERT INTO steps (workflow_seq, resource, " PG_STEP_COLS ") VALUES"
+		   " ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16)"
+		   " ON CONFLICT (workflow_seq, idx) DO UPDATE SET status=$6, attempts=$7,"
+		   " lock_seq=$8, requested_at=$9, fencing_token=$10, started_at=$11,"
+		   " finished_at=$12, duration_ms=$13, next_attempt_at=$14, error=$15,"
+		   " result=$16",
+    [W_INS_EVENT] = "INSERT INTO events (seq, last_seq, workflow_seq, resource, lock, data)"
+		    " VALUES ($1,$2,$3,$4,$5,$6) ON CONFLICT (seq) DO NOTHING",
+    [W_PUT_RES] = "INSERT INTO resources (name, last_token, grants, total_hold_ms,"
+		  " max_hold_ms, total_wait_ms, max_wait_ms, holder_seq, holder_idx)"
+		  " VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9)"
+		  " ON CONFLICT (name) DO UPDATE SET last_token=$2, grants=$3,"
+		  " total_hold_ms=$4, max_hold_ms=$5, total_wait_ms=$6, max_wait_ms=$7,"
+		  " holder_seq=$8, holder_idx=$9",
+    [W_FIND] = "SELECT d.definition, w.status FROM workflows w"
+	       " JOIN definitions d ON d.workflow_seq = w.seq WHERE w.id=$1",
+    [W_NEXT_ID] = "UPDATE baton_meta SET value = value + $2 WHERE key = $1 RETURNING value",
+};
+
+/* ---- parameters ---- */
+
+void pg_int(pg_params *p, int64_t x)
+{
+	snprintf(p->num[p->n], sizeof p->num[p->n], "%lld", (long long)x);
+	p->v[p->n] = p->num[p->n];
+	p->len[p->n] = 0;
+	p->fmt[p->n++] = 0;
+}
+
+void pg_time(pg_params *p, int64_t x)
+{
+	if (x) {
+		pg_int(p, x);
+		return;
+	}
+	p->v[p->n] = NULL;
+	p->len[p->n] = 0;
+	p->fmt[p->n++] = 0;
+}
+
+/* Strings go in binary format, which for text is its bytes: no terminator needed. */
+void pg_bytes(pg_params *p, const char *s, size_t n)
+{
+	p->v[p->n] = s;
+	p->len[p->n] = (int)n;
+	p->fmt[p->n++] = 1;
+}
+
+void pg_text(pg_params *p, const char *s)
+{
+	if (s)
+		pg_bytes(p, s, strlen(s));
+	else
+		pg_time(p, 0);
+}
+
+static void pg_bool(pg_params *p, int b)
+{
+	pg_bytes(p, b ? "t" : "f", 1);
+	p->fmt[p->n - 1] = 0; /* boolean's text form; "t" is NUL-terminated */
+}
+
+/* A JSON value as compact text in the writer's buffer `slot`, valid until the slot is
+ * used again (libpq copies parameters when the statement is sent). */
+static void pg_json(pg_store *s, pg_params *p, const json_t *v, int slot)
+{
+	if (!v) {
+		pg_time(p, 0);
+		return;
+	}
+	textbuf *b = &s->json[slot];
+	b->len = 0;
+	codec_text(b, v);
+	pg_bytes(p, b->v, b->len);
+}
+
+/* ---- errors and rows ---- */
+
+int pg_transient(int code)
+{
+	return code == BATON_EIO || code == BATON_EBUSY;
+}
+
+static int code_of(const char *state)
+{
+	if (!state || strlen(state) < 2)
+		return BATON_EIO;
+	static const struct {
+		const char *cls;
+		int code;
+	} classes[] = {
+	    {"08", BATON_EIO},	     {"53", BATON_EIO},	     {"57", BATON_EIO},
+	    {"58", BATON_EIO},	     {"25", BATON_EIO},	     {"40", BATON_EBUSY},
+	    {"55", BATON_EBUSY},     {"22", BATON_EINVAL},   {"23", BATON_ECONFLICT},
+	    {"BT", BATON_ECONFLICT}, {"XX", BATON_ECORRUPT},
+	};
+	for (size_t i = 0; i < sizeof classes / sizeof *classes; i++)
+		if (strncmp(state, classes[i].cls, 2) == 0)
+			return classes[i].code;
+	return BATON_EINTERNAL;
+}
+
+/* The first line of libpq's message (it may end in newlines and carry hints). */
+static void first_line(const char *m, char *out, size_t n)
+{
+	snprintf(out, n, "%s", m && *m ? m : "no answer from the database");
+	out[strcspn(out, "\n")] = 0;
+}
+
+int pg_fail(PGconn *c, const PGresult *r, baton_error *err, const char *what)
+{
+	char line[400];
+	int broken = !c || PQstatus(c) != CONNECTION_OK;
+	const char *state = r && !broken ? PQresultErrorField(r, PG_DIAG_SQLSTATE) : NULL;
+	first_line(r && PQresultErrorMessage(r)[0] ? PQresultErrorMessage(r)
+						   : (c ? PQerrorMessage(c) : NULL),
+		   line, sizeof line);
+	return err_set(err, broken ? BATON_EIO : code_of(state), "%s: %s", what, line);
+}
+
+char *pg_col_str(const PGresult *r, int row, int col)
+{
+	return PQgetisnull(r, row, col) ? NULL : xstrdup(PQgetvalue(r, row, col));
+}
+
+int64_t pg_col_int(const PGresult *r, int row, int col)
+{
+	return PQgetisnull(r, row, col) ? 0 : strtoll(PQgetvalue(r, row, col), NULL, 10);
+}
+
+static json_t *pg_json_col(const PGresult *r, int row, int col)
+{
+	if (PQgetisnull(r, row, col))
+		return NULL;
+	return json_loadb(PQgetvalue(r, row, col), (size_t)PQgetlength(r, row, col),
+			  JSON_DECODE_ANY, NULL);
+}
+
+wf_row *pg_read_wf(const PGresult *r, int row)
+{
+	wf_row *wf = xcalloc(1, sizeof *wf);
+	wf->seq = pg_col_int(r, row, 0);
+	wf->id = pg_col_str(r, row, 1);
+	wf->resource = pg_col_str(r, row, 2);
+	wf->on_failure =
+	    strcmp(PQgetvalue(r, row, 3), "continue") == 0 ? ON_FAILURE_CONTINUE : ON_FAILURE_FAIL;
+	wf->status = wf_status_parse(PQgetvalue(r, row, 4));
+	wf->stored_status = wf->status;
+	wf->cancel_requested = PQgetvalue(r, row, 5)[0] == 't';
+	wf->created_at = pg_col_int(r, row, 6);
+	wf->started_at = pg_col_int(r, row, 7);
+	wf->finished_at = pg_col_int(r, row, 8);
+	wf->steps_total = (int)pg_col_int(r, row, 9);
+	wf->steps_completed = (int)pg_col_int(r, row, 10);
+	wf->result = pg_json_col(r, row, 11);
+	wf->error = pg_col_str(r, row, 12);
+	codec_parse_retry(PQgetvalue(r, row, 13), &wf->retry);
+	wf->steps = xcalloc(wf->steps_total > 0 ? (size_t)wf->steps_total : 1, sizeof *wf->steps);
+	return wf;
+}
+
+int pg_read_steps(const PGresult *r, const char *definition, wf_row *wf)
+{
+	int rows = PQntuples(r);
+	for (int i = 0; i < rows; i++) {
+		int idx = (int)pg_col_int(r, i, 0);
+		if (idx < 0 || idx >= wf->steps_total || wf->steps[idx].worker ||
+		    PQgetisnull(r, i, 1))
+			return BATON_ECORRUPT;
+		step_row *st = &wf->steps[idx];
+		st->index = idx;
+		st->worker = pg_col_str(r, i, 1);
+		st->params = pg_json_col(r, i, 2);
+		st->status = step_status_parse(PQgetvalue(r, i, 3));
+		st->attempts = (int)pg_col_int(r, i, 4);
+		st->lock_seq = pg_col_int(r, i, 5);
+		st->requested_at = pg_col_int(r, i, 6);
+		st->token = pg_col_int(r, i, 7);
+		st->started_at = pg_col_int(r, i, 8);
+		st->finished_at = pg_col_int(r, i, 9);
+		st->duration_ms = PQgetisnull(r, i, 10) ? -1 : pg_col_int(r, i, 10);
+		st->next_attempt_at = pg_col_int(r, i, 11);
+		st->error = pg_col_str(r, i, 12);
+		st->result = pg_json_col(r, i, 13);
+		st->stored = 1;
+	}
+	if (rows == wf->steps_total)
+		return BATON_OK;
+	return definition && codec_pending_steps(wf, definition) == 0 ? BATON_OK : BATON_ECORRUPT;
+}
+
+/* ---- connections ---- */
+
+static int exec_ok(PGconn *c, const char *sql, baton_error *err, const char *what)
+{
+	PGresult *r = PQexec(c, sql);
+	ExecStatusType st = PQresultStatus(r);
+	int rc =
+	    st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK ? BATON_OK : pg_fail(c, r, err, what);
+	PQclear(r);
+	return rc;
+}
+
+PGconn *pg_connect(pg_store *s, baton_error *err)
+{
+	/* Later keywords win: the URL's own settings override these defaults. A database
+	 * that stops answering (a cut network sends no reset) is given up on by TCP within
+	 * about 30 s instead of blocking the engine for the kernel's retransmission time. */
+	const char *const keys[] = {
+	    "connect_timeout",	"application_name", "keepalives_idle", "keepalives_interval",
+	    "keepalives_count", "tcp_user_timeout", "dbname",	       NULL};
+	const char *const vals[] = {"5", "batond", "10", "5", "3", "30000", s->url, NULL};
+	PGconn *c = PQconnectdbParams(keys, vals, 1);
+	if (!c || PQstatus(c) != CONNECTION_OK) {
+		char line[400];
+		first_line(c ? PQerrorMessage(c) : "out of memory", line, sizeof line);
+		err_set(err, BATON_EIO, "cannot connect to %s: %s", s->shown, line);
+		PQfinish(c);
+		return NULL;
+	}
+	/* Durable at every commit whatever the server's default; a session the database
+	 * sees idle inside a transaction (a batond paused mid-write) is ended by it. */
+	if (exec_ok(c,
+		    "SET synchronous_commit = on; SET idle_in_transaction_session_timeout = '60s';"
+		    " SET client_min_messages = warning",
+		    err, "setting up the session")) {
+		PQfinish(c);
+		return NULL;
+	}
+	return c;
+}
+
+/* Creates or checks the schema, once, under a lock that a second batond waits for. */
+static int migrate(pg_store *s, PGconn *c, baton_error *err)
+{
+	int rc = exec_ok(c, "BEGIN; SELECT pg_advisory_xact_lock(" LOCK_MIGRATE ")", err,
+			 "locking the schema");
+	if (rc)
+		return rc;
+	PGresult *r = PQexec(c, "SELECT to_regclass('baton_meta') IS NULL");
+	if (PQresultStatus(r) != PGRES_TUPLES_OK) {
+		rc = pg_fail(c, r, err, "reading the schema");
+	} else if (PQgetvalue(r, 0, 0)[0] == 't') {
+		rc = exec_ok(c, schema_sql, err, "creating the schema");
+	} else {
+		PQclear(r);
+		r = PQexec(c, "SELECT value FROM baton_meta WHERE key = 'schema'");
+		if (PQresultStatus(r) != PGRES_TUPLES_OK || PQntuples(r) != 1)
+			rc = PQresultStatus(r) != PGRES_TUPLES_OK
+				 ? pg_fail(c, r, err, "reading the schema version")
+				 : err_set(err, BATON_ECORRUPT,
+					   "%s: baton_meta has no schema version", s->shown);
+		else if (pg_col_int(r, 0, 0) != PG_SCHEMA_VERSION)
+			rc = err_set(err, BATON_ECORRUPT,
+				     "%s: schema version %lld is not one this batond knows (%d)",
+				     s->shown, (long long)pg_col_int(r, 0, 0), PG_SCHEMA_VERSION);
+	}
+	PQclear(r);
+	if (rc) {
+		exec_ok(c, "ROLLBACK", NULL, "rollback");
+		return rc;
+	}
+	return exec_ok(c, "COMMIT", err, "committing the schema");
+}
+
+static int prepare_writer(PGconn *c, baton_error *err)
+{
+	for (int i = 0; i < W_NSTMT; i++) {
+		char name[8];
+		snprintf(name, sizeof name, "w%d", i);
+		PGresult *r = PQprepare(c, name, writer_sql[i], 0, NULL);
+		int rc = PQresultStatus(r) == PGRES_COMMAND_OK
+			     ? BATON_OK
+			     : pg_fail(c, r, err, "preparing statements");
+		PQclear(r);
+		if (rc)
+			return rc;
+	}
+	return BATON_OK;
+}
+
+static PGresult *run(PGconn *c, int stmt, const pg_params *p)
+{
+	char name[8];
+	snprintf(name, sizeof name, "w%d", stmt);
+	return PQexecPrepared(c, name, p ? p->n : 0, p ? p->v : NULL, p ? p->len : NULL,
+			      p ? p->fmt : NULL, 0);
+}
+
+/* Takes the writer's lock; at open also a new epoch, later checks it is still ours. */
+static int own(pg_store *s, PGconn *c, int first, baton_error *err)
+{
+	PGresult *r = PQexec(c, "SELECT pg_try_advisory_lock(" LOCK_WRITER ")");
+	int rc = PQresultStatus(r) == PGRES_TUPLES_OK
+		     ? BATON_OK
+		     : pg_fail(c, r, err, "taking the writer's lock");
+	if (rc == BATON_OK && PQgetvalue(r, 0, 0)[0] != 't')
+		rc = err_set(err, BATON_EBUSY,
+			     "%s is in use by another batond (one batond per database)", s->shown);
+	PQclear(r);
+	if (rc)
+		return rc;
+	r = PQexec(c, first ? "UPDATE baton_meta SET value = value + 1 WHERE key = 'epoch'"
+			      " RETURNING value"
+			    : "SELECT value FROM baton_meta WHERE key = 'epoch'");
+	if (PQresultStatus(r) != PGRES_TUPLES_OK || PQntuples(r) != 1)
+		rc = pg_fail(c, r, err, "reading the epoch");
+	else if (first)
+		s->epoch = pg_col_int(r, 0, 0);
+	else if (pg_col_int(r, 0, 0) != s->epoch)
+		rc = err_set(err, BATON_ECONFLICT,
+			     "another batond has taken over %s while this one was cut off",
+			     s->shown);
+	PQclear(r);
+	return rc;
+}
+
+/* The writer's connection, reconnected when it broke. Whatever the server said while the
+ * connection was idle is read first: a server that shut down has closed it, and it is
+ * better to learn that before a batch is sent (its outcome would be unknown) than after. */
+static int writer(pg_store *s, baton_error *err)
+{
+	if (s->w && PQconsumeInput(s->w) && PQstatus(s->w) == CONNECTION_OK)
+		return BATON_OK;
+	if (s->w && !s->w_lost) {
+		log_at(s->log, BATON_LOG_ERROR, NULL,
+		       "lost the database connection (%s); reconnecting", s->shown);
+		s->w_lost = 1;
+	}
+	PQfinish(s->w);
+	s->w = NULL;
+	PGconn *c = pg_connect(s, err);
+	int rc = c ? BATON_OK : err->code;
+	if (rc == BATON_OK)
+		rc = prepare_writer(c, err);
+	if (rc == BATON_OK)
+		rc = own(s, c, 0, err);
+	if (rc) {
+		PQfinish(c);
+		return rc;
+	}
+	s->w = c;
+	if (s->w_lost) {
+		log_at(s->log, BATON_LOG_WARN, NULL, "database connection is back (%s)", s->shown);
+		s->w_lost = 0;
+	}
+	return BATON_OK;
+}
+
+/* After a failure: a broken connection is dropped and said once. */
+static void writer_failed(pg_store *s)
+{
+	if (s->w && PQstatus(s->w) == CONNECTION_OK)
+		return;
+	PQfinish(s->w);
+	s->w = NULL;
+	if (!s->w_lost)
+		log_at(s->log, BATON_LOG_ERROR, NULL,
+		       "lost the database connection (%s); reconnecting", s->shown);
+	s->w_lost = 1;
+}
+
+/* ---- open and close ---- */
+
+/* The URL with its password (user:PASSWORD@ or password=...) shown as ***. */
+static char *hide_password(const char *url)
+{
+	char out[1024];
+	baton_db_redact(url, out, sizeof out);
+	return xstrdup(out);
+}
+
+static void pg_close(store *base)
+{
+	pg_store *s = (pg_store *)base;
+	if (!s)
+		return;
+	pg_readers_close(s);
+	PQfinish(s->w);
+	free(s->json[0].v);
+	free(s->json[1].v);
+	free(s->url);
+	free(s->shown);
+	pthread_cond_destroy(&s->pool_cv);
+	pthread_mutex_destroy(&s->pool_mu);
+	store_base_fini(&s->base);
+	free(s);
+}
+
+static int pg_open(const store_config *cfg, store **out, baton_error *err)
+{
+	pg_store *s = xcalloc(1, sizeof *s);
+	store_base_init(&s->base, &pg_store_ops);
+	pthread_mutex_init(&s->pool_mu, NULL);
+	pthread_cond_init(&s->pool_cv, NULL);
+	s->url = xstrdup(cfg->target);
+	s->shown = hide_password(cfg->target);
+	s->log = cfg->log;
+	PGconn *c = pg_connect(s, err);
+	int rc = c ? BATON_OK : err->code;
+	if (rc == BATON_OK)
+		rc = migrate(s, c, err);
+	if (rc == BATON_OK)
+		rc = prepare_writer(c, err);
+	if (rc == BATON_OK)
+		rc = own(s, c, 1, err);
+	s->w = c;
+	if (rc == BATON_OK)
+		rc = pg_readers_open(s, cfg->readers);
+	if (rc) {
+		if (rc == BATON_OK)
+			rc = err_set(err, BATON_EIO, "cannot open connections to %s", s->shown);
+		pg_close(&s->base);
+		return rc;
+	}
+	*out = &s->base;
+	return BATON_OK;
+}
+
+/* ---- writes ---- */
+
+/* One statement of a batch, and the workflow it writes (NULL for others). */
+typedef struct sent {
+	const wf_row *wf;
+	const char *what;
+} sent;
+
+typedef struct pipeline {
+	pg_store *s;
+	sent v[PIPELINE_CHUNK];
+	int n;
+	int failed; /* a statement failed: baton's code */
+	const wf_row *culprit;
+	int commit_sent; /* COMMIT is among what was sent */
+	baton_error *err;
+} pipeline;
+
+/* Reads the results of what was sent; the first failure is kept. */
+static void drain(pipeline *p)
+{
+	PGconn *c = p->s->w;
+	for (int i = 0; i < p->n; i++) {
+		PGresult *r = PQgetResult(c);
+		if (!r) {
+			if (!p->failed)
+				p->failed = pg_fail(c, NULL, p->err, p->v[i].what);
+			break;
+		}
+		ExecStatusType st = PQresultStatus(r);
+		if (st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK && !p->failed) {
+			p->failed = pg_fail(c, r, p->err, p->v[i].what);
+			p->culprit = p->v[i].wf;
+		}
+		PQclear(r);
+		/* Each statement's results end with a NULL. */
+		while ((r = PQgetResult(c)) != NULL)
+			PQclear(r);
+		if (PQstatus(c) != CONNECTION_OK)
+			break;
+	}
+	p->n = 0;
+}
+
+static void flush(pipeline *p)
+{
+	if (PQsendFlushRequest(p->s->w) != 1 || PQflush(p->s->w) != 0) {
+		if (!p->failed)
+			p->failed = pg_fail(p->s->w, NULL, p->err, "sending a batch");
+		p->n = 0;
+		return;
+	}
+	drain(p);
+}
+
+static void send_stmt(pipeline *p, int stmt, const pg_params *prm, const wf_row *wf,
+		      const char *what)
+{
+	if (p->failed)
+		return;
+	char name[8];
+	snprintf(name, sizeof name, "w%d", stmt);
+	if (!PQsendQueryPrepared(p->s->w, name, prm ? prm->n : 0, prm ? prm->v : NULL,
+				 prm ? prm->len : NULL, prm ? prm->fmt : NULL, 0)) {
+		p->failed = pg_fail(p->s->w, NULL, p->err, what);
+		return;
+	}
+	p->v[p->n++] = (sent){wf, what};
+	if (p->n == PIPELINE_CHUNK)
+		flush(p);
+}
+
+static void send_workflow(pipeline *p, const wf_row *wf)
+{
+	pg_store *s = p->s;
+	pg_params prm = {0};
+	if (wf->is_new) {
+		pg_int(&prm, wf->seq);
+		pg_text(&prm, wf->id);
+		pg_text(&prm, wf->resource);
+		pg_text(&prm, wf->on_failure == ON_FAILURE_CONTINUE ? "continue" : "fail");
+		pg_text(&prm, wf_status_name(wf->status));
+		pg_bool(&prm, wf->cancel_requested);
+		pg_int(&prm, wf->created_at);
+		pg_time(&prm, wf->started_at);
+		pg_time(&prm, wf->finished_at);
+		pg_int(&prm, wf->steps_total);
+		pg_int(&prm, wf->steps_completed);
+		pg_json(s, &prm, wf->result, 1);
+		pg_text(&prm, wf->error);
+		char *retry = codec_retry_text(&wf->retry);
+		pg_text(&prm, retry);
+		send_stmt(p, W_INS_WF, &prm, wf, "inserting a workflow");
+		free(retry);
+		prm.n = 0;
+		pg_int(&prm, wf->seq);
+		pg_text(&prm, wf->definition);
+		send_stmt(p, W_INS_DEF, &prm, wf, "inserting a definition");
+	} else if (wf->dirty) {
+		pg_int(&prm, wf->seq);
+		pg_text(&prm, wf_status_name(wf->status));
+		pg_bool(&prm, wf->cancel_requested);
+		pg_time(&prm, wf->started_at);
+		pg_time(&prm, wf->finished_at);
+		pg_int(&prm, wf->steps_completed);
+		pg_json(s, &prm, wf->result, 1);
+		pg_text(&prm, wf->error);
+		send_stmt(p, W_UPD_WF, &prm, wf, "updating a workflow");
+	}
+}
+
+static void send_step(pipeline *p, const wf_row *wf, const step_row *r)
+{
+	pg_params prm = {0};
+	pg_int(&prm, wf->seq);
+	pg_text(&prm, wf->resource);
+	pg_int(&prm, r->index);
+	pg_text(&prm, r->worker);
+	pg_json(p->s, &prm, r->params, 0);
+	pg_text(&prm, step_status_name(r->status));
+	pg_int(&prm, r->attempts);
+	pg_time(&prm, r->lock_seq);
+	pg_time(&prm, r->requested_at);
+	pg_time(&prm, r->token);
+	pg_time(&prm, r->started_at);
+	pg_time(&prm, r->finished_at);
+	if (r->duration_ms >= 0)
+		pg_int(&prm, r->duration_ms);
+	else
+		pg_time(&prm, 0);
+	pg_time(&prm, r->next_attempt_at);
+	pg_text(&prm, r->error);
+	pg_json(p->s, &prm, r->result, 1);
+	send_stmt(p, W_PUT_STEP, &prm, wf, "writing a step");
+}
+
+static void send_resource(pipeline *p, const resource_row *r)
+{
+	pg_params prm = {0};
+	pg_text(&prm, r->name);
+	pg_int(&prm, r->last_token);
+	pg_int(&prm, r->grants);
+	pg_int(&prm, r->total_hold_ms);
+	pg_int(&prm, r->max_hold_ms);
+	pg_int(&prm, r->total_wait_ms);
+	pg_int(&prm, r->max_wait_ms);
+	pg_time(&prm, r->holder_seq);
+	if (r->holder_seq)
+		pg_int(&prm, r->holder_idx);
+	else
+		pg_time(&prm, 0);
+	send_stmt(p, W_PUT_RES, &prm, NULL, "writing a resource");
+}
+
+static void send_events(pipeline *p, const store_event_row *e)
+{
+	pg_params prm = {0};
+	pg_int(&prm, e->seq);
+	pg_int(&prm, e->last_seq);
+	pg_int(&prm, e->wf->seq);
+	pg_text(&prm, e->wf->resource);
+	pg_bool(&prm, e->lock);
+	pg_bytes(&prm, e->text, e->len);
+	send_stmt(p, W_INS_EVENT, &prm, e->wf, "inserting events");
+}
+
+static void send_batch(pipeline *p, const store_batch *b)
+{
+	pg_params prm = {0};
+	send_stmt(p, W_BEGIN, NULL, NULL, "begin");
+	pg_int(&prm, p->s->epoch);
+	send_stmt(p, W_EPOCH, &prm, NULL, "checking ownership");
+	for (size_t i = 0; i < b->nwfs; i++) {
+		const wf_row *wf = b->wfs[i];
+		send_workflow(p, wf);
+		for (int k = wf->dirty_lo; k < wf->dirty_hi; k++)
+			if (wf->steps[k].dirty)
+				send_step(p, wf, &wf->steps[k]);
+	}
+	for (size_t i = 0; i < b->nresources; i++)
+		send_resource(p, b->resources[i]);
+	for (size_t i = 0; i < b->nevents; i++)
+		send_events(p, &b->events[i]);
+	send_stmt(p, W_COMMIT, NULL, NULL, "commit");
+	p->commit_sent = !p->failed;
+}
+
+static int pg_write(store *base, const store_batch *b, store_write_failure *why, baton_error *err)
+{
+	pg_store *s = (pg_store *)base;
+	*why = (store_write_failure){0};
+	int rc = writer(s, err);
+	if (rc) {
+		why->permanent = !pg_transient(rc);
+		return rc;
+	}
+	if (PQenterPipelineMode(s->w) != 1)
+		return pg_fail(s->w, NULL, err, "entering pipeline mode");
+	pipeline p = {.s = s, .err = err};
+	send_batch(&p, b);
+	if (PQpipelineSync(s->w) != 1 && !p.failed)
+		p.failed = pg_fail(s->w, NULL, err, "sending a batch");
+	if (PQstatus(s->w) == CONNECTION_OK) {
+		drain(&p);
+		/* What follows the statements: the sync's own result. */
+		PGresult *r;
+		while ((r = PQgetResult(s->w)) != NULL) {
+			int sync = PQresultStatus(r) == PGRES_PIPELINE_SYNC;
+			PQclear(r);
+			if (sync)
+				break;
+		}
+		PQexitPipelineMode(s->w);
+		/* A failed statement leaves the transaction open and aborted: end it. */
+		if (PQtransactionStatus(s->w) != PQTRANS_IDLE)
+			exec_ok(s->w, "ROLLBACK", NULL, "rollback");
+	}
+	if (!p.failed)
+		return BATON_OK;
+	int broken = PQstatus(s->w) != CONNECTION_OK;
+	why->unknown = broken && p.commit_sent;
+	why->permanent = !broken && !pg_transient(p.failed);
+	why->culprit = why->permanent ? p.culprit : NULL;
+	writer_failed(s);
+	return p.failed;
+}
+
+/*
+ * Runs one writer statement on its own (not in a batch), once more on a new connection
+ * when the old one turns out to have broken while it was idle (a restarted server): it
+ * reads or takes ids, so running it twice is harmless. NULL with err set on failure.
+ */
+static PGresult *writer_run(pg_store *s, int stmt, const pg_params *p, ExecStatusType want,
+			    const char *what, baton_error *err)
+{
+	for (int attempt = 0; attempt < 2; attempt++) {
+		int rc = writer(s, err);
+		if (rc)
+			return NULL;
+		PGresult *r = run(s->w, stmt, p);
+		if (PQresultStatus(r) == want)
+			return r;
+		pg_fail(s->w, r, err, what);
+		PQclear(r);
+		int broken = PQstatus(s->w) != CONNECTION_OK;
+		writer_failed(s);
+		if (!broken)
+			return NULL;
+	}
+	return NULL;
+}
+
+static int pg_next_ids(store *base, int kind, int64_t n, int64_t *first, baton_error *err)
+{
+	pg_store *s = (pg_store *)base;
+	pg_params prm = {0};
+	pg_text(&prm, kind == STORE_ID_WORKFLOW ? "workflow_seq" : "event_seq");
+	pg_int(&prm, n);
+	PGresult *r = writer_run(s, W_NEXT_ID, &prm, PGRES_TUPLES_OK, "taking ids", err);
+	if (!r)
+		return err->code;
+	int rc = PQntuples(r) == 1 ? BATON_OK
+				   : err_set(err, BATON_ECORRUPT, "baton_meta has no counter");
+	if (rc == BATON_OK)
+		*first = pg_col_int(r, 0, 0) - n + 1;
+	PQclear(r);
+	return rc;
+}
+
+static int pg_find_workflow(store *base, const char *id, char **def, int *status, baton_error *err)
+{
+	pg_store *s = (pg_store *)base;
+	pg_params prm = {0};
+	pg_text(&prm, id);
+	PGresult *r = writer_run(s, W_FIND, &prm, PGRES_TUPLES_OK, "looking up a workflow", err);
+	if (!r)
+		return err->code;
+	int rc = BATON_OK;
+	if (PQntuples(r) == 0) {
+		rc = BATON_ENOTFOUND;
+	} else {
+		*def = xstrdup(PQgetvalue(r, 0, 0));
+		*status = wf_status_parse(PQgetvalue(r, 0, 1));
+	}
+	PQclear(r);
+	return rc;
+}
+
+static int load_resources(pg_store *s, void (*fn)(void *ctx, resource_row *r), void *ctx,
+			  baton_error *err)
+{
+	PGresult *r = PQexec(s->w, "SELECT name, last_token, grants, total_hold_ms, max_hold_ms,"
+				   " total_wait_ms, max_wait_ms FROM resources");
+	if (PQresultStatus(r) != PGRES_TUPLES_OK) {
+		int rc = pg_fail(s->w, r, err, "loading resources");
+		PQclear(r);
+		return rc;
+	}
+	for (int i = 0; i < PQntuples(r); i++) {
+		resource_row row = {
+		    .name = pg_col_str(r, i, 0),
+		    .last_token = pg_col_int(r, i, 1),
+		    .grants = pg_col_int(r, i, 2),
+		    .total_hold_ms = pg_col_int(r, i, 3),
+		    .max_hold_ms = pg_col_int(r, i, 4),
+		    .total_wait_ms = pg_col_int(r, i, 5),
+		    .max_wait_ms = pg_col_int(r, i, 6),
+		};
+		fn(ctx, &row);
+	}
+	PQclear(r);
+	return BATON_OK;
+}
+
+/* Every unfinished workflow, its steps and its definition, read in one snapshot. */
+static int load_unfinished(pg_store *s, void (*fn)(void *ctx, wf_row *wf), void *ctx,
+			   baton_error *err)
+{
+	PGresult *q = PQexec(s->w, "SELECT " PG_WF_READ_COLS ", (SELECT definition FROM"
+				   " definitions d WHERE d.workflow_seq = workflows.seq)"
+				   " FROM workflows WHERE status IN ('pending', 'running')"
+				   " ORDER BY seq");
+	if (PQresultStatus(q) != PGRES_TUPLES_OK) {
+		int rc = pg_fail(s->w, q, err, "loading workflows");
+		PQclear(q);
+		return rc;
+	}
+	int rc = BATON_OK;
+	for (int i = 0; rc == BATON_OK && i < PQntuples(q); i++) {
+		wf_row *wf = pg_read_wf(q, i);
+		wf->definition = PQgetisnull(q, i, 14) ? xstrdup("") : pg_col_str(q, i, 14);
+		pg_params prm = {0};
+		pg_int(&prm, wf->seq);
+		PGresult *st =
+		    PQexecParams(s->w,
+				 "SELECT " PG_STEP_COLS " FROM steps WHERE workflow_seq=$1"
+				 " ORDER BY idx",
+				 prm.n, NULL, prm.v, prm.len, prm.fmt, 0);
+		if (PQresultStatus(st) != PGRES_TUPLES_OK)
+			rc = pg_fail(s->w, st, err, "loading steps");
+		else if (pg_read_steps(st, wf->definition, wf))
+			rc = err_set(err, BATON_ECORRUPT, "workflow %s: its steps do not match",
+				     wf->id);
+		PQclear(st);
+		if (rc)
+			wf_row_free(wf);
+		else
+			fn(ctx, wf);
+	}
+	PQclear(q);
+	return rc;
+}
+
+static int pg_load(store *base, void (*res_fn)(void *ctx, resource_row *r),
+		   void (*wf_fn)(void *ctx, wf_row *wf), void *ctx, int64_t *lock_seq,
+		   baton_error *err)
+{
+	pg_store *s = (pg_store *)base;
+	int rc = exec_ok(s->w, "BEGIN ISOLATION LEVEL REPEATABLE READ", err, "begin");
+	if (rc)
+		return rc;
+	PGresult *r = PQexec(s->w, "SELECT coalesce(max(lock_seq), 0) FROM steps");
+	if (PQresultStatus(r) == PGRES_TUPLES_OK)
+		*lock_seq = pg_col_int(r, 0, 0);
+	else
+		rc = pg_fail(s->w, r, err, "reading the lock queue");
+	PQclear(r);
+	if (rc == BATON_OK)
+		rc = load_resources(s, res_fn, ctx, err);
+	if (rc == BATON_OK)
+		rc = load_unfinished(s, wf_fn, ctx, err);
+	exec_ok(s->w, "COMMIT", NULL, "commit");
+	return rc;
+}
+
+const store_ops pg_store_ops = {
+    .name = "postgresql",
+    .open = pg_open,
+    .close = pg_close,
+    .write = pg_write,
+    .next_ids = pg_next_ids,
+    .find_workflow = pg_find_workflow,
+    .load = pg_load,
+    .read_workflow = pg_read_workflow,
+    .list_workflows = pg_list_workflows,
+    .read_events = pg_read_events,
+    .read_resource = pg_read_resource,
+    .list_resources = pg_list_resources,
+    .count_workflows = pg_count_workflows,
+    .ping = pg_ping,
+};

@@ -1,0 +1,394 @@
+/*
+ * test_postgres.c - what only the PostgreSQL store has, against the real batond and the
+ * throwaway PostgreSQL server of the test run (BATON_TEST_PG): the database restarted
+ * under load (test_faults has it stopped for a while), a server that refuses connections
+ * at start, the schema made
+ * from an empty database by two batonds starting at once, a schema too new refused, a
+ * database owned by a role without superuser rights, and passwords never shown.
+ * On SQLite every test here skips.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <fcntl.h>
+#include <libpq-fe.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "../harness/harness.h"
+
+#define WAIT_MS 90000
+
+/* ---- SQL on the test server, as its superuser ---- */
+
+/* The base URL with its database replaced by `db` ("postgresql://u@h:p/db"). */
+static void url_for(const char *db, char *out, size_t n)
+{
+	const char *base = getenv("BATON_TEST_PG");
+	const char *slash = strchr(strstr(base, "://") + 3, '/');
+	int keep = slash ? (int)(slash - base) : (int)strlen(base);
+	snprintf(out, n, "%.*s/%s", keep, base, db);
+}
+
+/* Runs sql on database db (NULL: the base URL's); returns the first value or "" (static). */
+static const char *sql_on(const char *db, const char *sql)
+{
+	static char value[256];
+	char url[512];
+	if (db)
+		url_for(db, url, sizeof url);
+	else
+		snprintf(url, sizeof url, "%s", getenv("BATON_TEST_PG"));
+	PGconn *c = PQconnectdb(url);
+	assert_int_equal(PQstatus(c), CONNECTION_OK);
+	PGresult *r = PQexec(c, sql);
+	ExecStatusType st = PQresultStatus(r);
+	if (st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK)
+		fail_msg("%s: %s", sql, PQerrorMessage(c));
+	snprintf(value, sizeof value, "%s",
+		 st == PGRES_TUPLES_OK && PQntuples(r) > 0 ? PQgetvalue(r, 0, 0) : "");
+	PQclear(r);
+	PQfinish(c);
+	return value;
+}
+
+/* A new empty database with a name of its own; its name in out. */
+static void fresh_database(char *out, size_t n, const char *owner)
+{
+	static int count;
+	char sql[256];
+	snprintf(out, n, "baton_pgt%d_%d", (int)getpid(), ++count);
+	snprintf(sql, sizeof sql, "CREATE DATABASE %s%s%s", out, owner ? " OWNER " : "",
+		 owner ? owner : "");
+	sql_on(NULL, sql);
+}
+
+static void drop_database(const char *name)
+{
+	char sql[256];
+	snprintf(sql, sizeof sql, "DROP DATABASE IF EXISTS %s WITH (FORCE)", name);
+	sql_on(NULL, sql);
+}
+
+/* Every test starts with it: on SQLite the test is skipped. */
+#define PG_ONLY()                                                                                  \
+	do {                                                                                       \
+		if (!hs_store_is_pg())                                                             \
+			skip();                                                                    \
+	} while (0)
+
+/* ---- load ---- */
+
+static json_t *submit(hs_server *s, const char *resource, int steps)
+{
+	json_t *workers = json_array();
+	for (int i = 0; i < steps; i++) {
+		char name[16];
+		snprintf(name, sizeof name, "w%d", i);
+		json_array_append_new(workers,
+				      json_pack("{s:s, s:i}", "name", name, "work_ms", 30));
+	}
+	return hs_create_workflow(
+	    s, json_pack("{s:s, s:o}", "resource", resource, "workers", workers));
+}
+
+/* Every step completed once, and each resource's grants carry strictly rising tokens. */
+static void assert_ran_once(hs_server *s, json_t **wfs, int n)
+{
+	for (int i = 0; i < n; i++) {
+		const char *id = hs_str(wfs[i], "id");
+		json_decref(hs_wait_workflow(s, id, "completed", WAIT_MS));
+		json_t *events = hs_get_events(s, id);
+		json_int_t total = hs_int(wfs[i], "steps_total");
+		for (json_int_t k = 0; k < total; k++)
+			assert_int_equal(hs_event_count(events, "step_completed", (int)k, -1), 1);
+		json_decref(events);
+	}
+	const char *names[] = {"pga", "pgb", "pgc"};
+	for (size_t r = 0; r < 3; r++) {
+		char path[128];
+		snprintf(path, sizeof path, "/resources/%s/events?limit=100000", names[r]);
+		json_t *h = hs_get_json(s, path, 200);
+		json_int_t last = 0;
+		size_t i;
+		json_t *ev;
+		json_array_foreach(json_object_get(h, "events"), i, ev)
+		{
+			if (strcmp(hs_str(ev, "type"), "lock_acquired") != 0)
+				continue;
+			json_int_t token = hs_int(ev, "fencing_token");
+			if (token <= last)
+				fail_msg("%s: token %lld after %lld", names[r], (long long)token,
+					 (long long)last);
+			last = token;
+		}
+		json_decref(h);
+	}
+}
+
+static int count_of(const char *text, const char *what)
+{
+	int n = 0;
+	for (const char *p = text; (p = strstr(p, what)); p += strlen(what))
+		n++;
+	return n;
+}
+
+static bool some_steps_done(void *arg)
+{
+	hs_server *s = arg;
+	json_t *m = hs_get_json(s, "/workflows?status=completed&limit=1", 200);
+	bool done = json_array_size(json_object_get(m, "workflows")) > 0;
+	json_decref(m);
+	return done;
+}
+
+/* PostgreSQL restarted while workflows run: batond stays up, reconnects, everything
+ * acknowledged completes, no step runs twice, tokens keep rising. */
+static void test_pg_restart_under_load(void **state)
+{
+	PG_ONLY();
+	hs_server *s = *state;
+	enum { N = 12 };
+	json_t *wfs[N];
+	const char *res[] = {"pga", "pgb", "pgc"};
+	for (int i = 0; i < N; i++)
+		wfs[i] = submit(s, res[i % 3], 4);
+	assert_true(hs_wait_until(some_steps_done, s, WAIT_MS));
+	assert_int_equal(hs_pg_restart(), 0);
+	assert_true(hs_alive(s));
+	assert_ran_once(s, wfs, N);
+	for (int i = 0; i < N; i++)
+		json_decref(wfs[i]);
+	assert_int_equal(hs_db_count(s, "SELECT count(*) FROM workflows"), N);
+	/* One line when the connection is lost and one when it is back, not one per try. */
+	char *log = hs_log_text(s);
+	assert_int_equal(count_of(log, "lost the database connection"), 1);
+	assert_int_equal(count_of(log, "database connection is back"), 1);
+	free(log);
+}
+
+/* ---- start-up ---- */
+
+/* A server that refuses connections: batond exits 1 at once and says so, without the
+ * password of the URL. */
+static void test_pg_refused_at_start(void **state)
+{
+	PG_ONLY();
+	(void)state;
+	char out[4096];
+	const char *args[] = {"--listen", "127.0.0.1:0", "--db",
+			      "postgresql://baton:sekrit@127.0.0.1:1/baton", NULL};
+	int st = hs_run_batond(args, NULL, NULL, 30000, out, sizeof out);
+	assert_true(WIFEXITED(st));
+	assert_int_equal(WEXITSTATUS(st), 1);
+	assert_non_null(strstr(out, "cannot connect"));
+	assert_null(strstr(out, "sekrit"));
+	assert_non_null(strstr(out, "baton:***@127.0.0.1:1"));
+}
+
+/* Passwords never appear in logs, errors, /metrics or --help. */
+static void test_pg_password_never_shown(void **state)
+{
+	PG_ONLY();
+	hs_server *s = *state;
+	char url[512];
+	const char *plain = hs_db_url(s);
+	const char *at = strstr(plain, "@");
+	assert_non_null(at);
+	/* postgresql://USER@... becomes postgresql://USER:sekrit@... (trust ignores it). */
+	snprintf(url, sizeof url, "%.*s:sekrit%s", (int)(at - plain), plain, at);
+	const char *args[] = {"--db", url, NULL};
+	assert_int_equal(hs_stop(s), 0);
+	assert_int_equal(hs_set_args(s, args), 0);
+	assert_int_equal(hs_start(s), 0);
+	json_t *wf = submit(s, "pga", 1);
+	json_decref(hs_wait_workflow(s, hs_str(wf, "id"), "completed", WAIT_MS));
+	json_decref(wf);
+	hs_response r;
+	hs_get(s, "/metrics", &r);
+	assert_int_equal(r.status, 200);
+	assert_null(strstr(r.body, "sekrit"));
+	hs_response_fini(&r);
+	assert_int_equal(hs_pg_stop(), 0);
+	hs_post(s, "/workflows", "{\"resource\":\"pgb\",\"workers\":[\"x\"]}", &r);
+	assert_true(r.body == NULL || strstr(r.body, "sekrit") == NULL);
+	hs_response_fini(&r);
+	hs_get(s, "/workflows?limit=1", &r);
+	assert_true(r.body == NULL || strstr(r.body, "sekrit") == NULL);
+	hs_response_fini(&r);
+	assert_int_equal(hs_pg_start(), 0);
+	char *log = hs_log_text(s);
+	assert_null(strstr(log, "sekrit"));
+	assert_non_null(strstr(log, ":***@"));
+	free(log);
+	char out[8192];
+	const char *help[] = {"--help", NULL};
+	hs_run_batond(help, "BATON_DB", url, 30000, out, sizeof out);
+	assert_null(strstr(out, "sekrit"));
+}
+
+/* Starts batond on url with its output in log (an open file); returns its pid. */
+static pid_t spawn_batond(const char *url, int log)
+{
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		dup2(log, 1);
+		dup2(log, 2);
+		execl(getenv("BATOND"), "batond", "--listen", "127.0.0.1:0", "--db", url,
+		      (char *)NULL);
+		_exit(127);
+	}
+	return pid;
+}
+
+static int reap(pid_t pid, int timeout_ms, int *status)
+{
+	int64_t end = hs_mono_ms() + timeout_ms;
+	while (hs_mono_ms() < end) {
+		if (waitpid(pid, status, WNOHANG) == pid)
+			return 0;
+		hs_pause_ms(20);
+	}
+	return -1;
+}
+
+/* Two batonds starting at once on an empty database: the schema is made once (under the
+ * migration lock), one serves and the other says the database is in use. */
+static void test_pg_two_start_on_empty_database(void **state)
+{
+	PG_ONLY();
+	(void)state;
+	char db[64], url[512], logs[2][64];
+	fresh_database(db, sizeof db, NULL);
+	url_for(db, url, sizeof url);
+	pid_t pid[2];
+	int fd[2];
+	for (int i = 0; i < 2; i++) {
+		snprintf(logs[i], sizeof logs[i], "/tmp/baton-pgt-%d-%d.log", (int)getpid(), i);
+		fd[i] = open(logs[i], O_CREAT | O_TRUNC | O_WRONLY, 0600);
+		assert_true(fd[i] >= 0);
+	}
+	for (int i = 0; i < 2; i++)
+		pid[i] = spawn_batond(url, fd[i]);
+	/* One of them exits: the one that found the other holding the database. */
+	int status = 0, exited = -1;
+	int64_t end = hs_mono_ms() + WAIT_MS;
+	while (exited < 0 && hs_mono_ms() < end) {
+		for (int i = 0; i < 2 && exited < 0; i++)
+			if (waitpid(pid[i], &status, WNOHANG) == pid[i])
+				exited = i;
+		hs_pause_ms(20);
+	}
+	int other = 1 - exited;
+	int other_status = 0;
+	int other_gone = exited >= 0 ? reap(pid[other], 2000, &other_status) == 0 : 1;
+	for (int i = 0; i < 2; i++)
+		if (exited != i && !(i == other && other_gone)) {
+			kill(pid[i], SIGTERM);
+			reap(pid[i], 30000, &other_status);
+		}
+	char text[4096] = "";
+	if (exited >= 0) {
+		FILE *f = fopen(logs[exited], "r");
+		size_t n = f ? fread(text, 1, sizeof text - 1, f) : 0;
+		text[n] = 0;
+		if (f)
+			fclose(f);
+	}
+	for (int i = 0; i < 2; i++) {
+		close(fd[i]);
+		unlink(logs[i]);
+	}
+	assert_true(exited >= 0);
+	assert_false(other_gone); /* the other one served until told to stop */
+	assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 1);
+	assert_non_null(strstr(text, "in use by another batond"));
+	assert_string_equal(sql_on(db, "SELECT count(*) FROM baton_meta WHERE key = 'schema'"),
+			    "1");
+	assert_string_equal(sql_on(db, "SELECT value FROM baton_meta WHERE key = 'schema'"), "1");
+	drop_database(db);
+}
+
+/* A database whose schema is newer than this batond's is refused, untouched. */
+static void test_pg_newer_schema_refused(void **state)
+{
+	PG_ONLY();
+	hs_server *s = *state;
+	assert_int_equal(hs_stop(s), 0);
+	const char *url = hs_db_url(s);
+	const char *db = strrchr(url, '/') + 1;
+	sql_on(db, "UPDATE baton_meta SET value = 99 WHERE key = 'schema'");
+	char out[4096];
+	const char *args[] = {"--listen", "127.0.0.1:0", "--db", url, NULL};
+	int st = hs_run_batond(args, NULL, NULL, 30000, out, sizeof out);
+	assert_true(WIFEXITED(st));
+	assert_int_equal(WEXITSTATUS(st), 1);
+	assert_non_null(strstr(out, "schema version 99"));
+	assert_string_equal(sql_on(db, "SELECT value FROM baton_meta WHERE key = 'schema'"), "99");
+	sql_on(db, "UPDATE baton_meta SET value = 1 WHERE key = 'schema'");
+	assert_int_equal(hs_start(s), 0);
+}
+
+/* The operator's two statements (README): a role and a database it owns; batond needs no
+ * other right. */
+static void test_pg_runs_without_superuser(void **state)
+{
+	PG_ONLY();
+	(void)state;
+	char role[64], db[64], url[512], sql[256];
+	snprintf(role, sizeof role, "baton_role_%d", (int)getpid());
+	snprintf(sql, sizeof sql, "CREATE ROLE %s LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE", role);
+	sql_on(NULL, sql);
+	fresh_database(db, sizeof db, role);
+	url_for(db, url, sizeof url);
+	/* The same URL with the role as its user. */
+	char as_role[600];
+	const char *host = strchr(url, '@');
+	snprintf(as_role, sizeof as_role, "postgresql://%s%s", role, host);
+	const char *args[] = {"--db", as_role, NULL};
+	hs_server *s = hs_open(args);
+	assert_non_null(s);
+	json_t *wf = submit(s, "pga", 2);
+	json_decref(hs_wait_workflow(s, hs_str(wf, "id"), "completed", WAIT_MS));
+	json_decref(wf);
+	assert_int_equal(hs_close(s), 0);
+	assert_string_equal(
+	    sql_on(db, "SELECT tableowner FROM pg_tables WHERE tablename = 'workflows'"), role);
+	drop_database(db);
+	snprintf(sql, sizeof sql, "DROP ROLE %s", role);
+	sql_on(NULL, sql);
+}
+
+static int setup(void **state)
+{
+	*state = NULL;
+	return hs_store_is_pg() ? hs_setup(state) : 0;
+}
+
+static int teardown(void **state)
+{
+	return *state ? hs_teardown(state) : 0;
+}
+
+int main(void)
+{
+	hs_filters_from_env();
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test_setup_teardown(test_pg_restart_under_load, setup, teardown),
+	    cmocka_unit_test(test_pg_refused_at_start),
+	    cmocka_unit_test_setup_teardown(test_pg_password_never_shown, setup, teardown),
+	    cmocka_unit_test(test_pg_two_start_on_empty_database),
+	    cmocka_unit_test_setup_teardown(test_pg_newer_schema_refused, setup, teardown),
+	    cmocka_unit_test(test_pg_runs_without_superuser),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
