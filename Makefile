@@ -113,6 +113,14 @@ $(BUILD)/tests/http/%: $(BUILD)/obj/tests/http/%.o $(call obj,$(HARNESS_SRC)) $(
 	@mkdir -p $(@D)
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(LIBS_ALL) $(PQ_LIBS) $(CMOCKA_LIBS)
 
+# A libcurl.so.4 that refuses an option baton needs, as too old a libcurl does: batond
+# must refuse --allow-call with it (test_call_policy finds it beside its own directory).
+OLDCURL := $(BUILD)/tests/oldcurl/libcurl.so.4
+$(OLDCURL): tests/http/oldcurl.c | $(DEPS_STAMP)
+	@mkdir -p $(@D)
+	$(CC) -std=c11 $(WARN) -g -fPIC -shared -Wl,-soname,libcurl.so.4 $(PKG_CFLAGS) $< -o $@
+$(BUILD)/tests/http/test_call_policy: | $(OLDCURL)
+
 # Crash torture: many workflows while batond is SIGKILLed and restarted at random moments.
 TORTURE_SRC   := $(wildcard tests/torture/*.c)
 TORTURE_BIN   := $(BUILD)/tests/torture/torture
@@ -232,8 +240,11 @@ build/fuzz/fuzz_request: tests/fuzz/fuzz_request.c $(FUZZ_LIB_SRC) | $(DEPS_STAM
 build/fuzz/fuzz_route: tests/fuzz/fuzz_route.c $(FUZZ_SRV_SRC) $(FUZZ_LIB_SRC) | $(DEPS_STAMP)
 	@mkdir -p $(@D)
 	$(FUZZ_CC) -std=c11 -D_GNU_SOURCE $(FUZZ_FLAGS) -Ilib -Iserver $(PKG_CFLAGS) $^ -o $@ $(LIBS_ALL)
-fuzz: build/fuzz/fuzz_request build/fuzz/fuzz_route
-	@sh scripts/fuzz.sh $(FUZZ_SECONDS) request route
+build/fuzz/fuzz_answer: tests/fuzz/fuzz_answer.c $(FUZZ_LIB_SRC) | $(DEPS_STAMP)
+	@mkdir -p $(@D)
+	$(FUZZ_CC) -std=c11 -D_GNU_SOURCE $(FUZZ_FLAGS) -Ilib $(PKG_CFLAGS) $^ -o $@ $(LIBS_ALL)
+fuzz: build/fuzz/fuzz_request build/fuzz/fuzz_route build/fuzz/fuzz_answer
+	@sh scripts/fuzz.sh $(FUZZ_SECONDS) request route answer
 
 FORMAT_SRC = $(wildcard lib/*.[ch] server/*.[ch] client/*.[ch] tests/*/*.[ch] bench/*.[ch])
 format:

@@ -6,10 +6,11 @@
  * attempt, so the resource can drop the repeat of a request whose answer was lost),
  * Baton-Fencing-Token (so it can refuse a stale holder), Baton-Workflow, Baton-Worker
  * and Baton-Attempt. 2xx completes the step with the response as its result (body
- * bounded to 1 MiB); connection errors, timeouts, 5xx, 408 and 429 may succeed later and
- * are retried (Retry-After is honoured when longer than the backoff); any other status
- * fails the step for good. Redirects are not followed, and only http and https are
- * spoken. The URL was checked against the operator's allowed prefixes at submission.
+ * bounded to 1 MiB, turned by answer.c into JSON that any store accepts, whatever bytes
+ * it holds, before it reaches the engine); connection errors, timeouts, 5xx, 408 and 429 may
+ * succeed later and are retried (Retry-After is honoured when longer than the backoff); any other
+ * status fails the step for good. Redirects are not followed, and only http and https are spoken.
+ * The URL was checked against the operator's allowed prefixes at submission.
  */
 #include "internal.h"
 
@@ -38,6 +39,7 @@ static struct {
 	struct curl_slist *(*slist_append)(struct curl_slist *l, const char *s);
 	void (*slist_free_all)(struct curl_slist *l);
 	time_t (*getdate)(const char *s, const time_t *unused);
+	char *(*version)(void);
 } cu;
 static pthread_mutex_t curl_mu = PTHREAD_MUTEX_INITIALIZER;
 static int curl_loaded; /* under curl_mu; cu is written once, before it becomes 1 */
@@ -48,6 +50,51 @@ static void *sym(void *lib, const char *name, char *why, size_t n)
 	if (!p && !why[0])
 		snprintf(why, n, "%s", dlerror());
 	return p;
+}
+
+/* 0 when libcurl took the option, else -1 with the first refusal in why. */
+static int checked(CURLcode rc, const char *option, char *why, size_t n)
+{
+	if (rc == CURLE_OK)
+		return 0;
+	if (!why[0])
+		snprintf(why, n, "libcurl refused %s: %s", option, cu.easy_strerror(rc));
+	return -1;
+}
+#define SETOPT(c, opt, val, why, n) checked(cu.easy_setopt(c, opt, val), #opt, why, n)
+
+static int on_progress(void *ud, curl_off_t a, curl_off_t b, curl_off_t c, curl_off_t d);
+
+/* The options of every call that a libcurl may be too old for, plus the fixed ones. */
+static int fixed_options(CURL *c, char *why, size_t n)
+{
+	int rc = 0;
+	rc |= SETOPT(c, CURLOPT_PROTOCOLS_STR, "http,https", why, n); /* 7.85.0 */
+	rc |= SETOPT(c, CURLOPT_FOLLOWLOCATION, 0L, why, n);
+	rc |= SETOPT(c, CURLOPT_PATH_AS_IS, 1L, why, n); /* 7.42.0; sent exactly as checked */
+	rc |= SETOPT(c, CURLOPT_NOSIGNAL, 1L, why, n);
+	rc |= SETOPT(c, CURLOPT_NOPROGRESS, 0L, why, n);
+	rc |= SETOPT(c, CURLOPT_XFERINFOFUNCTION, on_progress, why, n); /* 7.32.0 */
+	rc |= SETOPT(c, CURLOPT_USERAGENT, "baton/" BATON_VERSION, why, n);
+	return rc;
+}
+
+/* Refuses (why set) a libcurl that does not take every option baton relies on. */
+static void probe(char *why, size_t n)
+{
+	CURL *c = cu.easy_init();
+	char refused[160] = "";
+	if (!c) {
+		snprintf(why, n, "curl_easy_init failed");
+		return;
+	}
+	if (fixed_options(c, refused, sizeof refused)) {
+		const char *v = cu.version();
+		snprintf(why, n,
+			 "%.*s is too old for HTTP steps (%s); baton needs libcurl 7.85.0 or newer",
+			 (int)strcspn(v ? v : "libcurl", " "), v ? v : "libcurl", refused);
+	}
+	cu.easy_cleanup(c);
 }
 
 /* 1 when libcurl is usable, else 0 with the reason in why. */
@@ -70,8 +117,11 @@ static int load_curl(char *why, size_t n)
 	*(void **)&cu.slist_append = sym(lib, "curl_slist_append", why, n);
 	*(void **)&cu.slist_free_all = sym(lib, "curl_slist_free_all", why, n);
 	*(void **)&cu.getdate = sym(lib, "curl_getdate", why, n);
+	*(void **)&cu.version = sym(lib, "curl_version", why, n);
 	if (!why[0] && cu.global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK)
 		snprintf(why, n, "curl_global_init failed");
+	if (!why[0])
+		probe(why, n);
 	if (why[0]) {
 		dlclose(lib);
 		return 0;
@@ -187,24 +237,18 @@ static struct curl_slist *request_headers(const step_input *in, const json_t *ca
 	return h;
 }
 
-/* The response body as JSON when it is JSON, else as text. */
-static json_t *body_json(const response_buf *b)
-{
-	if (!b->data)
-		return json_null();
-	json_t *j = b->truncated ? NULL : json_loadb(b->data, b->len, JSON_DECODE_ANY, NULL);
-	return j ? j : json_stringn_nocheck(b->data, b->len);
-}
-
-static void classify(const step_input *in, long status, const response_buf *b, int64_t latency,
-		     const char *url, step_output *out)
+static void classify(const step_input *in, long status, const char *content_type,
+		     const response_buf *b, int64_t latency, const char *url, step_output *out)
 {
 	if (status >= 200 && status < 300) {
 		char action[MAX_NAME + 16];
 		snprintf(action, sizeof action, "updated-%s", in->resource);
-		json_t *resp = json_pack("{s:i, s:o}", "status", (int)status, "body", body_json(b));
-		if (b->truncated)
-			json_object_set_new(resp, "truncated", json_true());
+		json_t *resp = answer_json(status, content_type, b->data, b->len, b->truncated);
+		if (!resp) {
+			out->retryable = 1;
+			snprintf(out->error, sizeof out->error, "out of memory storing the answer");
+			return;
+		}
 		out->result = json_pack("{s:s, s:s, s:I, s:o}", "workerId", in->worker, "action",
 					action, "duration", (json_int_t)latency, "response", resp);
 		return;
@@ -213,6 +257,57 @@ static void classify(const step_input *in, long status, const response_buf *b, i
 	out->retry_after_ms = b->retry_after_ms;
 	snprintf(out->error, sizeof out->error, "HTTP %ld from %.160s%s", status, url,
 		 status >= 300 && status < 400 ? " (redirects are not followed)" : "");
+}
+
+/* Every option of one call; -1 with the option libcurl refused in why. */
+static int call_options(CURL *c, const step_input *in, const json_t *call, const char *payload,
+			struct curl_slist *headers, response_buf *b, char *why, size_t n)
+{
+	const char *method = json_string_value(json_object_get(call, "method"));
+	long timeout = (long)json_integer_value(json_object_get(call, "timeout_ms"));
+	int rc = fixed_options(c, why, n);
+	rc |= SETOPT(c, CURLOPT_URL, json_string_value(json_object_get(call, "url")), why, n);
+	rc |= SETOPT(c, CURLOPT_CUSTOMREQUEST, method, why, n);
+	if (strcmp(method, "GET") == 0)
+		rc |= SETOPT(c, CURLOPT_HTTPGET, 1L, why, n);
+	if (payload)
+		rc |= SETOPT(c, CURLOPT_POSTFIELDS, payload, why, n);
+	rc |= SETOPT(c, CURLOPT_HTTPHEADER, headers, why, n);
+	rc |= SETOPT(c, CURLOPT_TIMEOUT_MS, timeout, why, n);
+	rc |= SETOPT(c, CURLOPT_WRITEFUNCTION, on_body, why, n);
+	rc |= SETOPT(c, CURLOPT_WRITEDATA, b, why, n);
+	rc |= SETOPT(c, CURLOPT_HEADERFUNCTION, on_header, why, n);
+	rc |= SETOPT(c, CURLOPT_HEADERDATA, b, why, n);
+	rc |= SETOPT(c, CURLOPT_XFERINFODATA, (void *)in, why, n);
+	return rc;
+}
+
+/* Runs the prepared transfer and turns its outcome into out. */
+static void perform(CURL *c, const step_input *in, const char *url, response_buf *b,
+		    step_output *out)
+{
+	int64_t t0 = mono_ms();
+	CURLcode rc = cu.easy_perform(c);
+	int64_t latency = mono_ms() - t0;
+	long status = 0;
+	char *content_type = NULL; /* owned by the handle */
+	if (cu.easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status) != CURLE_OK)
+		status = 0;
+	if (cu.easy_getinfo(c, CURLINFO_CONTENT_TYPE, &content_type) != CURLE_OK)
+		content_type = NULL;
+	out->duration_ms = latency;
+	if (rc == CURLE_ABORTED_BY_CALLBACK) {
+		out->aborted = 1;
+	} else if (rc != CURLE_OK) {
+		out->retryable = 1;
+		snprintf(out->error, sizeof out->error, "%s calling %.160s",
+			 rc == CURLE_OPERATION_TIMEDOUT ? "timed out" : cu.easy_strerror(rc), url);
+	} else {
+		classify(in, status, content_type, b, latency, url, out);
+	}
+	json_object_set_new(out->detail, "latency_ms", json_integer(latency));
+	json_object_set_new(out->detail, "http_status",
+			    status ? json_integer(status) : json_null());
 }
 
 void call_run(const step_input *in, step_output *out)
@@ -227,52 +322,24 @@ void call_run(const step_input *in, step_output *out)
 	const char *method = json_string_value(json_object_get(call, "method"));
 	const char *url = json_string_value(json_object_get(call, "url"));
 	json_t *body = json_object_get(call, "body");
-	long timeout = (long)json_integer_value(json_object_get(call, "timeout_ms"));
 	char *payload = body ? json_dumps(body, JSON_COMPACT | JSON_ENCODE_ANY) : NULL;
 	response_buf b = {0};
 	CURL *c = cu.easy_init();
-	struct curl_slist *headers = request_headers(in, call, payload != NULL);
-	cu.easy_setopt(c, CURLOPT_URL, url);
-	cu.easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
-	if (strcmp(method, "GET") == 0)
-		cu.easy_setopt(c, CURLOPT_HTTPGET, 1L);
-	if (payload)
-		cu.easy_setopt(c, CURLOPT_POSTFIELDS, payload);
-	cu.easy_setopt(c, CURLOPT_HTTPHEADER, headers);
-	cu.easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
-	cu.easy_setopt(c, CURLOPT_FOLLOWLOCATION, 0L);
-	cu.easy_setopt(c, CURLOPT_PATH_AS_IS, 1L); /* sent exactly as checked */
-	cu.easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
-	cu.easy_setopt(c, CURLOPT_TIMEOUT_MS, timeout);
-	cu.easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
-	cu.easy_setopt(c, CURLOPT_WRITEDATA, &b);
-	cu.easy_setopt(c, CURLOPT_HEADERFUNCTION, on_header);
-	cu.easy_setopt(c, CURLOPT_HEADERDATA, &b);
-	cu.easy_setopt(c, CURLOPT_NOPROGRESS, 0L);
-	cu.easy_setopt(c, CURLOPT_XFERINFOFUNCTION, on_progress);
-	cu.easy_setopt(c, CURLOPT_XFERINFODATA, (void *)in);
-	cu.easy_setopt(c, CURLOPT_USERAGENT, "baton/" BATON_VERSION);
-	int64_t t0 = mono_ms();
-	CURLcode rc = cu.easy_perform(c);
-	int64_t latency = mono_ms() - t0;
-	long status = 0;
-	cu.easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
-	out->duration_ms = latency;
-	if (rc == CURLE_ABORTED_BY_CALLBACK) {
-		out->aborted = 1;
-	} else if (rc != CURLE_OK) {
-		out->retryable = 1;
-		snprintf(out->error, sizeof out->error, "%s calling %.160s",
-			 rc == CURLE_OPERATION_TIMEDOUT ? "timed out" : cu.easy_strerror(rc), url);
+	struct curl_slist *headers = c ? request_headers(in, call, payload != NULL) : NULL;
+	char refused[160] = "";
+	out->detail = json_pack("{s:s, s:s, s:I, s:n}", "method", method, "url", url, "latency_ms",
+				(json_int_t)0, "http_status");
+	if (!c || call_options(c, in, call, payload, headers, &b, refused, sizeof refused)) {
+		out->retryable = 1; /* nothing was sent */
+		snprintf(out->error, sizeof out->error, "%s",
+			 c ? refused : "curl_easy_init failed");
 	} else {
-		classify(in, status, &b, latency, url, out);
+		perform(c, in, url, &b, out);
 	}
-	out->detail = json_pack("{s:s, s:s, s:I}", "method", method, "url", url, "latency_ms",
-				(json_int_t)latency);
-	json_object_set_new(out->detail, "http_status",
-			    status ? json_integer(status) : json_null());
+	utf8_trim(out->error); /* snprintf may have cut the URL inside a character */
 	cu.slist_free_all(headers);
-	cu.easy_cleanup(c);
+	if (c)
+		cu.easy_cleanup(c);
 	free(payload);
 	free(b.data);
 }

@@ -225,6 +225,17 @@ void call_run(const step_input *in, step_output *out);
  * reason in why. A failed load is tried again at the next call. */
 int call_load(char *why, size_t n);
 
+/*
+ * answer.c: what a resource sent back, as a new JSON object that any store and reader
+ * accepts (valid UTF-8, no NUL): {"status", "content_type" (string or null), "body" (the
+ * JSON value, a UTF-8 string, or base64 with "encoding": "base64"), "truncated": true
+ * when cut}. body may be NULL (len 0). NULL only when out of memory.
+ */
+json_t *answer_json(long status, const char *content_type, const char *body, size_t len,
+		    int truncated);
+/* Drops an incomplete UTF-8 sequence at the end of s (a cut made by snprintf). */
+void utf8_trim(char *s);
+
 /* ---- machine.c: pure transitions, no threads, no I/O ---- */
 typedef struct event_sink {
 	void (*emit)(void *ctx, const wf_row *wf, const char *type, json_t *data /* stolen */);

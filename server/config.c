@@ -47,8 +47,10 @@ static void usage(FILE *f)
 		"info)\n"
 		"  --shutdown-timeout SECS  how long SIGTERM waits for running steps\n"
 		"                           (BATON_SHUTDOWN_TIMEOUT, default %lld)\n"
-		"  --allow-call PREFIX      let HTTP steps call URLs under PREFIX; repeatable\n"
-		"                           (BATON_ALLOW_CALL, comma-separated; default: none)\n"
+		"  --allow-call PREFIX      let HTTP steps call URLs under PREFIX, which names at\n"
+		"                           least a host (http[s]://HOST[:PORT][/PATH]);\n"
+		"                           repeatable (BATON_ALLOW_CALL, comma-separated;\n"
+		"                           default: none)\n"
 		"  --token TOKEN            require Authorization: Bearer TOKEN on every path but\n"
 		"                           /healthz and /readyz (BATON_TOKEN; default: none)\n"
 		"  --token-file PATH        read the token from a file (BATON_TOKEN_FILE)\n"
@@ -113,11 +115,65 @@ static int parse_listen(config *c, const char *s)
 	return 0;
 }
 
+/* The port of a prefix: 1-65535, digits only (s..end). */
+static int valid_port(const char *s, const char *end)
+{
+	long v = 0;
+	if (s == end || end - s > 5)
+		return 0;
+	for (; s < end; s++) {
+		if (*s < '0' || *s > '9')
+			return 0;
+		v = v * 10 + (*s - '0');
+	}
+	return v >= 1 && v <= 65535;
+}
+
+/*
+ * A prefix names at least a host: http[s]://HOST[:PORT], then "/..." or nothing. HOST is
+ * a name, an IPv4 address or a bracketed IPv6 address; no user info, no query or
+ * fragment in it, no spaces, controls or backslashes anywhere. "http://" alone would let
+ * steps call every URL: baton has no flag for that on purpose (list the hosts instead).
+ */
+static int valid_prefix(const char *p)
+{
+	const char *auth = strncmp(p, "https://", 8) == 0 ? p + 8 : p + 7;
+	const char *end = auth + strcspn(auth, "/");
+	for (const char *q = p; *q; q++)
+		if ((unsigned char)*q <= 0x20 || *q == 0x7f || *q == '\\')
+			return 0;
+	if (memchr(auth, '@', (size_t)(end - auth)) || memchr(auth, '?', (size_t)(end - auth)) ||
+	    memchr(auth, '#', (size_t)(end - auth)))
+		return 0;
+	const char *host_end;
+	if (*auth == '[') {
+		host_end = memchr(auth, ']', (size_t)(end - auth));
+		if (!host_end || host_end == auth + 1)
+			return 0;
+		host_end++;
+	} else {
+		host_end = memchr(auth, ':', (size_t)(end - auth));
+		host_end = host_end ? host_end : end;
+		if (host_end == auth)
+			return 0;
+	}
+	if (host_end == end)
+		return 1;
+	return *host_end == ':' && valid_port(host_end + 1, end);
+}
+
 static int add_allow_call(config *c, const char *prefix)
 {
 	if (strncmp(prefix, "http://", 7) != 0 && strncmp(prefix, "https://", 8) != 0) {
 		fprintf(stderr,
 			"batond: --allow-call wants an http:// or https:// prefix, not \"%s\"\n",
+			prefix);
+		return -1;
+	}
+	if (!valid_prefix(prefix)) {
+		fprintf(stderr,
+			"batond: --allow-call wants a prefix that names a host,"
+			" http[s]://HOST[:PORT][/PATH], not \"%s\"\n",
 			prefix);
 		return -1;
 	}

@@ -3,6 +3,8 @@
  */
 #include "server.h"
 
+#include <limits.h>
+
 int h_resources_list(srv *s, const request *r, const char *const *p, response *out)
 {
 	json_t *list;
@@ -28,14 +30,12 @@ int h_resource_events(srv *s, const request *r, const char *const *p, response *
 {
 	json_t *events;
 	baton_error err = {0};
-	int64_t after = after_arg(r, out);
-	if (after < 0)
+	long long after = 0, limit = 0; /* 0: all */
+	if (query_int(r, "after", 0, LLONG_MAX, &after, out) ||
+	    query_int(r, "limit", 1, MAX_EVENT_LIMIT, &limit, out))
 		return out->status;
 	int stream = srv_wants_stream(r);
-	int limit = limit_arg(r, out);
-	if (limit < 0)
-		return out->status;
-	if (baton_engine_resource_events(s->engine, p[0], stream ? INT64_MAX : after, limit,
+	if (baton_engine_resource_events(s->engine, p[0], stream ? INT64_MAX : after, (int)limit,
 					 &events, &err))
 		return reply_error(out, &err);
 	if (stream) {

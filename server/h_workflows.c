@@ -5,7 +5,7 @@
  */
 #include "server.h"
 
-#include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,38 +18,6 @@ static int is_json_type(const char *ct)
 		return 0;
 	char c = ct[sizeof want - 1];
 	return c == 0 || c == ';' || c == ' ' || c == '\t';
-}
-
-/* ?after=SEQ: 0 when absent; -1 (and a 400 in out) when malformed. */
-int64_t after_arg(const request *r, response *out)
-{
-	const char *a = query_arg(r, "after");
-	if (!a)
-		return 0;
-	char *end;
-	errno = 0;
-	long long v = strtoll(a, &end, 10);
-	if (!*a || *end || errno || v < 0) {
-		reply_problem(out, 400, "after: must be a sequence number >= 0");
-		return -1;
-	}
-	return v;
-}
-
-/* ?limit=N for event lists: 0 when absent (all), -1 (and a 400 in out) when malformed. */
-int limit_arg(const request *r, response *out)
-{
-	const char *a = query_arg(r, "limit");
-	if (!a)
-		return 0;
-	char *end;
-	errno = 0;
-	long v = strtol(a, &end, 10);
-	if (!*a || *end || errno || v < 1 || v > 100000) {
-		reply_problem(out, 400, "limit: must be between 1 and 100000");
-		return -1;
-	}
-	return (int)v;
 }
 
 /* Parses the request body as JSON; on failure fills out and returns its status. */
@@ -68,125 +36,73 @@ static int read_json_body(const request *r, response *out, json_t **body)
 	return 0;
 }
 
-/* The engine thread's answer to a submission: recorded, and the connection resumed. */
+/* What the engine answered to a submission (the request's wait data). */
+typedef struct submitted {
+	int rc, created;
+	char id[160];
+	char why[512];
+} submitted;
+
+/* The engine thread's answer: recorded, and the connection resumed. */
 static void on_submitted(void *ud, int rc, const char *id, int created, const char *why)
 {
 	request *r = ud;
-	srv *s = r->srv;
-	pthread_mutex_lock(&s->post_mu);
-	r->post_rc = rc;
-	r->post_created = created;
-	snprintf(r->post_id, sizeof r->post_id, "%s", id);
-	snprintf(r->post_why, sizeof r->post_why, "%s", why);
-	r->post_state = 2;
-	int suspended = r->post_suspended;
-	pthread_mutex_unlock(&s->post_mu);
-	/* Outside the lock: until resumed, the connection (and r) stays as it is. */
-	if (suspended)
-		MHD_resume_connection(r->conn);
+	submitted *sub = r->wait.data;
+	sub->rc = rc;
+	sub->created = created;
+	snprintf(sub->id, sizeof sub->id, "%s", id);
+	snprintf(sub->why, sizeof sub->why, "%s", why);
+	srv_wait_done(r);
 }
 
-/* A submission is off the engine's hands (under post_mu): srv_posts_drain may go on. */
-static void post_done_locked(srv *s, request *r)
+/* The answer, on an HTTP thread, once the engine has answered. */
+static int created(srv *s, request *r, void *data, response *out)
 {
-	r->post_state = 0;
-	if (--s->posts_waiting == 0)
-		pthread_cond_broadcast(&s->post_cv);
+	const submitted *sub = data;
+	baton_error err = {0};
+	(void)r;
+	if (sub->rc) {
+		err.code = sub->rc;
+		snprintf(err.msg, sizeof err.msg, "%s", sub->why);
+		return reply_error(out, &err);
+	}
+	json_t *wf;
+	if (baton_engine_get(s->engine, sub->id, &wf, &err))
+		return reply_error(out, &err);
+	if (sub->created)
+		snprintf(out->location, sizeof out->location, "/workflows/%s", sub->id);
+	return reply_json(out, sub->created ? 201 : 200, wf);
 }
 
 /*
  * A submission is answered only once it is durable, but its thread does not wait for
- * the commit: the connection is suspended until the engine answers (on_submitted), so
- * that a few HTTP threads can carry many submissions into one commit.
+ * the commit: the connection is suspended until the engine answers (wait.c), so that a
+ * few HTTP threads can carry many submissions into one commit.
  */
 int h_workflows_create(srv *s, const request *cr, const char *const *p, response *out)
 {
-	request *r = (request *)cr; /* its post_ fields: MHD keeps it until the answer is sent */
+	request *r = (request *)cr; /* its wait: MHD keeps it until the answer is sent */
 	json_t *body;
 	baton_error err = {0};
 	(void)p;
 	if (read_json_body(r, out, &body))
 		return out->status;
-	pthread_mutex_lock(&s->post_mu);
-	int closing = s->closing;
-	s->posts_waiting += !closing;
-	pthread_mutex_unlock(&s->post_mu);
-	if (closing) {
+	submitted *sub = calloc(1, sizeof *sub);
+	if (!sub) {
 		json_decref(body);
-		reply_problem(out, 503, "the server is shutting down");
-		out->retry_after = 1;
-		return 503;
+		return reply_problem(out, 500, "out of memory");
 	}
-	r->srv = s;
-	r->post_state = 1;
+	if (srv_wait_begin(s, r, sub, created, out)) {
+		json_decref(body);
+		return out->status;
+	}
 	int rc = baton_engine_submit_async(s->engine, body, on_submitted, r, &err);
 	json_decref(body);
 	if (rc) {
-		pthread_mutex_lock(&s->post_mu);
-		post_done_locked(s, r);
-		pthread_mutex_unlock(&s->post_mu);
+		srv_wait_cancel(s, r);
 		return reply_error(out, &err);
 	}
-	pthread_mutex_lock(&s->post_mu);
-	int waiting = r->post_state == 1;
-	if (waiting) {
-		r->post_suspended = 1;
-		MHD_suspend_connection(r->conn);
-	}
-	pthread_mutex_unlock(&s->post_mu);
-	if (waiting) {
-		out->pending = 1;
-		return 0;
-	}
-	return h_workflows_created(s, r, out); /* answered before it could wait */
-}
-
-int srv_post_answered(srv *s, request *r)
-{
-	pthread_mutex_lock(&s->post_mu);
-	int answered = r->post_state == 2;
-	pthread_mutex_unlock(&s->post_mu);
-	return answered;
-}
-
-int h_workflows_created(srv *s, request *r, response *out)
-{
-	baton_error err = {0};
-	char id[sizeof r->post_id];
-	pthread_mutex_lock(&s->post_mu);
-	int rc = r->post_rc, created = r->post_created;
-	snprintf(id, sizeof id, "%s", r->post_id);
-	snprintf(err.msg, sizeof err.msg, "%s", r->post_why);
-	post_done_locked(s, r);
-	pthread_mutex_unlock(&s->post_mu);
-	out->route = "/workflows";
-	if (rc) {
-		err.code = rc;
-		return reply_error(out, &err);
-	}
-	json_t *wf;
-	if (baton_engine_get(s->engine, id, &wf, &err))
-		return reply_error(out, &err);
-	if (created)
-		snprintf(out->location, sizeof out->location, "/workflows/%s", id);
-	return reply_json(out, created ? 201 : 200, wf);
-}
-
-void srv_post_abandoned(srv *s, request *r)
-{
-	pthread_mutex_lock(&s->post_mu);
-	if (r->post_state) /* answered, but the connection closed before it was sent */
-		post_done_locked(s, r);
-	pthread_mutex_unlock(&s->post_mu);
-}
-
-void srv_posts_drain(srv *s)
-{
-	pthread_mutex_lock(&s->post_mu);
-	s->closing = 1;
-	while (s->posts_waiting > 0)
-		pthread_cond_wait(&s->post_cv, &s->post_mu);
-	pthread_mutex_unlock(&s->post_mu);
+	return srv_wait_suspend(s, r, out);
 }
 
 int h_workflows_list(srv *s, const request *r, const char *const *p, response *out)
@@ -196,16 +112,11 @@ int h_workflows_list(srv *s, const request *r, const char *const *p, response *o
 	    .resource = query_arg(r, "resource"),
 	    .cursor = query_arg(r, "cursor"),
 	};
-	const char *limit = query_arg(r, "limit");
+	long long limit = 0; /* 0: the default */
 	(void)p;
-	if (limit) {
-		char *end;
-		errno = 0;
-		long v = strtol(limit, &end, 10);
-		if (!*limit || *end || errno || v < 1 || v > 1000)
-			return reply_problem(out, 400, "limit: must be between 1 and 1000");
-		q.limit = (int)v;
-	}
+	if (query_int(r, "limit", 1, MAX_LIST_LIMIT, &limit, out))
+		return out->status;
+	q.limit = (int)limit;
 	json_t *list;
 	baton_error err = {0};
 	if (baton_engine_list(s->engine, &q, &list, &err))
@@ -229,17 +140,16 @@ int h_workflow_get(srv *s, const request *r, const char *const *p, response *out
 
 int h_workflow_events(srv *s, const request *r, const char *const *p, response *out)
 {
-	int64_t after = after_arg(r, out);
-	if (after < 0)
+	long long after = 0, limit = 0; /* 0: all */
+	if (query_int(r, "after", 0, LLONG_MAX, &after, out) ||
+	    query_int(r, "limit", 1, MAX_EVENT_LIMIT, &limit, out))
 		return out->status;
 	json_t *events;
 	baton_error err = {0};
 	int stream = srv_wants_stream(r);
 	/* A stream first checks that the workflow exists (asking for nothing after the end). */
-	int limit = limit_arg(r, out);
-	if (limit < 0)
-		return out->status;
-	if (baton_engine_events(s->engine, p[0], stream ? INT64_MAX : after, limit, &events, &err))
+	if (baton_engine_events(s->engine, p[0], stream ? INT64_MAX : after, (int)limit, &events,
+				&err))
 		return reply_error(out, &err);
 	if (stream) {
 		json_decref(events);

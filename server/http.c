@@ -11,6 +11,8 @@
 #include "server.h"
 
 #include <arpa/inet.h>
+#include <errno.h>
+#include <limits.h>
 #include <netdb.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -90,6 +92,31 @@ int reply_error(response *out, const baton_error *err)
 const char *query_arg(const request *r, const char *name)
 {
 	return MHD_lookup_connection_value(r->conn, MHD_GET_ARGUMENT_KIND, name);
+}
+
+int srv_parse_int(const char *text, long long lo, long long hi, long long *v)
+{
+	char *end;
+	errno = 0;
+	long long n = strtoll(text, &end, 10);
+	if (!*text || *end || errno || n < lo || n > hi)
+		return -1;
+	*v = n;
+	return 0;
+}
+
+/* Every numeric query parameter (limit, after, ...) is read here. */
+int query_int(const request *r, const char *name, long long lo, long long hi, long long *v,
+	      response *out)
+{
+	const char *a = query_arg(r, name);
+	if (!a || srv_parse_int(a, lo, hi, v) == 0)
+		return 0;
+	if (hi == LLONG_MAX)
+		reply_problem(out, 400, "%s: must be a whole number >= %lld", name, lo);
+	else
+		reply_problem(out, 400, "%s: must be between %lld and %lld", name, lo, hi);
+	return -1;
 }
 
 /* The body as text: the plain text when set, else the JSON and a newline. */
@@ -256,8 +283,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 		return MHD_YES;
 	}
 	response out = {0};
-	if (srv_post_answered(s, r)) /* resumed: the engine has answered the submission */
-		h_workflows_created(s, r, &out);
+	if (srv_wait_answered(s, r)) /* resumed: the engine has answered */
+		srv_wait_finish(s, r, &out);
 	else if (r->too_large)
 		reply_problem(&out, 413, "the body is larger than %zu bytes", s->cfg->max_body);
 	else
@@ -276,7 +303,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
 	(void)toe;
 	request *r = *con_cls;
 	if (r) {
-		srv_post_abandoned(cls, r);
+		srv_wait_abandoned(cls, r);
 		struct timespec now;
 		clock_gettime(CLOCK_MONOTONIC, &now);
 		double secs = (double)(now.tv_sec - r->started.tv_sec) +
@@ -366,9 +393,9 @@ int srv_start(srv *s, baton_error *err)
 
 void srv_stop(srv *s)
 {
-	/* Suspended connections must be resumed before the daemon stops: the submissions
-	 * with the engine are answered first (the engine still runs), then the streams. */
-	srv_posts_drain(s);
+	/* Suspended connections must be resumed before the daemon stops: the requests with
+	 * the engine are answered first (the engine still runs), then the streams. */
+	srv_waits_drain(s);
 	srv_streams_close();
 	if (s->daemon)
 		MHD_stop_daemon(s->daemon);

@@ -83,8 +83,8 @@ int main(int argc, char **argv)
 	};
 	srv s = {.cfg = &cfg,
 		 .conn_mu = PTHREAD_MUTEX_INITIALIZER,
-		 .post_mu = PTHREAD_MUTEX_INITIALIZER,
-		 .post_cv = PTHREAD_COND_INITIALIZER};
+		 .wait_mu = PTHREAD_MUTEX_INITIALIZER,
+		 .wait_cv = PTHREAD_COND_INITIALIZER};
 	baton_error err = {0};
 	if (baton_engine_open(&ecfg, &s.engine, &err)) {
 		srv_log(BATON_LOG_ERROR, "cannot open %s: %s", shown, err.msg);

@@ -67,12 +67,27 @@ typedef struct srv {
 	int dual_stack;	 /* --listen :PORT bound IPv6 and IPv4 (else IPv4 only) */
 	int connections; /* open now, under conn_mu */
 	pthread_mutex_t conn_mu;
-	/* Submissions with the engine (h_workflows.c), under post_mu: srv_stop waits for
-	 * them, since their connections are suspended until the engine answers. */
-	pthread_mutex_t post_mu;
-	pthread_cond_t post_cv;
-	int posts_waiting, closing;
+	/* Requests waiting for the engine (wait.c), under wait_mu: srv_stop waits for them,
+	 * since their connections are suspended until the engine answers. */
+	pthread_mutex_t wait_mu;
+	pthread_cond_t wait_cv;
+	int waiting, closing;
 } srv;
+
+struct request;
+struct response;
+/* Builds the answer of a request that waited, from its data (wait.c); returns the status. */
+typedef int (*wait_finish_fn)(srv *s, struct request *r, void *data, struct response *out);
+enum { WAIT_NONE, WAIT_ENGINE, WAIT_ANSWERED };
+/* A request's wait for the engine (wait.c; state and suspended under srv.wait_mu). */
+typedef struct srv_wait {
+	srv *srv;
+	int state; /* WAIT_NONE, WAIT_ENGINE (its connection suspended), WAIT_ANSWERED */
+	int suspended;
+	void *data; /* malloc'd by the handler, filled by the engine's callback, freed here */
+	wait_finish_fn finish;
+	const char *route; /* the matched pattern, for the answer's metrics */
+} srv_wait;
 
 typedef struct request {
 	struct MHD_Connection *conn;
@@ -85,12 +100,7 @@ typedef struct request {
 	char *body;
 	size_t body_len, body_cap;
 	int too_large;
-	/* POST /workflows while the engine commits it (h_workflows.c; under srv.post_mu) */
-	srv *srv;
-	int post_state; /* 0: none, 1: with the engine, 2: answered */
-	int post_suspended, post_rc, post_created;
-	char post_id[160];
-	char post_why[512];
+	srv_wait wait; /* while the engine has it (wait.c) */
 } request;
 
 typedef struct response {
@@ -117,6 +127,35 @@ int reply_problem(response *out, int status, const char *fmt, ...)
 int reply_error(response *out, const baton_error *err);
 int reply_json(response *out, int status, json_t *body /* stolen */);
 const char *query_arg(const request *r, const char *name);
+/* text as a whole number from lo to hi into *v: 0, or -1 (then *v is untouched). */
+int srv_parse_int(const char *text, long long lo, long long hi, long long *v);
+/*
+ * ?name=N as a whole number from lo to hi: *v is left as it is (the default) when the
+ * parameter is absent; -1 with a 400 in out when it is malformed or out of range.
+ */
+int query_int(const request *r, const char *name, long long lo, long long hi, long long *v,
+	      response *out);
+
+/* ---- wait.c: handlers that wait for the engine without holding a thread ---- */
+/* Counts r as waiting for the engine, which will fill `data` (malloc'd; owned by r from
+ * now on, freed after `finish` or when r ends); -1 with a 503 in out when the server is
+ * closing (data is freed). */
+int srv_wait_begin(srv *s, request *r, void *data, wait_finish_fn finish, response *out);
+/* The engine refused r's work synchronously: r no longer waits. */
+void srv_wait_cancel(srv *s, request *r);
+/* The handler's return after handing r to the engine: suspends the connection (answer
+ * pending), or, when the engine already answered, finishes at once. */
+int srv_wait_suspend(srv *s, request *r, response *out);
+/* From the engine's callback, once data is filled: resumes the connection. Any thread. */
+void srv_wait_done(request *r);
+/* In http.c's final call: whether the engine has answered r (it was resumed for it). */
+int srv_wait_answered(srv *s, request *r);
+/* Builds the answer with the handler's finish function. */
+int srv_wait_finish(srv *s, request *r, response *out);
+/* NOTIFY_COMPLETED: a request that ends with an answer it never sent. */
+void srv_wait_abandoned(srv *s, request *r);
+/* Stops taking waiting requests and waits until every one with the engine is answered. */
+void srv_waits_drain(srv *s);
 
 /* ---- routes.c ---- */
 #define MAX_PARAMS 2
@@ -134,17 +173,9 @@ const route_def *route_lookup(const char *method, const char *path,
 void route(srv *s, const request *r, response *out);
 
 /* ---- handlers ---- */
-int64_t after_arg(const request *r, response *out);
-int limit_arg(const request *r, response *out);
+#define MAX_EVENT_LIMIT 100000 /* ?limit of the event lists */
+#define MAX_LIST_LIMIT	1000   /* ?limit of GET /workflows */
 int h_workflows_create(srv *s, const request *r, const char *const *p, response *out);
-/* Whether the engine has answered the connection's submission (it was resumed for it). */
-int srv_post_answered(srv *s, request *r);
-/* The answer to a POST /workflows once the engine has answered. */
-int h_workflows_created(srv *s, request *r, response *out);
-/* A request that ends (NOTIFY_COMPLETED) with an answered submission it never sent. */
-void srv_post_abandoned(srv *s, request *r);
-/* Stops taking submissions and waits until every one with the engine is answered. */
-void srv_posts_drain(srv *s);
 int h_workflows_list(srv *s, const request *r, const char *const *p, response *out);
 int h_workflow_get(srv *s, const request *r, const char *const *p, response *out);
 int h_workflow_events(srv *s, const request *r, const char *const *p, response *out);

@@ -17,6 +17,8 @@
  */
 #include "server.h"
 
+#include <limits.h>
+
 #include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -256,11 +258,9 @@ int srv_stream_start(srv *s, const request *r, int is_resource, const char *key,
 		     response *out)
 {
 	const char *last = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Last-Event-ID");
+	long long v;
 	if (last) {
-		char *end;
-		errno = 0;
-		long long v = strtoll(last, &end, 10);
-		if (!*last || *end || errno || v < 0)
+		if (srv_parse_int(last, 0, LLONG_MAX, &v))
 			return reply_problem(out, 400, "Last-Event-ID: must be an event id (seq)");
 		after = v;
 	}

@@ -20,10 +20,11 @@
 
 /*
  * Opens the resource and, when `prefixes` is not NULL, batond allowed to call them (each
- * a path on the resource, "/" for all of it), at `log_level` when not NULL. On failure
- * releases what was opened (cmocka runs no calls_teardown after a failed calls_setup).
+ * a path on the resource, "/" for all of it), with the `extra` arguments (at most 4,
+ * NULL-terminated) when not NULL. On failure releases what was opened (cmocka runs no
+ * calls_teardown after a failed calls_setup).
  */
-int calls_open(void **state, const char *const *prefixes, const char *log_level)
+static int calls_open(void **state, const char *const *prefixes, const char *const *extra)
 {
 	calls_ctx *c = calloc(1, sizeof *c);
 	*state = c;
@@ -40,10 +41,8 @@ int calls_open(void **state, const char *const *prefixes, const char *log_level)
 		args[n++] = "--allow-call";
 		args[n++] = urls[i];
 	}
-	if (log_level) {
-		args[n++] = "--log-level";
-		args[n++] = log_level;
-	}
+	for (size_t i = 0; extra && extra[i] && i < 4; i++)
+		args[n++] = extra[i];
 	c->s = hs_open(args);
 	for (size_t i = 0; i < 4; i++)
 		free(urls[i]);
@@ -65,10 +64,19 @@ int calls_setup(void **state)
 int calls_setup_debug(void **state)
 {
 	static const char *const all[] = {"/", NULL};
-	return calls_open(state, all, "debug");
+	static const char *const debug[] = {"--log-level", "debug", NULL};
+	return calls_open(state, all, debug);
 }
 
 /* Two prefixes, one without and one with a trailing slash; plus a batond with none. */
+/* The same with --shutdown-timeout 0: SIGTERM cuts running steps off. */
+int calls_setup_timeout0(void **state)
+{
+	static const char *const all[] = {"/", NULL};
+	static const char *const timeout0[] = {"--shutdown-timeout", "0", NULL};
+	return calls_open(state, all, timeout0);
+}
+
 int calls_setup_prefixes(void **state)
 {
 	static const char *const two[] = {"/api", "/v2/", NULL};
@@ -143,6 +151,22 @@ json_t *calls_workflow(const char *id, const char *url, int n, json_t *retry)
 void calls_create(const hs_server *s, json_t *body)
 {
 	json_decref(hs_create_workflow(s, body));
+}
+
+void calls_submit_gated(calls_ctx *c, const char *id, const char *resource, int steps)
+{
+	fragile_push(c->res, (fragile_action){.status = 200, .gated = true});
+	json_t *workers = json_array();
+	json_array_append_new(workers,
+			      json_pack("{s:s, s:{s:s}}", "name", "holder", "call", "url", c->url));
+	for (int i = 1; i < steps; i++) {
+		char name[32];
+		snprintf(name, sizeof name, "w%d", i);
+		json_array_append_new(workers,
+				      json_pack("{s:s, s:i}", "name", name, "work_ms", 10));
+	}
+	calls_create(
+	    c->s, json_pack("{s:s, s:s, s:o}", "id", id, "resource", resource, "workers", workers));
 }
 
 /* Fails the test unless the resource never saw an overlap, a stale token or a bad request. */

@@ -24,6 +24,7 @@ typedef struct calls_ctx {
 /* cmocka fixtures; state is a calls_ctx. */
 int calls_setup(void **state);		     /* batond may call all of the resource */
 int calls_setup_debug(void **state);	     /* the same at --log-level debug */
+int calls_setup_timeout0(void **state);	     /* the same with --shutdown-timeout 0 */
 int calls_setup_prefixes(void **state);	     /* "/api" and "/v2/" only, and a bare batond */
 int calls_setup_resource_only(void **state); /* the resource, no batond */
 int calls_teardown(void **state);
@@ -36,6 +37,12 @@ json_t *calls_quick_retry(int initial_ms);
  * may be NULL. */
 json_t *calls_workflow(const char *id, const char *url, int n, json_t *retry);
 void calls_create(const hs_server *s, json_t *body); /* body stolen; asserts 201 */
+/*
+ * Submits workflow `id` on `resource` whose first worker ("holder") calls the resource
+ * with a gated action (fragile_action.gated): it holds `resource` until the test calls
+ * fragile_open_gate, however slow the machine; the `steps - 1` others work 10 ms each.
+ */
+void calls_submit_gated(calls_ctx *c, const char *id, const char *resource, int steps);
 /* Fails the test unless the resource never saw an overlap, a stale token or a bad request. */
 void calls_assert_sound(fragile *res);
 void calls_dump_records(const fragile_record *r, size_t n);

@@ -42,6 +42,7 @@ struct fragile {
 	char **keys; /* applied Idempotency-Keys, distinct */
 	size_t n_keys, cap_keys;
 	fragile_stats st;
+	size_t gates_taken, gates_opened; /* gated requests so far, gates opened so far */
 };
 
 /* Per-request state, from the first callback to MHD_OPTION_NOTIFY_COMPLETED. */
@@ -70,12 +71,20 @@ static void action_free(fragile_action *a)
 {
 	free((char *)a->retry_after);
 	free((char *)a->location);
+	free((char *)a->body);
+	free((char *)a->content_type);
 }
 
 static fragile_action action_copy(fragile_action a)
 {
 	a.retry_after = dup_or_null(a.retry_after);
 	a.location = dup_or_null(a.location);
+	a.content_type = dup_or_null(a.content_type);
+	if (a.body) {
+		char *b = malloc(a.body_len + 1);
+		memcpy(b, a.body, a.body_len);
+		a.body = b;
+	}
 	return a;
 }
 
@@ -244,16 +253,17 @@ static bool client_gone(struct MHD_Connection *c)
 }
 
 /*
- * Waits up to `ms` (f->mu held) unless the server stops or the client goes away.
- * Returns true when the client went away.
+ * Waits up to `ms`, or when `gate` is not NULL until gate number *gate is opened (f->mu
+ * held), unless the server stops or the client goes away. Returns true when the client
+ * went away.
  */
-static bool hold(fragile *f, struct MHD_Connection *c, int ms)
+static bool hold(fragile *f, struct MHD_Connection *c, int ms, const size_t *gate)
 {
 	int64_t deadline = mono_ms() + ms;
 	bool gone = false;
 	f->st.held++;
 	pthread_cond_broadcast(&f->cv);
-	while (!f->stopping && !gone && mono_ms() < deadline) {
+	while (!f->stopping && !gone && (gate ? f->gates_opened <= *gate : mono_ms() < deadline)) {
 		struct timespec ts;
 		clock_gettime(CLOCK_MONOTONIC, &ts);
 		ts.tv_nsec += POLL_STEP_MS * 1000000L;
@@ -284,19 +294,27 @@ static char *answer_body(const fragile_record *rec, const char *what)
 	return text;
 }
 
-/* Queues the answer; f->mu is held and is released here. */
+/* Queues the answer (a's body when it has one, else the report); f->mu is held and is
+ * released here. */
 static enum MHD_Result respond(fragile *f, struct MHD_Connection *c, request *r,
-			       fragile_outcome outcome, int status, const char *retry_after,
-			       const char *location)
+			       fragile_outcome outcome, int status, const fragile_action *a)
 {
-	char *text = answer_body(r->rec, fragile_outcome_name(outcome));
-	struct MHD_Response *resp =
-	    MHD_create_response_from_buffer(strlen(text), text, MHD_RESPMEM_MUST_FREE);
-	MHD_add_response_header(resp, "Content-Type", "application/json");
-	if (retry_after)
-		MHD_add_response_header(resp, "Retry-After", retry_after);
-	if (location)
-		MHD_add_response_header(resp, "Location", location);
+	struct MHD_Response *resp;
+	if (a && a->body) {
+		char *copy = malloc(a->body_len + 1);
+		memcpy(copy, a->body, a->body_len);
+		resp = MHD_create_response_from_buffer(a->body_len, copy, MHD_RESPMEM_MUST_FREE);
+		if (a->content_type)
+			MHD_add_response_header(resp, "Content-Type", a->content_type);
+	} else {
+		char *text = answer_body(r->rec, fragile_outcome_name(outcome));
+		resp = MHD_create_response_from_buffer(strlen(text), text, MHD_RESPMEM_MUST_FREE);
+		MHD_add_response_header(resp, "Content-Type", "application/json");
+	}
+	if (a && a->retry_after)
+		MHD_add_response_header(resp, "Retry-After", a->retry_after);
+	if (a && a->location)
+		MHD_add_response_header(resp, "Location", a->location);
 	/* Out of flight before the answer can leave: the next holder calls only after it. */
 	finish(f, r, outcome, status);
 	pthread_mutex_unlock(&f->mu);
@@ -321,28 +339,31 @@ static enum MHD_Result final_call(fragile *f, struct MHD_Connection *c, request 
 	rec->body_len = r->len;
 	r->body = NULL;
 	if (r->overlap)
-		return respond(f, c, r, FRAGILE_OVERLAP, 500, NULL, NULL);
+		return respond(f, c, r, FRAGILE_OVERLAP, 500, NULL);
 	if (r->too_big)
-		return respond(f, c, r, FRAGILE_BAD, 413, NULL, NULL);
+		return respond(f, c, r, FRAGILE_BAD, 413, NULL);
 	if (rec->token < 0 || !rec->idempotency_key || !*rec->idempotency_key)
-		return respond(f, c, r, FRAGILE_BAD, 400, NULL, NULL);
+		return respond(f, c, r, FRAGILE_BAD, 400, NULL);
 	if (r->stale)
-		return respond(f, c, r, FRAGILE_STALE, 409, NULL, NULL);
+		return respond(f, c, r, FRAGILE_STALE, 409, NULL);
 	if (is_applied(f, rec->idempotency_key))
-		return respond(f, c, r, FRAGILE_DUPLICATE, 200, NULL, NULL);
+		return respond(f, c, r, FRAGILE_DUPLICATE, 200, NULL);
 	fragile_action a = next_action(f);
 	if (a.drop) {
 		apply(f, r);
-		hold(f, c, a.delay_ms);
+		hold(f, c, a.delay_ms, NULL);
 		return hang_up(f, r, FRAGILE_DROPPED);
 	}
-	if (a.delay_ms > 0 && hold(f, c, a.delay_ms))
+	size_t gate = a.gated ? f->gates_taken++ : 0;
+	if (a.gated && hold(f, c, 0, &gate))
+		return hang_up(f, r, FRAGILE_CLIENT_GONE);
+	if (a.delay_ms > 0 && hold(f, c, a.delay_ms, NULL))
 		return hang_up(f, r, FRAGILE_CLIENT_GONE);
 	if (f->stopping)
 		return hang_up(f, r, FRAGILE_CLIENT_GONE);
 	if (a.status >= 200 && a.status < 300)
 		apply(f, r);
-	return respond(f, c, r, FRAGILE_ANSWERED, a.status, a.retry_after, a.location);
+	return respond(f, c, r, FRAGILE_ANSWERED, a.status, &a);
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
@@ -480,6 +501,14 @@ void fragile_set_default(fragile *f, fragile_action a)
 }
 
 /* ---- what the tests read ----------------------------------------------------------- */
+
+void fragile_open_gate(fragile *f)
+{
+	pthread_mutex_lock(&f->mu);
+	f->gates_opened++;
+	pthread_cond_broadcast(&f->cv);
+	pthread_mutex_unlock(&f->mu);
+}
 
 void fragile_get_stats(fragile *f, fragile_stats *out)
 {

@@ -13,7 +13,8 @@
  *    duplicate, answered 200 at once without applying anything again.
  * A request that passes those checks takes the next scripted action, if any (the script
  * is a FIFO queue), else the default action (200 at once unless fragile_set_default).
- * An action answers `status` (with Retry-After and Location when given) after `delay_ms`,
+ * An action answers `status` (with Retry-After and Location when given, and its own body
+ * and Content-Type when given) after `delay_ms`,
  * or drops the answer: the operation is applied and the connection is then held for
  * `delay_ms` and closed without an answer (a lost answer). A request is in flight from
  * the arrival of its headers until its answer is queued, or until its connection is
@@ -49,6 +50,16 @@ typedef struct fragile_action {
 	const char *location;	 /* Location value, or NULL */
 	int delay_ms;		 /* wait before answering (drop: how long to hold) */
 	bool drop;		 /* apply, hold delay_ms, close without answering */
+	/* The answer's body and Content-Type: when body is NULL, the resource's own JSON
+	 * report (application/json); else these body_len bytes (any bytes, NULs included)
+	 * with content_type, or no Content-Type header when it is NULL. */
+	const char *body;
+	size_t body_len;
+	const char *content_type;
+	/* Hold the request (in flight, counted as held) until the test opens its gate with
+	 * fragile_open_gate, before delay_ms: a step that cannot end before the test saw what
+	 * it wanted to see, whatever the machine's speed. */
+	bool gated;
 } fragile_action;
 
 /* One request as the resource saw it. Strings are NULL when the header was absent. */
@@ -93,6 +104,9 @@ void fragile_push(fragile *f, fragile_action a);
 
 /* The action of requests once the script is empty (strings copied). */
 void fragile_set_default(fragile *f, fragile_action a);
+
+/* Opens one gate: the oldest gated request still held (or the next to come) goes on. */
+void fragile_open_gate(fragile *f);
 
 void fragile_get_stats(fragile *f, fragile_stats *out);
 

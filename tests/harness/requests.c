@@ -393,8 +393,12 @@ static void assert_step_shape(const json_t *st, size_t index)
 	if (hs_int(st, "index") != (json_int_t)index)
 		fail_msg("step %zu has index %lld", index, (long long)hs_int(st, "index"));
 	hs_str(st, "worker");
-	hs_int(st, "work_ms");
-	hs_int(st, "fail_attempts");
+	if (json_object_get(st, "call")) { /* an HTTP step */
+		want_type(st, "call", JSON_OBJECT, false);
+	} else {
+		hs_int(st, "work_ms");
+		hs_int(st, "fail_attempts");
+	}
 	hs_int(st, "attempts");
 	if (!in_set(hs_str(st, "status"), statuses))
 		fail_msg("step %zu: unknown status %s", index, hs_str(st, "status"));

@@ -330,6 +330,85 @@ static void test_allow_call_needs_libcurl(void **state)
 		fail_msg("batond's log does not say that HTTP steps need libcurl:\n%s", text);
 }
 
+/*
+ * batond checks, at start, that libcurl takes every option baton relies on. With a
+ * libcurl.so.4 that refuses CURLOPT_PROTOCOLS_STR as libcurl before 7.85.0 does (built
+ * from tests/http/oldcurl.c into build/.../tests/oldcurl/ by the Makefile), a batond with
+ * --allow-call exits 1 at start, says which option and which version, and never listens.
+ */
+static void test_allow_call_refuses_old_libcurl(void **state)
+{
+	(void)state;
+	char exe[4096], dir[4096 + 16], db[64] = "/tmp/baton-oldcurl-XXXXXX";
+	ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+	assert_true(n > 0);
+	exe[n] = 0;
+	*strrchr(exe, '/') = 0; /* .../tests/http */
+	*strrchr(exe, '/') = 0; /* .../tests */
+	snprintf(dir, sizeof dir, "%s/oldcurl", exe);
+	char lib[sizeof dir + 16];
+	snprintf(lib, sizeof lib, "%s/libcurl.so.4", dir);
+	if (access(lib, R_OK) != 0)
+		fail_msg("%s is missing: build it with make", lib);
+	assert_non_null(mkdtemp(db));
+	char path[96];
+	snprintf(path, sizeof path, "%s/baton.db", db);
+	const char *const args[] = {"--listen",	    "127.0.0.1:0",	   "--db", path,
+				    "--allow-call", "http://127.0.0.1:9/", NULL};
+	char text[8192];
+	int status = hs_run_batond(args, "LD_LIBRARY_PATH", dir, WAIT_MS, text, sizeof text);
+	bool left_db = access(path, F_OK) == 0;
+	unlink(path);
+	rmdir(db);
+	if (status == -1 || !WIFEXITED(status) || WEXITSTATUS(status) != 1)
+		fail_msg("batond with too old a libcurl: wait status %d, expected exit 1; log:\n%s",
+			 status, text);
+	if (!strstr(text, "libcurl/7.84.0 is too old") || !strstr(text, "CURLOPT_PROTOCOLS_STR") ||
+	    strstr(text, "listening on"))
+		fail_msg("batond's log does not say that libcurl is too old:\n%s", text);
+	assert_false(left_db);
+}
+
+/*
+ * A prefix must name at least a host: "http://" alone (which would allow every http URL),
+ * an empty host, user info, a bad port or a query in the authority are refused at start,
+ * by flag and by BATON_ALLOW_CALL, with exit 2 and a message that names the prefix.
+ * (Prefixes that name a host are accepted: every other test here starts with one.)
+ */
+static void test_allow_call_prefix_needs_host(void **state)
+{
+	(void)state;
+	static const char *const bad[] = {
+	    "http://",		 "https://",	  "http:///api",	"http://:8080/",
+	    "http://user@host/", "http://host:/", "http://host:99999/", "http://[::1/",
+	    "http://[]/",	 "http://host?x",
+	};
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+		for (int by_env = 0; by_env < 2; by_env++) {
+			const char *const flag[] = {
+			    "--listen",	    "127.0.0.1:0", "--db", "/nonexistent/baton.db",
+			    "--allow-call", bad[i],	   NULL};
+			const char *const env[] = {"--listen", "127.0.0.1:0", "--db",
+						   "/nonexistent/baton.db", NULL};
+			char text[4096];
+			int status =
+			    hs_run_batond(by_env ? env : flag, by_env ? "BATON_ALLOW_CALL" : NULL,
+					  bad[i], WAIT_MS, text, sizeof text);
+			if (status == -1 || !WIFEXITED(status) || WEXITSTATUS(status) != 2)
+				fail_msg(
+				    "--allow-call \"%s\" (%s): wait status %d, expected exit 2;"
+				    " log:\n%s",
+				    bad[i], by_env ? "environment" : "flag", status, text);
+			char want[128];
+			snprintf(want, sizeof want,
+				 "names a host, http[s]://HOST[:PORT][/PATH], not \"%s\"", bad[i]);
+			if (!strstr(text, want))
+				fail_msg("--allow-call \"%s\": the log does not say why:\n%s",
+					 bad[i], text);
+		}
+	}
+}
+
 int main(void)
 {
 	hs_filters_from_env();
@@ -345,6 +424,8 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_redirect_not_followed, calls_setup,
 					    calls_teardown),
 	    cmocka_unit_test(test_allow_call_needs_libcurl),
+	    cmocka_unit_test(test_allow_call_refuses_old_libcurl),
+	    cmocka_unit_test(test_allow_call_prefix_needs_host),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

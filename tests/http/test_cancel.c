@@ -5,7 +5,10 @@
  * each hands the resource to the next waiter; a repeat is harmless and a finished
  * workflow cannot be cancelled.
  *
- * Each test starts its own batond on a fresh temporary database (harness.h).
+ * Each test starts its own batond on a fresh temporary database (harness.h), allowed to
+ * call a test resource (calls.h): a workflow that must hold its resource while the test
+ * looks makes a call that the resource holds until the test opens its gate, so no check
+ * depends on how fast the machine is.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -17,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../harness/calls.h"
 #include "../harness/queue.h"
 
 #define WAIT_MS 60000
@@ -57,8 +61,9 @@ static void assert_handed_to(const json_t *events, const char *prev, int step, c
 /* Cancelling a waiting workflow: cancelled at once, leaves the queue, the next waiter moves up. */
 static void test_cancel_waiting(void **state)
 {
-	hs_server *s = *state;
-	queue_submit(s, "cw-holder", "cw", 1, 1200);
+	calls_ctx *c = *state;
+	hs_server *s = c->s;
+	calls_submit_gated(c, "cw-holder", "cw", 1);
 	json_decref(hs_wait_step(s, "cw-holder", 0, "running", WAIT_MS));
 	queue_submit(s, "cw-1", "cw", 1, 10);
 	queue_submit(s, "cw-2", "cw", 1, 10);
@@ -83,6 +88,7 @@ static void test_cancel_waiting(void **state)
 	json_t *wf2 = hs_get_workflow(s, "cw-2");
 	assert_int_equal(hs_int(hs_step_at(wf2, 0), "queue_position"), 1);
 
+	fragile_open_gate(c->res);
 	char *ids[] = {"cw-holder", "cw-2"};
 	json_t **wfs = queue_wait_completed(s, ids, 2);
 	char *all_ids[] = {"cw-holder", "cw-1", "cw-2"};
@@ -112,13 +118,9 @@ static void test_cancel_waiting(void **state)
  */
 static void test_cancel_running(void **state)
 {
-	hs_server *s = *state;
-	char *text = queue_body("cr-run", "cr", 3, 10);
-	json_t *body = json_loads(text, 0, NULL);
-	free(text);
-	json_object_set_new(json_array_get(json_object_get(body, "workers"), 0), "work_ms",
-			    json_integer(1000));
-	json_decref(hs_create_workflow(s, body));
+	calls_ctx *c = *state;
+	hs_server *s = c->s;
+	calls_submit_gated(c, "cr-run", "cr", 3);
 	json_decref(hs_wait_step(s, "cr-run", 0, "running", WAIT_MS));
 	queue_submit(s, "cr-next", "cr", 1, 10);
 	queue_wait(s, "cr", 1);
@@ -129,6 +131,7 @@ static void test_cancel_running(void **state)
 	assert_true(json_is_true(json_object_get(r.json, "cancel_requested")));
 	hs_response_fini(&r);
 
+	fragile_open_gate(c->res);
 	json_t *wf = hs_wait_workflow(s, "cr-run", "cancelled", WAIT_MS);
 	hs_assert_workflow_shape(wf);
 	assert_true(json_is_true(json_object_get(wf, "cancel_requested")));
@@ -166,21 +169,29 @@ static void test_cancel_running(void **state)
 	json_decref(wf);
 }
 
+static bool past(void *arg)
+{
+	return hs_now_ms() > *(const int64_t *)arg;
+}
+
 /*
  * Cancelling a workflow in its retry wait: cancelled at once; its retry never asks for
- * the resource again, which goes from holder to waiter as if it never existed.
+ * the resource again, which goes from holder to waiter as if it never existed. The wait
+ * (10 s) is far longer than the few requests made before the cancel; the holder keeps
+ * the resource until the retry's time has passed, so the retry had its chance.
  */
 static void test_cancel_retrying(void **state)
 {
-	hs_server *s = *state;
+	calls_ctx *c = *state;
+	hs_server *s = c->s;
 	json_t *body =
 	    json_pack("{s:s, s:s, s:[{s:s, s:i, s:i}], s:{s:i, s:f}}", "id", "cx-retry", "resource",
 		      "cx", "workers", "name", "flaky", "work_ms", 10, "fail_attempts", 1, "retry",
-		      "initial_delay_ms", 1500, "backoff", 1.0);
+		      "initial_delay_ms", 10000, "backoff", 1.0);
 	json_decref(hs_create_workflow(s, body));
 	json_t *retrying = hs_wait_step(s, "cx-retry", 0, "retrying", WAIT_MS);
 	int64_t next_at = hs_time(hs_step_at(retrying, 0), "next_attempt_at");
-	queue_submit(s, "cx-hold", "cx", 1, 2500);
+	calls_submit_gated(c, "cx-hold", "cx", 1);
 	json_decref(hs_wait_step(s, "cx-hold", 0, "running", WAIT_MS));
 
 	hs_response r = cancel(s, "cx-retry");
@@ -192,6 +203,9 @@ static void test_cancel_retrying(void **state)
 	assert_string_equal(hs_str(hs_step_at(wf, 0), "status"), "cancelled");
 	assert_true(json_is_null(json_object_get(hs_step_at(wf, 0), "next_attempt_at")));
 	queue_submit(s, "cx-next", "cx", 1, 10);
+	queue_wait(s, "cx", 1);
+	assert_true(hs_wait_until(past, &next_at, WAIT_MS));
+	fragile_open_gate(c->res);
 
 	json_t *next = hs_wait_workflow(s, "cx-next", "completed", WAIT_MS);
 	/* The retry was due long before cx-next finished: it had its chance to sneak in. */
@@ -220,8 +234,9 @@ static void test_cancel_retrying(void **state)
 /* A repeated cancel answers 200 again; a finished workflow answers 409; unknown 404. */
 static void test_cancel_repeat_and_finished(void **state)
 {
-	hs_server *s = *state;
-	queue_submit(s, "rp-hold", "rp", 1, 800);
+	calls_ctx *c = *state;
+	hs_server *s = c->s;
+	calls_submit_gated(c, "rp-hold", "rp", 1);
 	json_decref(hs_wait_step(s, "rp-hold", 0, "running", WAIT_MS));
 	queue_submit(s, "rp-wait", "rp", 1, 10);
 	for (int i = 0; i < 2; i++) {
@@ -234,6 +249,7 @@ static void test_cancel_repeat_and_finished(void **state)
 		assert_true(json_is_true(json_object_get(r.json, "cancel_requested")));
 		hs_response_fini(&r);
 	}
+	fragile_open_gate(c->res);
 	json_decref(hs_wait_workflow(s, "rp-hold", "cancelled", WAIT_MS));
 	hs_response r = cancel(s, "rp-hold");
 	assert_int_equal(r.status, 200);
@@ -267,10 +283,11 @@ int main(void)
 {
 	hs_filters_from_env();
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test_setup_teardown(test_cancel_waiting, hs_setup, hs_teardown),
-	    cmocka_unit_test_setup_teardown(test_cancel_running, hs_setup, hs_teardown),
-	    cmocka_unit_test_setup_teardown(test_cancel_retrying, hs_setup, hs_teardown),
-	    cmocka_unit_test_setup_teardown(test_cancel_repeat_and_finished, hs_setup, hs_teardown),
+	    cmocka_unit_test_setup_teardown(test_cancel_waiting, calls_setup, calls_teardown),
+	    cmocka_unit_test_setup_teardown(test_cancel_running, calls_setup, calls_teardown),
+	    cmocka_unit_test_setup_teardown(test_cancel_retrying, calls_setup, calls_teardown),
+	    cmocka_unit_test_setup_teardown(test_cancel_repeat_and_finished, calls_setup,
+					    calls_teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -313,10 +313,11 @@ static void test_unreachable_exits_3(void **state)
 				       {"resources", NULL, NULL}};
 	for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
 		const char *const flag[] = {"--server", url, cmds[i][0], cmds[i][1], NULL};
-		int64_t t0 = hs_mono_ms();
 		p = client_expect_exit(3, NULL, flag);
 		assert_non_null(strstr(p->e.p, "unreachable"));
-		assert_true(hs_mono_ms() - t0 < WAIT_MS / 2); /* at once, not after retries */
+		/* at once, not after retries: it says so when it retries */
+		if (strstr(p->e.p, "reconnecting"))
+			fail_msg("%s retried an unreachable server:\n%s", cmds[i][0], p->e.p);
 		client_free(p);
 		const char *const env[] = {cmds[i][0], cmds[i][1], NULL};
 		p = client_expect_exit(3, url, env);
@@ -402,12 +403,14 @@ static int countdown_values(const char *out)
 	return distinct;
 }
 
-/* On a terminal: a bar redrawn in place, steps done/total, holder, a ticking countdown. */
+/* On a terminal: a bar redrawn in place, steps done/total, holder, a ticking countdown.
+ * The retry waits 10 s, so the countdown has whole seconds to tick even when the event
+ * that starts it reaches the client late (batond under valgrind). */
 static void test_watch_tty_progress_bar(void **state)
 {
 	hs_server *s = *state;
 	client_proc *p;
-	submit_retrying(s, "tty", 3000);
+	submit_retrying(s, "tty", 10000);
 	const char *const args[] = {"--server", client_url_of(s), "watch", "tty", NULL};
 	p = client_spawn(args, NULL, true);
 	assert_int_equal(client_finish(p), 0);
@@ -417,7 +420,7 @@ static void test_watch_tty_progress_bar(void **state)
 	assert_non_null(strstr(out, "] 1/3 steps")); /* steps done / total */
 	assert_non_null(strstr(out, "] 3/3 steps  completed\n"));
 	assert_non_null(strstr(out, " holds gw (token ")); /* holder and token */
-	if (countdown_values(out) < 2)			   /* 3 s: "in 3s", "in 2s", "in 1s" */
+	if (countdown_values(out) < 2)			   /* "in 10s", "in 9s", ... */
 		fail_msg("the retry countdown did not tick:\n%s", out);
 	assert_non_null(strstr(out, "step_failed")); /* the event lines are there too */
 	assert_null(strchr(p->e.p, '\033'));

@@ -102,8 +102,10 @@ static void integrity_ok(hs_server *s)
 	sqlite3_close(db);
 }
 
+/* w1's 5 s are far longer than the few requests between seeing it run and setting the
+ * fault, so its checkpoint falls in the fault however slow the machine. */
 #define FMT                                                                                        \
-	"{\"id\":\"%s\",\"resource\":\"%s\",\"workers\":[{\"name\":\"w1\",\"work_ms\":300},"       \
+	"{\"id\":\"%s\",\"resource\":\"%s\",\"workers\":[{\"name\":\"w1\",\"work_ms\":5000},"      \
 	"{\"name\":\"w2\",\"work_ms\":50},{\"name\":\"w3\",\"work_ms\":50}]}"
 
 /* A storage outage: outage(arg, true) begins it, outage(arg, false) ends it. */
@@ -246,8 +248,9 @@ static int slow_connection(int port, const char *start)
 
 /*
  * More slow clients than batond has HTTP threads (8), each trickling a request a byte at
- * a time: other requests are still answered promptly, because a connection holds no
- * thread while it waits for bytes.
+ * a time: other requests are still answered while every slow request is still open,
+ * because a connection holds no thread while it waits for bytes (with a thread each,
+ * nothing else would be answered until they finished).
  */
 static void test_slow_clients_hold_no_thread(void **state)
 {
@@ -260,12 +263,10 @@ static void test_slow_clients_hold_no_thread(void **state)
 				      : "POST /workflows HTTP/1.1\r\nContent-Length: 200\r\n\r\n{");
 		assert_true(fds[i] >= 0);
 	}
-	int64_t worst = 0;
 	for (int round = 0; round < 5; round++) {
 		for (int i = 0; i < SLOW; i++)
 			send(fds[i], "x", 1, MSG_NOSIGNAL); /* a byte, then a pause */
 		for (int k = 0; k < 10; k++) {
-			int64_t t0 = hs_now_ms();
 			char body[160];
 			snprintf(body, sizeof body,
 				 "{\"id\":\"quick-%d-%d\",\"resource\":\"q\",\"workers\":["
@@ -273,17 +274,19 @@ static void test_slow_clients_hold_no_thread(void **state)
 				 round, k);
 			assert_int_equal(post(s, body), 201);
 			assert_int_equal(get_status(s, "/healthz"), 200);
-			int64_t took = hs_now_ms() - t0;
-			if (took > worst)
-				worst = took;
 		}
 		usleep(200 * 1000); /* the slow clients' pace, not a wait for the server */
 	}
-	for (int i = 0; i < SLOW; i++)
+	/* Every slow request is still unfinished and its connection open: the answers above
+	 * came while they held their connections, so those held no thread (how fast the
+	 * answers came is the machine's business). */
+	for (int i = 0; i < SLOW; i++) {
+		char byte;
+		ssize_t n = recv(fds[i], &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+		if (n >= 0)
+			fail_msg("slow connection %d was answered or closed (recv %zd)", i, n);
 		close(fds[i]);
-	if (worst > 5000)
-		fail_msg("a request took %lld ms while slow clients were connected",
-			 (long long)worst);
+	}
 	json_decref(hs_wait_workflow(s, "quick-4-9", "completed", WAIT_MS));
 }
 

@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../harness/calls.h"
 #include "../harness/queue.h"
 
 #define WAIT_MS 60000
@@ -224,7 +225,7 @@ static void test_one_holder_across_workflows(void **state)
 	queue_free_all(wfs, N);
 }
 
-/* Two resources with the same load run side by side: clearly faster than one after the other. */
+/* Two resources with the same load run side by side: steps of one overlap steps of the other. */
 static void test_two_resources_run_in_parallel(void **state)
 {
 	hs_server *s = *state;
@@ -246,14 +247,12 @@ static void test_two_resources_run_in_parallel(void **state)
 	queue_assert_one_holder(events, HS_NO_TIME);
 	assert_tokens_increase(events, NULL, INT64_MAX);
 
-	int64_t first = INT64_MAX, last = INT64_MIN, serial = 0;
+	int64_t serial = 0;
 	bool overlapped = false;
 	for (size_t i = 0; i < N; i++) {
 		for (size_t j = 0; j < STEPS; j++) {
 			json_t *st = hs_step_at(wfs[i], j);
 			int64_t a = hs_time(st, "started_at"), b = hs_time(st, "finished_at");
-			first = a < first ? a : first;
-			last = b > last ? b : last;
 			serial += b - a;
 			/* Any step on the other resource running at the same time? */
 			for (size_t k = (i + 1) % 2; k < N; k += 2)
@@ -266,11 +265,10 @@ static void test_two_resources_run_in_parallel(void **state)
 		}
 	}
 	assert_true(serial >= (int64_t)N * STEPS * WORK);
+	/* Parallel means overlapping; how much shorter the whole run was than the serial
+	 * work depends on the machine's speed, and is not checked. */
 	if (!overlapped)
 		fail_msg("no step of \"left\" ever ran while a step of \"right\" ran");
-	if ((double)(last - first) >= 0.8 * (double)serial)
-		fail_msg("two resources took %lld ms for %lld ms of serial work: not parallel",
-			 (long long)(last - first), (long long)serial);
 	json_decref(events);
 	queue_free_all(wfs, N);
 }
@@ -338,12 +336,14 @@ static json_int_t requested_seq(const hs_server *s, const char *id)
 /*
  * While one workflow holds a resource and four wait, GET /resources/{name} shows the
  * holder and the waiters in request order with positions 1..4, consistent with the
- * workflows' own steps; GET /resources lists it; totals add up afterwards.
+ * workflows' own steps; GET /resources lists it; totals add up afterwards. The holder is
+ * a call the test resource holds until the test has looked (calls_submit_gated).
  */
 static void test_resource_view_during_contention(void **state)
 {
-	hs_server *s = *state;
-	queue_submit(s, "holder", "view", 1, 1500);
+	calls_ctx *c = *state;
+	hs_server *s = c->s;
+	calls_submit_gated(c, "holder", "view", 1);
 	json_decref(hs_wait_step(s, "holder", 0, "running", WAIT_MS));
 	static const char *const waiting[] = {"wait-1", "wait-2", "wait-3", "wait-4"};
 	for (size_t i = 0; i < 4; i++)
@@ -356,10 +356,10 @@ static void test_resource_view_during_contention(void **state)
 	json_t *holder = json_object_get(res, "holder");
 	assert_string_equal(hs_str(holder, "workflow_id"), "holder");
 	assert_int_equal(hs_int(holder, "step"), 0);
-	assert_string_equal(hs_str(holder, "worker"), "holder-0");
+	assert_string_equal(hs_str(holder, "worker"), "holder");
+	int64_t held_since = hs_time(holder, "since");
 	assert_int_equal(hs_int(holder, "fencing_token"),
 			 hs_int(hs_step_at(holder_wf, 0), "fencing_token"));
-	hs_time(holder, "since");
 	assert_int_equal(hs_int(res, "last_fencing_token"), hs_int(holder, "fencing_token"));
 	json_t *totals = json_object_get(res, "totals");
 	static const char *const total_keys[] = {"grants", "total_hold_ms", "max_hold_ms",
@@ -411,6 +411,8 @@ static void test_resource_view_during_contention(void **state)
 	}
 	assert_true(listed);
 
+	int64_t opened = hs_now_ms();
+	fragile_open_gate(c->res);
 	char *ids[] = {"holder", "wait-1", "wait-2", "wait-3", "wait-4"};
 	json_t **wfs = queue_wait_completed(s, ids, 5);
 	json_t *after = hs_get_json(s, "/resources/view", 200);
@@ -418,7 +420,7 @@ static void test_resource_view_during_contention(void **state)
 	assert_int_equal(json_array_size(json_object_get(after, "waiters")), 0);
 	json_t *t = json_object_get(after, "totals");
 	assert_int_equal(hs_int(t, "grants"), 5);
-	assert_true(hs_int(t, "max_hold_ms") >= 1500);
+	assert_true(hs_int(t, "max_hold_ms") >= opened - held_since - 1); /* held till then */
 	assert_true(hs_int(t, "total_hold_ms") >= hs_int(t, "max_hold_ms"));
 	assert_true(hs_int(t, "total_wait_ms") >= hs_int(t, "max_wait_ms"));
 	json_t *res_list = hs_get_json(s, "/resources", 200);
@@ -608,8 +610,8 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_two_resources_run_in_parallel, hs_setup,
 					    hs_teardown),
 	    cmocka_unit_test_setup_teardown(test_grants_are_fifo, hs_setup, hs_teardown),
-	    cmocka_unit_test_setup_teardown(test_resource_view_during_contention, hs_setup,
-					    hs_teardown),
+	    cmocka_unit_test_setup_teardown(test_resource_view_during_contention, calls_setup,
+					    calls_teardown),
 	    cmocka_unit_test_setup_teardown(test_many_posts_over_one_http_thread,
 					    setup_one_http_thread, hs_teardown),
 	    cmocka_unit_test_setup_teardown(test_sigkill_with_holders_and_waiters, hs_setup,

@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../harness/calls.h"
 #include "../harness/harness.h"
 
 #define WAIT_MS 30000
@@ -242,10 +243,15 @@ static void post_ok(hs_server *s, const char *id, const char *resource, const ch
 	hs_response_fini(&r);
 }
 
-/* GET /workflows: newest first, status and resource filters, limit, stable cursor paging. */
+/*
+ * GET /workflows: newest first, status and resource filters, limit, stable cursor paging.
+ * wf-07 stays running through every query: its call is held by the test resource until
+ * the end (calls_submit_gated), however slow the machine.
+ */
 static void test_list_filters_and_paging(void **state)
 {
-	hs_server *s = *state;
+	calls_ctx *c = *state;
+	hs_server *s = c->s;
 	static const char quick[] = "[{\"name\":\"w\",\"work_ms\":0}]";
 	post_ok(s, "wf-01", "list-a", quick, NULL);
 	post_ok(s, "wf-02", "list-a", quick, NULL);
@@ -258,7 +264,7 @@ static void test_list_filters_and_paging(void **state)
 	for (size_t i = 0; i < 5; i++)
 		json_decref(hs_wait_workflow(s, done[i], "completed", WAIT_MS));
 	json_decref(hs_wait_workflow(s, "wf-06", "failed", WAIT_MS));
-	post_ok(s, "wf-07", "list-d", "[{\"name\":\"hold\",\"work_ms\":2500}]", NULL);
+	calls_submit_gated(c, "wf-07", "list-d", 1);
 	json_decref(hs_wait_workflow(s, "wf-07", "running", WAIT_MS));
 	post_ok(s, "wf-08", "list-d", quick, NULL);
 	post_ok(s, "wf-09", "list-d", quick, NULL);
@@ -311,6 +317,7 @@ static void test_list_filters_and_paging(void **state)
 	assert_string_equal(paged, "wf-05,wf-04,wf-03,wf-02,wf-01");
 	free(paged);
 
+	fragile_open_gate(c->res);
 	json_decref(hs_wait_workflow(s, "wf-08", "completed", WAIT_MS));
 	json_decref(hs_wait_workflow(s, "wf-10", "completed", WAIT_MS));
 }
@@ -397,7 +404,8 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test_setup_teardown(test_repost_same_id, hs_setup, hs_teardown),
 	    cmocka_unit_test_setup_teardown(test_generated_ids, hs_setup, hs_teardown),
-	    cmocka_unit_test_setup_teardown(test_list_filters_and_paging, hs_setup, hs_teardown),
+	    cmocka_unit_test_setup_teardown(test_list_filters_and_paging, calls_setup,
+					    calls_teardown),
 	    cmocka_unit_test_setup_teardown(test_not_found, hs_setup, hs_teardown),
 	    cmocka_unit_test_setup_teardown(test_method_not_allowed, hs_setup, hs_teardown),
 	};

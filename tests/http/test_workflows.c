@@ -322,10 +322,11 @@ static void test_failed_step_retries_after_wait(void **state)
 	assert_true(hs_int(done2, "seq") < hs_int(acq_d, "seq"));
 	assert_null(hs_event_find(events, "step_completed", 2, 1));
 
-	/* The wait between the failure and the retry: about 2 s, not earlier than planned. */
+	/* The wait between the failure and the retry: 2 s, not earlier than planned (how much
+	 * later depends on the machine's speed: the workflow's deadline bounds it). */
 	int64_t waited = hs_time(acq2, "ts") - hs_time(fail, "ts");
-	if (waited < 1900 || waited > 6000)
-		fail_msg("worker-C retried %lld ms after failing, expected about 2000",
+	if (waited < 1900)
+		fail_msg("worker-C retried %lld ms after failing, expected 2000",
 			 (long long)waited);
 	assert_true(hs_time(acq2, "ts") >= next_at);
 	assert_true(hs_int(acq2, "fencing_token") > hs_int(acq1, "fencing_token"));
@@ -424,17 +425,22 @@ static void test_sigkill_mid_step_resumes(void **state)
 	free(id);
 }
 
+#define RESTART_WAIT_MS 30000 /* far longer than any restart */
+
 /*
  * A restart (SIGKILL) during a retry wait keeps next_attempt_at as it was, and the retry
- * does not start before it.
+ * does not start before it. The wait (RESTART_WAIT_MS) is far longer than any restart, a
+ * restart under valgrind on a loaded machine included: the test must not depend on how
+ * fast batond restarts (a 3 s wait once ran out under valgrind in CI).
  */
 static void test_restart_during_retry_wait_keeps_schedule(void **state)
 {
 	hs_server *s = *state;
-	json_t *body = json_pack("{s:s, s:s, s:[{s:s, s:i, s:i}, {s:s, s:i}], s:{s:i, s:f}}", "id",
-				 "retry-restart", "resource", "printer", "workers", "name",
-				 "worker-A", "work_ms", 10, "fail_attempts", 1, "name", "worker-B",
-				 "work_ms", 10, "retry", "initial_delay_ms", 3000, "backoff", 1.0);
+	json_t *body =
+	    json_pack("{s:s, s:s, s:[{s:s, s:i, s:i}, {s:s, s:i}], s:{s:i, s:f}}", "id",
+		      "retry-restart", "resource", "printer", "workers", "name", "worker-A",
+		      "work_ms", 10, "fail_attempts", 1, "name", "worker-B", "work_ms", 10, "retry",
+		      "initial_delay_ms", RESTART_WAIT_MS, "backoff", 1.0);
 	json_decref(hs_create_workflow(s, body));
 
 	json_t *before = hs_wait_step(s, "retry-restart", 0, "retrying", WAIT_MS);
@@ -443,23 +449,24 @@ static void test_restart_during_retry_wait_keeps_schedule(void **state)
 	json_t *events = hs_get_events(s, "retry-restart");
 	json_t *fail = hs_event_find(events, "step_failed", 0, 1);
 	assert_non_null(fail);
-	assert_int_equal(hs_int(fail, "retry_in_ms"), 3000);
+	assert_int_equal(hs_int(fail, "retry_in_ms"), RESTART_WAIT_MS);
 	int64_t offset = planned - hs_time(fail, "ts");
-	if (offset < 2900 || offset > 3100)
-		fail_msg("next_attempt_at is %lld ms after the failure, expected 3000",
-			 (long long)offset);
+	if (offset < RESTART_WAIT_MS - 100 || offset > RESTART_WAIT_MS + 100)
+		fail_msg("next_attempt_at is %lld ms after the failure, expected %d",
+			 (long long)offset, RESTART_WAIT_MS);
 	json_decref(events);
 
 	hs_kill(s);
 	assert_int_equal(hs_start(s), 0);
 	json_t *after = hs_get_workflow(s, "retry-restart");
-	/* The restart takes milliseconds; the 3 s wait is still running. */
+	/* The restart took far less than the wait, which is still running. */
 	assert_true(hs_now_ms() < planned);
 	assert_string_equal(hs_str(hs_step_at(after, 0), "status"), "retrying");
 	assert_string_equal(hs_str(hs_step_at(after, 0), "next_attempt_at"), planned_text);
 	assert_int_equal(hs_int(hs_step_at(after, 0), "attempts"), 1);
 
-	json_t *wf = hs_wait_workflow(s, "retry-restart", "completed", WAIT_MS);
+	int until_due = (int)(planned - hs_now_ms());
+	json_t *wf = hs_wait_workflow(s, "retry-restart", "completed", until_due + WAIT_MS);
 	assert_int_equal(hs_int(hs_step_at(wf, 0), "attempts"), 2);
 	assert_int_equal(hs_int(hs_step_at(wf, 1), "attempts"), 1);
 	events = hs_get_events(s, "retry-restart");
@@ -469,7 +476,7 @@ static void test_restart_during_retry_wait_keeps_schedule(void **state)
 	if (retried < planned)
 		fail_msg("the retry started at %lld, before next_attempt_at %lld",
 			 (long long)retried, (long long)planned);
-	assert_true(retried < planned + 5000);
+	assert_true(retried < planned + WAIT_MS);
 	assert_int_equal(hs_event_count(events, "step_interrupted", -1, -1), 0);
 	assert_int_equal(hs_event_count(events, "lock_acquired", 0, -1), 2);
 
