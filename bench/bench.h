@@ -70,7 +70,7 @@ typedef struct server {
 	pid_t pid;
 	int port;
 	int starts;
-	double started_at; /* now_s() at the last fork */
+	double started_at;	  /* now_s() at the last fork */
 	const char *const *extra; /* the extra arguments of server_start */
 } server;
 
@@ -194,8 +194,8 @@ typedef struct pg_snap {
 void pg_snap_take(pg_snap *out, int wal);
 /* CPU seconds of PostgreSQL between two snapshots; its busiest process's CPU, waits
  * and title ("postgres: walwriter", "postgres: postgres baton_bench_1_2 127.0.0.1"). */
-double pg_snap_delta(const pg_snap *a, const pg_snap *b, double *busiest_s,
-		     double *busiest_waits, char *busiest_name, size_t namelen);
+double pg_snap_delta(const pg_snap *a, const pg_snap *b, double *busiest_s, double *busiest_waits,
+		     char *busiest_name, size_t namelen);
 
 /* ---- runs paired with their floor ---- */
 
@@ -205,16 +205,16 @@ typedef int (*run_fn)(const server *s, int run, void *ctx, double *figure, doubl
 /* What the processes did in a run, per unit of work (step, request), for the notes:
  * filled by costs_end (steps.c's benchmarks) and, for the WAL syncs, by paired_runs. */
 typedef struct run_costs {
-	double units;	       /* steps or requests of the run; 0 when not measured */
-	double commits;	       /* batond's commits (baton_commits_total) */
-	double batond_us;      /* batond's CPU per unit */
-	double pg_us;	       /* PostgreSQL's processes' CPU per unit */
-	double pg_busiest_us;  /* its busiest process's per unit */
-	double pg_waits;       /* that process's waits (context switches) per batond commit */
-	double commit_ms;      /* batond's mean commit (baton_commit_duration_seconds) */
-	double wal_syncs;      /* WAL syncs per unit (pg_stat_wal, batond's whole life) */
-	double wal_sync_ms;    /* mean time of one WAL sync */
-	char pg_busiest[80];   /* its title, of the last run */
+	double units;	      /* steps or requests of the run; 0 when not measured */
+	double commits;	      /* batond's commits (baton_commits_total) */
+	double batond_us;     /* batond's CPU per unit */
+	double pg_us;	      /* PostgreSQL's processes' CPU per unit */
+	double pg_busiest_us; /* its busiest process's per unit */
+	double pg_waits;      /* that process's waits (context switches) per batond commit */
+	double commit_ms;     /* batond's mean commit (baton_commit_duration_seconds) */
+	double wal_syncs;     /* WAL syncs per unit (pg_stat_wal, batond's whole life) */
+	double wal_sync_ms;   /* mean time of one WAL sync */
+	char pg_busiest[80];  /* its title, of the last run */
 } run_costs;
 
 typedef struct costs_snap {

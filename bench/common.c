@@ -532,8 +532,9 @@ void table_add(const row *in)
 	if (nrows < MAX_ROWS)
 		rows[nrows++] = *r;
 	const char *v = r->verdict == V_PASS ? "PASS" : r->verdict == V_MISS ? "MISS" : "";
-	printf("  -> %s %-22s %-24s floor %-22s ratio %-8s target %-20s %s%s%s\n", r->store, r->what, r->figure,
-	       r->floor, r->ratio, r->target, v, r->note[0] ? "  " : "", r->note);
+	printf("  -> %s %-22s %-24s floor %-22s ratio %-8s target %-20s %s%s%s\n", r->store,
+	       r->what, r->figure, r->floor, r->ratio, r->target, v, r->note[0] ? "  " : "",
+	       r->note);
 	fflush(stdout);
 }
 

@@ -129,8 +129,7 @@ void costs_begin(const server *s, costs_snap *c)
 	free(text);
 }
 
-void costs_end(const server *s, const costs_snap *c0, double units, const char *unit,
-	       double wall_s)
+void costs_end(const server *s, const costs_snap *c0, double units, const char *unit, double wall_s)
 {
 	costs_snap c1;
 	double busiest;
@@ -143,13 +142,13 @@ void costs_end(const server *s, const costs_snap *c0, double units, const char *
 	k->batond_us = total / units * 1e6;
 	printf("         batond CPU %.0f us/%s (busiest thread %.0f us/%s, busy %.0f%% of the"
 	       " time); %.0f commits of %.3f ms on average\n",
-	       k->batond_us, unit, busiest / units * 1e6, unit, 100 * busiest / wall_s,
-	       k->commits, k->commit_ms);
+	       k->batond_us, unit, busiest / units * 1e6, unit, 100 * busiest / wall_s, k->commits,
+	       k->commit_ms);
 	if (opt.store != STORE_POSTGRES)
 		return;
 	double pbusy, pwaits;
-	double ptotal = pg_snap_delta(&c0->pg, &c1.pg, &pbusy, &pwaits, k->pg_busiest,
-				      sizeof k->pg_busiest);
+	double ptotal =
+	    pg_snap_delta(&c0->pg, &c1.pg, &pbusy, &pwaits, k->pg_busiest, sizeof k->pg_busiest);
 	k->pg_us = ptotal / units * 1e6;
 	k->pg_busiest_us = pbusy / units * 1e6;
 	k->pg_waits = k->commits > 0 ? pwaits / k->commits : 0;
@@ -166,8 +165,8 @@ void costs_note(const paired_result *pr, const char *unit, char *buf, size_t len
 	if (k->units <= 0)
 		return;
 	if (opt.store != STORE_POSTGRES) {
-		snprintf(buf, len, "; batond CPU %.0f us/%s; commits of %.3f ms", k->batond_us, unit,
-			 k->commit_ms);
+		snprintf(buf, len, "; batond CPU %.0f us/%s; commits of %.3f ms", k->batond_us,
+			 unit, k->commit_ms);
 		return;
 	}
 	snprintf(buf, len,
@@ -204,9 +203,9 @@ static void pg_run_syncs(server *s, const pg_snap *w0)
 #define NCOSTS 9
 static void costs_fields(run_costs *k, double **f)
 {
-	double *v[NCOSTS] = {&k->units,	    &k->commits,   &k->batond_us,
+	double *v[NCOSTS] = {&k->units,	    &k->commits,       &k->batond_us,
 			     &k->pg_us,	    &k->pg_busiest_us, &k->pg_waits,
-			     &k->commit_ms, &k->wal_syncs, &k->wal_sync_ms};
+			     &k->commit_ms, &k->wal_syncs,     &k->wal_sync_ms};
 	memcpy(f, v, sizeof v);
 }
 

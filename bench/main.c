@@ -143,7 +143,7 @@ static int parse_args(int argc, char **argv, int *want, int *stores)
 			opt.pg_url = argv[++i];
 		} else if (strcmp(a, "--store") == 0 && has_value) {
 			const char *v = argv[++i];
-			*stores = strcmp(v, "sqlite") == 0	   ? 1 << STORE_SQLITE
+			*stores = strcmp(v, "sqlite") == 0     ? 1 << STORE_SQLITE
 				  : strcmp(v, "postgres") == 0 ? 1 << STORE_POSTGRES
 				  : strcmp(v, "both") == 0
 				      ? (1 << STORE_SQLITE) | (1 << STORE_POSTGRES)

@@ -100,8 +100,8 @@ void pg_close(void)
 	/* The databases of this run, so that a server given with --pg keeps nothing. */
 	char sql[128];
 	for (int i = 1; admin && i <= ndb; i++) {
-		snprintf(sql, sizeof sql, "DROP DATABASE IF EXISTS baton_bench_%d_%d", (int)getpid(),
-			 i);
+		snprintf(sql, sizeof sql, "DROP DATABASE IF EXISTS baton_bench_%d_%d",
+			 (int)getpid(), i);
 		exec(admin, sql);
 	}
 	PQfinish(admin);
@@ -222,8 +222,8 @@ void pg_snap_take(pg_snap *out, int wal)
 	PQclear(r);
 }
 
-double pg_snap_delta(const pg_snap *a, const pg_snap *b, double *busiest_s,
-		     double *busiest_waits, char *busiest_name, size_t namelen)
+double pg_snap_delta(const pg_snap *a, const pg_snap *b, double *busiest_s, double *busiest_waits,
+		     char *busiest_name, size_t namelen)
 {
 	int best = -1;
 	double best_s = 0, best_r = 0;
@@ -251,7 +251,8 @@ double pg_snap_delta(const pg_snap *a, const pg_snap *b, double *busiest_s,
 			size_t n = fread(busiest_name, 1, namelen - 1, f);
 			fclose(f);
 			busiest_name[n] = 0;
-			/* "postgres: USER DB HOST(PORT) STATE": the backend's title, to its host. */
+			/* "postgres: USER DB HOST(PORT) STATE": the backend's title, to its host.
+			 */
 			char *paren = strchr(busiest_name, '(');
 			if (paren)
 				*paren = 0;
@@ -266,16 +267,17 @@ double pg_snap_delta(const pg_snap *a, const pg_snap *b, double *busiest_s,
 /* ---- the floor ---- */
 
 /* One run: single-row INSERTs, each its own transaction (autocommit: one round trip). */
-static int pg_floor_run(PGconn *c, long max_commits, double max_seconds, dvec *lat,
-			double *rate, long *commits)
+static int pg_floor_run(PGconn *c, long max_commits, double max_seconds, dvec *lat, double *rate,
+			long *commits)
 {
-	if (exec(c, "SET synchronous_commit = on") || exec(c, "SET client_min_messages = warning") ||
+	if (exec(c, "SET synchronous_commit = on") ||
+	    exec(c, "SET client_min_messages = warning") ||
 	    exec(c, "DROP TABLE IF EXISTS bench_floor") ||
 	    exec(c, "CREATE TABLE bench_floor (seq bigserial PRIMARY KEY, ts bigint NOT NULL,"
 		    " data text NOT NULL)"))
 		return -1;
-	PGresult *r = PQprepare(c, "ins", "INSERT INTO bench_floor (ts, data) VALUES ($1, $2)", 2,
-				NULL);
+	PGresult *r =
+	    PQprepare(c, "ins", "INSERT INTO bench_floor (ts, data) VALUES ($1, $2)", 2, NULL);
 	int ok = PQresultStatus(r) == PGRES_COMMAND_OK;
 	PQclear(r);
 	if (!ok) {

@@ -22,6 +22,8 @@ set -eu
 PGBIN=${PGBIN:-/usr/lib/postgresql/15/bin}
 # On one line: pg_ctl hands these to a shell.
 PGOPTS="-c fsync=on -c synchronous_commit=on -c max_connections=200 -c track_wal_io_timing=on"
+# PGEXTRA: more server options, for profiling (e.g. -c shared_preload_libraries=pg_stat_statements).
+PGOPTS="$PGOPTS ${PGEXTRA:-}"
 cmd=${1:-}
 dir=${2:-}
 if [ -z "$cmd" ] || [ -z "$dir" ]; then

@@ -10,7 +10,9 @@
 # --store (default both): with postgres, a throwaway PostgreSQL 15 is started first with
 # bench/pg.sh in a directory of its own under $TMPDIR (or /tmp), its URL handed to
 # batonbench with --pg, and that server (and only it) is stopped at the end, also when
-# a benchmark fails or the run is interrupted. PGBIN overrides where PostgreSQL is.
+# a benchmark fails or the run is interrupted. PGBIN overrides where PostgreSQL is;
+# --pg URL uses a server of yours instead (on this machine: its processes are read in
+# /proc), on which batonbench creates and drops databases baton_bench_PID_N.
 set -eu
 cd "$(dirname "$0")/.."
 
@@ -22,14 +24,26 @@ CFLAGS="-std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Wformat=2 -Wshadow -Wstric
 LIBS="$(pkg-config --libs $PKGS) -lpthread -lm"
 BATOND=${BATOND:-server/batond}
 
+# --store is this script's; the rest goes to batonbench (--pg URL: a server of yours).
 store=both
 keep=
-prev=
+pg_given=
+skip=
+n=$#
 for a in "$@"; do
-	[ "$prev" = --store ] && store=$a
-	[ "$a" = --keep ] && keep=1
-	prev=$a
+	if [ -n "$skip" ]; then
+		store=$a
+		skip=
+		continue
+	fi
+	case $a in
+	--store) skip=1 ;;
+	--keep) keep=1 ;;
+	--pg) pg_given=1 ;;
+	esac
+	[ "$a" = --store ] || set -- "$@" "$a"
 done
+shift "$n"
 case $store in
 sqlite | postgres | both) ;;
 *)
@@ -66,8 +80,8 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-set --  --store "$store" "$@"
-if [ "$store" != sqlite ]; then
+set -- --store "$store" "$@"
+if [ "$store" != sqlite ] && [ -z "$pg_given" ]; then
 	pgdir=$(mktemp -d "${TMPDIR:-/tmp}/baton-bench-pg.XXXXXX")
 	chmod 755 "$pgdir" # the server's user (postgres when we are root) must reach it
 	if ! url=$(sh bench/pg.sh start "$pgdir/pg" $$); then
