@@ -156,6 +156,7 @@ typedef struct floor_result {
 	double p99_ms;
 	int runs;
 	long commits;
+	double server_us; /* PostgreSQL: its processes' CPU per commit (batond's is 0) */
 } floor_result;
 
 /* One INSERT per transaction into DIR/floor.db (WAL, synchronous=FULL): `runs` runs of

@@ -63,10 +63,13 @@ int bench_floor(void)
 	snprintf(r.floor, sizeof r.floor, "(the reference)");
 	snprintf(r.ratio, sizeof r.ratio, "1x");
 	snprintf(r.target, sizeof r.target, "-");
+	char pgcpu[96] = "";
+	if (opt.store == STORE_POSTGRES)
+		snprintf(pgcpu, sizeof pgcpu, "; PostgreSQL CPU %.0f us/commit", f.server_us);
 	snprintf(r.note, sizeof r.note,
 		 "median of %d runs, %ld commits; commit latency median %.3f ms, p99 %.3f ms, mean"
-		 " %.3f ms",
-		 runs, f.commits, f.commit_ms, f.p99_ms, 1000.0 / f.commits_per_s);
+		 " %.3f ms%s",
+		 runs, f.commits, f.commit_ms, f.p99_ms, 1000.0 / f.commits_per_s, pgcpu);
 	table_add(&r);
 	return 0;
 }

@@ -319,6 +319,9 @@ int pg_floor_measure(int runs, long max_commits, double max_seconds, floor_resul
 	PGconn *c = connect_url(opt.pg_url);
 	if (!c)
 		return -1;
+	pg_snap a, b;
+	double busiest, waits;
+	pg_snap_take(&a, 0);
 	for (int i = 0; i < runs && rc == 0; i++) {
 		double rate = 0;
 		long n = 0;
@@ -326,7 +329,11 @@ int pg_floor_measure(int runs, long max_commits, double max_seconds, floor_resul
 		dvec_push(&rates, rate);
 		out->commits += n;
 	}
+	pg_snap_take(&b, 0);
 	PQfinish(c);
+	if (out->commits > 0)
+		out->server_us =
+		    pg_snap_delta(&a, &b, &busiest, &waits, NULL, 0) / (double)out->commits * 1e6;
 	out->runs = runs;
 	out->commits_per_s = median(rates.v, rates.n);
 	out->commit_ms = median(lat.v, lat.n);
