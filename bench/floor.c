@@ -196,8 +196,8 @@ static void pg_run_syncs(server *s, const pg_snap *w0)
 		cur_costs.wal_syncs = syncs / cur_costs.units;
 	cur_costs.wal_sync_ms = syncs > 0 ? (w1.wal_sync_ms - w0->wal_sync_ms) / syncs : 0;
 	printf("         PostgreSQL: %.0f WAL syncs (pg_stat_wal) of %.2f ms each over this"
-	       " batond's life, %.0f commits of batond in the run\n",
-	       syncs, cur_costs.wal_sync_ms, cur_costs.commits);
+	       " batond's life\n",
+	       syncs, cur_costs.wal_sync_ms);
 }
 
 #define NCOSTS 9
