@@ -3,7 +3,8 @@
 # Runs apt-get as root, or through sudo.
 set -eu
 pkgs="build-essential pkg-config libmicrohttpd-dev libjansson-dev libsqlite3-dev
-      libcurl4-openssl-dev libcmocka-dev sqlite3 curl python3 python3-yaml ${BATON_EXTRA_PKGS:-}"
+      libcurl4-openssl-dev libcmocka-dev libpq-dev postgresql-15 sqlite3 curl python3 python3-yaml
+      ${BATON_EXTRA_PKGS:-}"
 missing=""
 for p in $pkgs; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||
