@@ -259,7 +259,7 @@ typedef struct row {
 	char ratio[32];
 	char target[48];
 	enum verdict verdict;
-	char note[400];
+	char note[560];
 } row;
 
 void table_add(const row *r);
