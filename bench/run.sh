@@ -84,6 +84,11 @@ set -- --store "$store" "$@"
 if [ "$store" != sqlite ] && [ -z "$pg_given" ]; then
 	pgdir=$(mktemp -d "${TMPDIR:-/tmp}/baton-bench-pg.XXXXXX")
 	chmod 755 "$pgdir" # the server's user (postgres when we are root) must reach it
+	if [ "$(id -u)" = 0 ] && ! runuser -u postgres -- test -x "$pgdir"; then
+		rm -rf "$pgdir" # a TMPDIR under a private directory (/root/tmp): /tmp then
+		pgdir=$(mktemp -d /tmp/baton-bench-pg.XXXXXX)
+		chmod 755 "$pgdir"
+	fi
 	if ! url=$(sh bench/pg.sh start "$pgdir/pg" $$); then
 		echo "bench/run.sh: could not start PostgreSQL (PGBIN=${PGBIN:-/usr/lib/postgresql/15/bin})" >&2
 		exit 2
