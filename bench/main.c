@@ -24,6 +24,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/utsname.h>
 #include <time.h>
 #include <unistd.h>
@@ -226,6 +227,12 @@ int main(int argc, char **argv)
 	signal(SIGINT, on_signal);
 	signal(SIGTERM, on_signal);
 	signal(SIGPIPE, SIG_IGN);
+	/* When run.sh is killed, its watchdog stops PostgreSQL: end with it, not against a
+	 * server that is gone (and the batonds end with us). */
+	pid_t parent = getppid();
+	prctl(PR_SET_PDEATHSIG, SIGTERM);
+	if (getppid() != parent)
+		raise(SIGTERM);
 	curl_global_init(CURL_GLOBAL_DEFAULT);
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	print_context();

@@ -15,7 +15,8 @@
 # Only the server started here is ever stopped: its pid comes from DIR/data/postmaster.pid
 # as read after the start, and stop sends it SIGINT (fast shutdown), then SIGQUIT and
 # SIGKILL if it is still there after 30 s. With WATCH_PID, a watchdog stops the server
-# when that process is gone, so an interrupted or killed benchmark leaves nothing running.
+# when that process is gone and removes DIR, so an interrupted or killed benchmark leaves
+# nothing running.
 # (scripts/pg.sh on another branch does the same for the tests; they will be unified.)
 set -eu
 
@@ -98,6 +99,8 @@ start)
 				sleep 1
 			done
 			kill -0 "$pg" 2>/dev/null && sh "$0" stop "$dir" >/dev/null 2>&1
+			# Its owner is gone and will not remove the directory: the watchdog does.
+			kill -0 "$watch" 2>/dev/null || rm -rf "$dir"
 		) </dev/null >/dev/null 2>&1 &
 		echo $! >"$dir/watchdog.pid"
 	fi

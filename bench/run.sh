@@ -72,7 +72,7 @@ cleanup() {
 		wait "$bench" 2>/dev/null || true
 	fi
 	if [ -n "$pgdir" ]; then
-		sh bench/pg.sh stop "$pgdir/pg"
+		sh bench/pg.sh stop "$pgdir"
 		if [ -n "$keep" ]; then echo "bench: kept $pgdir" >&2; else rm -rf "$pgdir"; fi
 	fi
 }
@@ -89,7 +89,7 @@ if [ "$store" != sqlite ] && [ -z "$pg_given" ]; then
 		pgdir=$(mktemp -d /tmp/baton-bench-pg.XXXXXX)
 		chmod 755 "$pgdir"
 	fi
-	if ! url=$(sh bench/pg.sh start "$pgdir/pg" $$); then
+	if ! url=$(sh bench/pg.sh start "$pgdir" $$); then
 		echo "bench/run.sh: could not start PostgreSQL (PGBIN=${PGBIN:-/usr/lib/postgresql/15/bin})" >&2
 		exit 2
 	fi
