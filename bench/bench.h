@@ -21,7 +21,12 @@
 
 /* ---- options of one invocation ---- */
 
+/* The store under test: batond's --db is DIR/baton.db, or a fresh PostgreSQL database. */
+enum bench_store { STORE_SQLITE, STORE_POSTGRES };
+
 typedef struct bench_opts {
+	int store;	     /* the store of the benchmarks being run (enum bench_store) */
+	const char *pg_url;  /* --pg: a PostgreSQL on this machine (bench/pg.sh starts one) */
 	int smoke;	     /* tiny sizes, targets reported but not enforced */
 	const char *batond;  /* path of the batond under test */
 	const char *minjson; /* path of bench/minjson (the minimal MHD handler) */
@@ -65,17 +70,20 @@ typedef struct server {
 	pid_t pid;
 	int port;
 	int starts;
-	double started_at; /* now_s() at the last fork */
+	double started_at;	  /* now_s() at the last fork */
+	const char *const *extra; /* the extra arguments of server_start */
 } server;
 
-/* Starts batond on DIR/baton.db with the extra arguments (NULL-terminated, may be NULL)
- * and waits for its "listening on" line. Returns 0, or -1 with a message on stderr. */
+/* Starts batond on DIR/baton.db (on PostgreSQL: on a new database) with the extra
+ * arguments (NULL-terminated, may be NULL, kept: they must outlive the server) and waits
+ * for its "listening on" line. Returns 0, or -1 with a message on stderr. */
 int server_start(server *s, const char *dir, const char *const *extra);
 /* Starts the same server again on the same files without waiting for anything. */
 int server_spawn(server *s, const char *const *extra);
 /* Waits up to timeout_s for the "listening on" line of the current start. */
 int server_wait_listening(server *s, double timeout_s);
-/* SIGTERM, then SIGKILL after a few seconds; reaps the process. */
+/* SIGTERM, then SIGKILL after a few seconds; reaps the process. On PostgreSQL, also
+ * waits until its connections are gone (and have reported their statistics). */
 void server_stop(server *s);
 /* SIGKILL at once; reaps the process. */
 void server_kill9(server *s);
@@ -148,43 +156,110 @@ typedef struct floor_result {
 	double p99_ms;
 	int runs;
 	long commits;
+	double server_us; /* PostgreSQL: its processes' CPU per commit (batond's is 0) */
 } floor_result;
 
 /* One INSERT per transaction into DIR/floor.db (WAL, synchronous=FULL): `runs` runs of
- * up to max_commits commits or max_seconds each. Removes its files afterwards. */
+ * up to max_commits commits or max_seconds each. Removes its files afterwards. On
+ * PostgreSQL: pg_floor_measure. */
 int floor_measure(const char *dir, int runs, long max_commits, double max_seconds,
 		  floor_result *out);
+
+/* ---- PostgreSQL (pg.c) ---- */
+
+/* Connects to opt.pg_url and finds its postmaster; -1 with a message on stderr. */
+int pg_open(void);
+/* Drops the databases made by pg_db_new and disconnects. */
+void pg_close(void);
+const char *pg_version(void); /* "PostgreSQL 150018, libpq 150018" (static) */
+/* CREATE DATABASE baton_bench_PID_N; its URL (opt.pg_url's, with that name) in url. */
+int pg_db_new(char *url, size_t len);
+/* Waits until no backend is connected to the database of url. */
+int pg_wait_idle(const char *url, double timeout_s);
+/* The floor on PostgreSQL: single-row INSERTs over libpq, each its own transaction
+ * (autocommit, one round trip), synchronous_commit=on, on opt.pg_url's database. */
+int pg_floor_measure(int runs, long max_commits, double max_seconds, floor_result *out);
+
+/* CPU of the postmaster (with the children it reaped) and of its live children, their
+ * voluntary context switches (a backend waits once for each round trip from its client
+ * and once for each WAL sync it does), and (with wal) pg_stat_wal's counters. */
+#define PG_MAX_PROCS 256
+typedef struct pg_snap {
+	double total_s;
+	int n;
+	pid_t pid[PG_MAX_PROCS];
+	double s[PG_MAX_PROCS];
+	unsigned long long waits[PG_MAX_PROCS];
+	double wal_sync, wal_write, wal_sync_ms;
+} pg_snap;
+void pg_snap_take(pg_snap *out, int wal);
+/* CPU seconds of PostgreSQL between two snapshots; its busiest process's CPU, waits
+ * and title ("postgres: walwriter", "postgres: postgres baton_bench_1_2 127.0.0.1"). */
+double pg_snap_delta(const pg_snap *a, const pg_snap *b, double *busiest_s, double *busiest_waits,
+		     char *busiest_name, size_t namelen);
 
 /* ---- runs paired with their floor ---- */
 
 /* One measured run against s: its figure and up to two more numbers (aux). */
 typedef int (*run_fn)(const server *s, int run, void *ctx, double *figure, double aux[2]);
 
+/* What the processes did in a run, per unit of work (step, request), for the notes:
+ * filled by costs_end (steps.c's benchmarks) and, for the WAL syncs, by paired_runs. */
+typedef struct run_costs {
+	double units;	      /* steps or requests of the run; 0 when not measured */
+	double commits;	      /* batond's commits (baton_commits_total) */
+	double batond_us;     /* batond's CPU per unit */
+	double pg_us;	      /* PostgreSQL's processes' CPU per unit */
+	double pg_busiest_us; /* its busiest process's per unit */
+	double pg_waits;      /* that process's waits (context switches) per batond commit */
+	double commit_ms;     /* batond's mean commit (baton_commit_duration_seconds) */
+	double wal_syncs;     /* WAL syncs per unit (pg_stat_wal, batond's whole life) */
+	double wal_sync_ms;   /* mean time of one WAL sync */
+	char pg_busiest[80];  /* its title, of the last run */
+} run_costs;
+
+typedef struct costs_snap {
+	cpu_snap batond;
+	pg_snap pg;
+	double commits, commit_s; /* from /metrics */
+} costs_snap;
+void costs_begin(const server *s, costs_snap *c);
+/* Prints batond's CPU per unit (and on PostgreSQL the server's) and keeps it for
+ * paired_runs. */
+void costs_end(const server *s, const costs_snap *c0, double units, const char *unit,
+	       double wall_s);
+
 typedef struct paired_result {
 	int runs;
 	double figure, ratio, aux[2]; /* medians over the runs */
 	double floor_rate, floor_ms;  /* medians of the floors: commits/s, mean ms/commit */
+	run_costs costs;	      /* medians over the runs (the title of the last) */
 } paired_result;
 
 /* Runs fn `runs` times, each right after a floor run (about a second) in dir, so that
  * every run has a floor taken on the same disk moments before; the machine is noisy and
  * its noise comes and goes. ratio is the median of the runs' figure / floor commits/s,
- * or with `latency`, of figure / floor mean commit ms. Returns -1 when a run failed. */
-int paired_runs(const server *s, const char *dir, int runs, run_fn fn, void *ctx, int latency,
+ * or with `latency`, of figure / floor mean commit ms. Returns -1 when a run failed.
+ * On PostgreSQL every run gets a batond of its own on a fresh database (s is stopped
+ * and started again), and its WAL syncs are read once it has stopped. */
+int paired_runs(server *s, const char *dir, int runs, run_fn fn, void *ctx, int latency,
 		paired_result *out);
+/* A note on the costs of paired runs ("batond 25 us/step; PostgreSQL ..."), "" if none. */
+void costs_note(const paired_result *pr, const char *unit, char *buf, size_t len);
 
 /* ---- the result table ---- */
 
 enum verdict { V_PASS, V_MISS, V_INFO };
 
 typedef struct row {
+	char store[16]; /* filled by table_add */
 	char what[48];
 	char figure[64];
 	char floor[64];
 	char ratio[32];
 	char target[48];
 	enum verdict verdict;
-	char note[200];
+	char note[560];
 } row;
 
 void table_add(const row *r);

@@ -232,9 +232,17 @@ int server_wait_listening(server *s, double timeout_s)
 
 int server_start(server *s, const char *dir, const char *const *extra)
 {
+	char d[BENCH_PATH_MAX];
+	snprintf(d, sizeof d, "%s", dir); /* dir may be s->dir */
 	memset(s, 0, sizeof *s);
-	snprintf(s->dir, sizeof s->dir, "%s", dir);
-	snprintf(s->db, sizeof s->db, "%s/baton.db", dir);
+	snprintf(s->dir, sizeof s->dir, "%s", d);
+	s->extra = extra;
+	if (opt.store == STORE_POSTGRES) {
+		if (pg_db_new(s->db, sizeof s->db) != 0)
+			return -1;
+	} else {
+		snprintf(s->db, sizeof s->db, "%s/baton.db", d);
+	}
 	/* The default log level (info): every step logs its lines, as in production. */
 	if (server_spawn(s, extra) || server_wait_listening(s, 30)) {
 		server_stop(s);
@@ -261,8 +269,11 @@ static void stop_pid(pid_t pid, int sig, double wait_s)
 
 void server_stop(server *s)
 {
+	int was_running = s->pid > 0;
 	stop_pid(s->pid, SIGTERM, 10);
 	s->pid = 0;
+	if (was_running && opt.store == STORE_POSTGRES)
+		pg_wait_idle(s->db, 10);
 }
 
 void server_kill9(server *s)
@@ -513,13 +524,17 @@ int workflow_span(int port, const char *id, int steps, const char *what, int64_t
 static row rows[MAX_ROWS];
 static int nrows, nerrors;
 
-void table_add(const row *r)
+void table_add(const row *in)
 {
+	row copy = *in, *r = &copy;
+	snprintf(r->store, sizeof r->store, "%s",
+		 opt.store == STORE_POSTGRES ? "PostgreSQL" : "SQLite");
 	if (nrows < MAX_ROWS)
 		rows[nrows++] = *r;
 	const char *v = r->verdict == V_PASS ? "PASS" : r->verdict == V_MISS ? "MISS" : "";
-	printf("  -> %-22s %-24s floor %-22s ratio %-8s target %-20s %s%s%s\n", r->what, r->figure,
-	       r->floor, r->ratio, r->target, v, r->note[0] ? "  " : "", r->note);
+	printf("  -> %s %-22s %-24s floor %-22s ratio %-8s target %-20s %s%s%s\n", r->store,
+	       r->what, r->figure, r->floor, r->ratio, r->target, v, r->note[0] ? "  " : "",
+	       r->note);
 	fflush(stdout);
 }
 
@@ -535,20 +550,21 @@ void table_fail(const char *what, const char *why)
 
 void table_print(void)
 {
-	printf("\n| what | figure | floor (same run) | ratio | target | result |\n");
-	printf("|---|---|---|---|---|---|\n");
+	printf("\n| store | what | figure | floor (same run) | ratio | target | result |\n");
+	printf("|---|---|---|---|---|---|---|\n");
 	for (int i = 0; i < nrows; i++) {
 		const row *r = &rows[i];
 		const char *v = r->verdict == V_PASS   ? "PASS"
 				: r->verdict == V_MISS ? (opt.smoke ? "miss (smoke)" : "MISS")
 						       : "info";
-		printf("| %s | %s | %s | %s | %s | %s |\n", r->what, r->figure, r->floor, r->ratio,
-		       r->target, v);
+		printf("| %s | %s | %s | %s | %s | %s | %s |\n", r->store, r->what, r->figure,
+		       r->floor, r->ratio, r->target, v);
 	}
 	int notes = 0;
 	for (int i = 0; i < nrows; i++)
 		if (rows[i].note[0])
-			printf("%s- %s: %s\n", notes++ ? "" : "\n", rows[i].what, rows[i].note);
+			printf("%s- %s, %s: %s\n", notes++ ? "" : "\n", rows[i].store, rows[i].what,
+			       rows[i].note);
 	fflush(stdout);
 }
 

@@ -87,6 +87,8 @@ int floor_measure(const char *dir, int runs, long max_commits, double max_second
 {
 	char path[BENCH_PATH_MAX + 16];
 	dvec lat = {0}, rates = {0};
+	if (opt.store == STORE_POSTGRES)
+		return pg_floor_measure(runs, max_commits, max_seconds, out);
 	memset(out, 0, sizeof *out);
 	snprintf(path, sizeof path, "%s/floor.db", dir);
 	for (int i = 0; i < runs; i++) {
@@ -109,20 +111,131 @@ int floor_measure(const char *dir, int runs, long max_commits, double max_second
 	return 0;
 }
 
-int paired_runs(const server *s, const char *dir, int runs, run_fn fn, void *ctx, int latency,
+/* ---- what the processes cost per unit of work ---- */
+
+static run_costs cur_costs; /* the run in progress: costs_end fills it */
+
+void costs_begin(const server *s, costs_snap *c)
+{
+	char *text = NULL;
+	cpu_take(s->pid, &c->batond);
+	if (opt.store == STORE_POSTGRES)
+		pg_snap_take(&c->pg, 0);
+	c->commits = c->commit_s = 0;
+	if (http_do(s->port, "GET", "/metrics", NULL, &text) == 200 && text) {
+		c->commits = metric_value(text, "baton_commits_total");
+		c->commit_s = metric_value(text, "baton_commit_duration_seconds_sum");
+	}
+	free(text);
+}
+
+void costs_end(const server *s, const costs_snap *c0, double units, const char *unit, double wall_s)
+{
+	costs_snap c1;
+	double busiest;
+	costs_begin(s, &c1);
+	double total = cpu_delta(&c0->batond, &c1.batond, &busiest);
+	run_costs *k = &cur_costs;
+	k->units = units;
+	k->commits = c1.commits - c0->commits;
+	k->commit_ms = k->commits > 0 ? (c1.commit_s - c0->commit_s) / k->commits * 1000 : 0;
+	k->batond_us = total / units * 1e6;
+	printf("         batond CPU %.0f us/%s (busiest thread %.0f us/%s, busy %.0f%% of the"
+	       " time); %.0f commits of %.3f ms on average\n",
+	       k->batond_us, unit, busiest / units * 1e6, unit, 100 * busiest / wall_s, k->commits,
+	       k->commit_ms);
+	if (opt.store != STORE_POSTGRES)
+		return;
+	double pbusy, pwaits;
+	double ptotal =
+	    pg_snap_delta(&c0->pg, &c1.pg, &pbusy, &pwaits, k->pg_busiest, sizeof k->pg_busiest);
+	k->pg_us = ptotal / units * 1e6;
+	k->pg_busiest_us = pbusy / units * 1e6;
+	k->pg_waits = k->commits > 0 ? pwaits / k->commits : 0;
+	printf("         PostgreSQL CPU %.0f us/%s (busiest process %.0f us/%s, busy %.0f%% of"
+	       " the time, %.1f waits per batond commit: %s)\n",
+	       k->pg_us, unit, k->pg_busiest_us, unit, 100 * pbusy / wall_s, k->pg_waits,
+	       k->pg_busiest);
+}
+
+void costs_note(const paired_result *pr, const char *unit, char *buf, size_t len)
+{
+	const run_costs *k = &pr->costs;
+	buf[0] = 0;
+	if (k->units <= 0)
+		return;
+	if (opt.store != STORE_POSTGRES) {
+		snprintf(buf, len, "; batond CPU %.0f us/%s; commits of %.3f ms", k->batond_us,
+			 unit, k->commit_ms);
+		return;
+	}
+	snprintf(buf, len,
+		 "; CPU per %s: batond %.0f us, PostgreSQL %.0f us (busiest process %.0f us: %s);"
+		 " batond's commits %.3f ms each, %.1f waits of that process per commit;"
+		 " %.3f WAL syncs/%s of %.3f ms each",
+		 unit, k->batond_us, k->pg_us, k->pg_busiest_us, k->pg_busiest, k->commit_ms,
+		 k->pg_waits, k->wal_syncs, unit, k->wal_sync_ms);
+}
+
+/* On PostgreSQL: a fresh database and batond for the next run, and the WAL snapshot. */
+static int pg_fresh_server(server *s, pg_snap *w0)
+{
+	server_stop(s);
+	pg_snap_take(w0, 1);
+	return server_start(s, s->dir, s->extra);
+}
+
+/* On PostgreSQL: stops the run's batond and reads the WAL syncs of its life. */
+static void pg_run_syncs(server *s, const pg_snap *w0)
+{
+	pg_snap w1;
+	server_stop(s);
+	pg_snap_take(&w1, 1);
+	double syncs = w1.wal_sync - w0->wal_sync;
+	if (cur_costs.units > 0)
+		cur_costs.wal_syncs = syncs / cur_costs.units;
+	cur_costs.wal_sync_ms = syncs > 0 ? (w1.wal_sync_ms - w0->wal_sync_ms) / syncs : 0;
+	printf("         PostgreSQL: %.0f WAL syncs (pg_stat_wal) of %.2f ms each over this"
+	       " batond's life\n",
+	       syncs, cur_costs.wal_sync_ms);
+}
+
+#define NCOSTS 9
+static void costs_fields(run_costs *k, double **f)
+{
+	double *v[NCOSTS] = {&k->units,	    &k->commits,       &k->batond_us,
+			     &k->pg_us,	    &k->pg_busiest_us, &k->pg_waits,
+			     &k->commit_ms, &k->wal_syncs,     &k->wal_sync_ms};
+	memcpy(f, v, sizeof v);
+}
+
+int paired_runs(server *s, const char *dir, int runs, run_fn fn, void *ctx, int latency,
 		paired_result *out)
 {
 	dvec fig = {0}, ratio = {0}, rate = {0}, ms = {0}, aux0 = {0}, aux1 = {0};
+	dvec costs[NCOSTS] = {{0}};
 	int rc = 0;
 	memset(out, 0, sizeof *out);
 	for (int i = 0; i < runs && rc == 0; i++) {
 		floor_result f;
+		pg_snap w0;
 		double v, aux[2] = {0, 0};
+		memset(&cur_costs, 0, sizeof cur_costs);
 		rc = floor_measure(dir, 1, opt.smoke ? 300 : 5000, opt.smoke ? 0.3 : 1.0, &f);
+		if (rc == 0 && opt.store == STORE_POSTGRES)
+			rc = pg_fresh_server(s, &w0);
 		if (rc == 0)
 			rc = fn(s, i, ctx, &v, aux);
+		if (rc == 0 && opt.store == STORE_POSTGRES)
+			pg_run_syncs(s, &w0);
 		if (rc)
 			break;
+		double *cf[NCOSTS];
+		costs_fields(&cur_costs, cf);
+		for (int k = 0; k < NCOSTS; k++)
+			dvec_push(&costs[k], *cf[k]);
+		snprintf(out->costs.pg_busiest, sizeof out->costs.pg_busiest, "%s",
+			 cur_costs.pg_busiest);
 		double floor_ms = 1000.0 / f.commits_per_s;
 		double r = latency ? v / floor_ms : v / f.commits_per_s;
 		printf("         floor just before: %.0f commits/s (%.3f ms mean); ratio %.2f\n",
@@ -142,7 +255,13 @@ int paired_runs(const server *s, const char *dir, int runs, run_fn fn, void *ctx
 		out->floor_ms = median(ms.v, ms.n);
 		out->aux[0] = median(aux0.v, aux0.n);
 		out->aux[1] = median(aux1.v, aux1.n);
+		double *cf[NCOSTS];
+		costs_fields(&out->costs, cf);
+		for (int k = 0; k < NCOSTS; k++)
+			*cf[k] = median(costs[k].v, costs[k].n);
 	}
+	for (int k = 0; k < NCOSTS; k++)
+		dvec_free(&costs[k]);
 	dvec_free(&fig);
 	dvec_free(&ratio);
 	dvec_free(&rate);

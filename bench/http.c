@@ -64,12 +64,11 @@ static int accept_run(const server *s, int run, void *ctx, double *figure, doubl
 	snprintf(prefix, sizeof prefix, "acc%d", run);
 	accept_ctx a = {.prefix = prefix, .nres = CONNS};
 	load_result lr;
-	cpu_snap u0, u1;
-	double busiest;
-	cpu_take(s->pid, &u0);
+	costs_snap u0;
+	/* Counted from what this batond has finished: on PostgreSQL each run has its own. */
+	c->total = server_count(s->port, "completed");
+	costs_begin(s, &u0);
 	load_run(s->port, CONNS, 10000000, c->seconds, next_submit, &a, &lr);
-	cpu_take(s->pid, &u1);
-	double cpu = cpu_delta(&u0, &u1, &busiest);
 	*figure = rate_of(&lr);
 	aux[0] = percentile(lr.lat_ms.v, lr.lat_ms.n, 50);
 	aux[1] = percentile(lr.lat_ms.v, lr.lat_ms.n, 99);
@@ -77,10 +76,7 @@ static int accept_run(const server *s, int run, void *ctx, double *figure, doubl
 	       " %ld failed\n",
 	       run + 1, lr.ok, lr.seconds, *figure, aux[0], aux[1], lr.failed);
 	if (lr.ok)
-		printf("         batond CPU %.0f us/request (busiest thread %.0f us, busy %.0f%% of"
-		       " the time)\n",
-		       cpu / (double)lr.ok * 1e6, busiest / (double)lr.ok * 1e6,
-		       100 * busiest / lr.seconds);
+		costs_end(s, &u0, (double)lr.ok, "request", lr.seconds);
 	int rc = lr.failed || !lr.ok ? -1 : 0;
 	if (rc)
 		fprintf(stderr, "bench: accept: first failure: status %d\n", lr.first_status);
@@ -125,10 +121,12 @@ int bench_http_accept(void)
 	snprintf(r.floor, sizeof r.floor, "%.0f commits/s", pr.floor_rate);
 	snprintf(r.ratio, sizeof r.ratio, "%.1fx", pr.ratio);
 	snprintf(r.target, sizeof r.target, ">= 5x, p99 reported");
+	char costs[300];
+	costs_note(&pr, "request", costs, sizeof costs);
 	snprintf(r.note, sizeof r.note,
 		 "medians of %d runs of %g s over %d connections, each right after its floor;"
-		 " one-step zero-work workflows on %d resources, all of which ran to completion",
-		 runs, c.seconds, CONNS, CONNS);
+		 " one-step zero-work workflows on %d resources, all of which ran to completion%s",
+		 runs, c.seconds, CONNS, CONNS, costs);
 	table_add(&r);
 	return 0;
 }

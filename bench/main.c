@@ -2,22 +2,29 @@
  * main.c - batonbench: runs baton's benchmarks (issue 7) and prints one table.
  *
  *     batonbench [--smoke] [--batond PATH] [--minjson PATH] [--dir PARENT]
- *                [--threads N] [--http-threads N] [--keep] [NAME...]
+ *                [--threads N] [--http-threads N] [--keep]
+ *                [--store sqlite|postgres|both] [--pg URL] [NAME...]
  *
- * NAME is any of floor, steps, group, contended, accept, read, memory, recovery
+ * NAME is any of floor, steps, group, contended, accept, read, memory, recovery, calls
  * (default: all, in that order). Every benchmark starts its own batond on 127.0.0.1:0
  * with a fresh database under PARENT (default $TMPDIR or /tmp) and removes it after.
+ * With --store postgres (or both: SQLite first), the benchmarks that have a PostgreSQL
+ * form run again on the PostgreSQL server at URL (bench/run.sh starts a throwaway one
+ * with bench/pg.sh): the floor over libpq on that server, and batond on a new database
+ * of it for every run.
  * Exit status: 0 when everything ran and (without --smoke) every target was met; 1 when
  * a target was missed; 2 when a benchmark could not run or on a usage error.
  */
 #include "bench.h"
 
 #include <curl/curl.h>
+#include <libpq-fe.h>
 #include <signal.h>
 #include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/utsname.h>
 #include <time.h>
 #include <unistd.h>
@@ -34,7 +41,13 @@ int bench_floor(void)
 	char dir[BENCH_PATH_MAX];
 	floor_result f;
 	int runs = opt.smoke ? 1 : 5;
-	printf("\n== floor: one INSERT per transaction, WAL, synchronous=FULL, %d runs\n", runs);
+	if (opt.store == STORE_POSTGRES)
+		printf("\n== floor: one single-row INSERT per transaction over libpq,"
+		       " synchronous_commit=on, %d runs\n",
+		       runs);
+	else
+		printf("\n== floor: one INSERT per transaction, WAL, synchronous=FULL, %d runs\n",
+		       runs);
 	if (tmpdir_new(dir, sizeof dir) != 0) {
 		table_fail("floor", "no temporary directory");
 		return -1;
@@ -42,7 +55,7 @@ int bench_floor(void)
 	int rc = floor_measure(dir, runs, opt.smoke ? 300 : 5000, opt.smoke ? 0.3 : 2.0, &f);
 	tmpdir_remove(dir);
 	if (rc) {
-		table_fail("floor", "SQLite failed (see above)");
+		table_fail("floor", "the database failed (see above)");
 		return -1;
 	}
 	row r = {.verdict = V_INFO};
@@ -51,21 +64,28 @@ int bench_floor(void)
 	snprintf(r.floor, sizeof r.floor, "(the reference)");
 	snprintf(r.ratio, sizeof r.ratio, "1x");
 	snprintf(r.target, sizeof r.target, "-");
+	char pgcpu[96] = "";
+	if (opt.store == STORE_POSTGRES)
+		snprintf(pgcpu, sizeof pgcpu, "; PostgreSQL CPU %.0f us/commit", f.server_us);
 	snprintf(r.note, sizeof r.note,
 		 "median of %d runs, %ld commits; commit latency median %.3f ms, p99 %.3f ms, mean"
-		 " %.3f ms",
-		 runs, f.commits, f.commit_ms, f.p99_ms, 1000.0 / f.commits_per_s);
+		 " %.3f ms%s",
+		 runs, f.commits, f.commit_ms, f.p99_ms, 1000.0 / f.commits_per_s, pgcpu);
 	table_add(&r);
 	return 0;
 }
 
+/* pg: the benchmark has a PostgreSQL form (memory and recovery are SQLite's own). */
 static const struct {
 	const char *name;
 	int (*fn)(void);
+	int pg;
 } benches[] = {
-    {"floor", bench_floor},	    {"steps", bench_step_overhead}, {"group", bench_group_commit},
-    {"contended", bench_contended}, {"accept", bench_http_accept},  {"read", bench_http_read},
-    {"memory", bench_memory},	    {"recovery", bench_recovery},   {"calls", bench_http_steps},
+    {"floor", bench_floor, 1},	      {"steps", bench_step_overhead, 1},
+    {"group", bench_group_commit, 1}, {"contended", bench_contended, 1},
+    {"accept", bench_http_accept, 1}, {"read", bench_http_read, 1},
+    {"memory", bench_memory, 0},      {"recovery", bench_recovery, 0},
+    {"calls", bench_http_steps, 1},
 };
 #define NBENCH (sizeof benches / sizeof benches[0])
 
@@ -74,7 +94,8 @@ static void usage(FILE *f)
 	fprintf(
 	    f,
 	    "usage: batonbench [--smoke] [--batond PATH] [--minjson PATH] [--dir PARENT]\n"
-	    "                  [--threads N] [--http-threads N] [--keep] [NAME...]\n"
+	    "                  [--threads N] [--http-threads N] [--keep]\n"
+	    "                  [--store sqlite|postgres|both] [--pg URL] [NAME...]\n"
 	    "NAME: floor steps group contended accept read memory recovery calls (default: all)\n");
 }
 
@@ -101,9 +122,10 @@ static void print_context(void)
 	       opt.minjson, opt.parent, sqlite3_libversion(), curl_version());
 }
 
-static int parse_args(int argc, char **argv, int *want)
+static int parse_args(int argc, char **argv, int *want, int *stores)
 {
 	int any = 0;
+	*stores = 1 << STORE_SQLITE;
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i];
 		int has_value = i + 1 < argc;
@@ -121,6 +143,19 @@ static int parse_args(int argc, char **argv, int *want)
 			opt.threads = atoi(argv[++i]);
 		} else if (strcmp(a, "--http-threads") == 0 && has_value) {
 			opt.http_threads = atoi(argv[++i]);
+		} else if (strcmp(a, "--pg") == 0 && has_value) {
+			opt.pg_url = argv[++i];
+		} else if (strcmp(a, "--store") == 0 && has_value) {
+			const char *v = argv[++i];
+			*stores = strcmp(v, "sqlite") == 0     ? 1 << STORE_SQLITE
+				  : strcmp(v, "postgres") == 0 ? 1 << STORE_POSTGRES
+				  : strcmp(v, "both") == 0
+				      ? (1 << STORE_SQLITE) | (1 << STORE_POSTGRES)
+				      : 0;
+			if (!*stores) {
+				usage(stderr);
+				return -1;
+			}
 		} else if (strcmp(a, "--help") == 0) {
 			usage(stdout);
 			exit(0);
@@ -138,15 +173,48 @@ static int parse_args(int argc, char **argv, int *want)
 	}
 	for (size_t k = 0; !any && k < NBENCH; k++)
 		want[k] = 1;
+	if ((*stores & (1 << STORE_POSTGRES)) && !opt.pg_url) {
+		fprintf(stderr, "batonbench: --store postgres needs --pg URL (bench/run.sh gives"
+				" one)\n");
+		return -1;
+	}
 	return 0;
+}
+
+/* The wanted benchmarks on one store; how many ran (or tried to). */
+static int run_store(int store, const int *want)
+{
+	int ran = 0;
+	opt.store = store;
+	if (store == STORE_POSTGRES) {
+		printf("\n==== PostgreSQL: %s\n", opt.pg_url);
+		if (pg_open() != 0) {
+			table_fail("PostgreSQL", "could not connect (see above)");
+			return 1;
+		}
+		printf("%s\n", pg_version());
+	}
+	for (size_t k = 0; k < NBENCH; k++) {
+		if (!want[k])
+			continue;
+		if (store == STORE_POSTGRES && !benches[k].pg) {
+			printf("\n== %s: SQLite only\n", benches[k].name);
+			continue;
+		}
+		benches[k].fn();
+		ran++;
+	}
+	if (store == STORE_POSTGRES)
+		pg_close();
+	return ran;
 }
 
 int main(int argc, char **argv)
 {
-	int want[NBENCH] = {0};
+	int want[NBENCH] = {0}, stores;
 	const char *tmp = getenv("TMPDIR");
 	opt.parent = tmp && *tmp ? tmp : "/tmp";
-	if (parse_args(argc, argv, want) != 0)
+	if (parse_args(argc, argv, want, &stores) != 0)
 		return 2;
 	if (access(opt.batond, X_OK) != 0 || access(opt.minjson, X_OK) != 0) {
 		fprintf(stderr, "batonbench: %s or %s is not an executable (run make first)\n",
@@ -159,18 +227,22 @@ int main(int argc, char **argv)
 	signal(SIGINT, on_signal);
 	signal(SIGTERM, on_signal);
 	signal(SIGPIPE, SIG_IGN);
+	/* When run.sh is killed, its watchdog stops PostgreSQL: end with it, not against a
+	 * server that is gone (and the batonds end with us). */
+	pid_t parent = getppid();
+	prctl(PR_SET_PDEATHSIG, SIGTERM);
+	if (getppid() != parent)
+		raise(SIGTERM);
 	curl_global_init(CURL_GLOBAL_DEFAULT);
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	print_context();
-	for (size_t k = 0; k < NBENCH; k++)
-		if (want[k])
-			benches[k].fn();
+	int ran = 0;
+	for (int store = STORE_SQLITE; store <= STORE_POSTGRES; store++)
+		if (stores & (1 << store))
+			ran += run_store(store, want);
 	table_print();
 	curl_global_cleanup();
 	int misses = table_misses() - table_errors();
-	int ran = 0;
-	for (size_t k = 0; k < NBENCH; k++)
-		ran += want[k] != 0;
 	if (table_errors()) {
 		printf("\n%d benchmark(s) could not run\n", table_errors());
 		if (opt.smoke)

@@ -1,26 +1,61 @@
 #!/bin/sh
 # bench/run.sh - builds the benchmarks into build/bench/ and runs them.
 #
-#   sh bench/run.sh [--smoke] [batonbench options] [NAME...]
+#   sh bench/run.sh [--smoke] [--store sqlite|postgres|both] [batonbench options] [NAME...]
 #
 # `make bench` runs it after `make all`; `make bench-smoke` adds --smoke (tiny sizes, a
 # few seconds, targets not enforced). BATOND overrides the server under test (default
 # server/batond), CC the compiler. The flags are the Makefile's.
+#
+# --store (default both): with postgres, a throwaway PostgreSQL 15 is started first with
+# bench/pg.sh in a directory of its own under $TMPDIR (or /tmp), its URL handed to
+# batonbench with --pg, and that server (and only it) is stopped at the end, also when
+# a benchmark fails or the run is interrupted. PGBIN overrides where PostgreSQL is;
+# --pg URL uses a server of yours instead (on this machine: its processes are read in
+# /proc), on which batonbench creates and drops databases baton_bench_PID_N.
 set -eu
 cd "$(dirname "$0")/.."
 
 CC=${CC:-cc}
 OUT=build/bench
-PKGS="libmicrohttpd jansson sqlite3 libcurl"
+PKGS="libmicrohttpd jansson sqlite3 libcurl libpq"
 CFLAGS="-std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Wformat=2 -Wshadow -Wstrict-prototypes
 	-Wno-unused-parameter -O2 -g $(pkg-config --cflags $PKGS)"
 LIBS="$(pkg-config --libs $PKGS) -lpthread -lm"
 BATOND=${BATOND:-server/batond}
 
+# --store is this script's; the rest goes to batonbench (--pg URL: a server of yours).
+store=both
+keep=
+pg_given=
+skip=
+n=$#
+for a in "$@"; do
+	if [ -n "$skip" ]; then
+		store=$a
+		skip=
+		continue
+	fi
+	case $a in
+	--store) skip=1 ;;
+	--keep) keep=1 ;;
+	--pg) pg_given=1 ;;
+	esac
+	[ "$a" = --store ] || set -- "$@" "$a"
+done
+shift "$n"
+case $store in
+sqlite | postgres | both) ;;
+*)
+	echo "bench/run.sh: --store sqlite|postgres|both" >&2
+	exit 2
+	;;
+esac
+
 mkdir -p "$OUT"
 # shellcheck disable=SC2086
 $CC $CFLAGS -o "$OUT/batonbench" bench/main.c bench/common.c bench/load.c bench/floor.c \
-	bench/steps.c bench/http.c bench/memory.c bench/recovery.c bench/calls.c $LIBS
+	bench/pg.c bench/steps.c bench/http.c bench/memory.c bench/recovery.c bench/calls.c $LIBS
 # shellcheck disable=SC2086
 $CC $CFLAGS -o "$OUT/minjson" bench/minjson.c $LIBS
 
@@ -28,4 +63,43 @@ if [ ! -x "$BATOND" ]; then
 	echo "bench/run.sh: $BATOND is missing; run make first" >&2
 	exit 2
 fi
-exec "$OUT/batonbench" --batond "$BATOND" --minjson "$OUT/minjson" "$@"
+
+pgdir=
+bench=
+cleanup() {
+	if [ -n "$bench" ]; then
+		kill "$bench" 2>/dev/null || true
+		wait "$bench" 2>/dev/null || true
+	fi
+	if [ -n "$pgdir" ]; then
+		sh bench/pg.sh stop "$pgdir"
+		if [ -n "$keep" ]; then echo "bench: kept $pgdir" >&2; else rm -rf "$pgdir"; fi
+	fi
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+set -- --store "$store" "$@"
+if [ "$store" != sqlite ] && [ -z "$pg_given" ]; then
+	pgdir=$(mktemp -d "${TMPDIR:-/tmp}/baton-bench-pg.XXXXXX")
+	chmod 755 "$pgdir" # the server's user (postgres when we are root) must reach it
+	if [ "$(id -u)" = 0 ] && ! runuser -u postgres -- test -x "$pgdir"; then
+		rm -rf "$pgdir" # a TMPDIR under a private directory (/root/tmp): /tmp then
+		pgdir=$(mktemp -d /tmp/baton-bench-pg.XXXXXX)
+		chmod 755 "$pgdir"
+	fi
+	if ! url=$(sh bench/pg.sh start "$pgdir" $$); then
+		echo "bench/run.sh: could not start PostgreSQL (PGBIN=${PGBIN:-/usr/lib/postgresql/15/bin})" >&2
+		exit 2
+	fi
+	set -- --pg "$url" "$@"
+fi
+
+# In the background, so that a signal to this script is acted on at once (cleanup).
+status=0
+"$OUT/batonbench" --batond "$BATOND" --minjson "$OUT/minjson" "$@" &
+bench=$!
+wait "$bench" || status=$?
+bench=
+exit "$status"

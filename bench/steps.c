@@ -104,29 +104,19 @@ static int run_all(const char *what, char *dir, server *s, int runs, run_fn fn, 
 
 /* ---- step overhead: one workflow of many zero-work workers ---- */
 
-/* Prints what batond's CPU did per unit of work between two snapshots. */
-static void print_cpu(const cpu_snap *a, const cpu_snap *b, double units, const char *unit,
-		      double wall_s)
-{
-	double busiest, total = cpu_delta(a, b, &busiest);
-	printf("         batond CPU %.0f us/%s (busiest thread %.0f us/%s, busy %.0f%% of the"
-	       " time)\n",
-	       total / units * 1e6, unit, busiest / units * 1e6, unit, 100 * busiest / wall_s);
-}
-
 static int one_long_workflow(const server *s, int run, int workers, double *per_step_ms,
 			     double *commits_per_step)
 {
 	char id[64];
 	int port = s->port;
 	double c0, k0, c1, k1;
-	cpu_snap u0, u1;
-	cpu_take(s->pid, &u0);
+	costs_snap u0;
+	long before = server_count(port, "completed");
+	costs_begin(s, &u0);
 	snprintf(id, sizeof id, "so-%d", run);
 	char *body = workflow_body(id, id, workers, 0);
-	int rc = counters(port, &c0, &k0) || post_workflow(port, body) ||
-		 wait_finished(port, run + 1, 600) || counters(port, &c1, &k1);
-	cpu_take(s->pid, &u1);
+	int rc = before < 0 || counters(port, &c0, &k0) || post_workflow(port, body) ||
+		 wait_finished(port, before + 1, 600) || counters(port, &c1, &k1);
 	free(body);
 	if (rc)
 		return -1;
@@ -137,7 +127,7 @@ static int one_long_workflow(const server *s, int run, int workers, double *per_
 	*commits_per_step = (c1 - c0) / (k1 - k0);
 	printf("  run %d: %d steps in %lld ms: %.3f ms/step, %.2f commits/step\n", run + 1, workers,
 	       (long long)(last - first), *per_step_ms, *commits_per_step);
-	print_cpu(&u0, &u1, workers, "step", (double)(last - first) / 1000.0);
+	costs_end(s, &u0, workers, "step", (double)(last - first) / 1000.0);
 	return 0;
 }
 
@@ -168,9 +158,11 @@ int bench_step_overhead(void)
 	snprintf(r.floor, sizeof r.floor, "%.3f ms/commit", pr.floor_ms);
 	snprintf(r.ratio, sizeof r.ratio, "%.2fx", pr.ratio);
 	snprintf(r.target, sizeof r.target, "<= 1.5x");
+	char costs[300];
+	costs_note(&pr, "step", costs, sizeof costs);
 	snprintf(r.note, sizeof r.note,
-		 "medians of %d runs of %d steps, each right after its floor; %.2f commits/step",
-		 runs, c.workers, pr.aux[0]);
+		 "medians of %d runs of %d steps, each right after its floor; %.2f commits/step%s",
+		 runs, c.workers, pr.aux[0], costs);
 	table_add(&r);
 	return 0;
 }
@@ -235,7 +227,7 @@ static int span_of(int port, const char *resource, const char *prefix, long want
 static int group_run(const server *s, int run, int nwf, int steps, double *rate, double *cps)
 {
 	int port = s->port;
-	cpu_snap u0, u1;
+	costs_snap u0;
 	posts p = {calloc((size_t)nwf, sizeof(char *)), nwf};
 	char prefix[32];
 	snprintf(prefix, sizeof prefix, "gc%d-", run);
@@ -248,7 +240,7 @@ static int group_run(const server *s, int run, int nwf, int steps, double *rate,
 	load_result lr;
 	int64_t first, last;
 	long before = server_count(port, "completed");
-	cpu_take(s->pid, &u0);
+	costs_begin(s, &u0);
 	int rc = counters(port, &c0, &k0) || load_run(port, nwf, nwf, 60, next_post, &p, &lr);
 	posts_free(&p);
 	if (rc == 0 && lr.ok != nwf) {
@@ -259,7 +251,6 @@ static int group_run(const server *s, int run, int nwf, int steps, double *rate,
 	load_result_free(&lr);
 	if (rc || wait_finished(port, before + nwf, 600) || counters(port, &c1, &k1))
 		return -1;
-	cpu_take(s->pid, &u1);
 	if (span_of(port, NULL, prefix, nwf, &first, &last))
 		return -1;
 	double total = (double)nwf * steps;
@@ -267,7 +258,7 @@ static int group_run(const server *s, int run, int nwf, int steps, double *rate,
 	*cps = (c1 - c0) / (k1 - k0);
 	printf("  run %d: %.0f steps in %lld ms: %.0f steps/s, %.3f commits/step\n", run + 1, total,
 	       (long long)(last - first), *rate, *cps);
-	print_cpu(&u0, &u1, total, "step", (double)(last - first) / 1000.0);
+	costs_end(s, &u0, total, "step", (double)(last - first) / 1000.0);
 	return 0;
 }
 
@@ -300,16 +291,20 @@ int bench_group_commit(void)
 	snprintf(r.floor, sizeof r.floor, "%.0f commits/s", pr.floor_rate);
 	snprintf(r.ratio, sizeof r.ratio, "%.1fx", pr.ratio);
 	snprintf(r.target, sizeof r.target, ">= 10x");
+	char costs[300];
+	costs_note(&pr, "step", costs, sizeof costs);
 	snprintf(r.note, sizeof r.note,
-		 "medians of %d runs, each right after its floor; %.3f commits/step", runs,
-		 pr.aux[0]);
+		 "medians of %d runs, each right after its floor; %.3f commits/step%s", runs,
+		 pr.aux[0], costs);
 	table_add(&r);
 	return 0;
 }
 
 /* ---- one contended resource: handoffs ---- */
 
-static int contended_run(const server *s, int run, int nwf, long blocker_ms, double *rate)
+/* u0: the costs snapshot taken when the blocker ends (the handoffs begin). */
+static int contended_run(const server *s, int run, int nwf, long blocker_ms, double *rate,
+			 costs_snap *u0)
 {
 	int port = s->port;
 	char resource[32], blocker[48], prefix[48];
@@ -321,6 +316,7 @@ static int contended_run(const server *s, int run, int nwf, long blocker_ms, dou
 	char *b = workflow_body(blocker, resource, 1, blocker_ms);
 	long before = server_count(port, "completed");
 	int rc = post_workflow(port, b);
+	double blocker_ends = now_s() + (double)blocker_ms / 1000.0;
 	free(b);
 	if (rc)
 		return -1;
@@ -339,6 +335,11 @@ static int contended_run(const server *s, int run, int nwf, long blocker_ms, dou
 	const char *bstatus = json_string_value(json_object_get(bw, "status"));
 	int queued_in_time = bstatus && strcmp(bstatus, "running") == 0;
 	json_decref(bw);
+	/* The costs from just before the blocker ends: the handoffs and 50 ms of idling. */
+	double idle_s = blocker_ends - 0.05 - now_s();
+	if (queued_in_time && idle_s > 0)
+		sleep_ms((int)(idle_s * 1000));
+	costs_begin(s, u0);
 	if (ok != nwf || wait_finished(port, before + nwf + 1, 600))
 		return -1;
 	if (!queued_in_time) {
@@ -365,10 +366,15 @@ static int ct_run(const server *s, int run, void *ctx, double *figure, double au
 {
 	ct_ctx *c = ctx;
 	double c0, k0, c1, k1;
+	costs_snap u0;
+	/* The handoffs only: from the blocker's end, when the queue is full (the commits of
+	 * the submissions before it are counted in commits/step, not here). */
 	int rc = counters(s->port, &c0, &k0) ||
-		 contended_run(s, run, c->nwf, c->blocker_ms, figure) ||
+		 contended_run(s, run, c->nwf, c->blocker_ms, figure, &u0) ||
 		 counters(s->port, &c1, &k1);
 	aux[0] = rc ? 0 : (c1 - c0) / (k1 - k0);
+	if (rc == 0)
+		costs_end(s, &u0, c->nwf, "handoff", c->nwf / *figure);
 	return rc ? -1 : 0;
 }
 
@@ -385,6 +391,8 @@ int bench_contended(void)
 	if (setup(what, dir, sizeof dir, &s) || run_all(what, dir, &s, runs, ct_run, &c, 0, &pr))
 		return -1;
 	row r = {.verdict = pr.ratio >= 1 ? V_PASS : V_MISS};
+	char costs[300];
+	costs_note(&pr, "handoff", costs, sizeof costs);
 	snprintf(r.what, sizeof r.what, "one contended resource");
 	snprintf(r.figure, sizeof r.figure, "%.0f handoffs/s", pr.figure);
 	snprintf(r.floor, sizeof r.floor, "%.0f commits/s", pr.floor_rate);
@@ -392,8 +400,8 @@ int bench_contended(void)
 	snprintf(r.target, sizeof r.target, ">= 1x");
 	snprintf(r.note, sizeof r.note,
 		 "medians of %d runs of %d handoffs, each right after its floor; %.2f commits/step"
-		 " (the blocker's and the submissions' commits included)",
-		 runs, c.nwf, pr.aux[0]);
+		 " (the blocker's and the submissions' commits included)%s",
+		 runs, c.nwf, pr.aux[0], costs);
 	table_add(&r);
 	return 0;
 }
