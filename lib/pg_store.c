@@ -3,9 +3,10 @@
  * behind pg_store_ops (store.h).
  *
  * Design. One connection belongs to the engine thread, the only writer. A batch is one
- * transaction sent in libpq's pipeline mode: BEGIN, the ownership check, every row, and
- * COMMIT go out together and their results are read back in order, so a round costs
- * about one round trip and one WAL flush (synchronous_commit is set on for baton's
+ * transaction sent in libpq's pipeline mode: the ownership check and every row go out
+ * together, followed by a sync, and their results are read back in order. What comes
+ * before a sync is one implicit transaction, committed when the server reaches the sync,
+ * so no BEGIN and COMMIT are needed: a round costs about one round trip and one WAL flush (synchronous_commit is set on for baton's
  * sessions, whatever the server's default). Every write is an upsert or an insert that
  * ignores a row already there, so writing a batch again after a COMMIT whose outcome
  * was lost changes nothing.
@@ -94,8 +95,6 @@ static const char schema_sql[] =
 
 /* Writer statements, prepared on each new writer connection. */
 enum {
-	W_BEGIN,
-	W_COMMIT,
 	W_EPOCH,
 	W_INS_WF,
 	W_INS_DEF,
@@ -108,8 +107,6 @@ enum {
 	W_NSTMT
 };
 static const char *const writer_sql[W_NSTMT] = {
-    [W_BEGIN] = "BEGIN",
-    [W_COMMIT] = "COMMIT",
     [W_EPOCH] = "SELECT baton_check_epoch($1)",
     [W_INS_WF] = "INSERT INTO workflows (" PG_WF_COLS ") VALUES"
 		 " ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14)"
@@ -552,7 +549,8 @@ typedef struct pipeline {
 	int n;
 	int failed; /* a statement failed: baton's code */
 	const wf_row *culprit;
-	int commit_sent; /* COMMIT is among what was sent */
+	int commit_sent; /* the sync that commits the batch was sent */
+	int at_commit;	 /* the failure came after every statement had succeeded */
 	baton_error *err;
 } pipeline;
 
@@ -707,7 +705,6 @@ static void send_events(pipeline *p, const store_event_row *e)
 static void send_batch(pipeline *p, const store_batch *b)
 {
 	pg_params prm = {0};
-	send_stmt(p, W_BEGIN, NULL, NULL, "begin");
 	pg_int(&prm, p->s->epoch);
 	send_stmt(p, W_EPOCH, &prm, NULL, "checking ownership");
 	for (size_t i = 0; i < b->nwfs; i++) {
@@ -721,8 +718,6 @@ static void send_batch(pipeline *p, const store_batch *b)
 		send_resource(p, b->resources[i]);
 	for (size_t i = 0; i < b->nevents; i++)
 		send_events(p, &b->events[i]);
-	send_stmt(p, W_COMMIT, NULL, NULL, "commit");
-	p->commit_sent = !p->failed;
 }
 
 static int pg_write(store *base, const store_batch *b, store_write_failure *why, baton_error *err)
@@ -738,17 +733,30 @@ static int pg_write(store *base, const store_batch *b, store_write_failure *why,
 		return pg_fail(s->w, NULL, err, "entering pipeline mode");
 	pipeline p = {.s = s, .err = err};
 	send_batch(&p, b);
-	if (PQpipelineSync(s->w) != 1 && !p.failed)
+	/* The statements up to the sync are one implicit transaction, committed (or, after a
+	 * failed statement, rolled back) when the server reaches the sync. */
+	if (PQpipelineSync(s->w) == 1)
+		p.commit_sent = !p.failed;
+	else if (!p.failed)
 		p.failed = pg_fail(s->w, NULL, err, "sending a batch");
 	if (PQstatus(s->w) == CONNECTION_OK) {
 		drain(&p);
-		/* What follows the statements: the sync's own result. */
+		/* What follows the statements: the commit's failure if it failed, and the
+		 * sync's own result. */
 		PGresult *r;
-		while ((r = PQgetResult(s->w)) != NULL) {
-			int sync = PQresultStatus(r) == PGRES_PIPELINE_SYNC;
+		int synced = 0;
+		while (!synced && (r = PQgetResult(s->w)) != NULL) {
+			ExecStatusType st = PQresultStatus(r);
+			synced = st == PGRES_PIPELINE_SYNC;
+			if (st == PGRES_FATAL_ERROR && !p.failed) {
+				p.failed = pg_fail(s->w, r, err, "commit");
+				p.at_commit = 1;
+			}
 			PQclear(r);
-			if (sync)
-				break;
+		}
+		if (!synced && !p.failed) {
+			p.failed = pg_fail(s->w, NULL, err, "commit");
+			p.at_commit = 1;
 		}
 		PQexitPipelineMode(s->w);
 		/* A failed statement leaves the transaction open and aborted: end it. */
@@ -757,8 +765,12 @@ static int pg_write(store *base, const store_batch *b, store_write_failure *why,
 	}
 	if (!p.failed)
 		return BATON_OK;
+	/* The commit's outcome is unknown when the connection broke after the sync went out,
+	 * and when the failure came at the commit itself and a retry may clear it: a server
+	 * told to shut down while the commit waited for its WAL flush commits, then says
+	 * "terminating connection" instead of acknowledging. */
 	int broken = PQstatus(s->w) != CONNECTION_OK;
-	why->unknown = broken && p.commit_sent;
+	why->unknown = p.commit_sent && (broken || (p.at_commit && pg_transient(p.failed)));
 	why->permanent = !broken && !pg_transient(p.failed);
 	why->culprit = why->permanent ? p.culprit : NULL;
 	writer_failed(s);

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <time.h>
 
 static int is_json_type(const char *ct)
 {
@@ -66,8 +67,21 @@ static int created(srv *s, request *r, void *data, response *out)
 		snprintf(err.msg, sizeof err.msg, "%s", sub->why);
 		return reply_error(out, &err);
 	}
+	/* The submission is durable: its answer must not be a 503 that says "not taken". A
+	 * read that fails now (the database went away right after the commit, or a pooled
+	 * connection broke) is tried again for a while; a client that still gets an error
+	 * re-POSTs with the same id and is answered 200. */
 	json_t *wf;
-	if (baton_engine_get(s->engine, sub->id, &wf, &err))
+	int rc, pause_ms = 50;
+	for (int64_t waited = 0;;
+	     waited += pause_ms, pause_ms = pause_ms < 1000 ? pause_ms * 2 : 1000) {
+		rc = baton_engine_get(s->engine, sub->id, &wf, &err);
+		if ((rc != BATON_EIO && rc != BATON_EBUSY) || waited >= 15000)
+			break;
+		struct timespec ts = {pause_ms / 1000, (long)(pause_ms % 1000) * 1000000L};
+		nanosleep(&ts, NULL);
+	}
+	if (rc)
 		return reply_error(out, &err);
 	if (sub->created)
 		snprintf(out->location, sizeof out->location, "/workflows/%s", sub->id);
