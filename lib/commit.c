@@ -272,13 +272,11 @@ static void set_faulty(baton_engine *e, int faulty)
  * The database refused a workflow's rows (a value or a constraint it will never accept):
  * that workflow alone fails, with the reason in its record, and the round is written
  * again without what was refused. A new submission is taken back and its caller told
- * why. Returns 0 when it could not be done (a step of it is still running): then the
- * failure is treated as one a retry may clear.
+ * why. Returns 0 when it could not be done (a step of it runs on a step thread): then the
+ * failure is treated as one a retry may clear, until the step's outcome arrives.
  */
 static int fail_unwritable(baton_engine *e, wf_row *wf, const char *why)
 {
-	if (wf->in_flight)
-		return 0;
 	if (wf->is_new) {
 		for (size_t i = 0; i < e->replies.n; i++) {
 			reply *r = &e->replies.v[i];
@@ -291,6 +289,16 @@ static int fail_unwritable(baton_engine *e, wf_row *wf, const char *why)
 		drop_unacknowledged(e, wf->id);
 		return 1;
 	}
+	/* A step granted in this round has not left the engine (its dispatch waits for the
+	 * commit): it is taken back. One that runs on a step thread cannot be. */
+	size_t kept = 0, before = e->dispatches.n;
+	for (size_t i = 0; i < e->dispatches.n; i++)
+		if (e->dispatches.v[i].wf != wf)
+			e->dispatches.v[kept++] = e->dispatches.v[i];
+	e->dispatches.n = kept;
+	if (wf->in_flight && kept == before)
+		return 0;
+	wf->in_flight = 0;
 	char text[640];
 	snprintf(text, sizeof text, "the database refused this workflow's changes: %s", why);
 	for (int k = wf->dirty_lo; k < wf->dirty_hi; k++) {
@@ -354,8 +362,9 @@ void eng_flush(baton_engine *e)
 		       baton_code_name(rc), err.msg);
 	set_faulty(e, 1);
 	/* Callers waiting on this round learn at once, unless a round since the last success
-	 * may have committed: then they learn when it is written again. New submissions are taken back; other
-	 * changes (a cancel, step outcomes) stay in memory and commit when storage recovers. */
+	 * may have committed: then they learn when it is written again. New submissions are taken
+	 * back; other changes (a cancel, step outcomes) stay in memory and commit when storage
+	 * recovers. */
 	for (size_t i = 0; !e->write_unknown && i < e->replies.n; i++) {
 		reply *r = &e->replies.v[i];
 		if (r->created)

@@ -124,7 +124,7 @@ struct baton_engine {
 	/* A write's outcome was unknown and no write has succeeded since: until one does,
 	 * what that write held may be in the database, so nothing of it is taken back. */
 	int write_unknown;
-	int64_t now;	    /* the current round's time (ms since the epoch) */
+	int64_t now; /* the current round's time (ms since the epoch) */
 	VEC(wf_row *) dirty_wfs;
 	VEC(res_lock *) dirty_locks;
 	VEC(pending_event) events;

@@ -38,6 +38,13 @@ void pg_time(pg_params *p, int64_t x);	   /* 0 is NULL */
 void pg_text(pg_params *p, const char *s); /* NULL is NULL */
 void pg_bytes(pg_params *p, const char *s, size_t n);
 
+/* Rows for one unnest() statement: an array literal per column (pg_store.c). */
+#define PG_MAX_COLS 16
+typedef struct pg_rows {
+	textbuf col[PG_MAX_COLS];
+	int ncols, nrows;
+} pg_rows;
+
 /* Reader statements, prepared on first use on each pooled connection. */
 enum {
 	PR_WF_BY_ID,
@@ -75,6 +82,7 @@ typedef struct pg_store {
 	int64_t epoch;	  /* this process's ownership of the database (baton_meta) */
 	int64_t lock_seq; /* the highest stored, at open */
 	textbuf json[2];  /* the writer's JSON values being sent */
+	pg_rows rows;	  /* the batch's many-row statements being built */
 	pg_reader *readers;
 	int nreaders;
 	pthread_mutex_t pool_mu;

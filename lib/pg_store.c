@@ -6,17 +6,19 @@
  * transaction sent in libpq's pipeline mode: the ownership check and every row go out
  * together, followed by a sync, and their results are read back in order. What comes
  * before a sync is one implicit transaction, committed when the server reaches the sync,
- * so no BEGIN and COMMIT are needed: a round costs about one round trip and one WAL flush (synchronous_commit is set on for baton's
- * sessions, whatever the server's default). Every write is an upsert or an insert that
- * ignores a row already there, so writing a batch again after a COMMIT whose outcome
- * was lost changes nothing.
+ * so no BEGIN and COMMIT are needed: a round costs about one round trip and one WAL flush
+ * (synchronous_commit is set on for baton's sessions, whatever the server's default). Every write
+ * is an upsert or an insert that ignores a row already there, so writing a batch again after a
+ * COMMIT whose outcome was lost changes nothing.
  *
  * Ownership. At open batond takes a session advisory lock (a second batond on the same
  * database is refused, as a second one on a SQLite file is) and increments the epoch in
- * baton_meta; every batch first checks, inside its transaction, that the epoch is still
- * its own (baton_check_epoch), so a batond that lost the database while it was cut off
- * can never commit again. A trigger refuses any update that would move a resource's
- * fencing token backwards, whoever sends it.
+ * baton_meta. The writer's session holds the lock for as long as it lives, so whatever
+ * it commits, the owner commits; a new session (after the old one broke) takes the lock
+ * again and checks that the epoch is still its own before it writes anything, so a
+ * batond that lost the database while it was cut off, and was replaced, never commits
+ * again. A trigger refuses any update that would move a resource's fencing token
+ * backwards, whoever sends it.
  *
  * The database may go away. A failed batch or id request drops the connection; the next
  * one reconnects (the engine retries with backoff), takes the advisory lock again and
@@ -86,16 +88,10 @@ static const char schema_sql[] =
     " BEGIN RAISE EXCEPTION 'resource %: fencing token % would go back to %', OLD.name,"
     "  OLD.last_token, NEW.last_token USING ERRCODE = 'BT002'; END $$;"
     "CREATE TRIGGER resources_token_forward BEFORE UPDATE ON resources FOR EACH ROW"
-    " WHEN (NEW.last_token < OLD.last_token) EXECUTE FUNCTION baton_token_backwards();"
-    "CREATE FUNCTION baton_check_epoch(mine bigint) RETURNS void LANGUAGE plpgsql AS $$"
-    " BEGIN PERFORM 1 FROM baton_meta WHERE key = 'epoch' AND value = mine FOR SHARE;"
-    "  IF NOT FOUND THEN RAISE EXCEPTION"
-    "  'another batond has taken over this database (this one had epoch %)', mine"
-    "  USING ERRCODE = 'BT001'; END IF; END $$;";
+    " WHEN (NEW.last_token < OLD.last_token) EXECUTE FUNCTION baton_token_backwards();";
 
 /* Writer statements, prepared on each new writer connection. */
 enum {
-	W_EPOCH,
 	W_INS_WF,
 	W_INS_DEF,
 	W_UPD_WF,
@@ -104,10 +100,12 @@ enum {
 	W_PUT_RES,
 	W_FIND,
 	W_NEXT_ID,
+	W_PUT_STEPS,
+	W_INS_EVENTS,
+	W_PUT_RESS,
 	W_NSTMT
 };
 static const char *const writer_sql[W_NSTMT] = {
-    [W_EPOCH] = "SELECT baton_check_epoch($1)",
     [W_INS_WF] = "INSERT INTO workflows (" PG_WF_COLS ") VALUES"
 		 " ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14)"
 		 " ON CONFLICT (seq) DO UPDATE SET status=$5, cancel_requested=$6,"
@@ -133,6 +131,30 @@ static const char *const writer_sql[W_NSTMT] = {
     [W_FIND] = "SELECT d.definition, w.status FROM workflows w"
 	       " JOIN definitions d ON d.workflow_seq = w.seq WHERE w.id=$1",
     [W_NEXT_ID] = "UPDATE baton_meta SET value = value + $2 WHERE key = $1 RETURNING value",
+    /* The same rows, many at once: one array per column (send_rows). */
+    [W_PUT_STEPS] = "INSERT INTO steps (workflow_seq, resource, " PG_STEP_COLS ") SELECT * FROM"
+		    " unnest($1::bigint[], $2::text[], $3::int[], $4::text[], $5::text[],"
+		    " $6::text[], $7::int[], $8::bigint[], $9::bigint[], $10::bigint[],"
+		    " $11::bigint[], $12::bigint[], $13::bigint[], $14::bigint[], $15::text[],"
+		    " $16::text[])"
+		    " ON CONFLICT (workflow_seq, idx) DO UPDATE SET status=excluded.status,"
+		    " attempts=excluded.attempts, lock_seq=excluded.lock_seq,"
+		    " requested_at=excluded.requested_at, fencing_token=excluded.fencing_token,"
+		    " started_at=excluded.started_at, finished_at=excluded.finished_at,"
+		    " duration_ms=excluded.duration_ms, next_attempt_at=excluded.next_attempt_at,"
+		    " error=excluded.error, result=excluded.result",
+    [W_INS_EVENTS] = "INSERT INTO events (seq, last_seq, workflow_seq, resource, lock, data)"
+		     " SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], $4::text[],"
+		     " $5::boolean[], $6::text[]) ON CONFLICT (seq) DO NOTHING",
+    [W_PUT_RESS] = "INSERT INTO resources (name, last_token, grants, total_hold_ms,"
+		   " max_hold_ms, total_wait_ms, max_wait_ms, holder_seq, holder_idx)"
+		   " SELECT * FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::bigint[],"
+		   " $5::bigint[], $6::bigint[], $7::bigint[], $8::bigint[], $9::int[])"
+		   " ON CONFLICT (name) DO UPDATE SET last_token=excluded.last_token,"
+		   " grants=excluded.grants, total_hold_ms=excluded.total_hold_ms,"
+		   " max_hold_ms=excluded.max_hold_ms, total_wait_ms=excluded.total_wait_ms,"
+		   " max_wait_ms=excluded.max_wait_ms, holder_seq=excluded.holder_seq,"
+		   " holder_idx=excluded.holder_idx",
 };
 
 /* ---- parameters ---- */
@@ -497,6 +519,8 @@ static void pg_close(store *base)
 	PQfinish(s->w);
 	free(s->json[0].v);
 	free(s->json[1].v);
+	for (int i = 0; i < PG_MAX_COLS; i++)
+		free(s->rows.col[i].v);
 	free(s->url);
 	free(s->shown);
 	pthread_cond_destroy(&s->pool_cv);
@@ -702,37 +726,204 @@ static void send_events(pipeline *p, const store_event_row *e)
 	send_stmt(p, W_INS_EVENT, &prm, e->wf, "inserting events");
 }
 
-static void send_batch(pipeline *p, const store_batch *b)
+/* ---- many rows per statement ---- */
+
+/*
+ * One array literal per column ("{1,NULL,\"text\"}"), rows added one value per column,
+ * sent as text parameters of an unnest() statement. A batch's steps, events and resources
+ * go in three statements however many rows they have: the database's cost per statement,
+ * not per row, is what a round of a lone workflow pays (bench/README.md).
+ */
+
+static void rows_start(pg_rows *r, int ncols)
 {
-	pg_params prm = {0};
-	pg_int(&prm, p->s->epoch);
-	send_stmt(p, W_EPOCH, &prm, NULL, "checking ownership");
-	for (size_t i = 0; i < b->nwfs; i++) {
-		const wf_row *wf = b->wfs[i];
-		send_workflow(p, wf);
-		for (int k = wf->dirty_lo; k < wf->dirty_hi; k++)
-			if (wf->steps[k].dirty)
-				send_step(p, wf, &wf->steps[k]);
+	r->ncols = ncols;
+	r->nrows = 0;
+	for (int i = 0; i < ncols; i++) {
+		r->col[i].len = 0;
+		textbuf_put(&r->col[i], "{", 1);
 	}
-	for (size_t i = 0; i < b->nresources; i++)
-		send_resource(p, b->resources[i]);
-	for (size_t i = 0; i < b->nevents; i++)
-		send_events(p, &b->events[i]);
 }
 
-static int pg_write(store *base, const store_batch *b, store_write_failure *why, baton_error *err)
+static textbuf *cell(pg_rows *r, int c)
 {
-	pg_store *s = (pg_store *)base;
-	*why = (store_write_failure){0};
-	int rc = writer(s, err);
-	if (rc) {
-		why->permanent = !pg_transient(rc);
-		return rc;
+	if (r->nrows > 1)
+		textbuf_put(&r->col[c], ",", 1);
+	return &r->col[c];
+}
+
+static void cell_int(pg_rows *r, int c, int64_t v)
+{
+	textbuf_int(cell(r, c), v);
+}
+
+static void cell_null(pg_rows *r, int c)
+{
+	textbuf_put(cell(r, c), "NULL", 4);
+}
+
+static void cell_time(pg_rows *r, int c, int64_t v)
+{
+	if (v)
+		cell_int(r, c, v);
+	else
+		cell_null(r, c);
+}
+
+/* A quoted element: " and \ escaped with a backslash. */
+static void cell_bytes(pg_rows *r, int c, const char *v, size_t n)
+{
+	textbuf *b = cell(r, c);
+	textbuf_reserve(b, n + 2);
+	textbuf_put(b, "\"", 1);
+	for (size_t i = 0, run = 0; i <= n; i++) {
+		if (i < n && v[i] != '"' && v[i] != '\\')
+			continue;
+		textbuf_put(b, v + run, i - run);
+		if (i < n)
+			textbuf_put(b, v[i] == '"' ? "\\\"" : "\\\\", 2);
+		run = i + 1;
 	}
+	textbuf_put(b, "\"", 1);
+}
+
+static void cell_text(pg_rows *r, int c, const char *v)
+{
+	if (v)
+		cell_bytes(r, c, v, strlen(v));
+	else
+		cell_null(r, c);
+}
+
+static void cell_json(pg_store *s, pg_rows *r, int c, const json_t *v)
+{
+	if (!v) {
+		cell_null(r, c);
+		return;
+	}
+	textbuf *b = &s->json[0];
+	b->len = 0;
+	codec_text(b, v);
+	cell_bytes(r, c, b->v, b->len);
+}
+
+static void send_rows(pipeline *p, pg_rows *r, int stmt, const char *what)
+{
+	if (!r->nrows)
+		return;
+	pg_params prm = {0};
+	for (int i = 0; i < r->ncols; i++) {
+		textbuf_put(&r->col[i], "}", 2); /* and the terminator: text parameters */
+		prm.v[i] = r->col[i].v;
+		prm.fmt[i] = 0;
+	}
+	prm.n = r->ncols;
+	send_stmt(p, stmt, &prm, NULL, what);
+}
+
+static void add_step(pg_store *s, pg_rows *r, const wf_row *wf, const step_row *st)
+{
+	r->nrows++;
+	cell_int(r, 0, wf->seq);
+	cell_text(r, 1, wf->resource);
+	cell_int(r, 2, st->index);
+	cell_text(r, 3, st->worker);
+	cell_json(s, r, 4, st->params);
+	cell_text(r, 5, step_status_name(st->status));
+	cell_int(r, 6, st->attempts);
+	cell_time(r, 7, st->lock_seq);
+	cell_time(r, 8, st->requested_at);
+	cell_time(r, 9, st->token);
+	cell_time(r, 10, st->started_at);
+	cell_time(r, 11, st->finished_at);
+	if (st->duration_ms >= 0)
+		cell_int(r, 12, st->duration_ms);
+	else
+		cell_null(r, 12);
+	cell_time(r, 13, st->next_attempt_at);
+	cell_text(r, 14, st->error);
+	cell_json(s, r, 15, st->result);
+}
+
+static void add_event_row(pg_rows *r, const store_event_row *e)
+{
+	r->nrows++;
+	cell_int(r, 0, e->seq);
+	cell_int(r, 1, e->last_seq);
+	cell_int(r, 2, e->wf->seq);
+	cell_text(r, 3, e->wf->resource);
+	textbuf_put(cell(r, 4), e->lock ? "t" : "f", 1);
+	cell_bytes(r, 5, e->text, e->len);
+}
+
+static void add_resource(pg_rows *r, const resource_row *res)
+{
+	r->nrows++;
+	cell_text(r, 0, res->name);
+	cell_int(r, 1, res->last_token);
+	cell_int(r, 2, res->grants);
+	cell_int(r, 3, res->total_hold_ms);
+	cell_int(r, 4, res->max_hold_ms);
+	cell_int(r, 5, res->total_wait_ms);
+	cell_int(r, 6, res->max_wait_ms);
+	cell_time(r, 7, res->holder_seq);
+	if (res->holder_seq)
+		cell_int(r, 8, res->holder_idx);
+	else
+		cell_null(r, 8);
+}
+
+/*
+ * The batch: each workflow's own row, then its steps, resources and events. By default
+ * the steps, events and resources go many rows per statement; per_row sends one statement
+ * per row, so that a row the database refuses names its workflow (pg_write falls back to
+ * it when a many-row statement is refused for good).
+ */
+static void send_batch(pipeline *p, const store_batch *b, int per_row)
+{
+	pg_store *s = p->s;
+	pg_rows *r = &s->rows;
+	for (size_t i = 0; i < b->nwfs; i++)
+		send_workflow(p, b->wfs[i]);
+	rows_start(r, 16);
+	for (size_t i = 0; i < b->nwfs; i++) {
+		const wf_row *wf = b->wfs[i];
+		for (int k = wf->dirty_lo; k < wf->dirty_hi; k++) {
+			if (!wf->steps[k].dirty)
+				continue;
+			if (per_row)
+				send_step(p, wf, &wf->steps[k]);
+			else
+				add_step(s, r, wf, &wf->steps[k]);
+		}
+	}
+	send_rows(p, r, W_PUT_STEPS, "writing steps");
+	rows_start(r, 9);
+	for (size_t i = 0; i < b->nresources; i++) {
+		if (per_row)
+			send_resource(p, b->resources[i]);
+		else
+			add_resource(r, b->resources[i]);
+	}
+	send_rows(p, r, W_PUT_RESS, "writing resources");
+	rows_start(r, 6);
+	for (size_t i = 0; i < b->nevents; i++) {
+		if (per_row)
+			send_events(p, &b->events[i]);
+		else
+			add_event_row(r, &b->events[i]);
+	}
+	send_rows(p, r, W_INS_EVENTS, "inserting events");
+}
+
+/* One attempt at the batch in one pipeline; see pg_write. */
+static int write_once(pg_store *s, const store_batch *b, int per_row, store_write_failure *why,
+		      baton_error *err)
+{
 	if (PQenterPipelineMode(s->w) != 1)
 		return pg_fail(s->w, NULL, err, "entering pipeline mode");
 	pipeline p = {.s = s, .err = err};
-	send_batch(&p, b);
+	send_batch(&p, b, per_row);
 	/* The statements up to the sync are one implicit transaction, committed (or, after a
 	 * failed statement, rolled back) when the server reaches the sync. */
 	if (PQpipelineSync(s->w) == 1)
@@ -759,9 +950,6 @@ static int pg_write(store *base, const store_batch *b, store_write_failure *why,
 			p.at_commit = 1;
 		}
 		PQexitPipelineMode(s->w);
-		/* A failed statement leaves the transaction open and aborted: end it. */
-		if (PQtransactionStatus(s->w) != PQTRANS_IDLE)
-			exec_ok(s->w, "ROLLBACK", NULL, "rollback");
 	}
 	if (!p.failed)
 		return BATON_OK;
@@ -773,8 +961,32 @@ static int pg_write(store *base, const store_batch *b, store_write_failure *why,
 	why->unknown = p.commit_sent && (broken || (p.at_commit && pg_transient(p.failed)));
 	why->permanent = !broken && !pg_transient(p.failed);
 	why->culprit = why->permanent ? p.culprit : NULL;
-	writer_failed(s);
 	return p.failed;
+}
+
+/*
+ * Ownership: the writer's connection holds the session advisory lock for as long as it
+ * lives, so a batch that commits was sent by the owner; a new connection takes the lock
+ * again and checks the epoch first (writer). A batch refused for good in many-row
+ * statements is tried at once one row per statement, which names the workflow refused.
+ */
+static int pg_write(store *base, const store_batch *b, store_write_failure *why, baton_error *err)
+{
+	pg_store *s = (pg_store *)base;
+	*why = (store_write_failure){0};
+	int rc = writer(s, err);
+	if (rc) {
+		why->permanent = !pg_transient(rc);
+		return rc;
+	}
+	rc = write_once(s, b, 0, why, err);
+	if (rc && why->permanent && !why->culprit) {
+		*why = (store_write_failure){0};
+		rc = write_once(s, b, 1, why, err);
+	}
+	if (rc)
+		writer_failed(s);
+	return rc;
 }
 
 /*

@@ -1,10 +1,10 @@
 /*
  * test_postgres.c - what only the PostgreSQL store has, against the real batond and the
  * throwaway PostgreSQL server of the test run (BATON_TEST_PG): the database restarted
- * under load (test_faults has it stopped for a while), a server that refuses connections
- * at start, the schema made
- * from an empty database by two batonds starting at once, a schema too new refused, a
- * database owned by a role without superuser rights, and passwords never shown.
+ * under load (test_faults has it stopped for a while), a change the database refuses for
+ * good, a server that refuses connections at start, the schema made from an empty
+ * database by two batonds starting at once, a schema too new refused, a database owned
+ * by a role without superuser rights, and passwords never shown.
  * On SQLite every test here skips.
  */
 #include <stdarg.h>
@@ -173,6 +173,50 @@ static void test_pg_restart_under_load(void **state)
 	assert_int_equal(count_of(log, "lost the database connection"), 1);
 	assert_int_equal(count_of(log, "database connection is back"), 1);
 	free(log);
+}
+
+/* ---- changes the database refuses ---- */
+
+/*
+ * A change the database refuses for good (here: CHECK constraints an operator added)
+ * fails only the workflow it belongs to, with the database's reason; a new submission
+ * refused that way is answered 400; everything else goes on.
+ */
+static void test_pg_refused_change_fails_one_workflow(void **state)
+{
+	PG_ONLY();
+	hs_server *s = *state;
+	const char *db = strrchr(hs_db_url(s), '/') + 1;
+	sql_on(db, "ALTER TABLE steps ADD CONSTRAINT no_poison"
+		   " CHECK (result IS NULL OR result NOT LIKE '%poison%')");
+	sql_on(db,
+	       "ALTER TABLE workflows ADD CONSTRAINT no_refused CHECK (id NOT LIKE 'refused%')");
+	hs_response r;
+	hs_post(s, "/workflows", "{\"id\":\"refused-1\",\"resource\":\"pga\",\"workers\":[\"a\"]}",
+		&r);
+	hs_assert_problem(&r, 400, "invalid-request", "a submission the database refuses");
+	assert_non_null(strstr(r.body, "no_refused"));
+	hs_response_fini(&r);
+	json_t *bad =
+	    hs_create_workflow(s, json_pack("{s:s, s:s, s:[s, s, s]}", "id", "bad", "resource",
+					    "pga", "workers", "ok-1", "poison-2", "ok-3"));
+	json_t *good = submit(s, "pga", 3);
+	json_t *wf = hs_wait_workflow(s, "bad", "failed", WAIT_MS);
+	assert_non_null(strstr(hs_str(wf, "error"), "no_poison"));
+	assert_string_equal(hs_str(hs_step_at(wf, 0), "status"), "completed");
+	json_decref(wf);
+	json_decref(hs_wait_workflow(s, hs_str(good, "id"), "completed", WAIT_MS));
+	json_decref(bad);
+	json_decref(good);
+	assert_int_equal(hs_db_count(s, "SELECT count(*) FROM workflows WHERE id = 'refused-1'"),
+			 0);
+	/* The engine goes on: a later workflow on the same resource completes too. */
+	json_t *after = submit(s, "pga", 1);
+	json_decref(hs_wait_workflow(s, hs_str(after, "id"), "completed", WAIT_MS));
+	json_decref(after);
+	hs_get(s, "/readyz", &r);
+	assert_int_equal(r.status, 200);
+	hs_response_fini(&r);
 }
 
 /* ---- start-up ---- */
@@ -384,6 +428,8 @@ int main(void)
 	hs_filters_from_env();
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test_setup_teardown(test_pg_restart_under_load, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_pg_refused_change_fails_one_workflow, setup,
+					    teardown),
 	    cmocka_unit_test(test_pg_refused_at_start),
 	    cmocka_unit_test_setup_teardown(test_pg_password_never_shown, setup, teardown),
 	    cmocka_unit_test(test_pg_two_start_on_empty_database),
