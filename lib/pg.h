@@ -25,7 +25,7 @@
 	" started_at, finished_at, duration_ms, next_attempt_at, error, result"
 
 /* Parameters of one statement: ints as decimal text, strings as bytes with a length. */
-#define PG_MAX_PARAMS 20
+#define PG_MAX_PARAMS 32
 typedef struct pg_params {
 	const char *v[PG_MAX_PARAMS];
 	int len[PG_MAX_PARAMS];
@@ -82,7 +82,7 @@ typedef struct pg_store {
 	int64_t epoch;	  /* this process's ownership of the database (baton_meta) */
 	int64_t lock_seq; /* the highest stored, at open */
 	textbuf json[2];  /* the writer's JSON values being sent */
-	pg_rows rows;	  /* the batch's many-row statements being built */
+	pg_rows rows[3];  /* the batch's steps, resources and events being built */
 	pg_reader *readers;
 	int nreaders;
 	pthread_mutex_t pool_mu;

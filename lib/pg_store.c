@@ -100,9 +100,7 @@ enum {
 	W_PUT_RES,
 	W_FIND,
 	W_NEXT_ID,
-	W_PUT_STEPS,
-	W_INS_EVENTS,
-	W_PUT_RESS,
+	W_ROWS,
 	W_NSTMT
 };
 static const char *const writer_sql[W_NSTMT] = {
@@ -131,30 +129,34 @@ static const char *const writer_sql[W_NSTMT] = {
     [W_FIND] = "SELECT d.definition, w.status FROM workflows w"
 	       " JOIN definitions d ON d.workflow_seq = w.seq WHERE w.id=$1",
     [W_NEXT_ID] = "UPDATE baton_meta SET value = value + $2 WHERE key = $1 RETURNING value",
-    /* The same rows, many at once: one array per column (send_rows). */
-    [W_PUT_STEPS] = "INSERT INTO steps (workflow_seq, resource, " PG_STEP_COLS ") SELECT * FROM"
-		    " unnest($1::bigint[], $2::text[], $3::int[], $4::text[], $5::text[],"
-		    " $6::text[], $7::int[], $8::bigint[], $9::bigint[], $10::bigint[],"
-		    " $11::bigint[], $12::bigint[], $13::bigint[], $14::bigint[], $15::text[],"
-		    " $16::text[])"
-		    " ON CONFLICT (workflow_seq, idx) DO UPDATE SET status=excluded.status,"
-		    " attempts=excluded.attempts, lock_seq=excluded.lock_seq,"
-		    " requested_at=excluded.requested_at, fencing_token=excluded.fencing_token,"
-		    " started_at=excluded.started_at, finished_at=excluded.finished_at,"
-		    " duration_ms=excluded.duration_ms, next_attempt_at=excluded.next_attempt_at,"
-		    " error=excluded.error, result=excluded.result",
-    [W_INS_EVENTS] = "INSERT INTO events (seq, last_seq, workflow_seq, resource, lock, data)"
-		     " SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], $4::text[],"
-		     " $5::boolean[], $6::text[]) ON CONFLICT (seq) DO NOTHING",
-    [W_PUT_RESS] = "INSERT INTO resources (name, last_token, grants, total_hold_ms,"
-		   " max_hold_ms, total_wait_ms, max_wait_ms, holder_seq, holder_idx)"
-		   " SELECT * FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::bigint[],"
-		   " $5::bigint[], $6::bigint[], $7::bigint[], $8::bigint[], $9::int[])"
-		   " ON CONFLICT (name) DO UPDATE SET last_token=excluded.last_token,"
-		   " grants=excluded.grants, total_hold_ms=excluded.total_hold_ms,"
-		   " max_hold_ms=excluded.max_hold_ms, total_wait_ms=excluded.total_wait_ms,"
-		   " max_wait_ms=excluded.max_wait_ms, holder_seq=excluded.holder_seq,"
-		   " holder_idx=excluded.holder_idx",
+    /* A batch's steps, resources and events at once: one array per column (send_rows);
+     * an empty array inserts nothing. One statement, so the database's cost per
+     * statement is paid once per round, however many rows it writes. */
+    [W_ROWS] = "WITH s AS (INSERT INTO steps (workflow_seq, resource, " PG_STEP_COLS ")"
+	       " SELECT * FROM unnest($1::bigint[], $2::text[], $3::int[], $4::text[],"
+	       " $5::text[], $6::text[], $7::int[], $8::bigint[], $9::bigint[], $10::bigint[],"
+	       " $11::bigint[], $12::bigint[], $13::bigint[], $14::bigint[], $15::text[],"
+	       " $16::text[])"
+	       " ON CONFLICT (workflow_seq, idx) DO UPDATE SET status=excluded.status,"
+	       " attempts=excluded.attempts, lock_seq=excluded.lock_seq,"
+	       " requested_at=excluded.requested_at, fencing_token=excluded.fencing_token,"
+	       " started_at=excluded.started_at, finished_at=excluded.finished_at,"
+	       " duration_ms=excluded.duration_ms, next_attempt_at=excluded.next_attempt_at,"
+	       " error=excluded.error, result=excluded.result RETURNING 1),"
+	       " r AS (INSERT INTO resources (name, last_token, grants, total_hold_ms,"
+	       " max_hold_ms, total_wait_ms, max_wait_ms, holder_seq, holder_idx)"
+	       " SELECT * FROM unnest($17::text[], $18::bigint[], $19::bigint[], $20::bigint[],"
+	       " $21::bigint[], $22::bigint[], $23::bigint[], $24::bigint[], $25::int[])"
+	       " ON CONFLICT (name) DO UPDATE SET last_token=excluded.last_token,"
+	       " grants=excluded.grants, total_hold_ms=excluded.total_hold_ms,"
+	       " max_hold_ms=excluded.max_hold_ms, total_wait_ms=excluded.total_wait_ms,"
+	       " max_wait_ms=excluded.max_wait_ms, holder_seq=excluded.holder_seq,"
+	       " holder_idx=excluded.holder_idx RETURNING 1),"
+	       " e AS (INSERT INTO events (seq, last_seq, workflow_seq, resource, lock, data)"
+	       " SELECT * FROM unnest($26::bigint[], $27::bigint[], $28::bigint[], $29::text[],"
+	       " $30::boolean[], $31::text[]) ON CONFLICT (seq) DO NOTHING RETURNING 1)"
+	       " SELECT (SELECT count(*) FROM s), (SELECT count(*) FROM r),"
+	       " (SELECT count(*) FROM e)",
 };
 
 /* ---- parameters ---- */
@@ -362,6 +364,7 @@ PGconn *pg_connect(pg_store *s, baton_error *err)
 	 * sees idle inside a transaction (a batond paused mid-write) is ended by it. */
 	if (exec_ok(c,
 		    "SET synchronous_commit = on; SET idle_in_transaction_session_timeout = '60s';"
+		    " SET plan_cache_mode = force_generic_plan;"
 		    " SET client_min_messages = warning",
 		    err, "setting up the session")) {
 		PQfinish(c);
@@ -519,8 +522,9 @@ static void pg_close(store *base)
 	PQfinish(s->w);
 	free(s->json[0].v);
 	free(s->json[1].v);
-	for (int i = 0; i < PG_MAX_COLS; i++)
-		free(s->rows.col[i].v);
+	for (int t = 0; t < 3; t++)
+		for (int i = 0; i < PG_MAX_COLS; i++)
+			free(s->rows[t].col[i].v);
 	free(s->url);
 	free(s->shown);
 	pthread_cond_destroy(&s->pool_cv);
@@ -730,11 +734,10 @@ static void send_events(pipeline *p, const store_event_row *e)
 
 /*
  * One array literal per column ("{1,NULL,\"text\"}"), rows added one value per column,
- * sent as text parameters of an unnest() statement. A batch's steps, events and resources
- * go in three statements however many rows they have: the database's cost per statement,
- * not per row, is what a round of a lone workflow pays (bench/README.md).
+ * sent as text parameters of unnest(). A batch's steps, resources and events go in one
+ * statement however many rows they have: the database's cost per statement, not per
+ * row, is most of what a round of a lone workflow pays (bench/README.md).
  */
-
 static void rows_start(pg_rows *r, int ncols)
 {
 	r->ncols = ncols;
@@ -807,18 +810,20 @@ static void cell_json(pg_store *s, pg_rows *r, int c, const json_t *v)
 	cell_bytes(r, c, b->v, b->len);
 }
 
-static void send_rows(pipeline *p, pg_rows *r, int stmt, const char *what)
+/* The batch's rows, one array per column of each table, in one statement (W_ROWS). */
+static void send_rows(pipeline *p, pg_rows rows[3])
 {
-	if (!r->nrows)
+	if (!rows[0].nrows && !rows[1].nrows && !rows[2].nrows)
 		return;
 	pg_params prm = {0};
-	for (int i = 0; i < r->ncols; i++) {
-		textbuf_put(&r->col[i], "}", 2); /* and the terminator: text parameters */
-		prm.v[i] = r->col[i].v;
-		prm.fmt[i] = 0;
-	}
-	prm.n = r->ncols;
-	send_stmt(p, stmt, &prm, NULL, what);
+	for (int t = 0; t < 3; t++)
+		for (int i = 0; i < rows[t].ncols; i++) {
+			/* The closing brace and the terminator: text parameters. */
+			textbuf_put(&rows[t].col[i], "}", 2);
+			prm.v[prm.n] = rows[t].col[i].v;
+			prm.fmt[prm.n++] = 0;
+		}
+	send_stmt(p, W_ROWS, &prm, NULL, "writing steps, resources and events");
 }
 
 static void add_step(pg_store *s, pg_rows *r, const wf_row *wf, const step_row *st)
@@ -874,18 +879,20 @@ static void add_resource(pg_rows *r, const resource_row *res)
 }
 
 /*
- * The batch: each workflow's own row, then its steps, resources and events. By default
- * the steps, events and resources go many rows per statement; per_row sends one statement
- * per row, so that a row the database refuses names its workflow (pg_write falls back to
- * it when a many-row statement is refused for good).
+ * The batch: each workflow's own row, then the steps, resources and events. By default
+ * those go in one statement of many rows; per_row sends one statement per row, so that a row the
+ * database refuses names its workflow (pg_write falls back to it when a many-row statement is
+ * refused for good).
  */
 static void send_batch(pipeline *p, const store_batch *b, int per_row)
 {
 	pg_store *s = p->s;
-	pg_rows *r = &s->rows;
+	pg_rows *rows = s->rows;
 	for (size_t i = 0; i < b->nwfs; i++)
 		send_workflow(p, b->wfs[i]);
-	rows_start(r, 16);
+	rows_start(&rows[0], 16);
+	rows_start(&rows[1], 9);
+	rows_start(&rows[2], 6);
 	for (size_t i = 0; i < b->nwfs; i++) {
 		const wf_row *wf = b->wfs[i];
 		for (int k = wf->dirty_lo; k < wf->dirty_hi; k++) {
@@ -894,26 +901,23 @@ static void send_batch(pipeline *p, const store_batch *b, int per_row)
 			if (per_row)
 				send_step(p, wf, &wf->steps[k]);
 			else
-				add_step(s, r, wf, &wf->steps[k]);
+				add_step(s, &rows[0], wf, &wf->steps[k]);
 		}
 	}
-	send_rows(p, r, W_PUT_STEPS, "writing steps");
-	rows_start(r, 9);
 	for (size_t i = 0; i < b->nresources; i++) {
 		if (per_row)
 			send_resource(p, b->resources[i]);
 		else
-			add_resource(r, b->resources[i]);
+			add_resource(&rows[1], b->resources[i]);
 	}
-	send_rows(p, r, W_PUT_RESS, "writing resources");
-	rows_start(r, 6);
 	for (size_t i = 0; i < b->nevents; i++) {
 		if (per_row)
 			send_events(p, &b->events[i]);
 		else
-			add_event_row(r, &b->events[i]);
+			add_event_row(&rows[2], &b->events[i]);
 	}
-	send_rows(p, r, W_INS_EVENTS, "inserting events");
+	if (!per_row)
+		send_rows(p, rows);
 }
 
 /* One attempt at the batch in one pipeline; see pg_write. */
