@@ -63,7 +63,7 @@ ALL_CFLAGS  = -std=c11 -D_GNU_SOURCE $(WARN) $(OPT) -g -MMD -MP $(SANFLAGS) -Ili
 ALL_LDFLAGS = $(SANFLAGS) $(LDFLAGS)
 LIBS_ALL    = $(PKG_LIBS) -lpthread -lm
 # batond loads libcurl only when HTTP steps are allowed (lib/call.c), so it does not link it.
-BATOND_LIBS = $(shell pkg-config --libs libmicrohttpd jansson sqlite3 libpq) -lpthread -lm -ldl
+BATOND_LIBS = $(shell pkg-config --libs libmicrohttpd jansson sqlite3) -lpthread -lm -ldl
 
 LIB_SRC    := $(wildcard lib/*.c)
 SERVER_SRC := $(wildcard server/*.c)

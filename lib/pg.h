@@ -11,6 +11,70 @@
 
 #include <libpq-fe.h>
 
+/*
+ * libpq is loaded when a PostgreSQL store is opened (pg_load_libpq), as libcurl is for HTTP
+ * steps: a batond on SQLite maps neither, and needs neither installed. Every PQ*
+ * function these files call goes through this table; the names stay libpq's.
+ */
+#define PG_FUNCS(X)                                                                                \
+	X(PQclear)                                                                                 \
+	X(PQconnectdbParams)                                                                       \
+	X(PQconsumeInput)                                                                          \
+	X(PQenterPipelineMode)                                                                     \
+	X(PQerrorMessage)                                                                          \
+	X(PQexec)                                                                                  \
+	X(PQexecParams)                                                                            \
+	X(PQexecPrepared)                                                                          \
+	X(PQexitPipelineMode)                                                                      \
+	X(PQfinish)                                                                                \
+	X(PQflush)                                                                                 \
+	X(PQgetResult)                                                                             \
+	X(PQgetisnull)                                                                             \
+	X(PQgetlength)                                                                             \
+	X(PQgetvalue)                                                                              \
+	X(PQntuples)                                                                               \
+	X(PQpipelineSync)                                                                          \
+	X(PQprepare)                                                                               \
+	X(PQresultErrorField)                                                                      \
+	X(PQresultErrorMessage)                                                                    \
+	X(PQresultStatus)                                                                          \
+	X(PQsendFlushRequest)                                                                      \
+	X(PQsendQueryPrepared)                                                                     \
+	X(PQstatus)                                                                                \
+	X(PQtransactionStatus)
+#define PG_FUNC_FIELD(name) __typeof__(name) *name##_;
+extern struct pg_api {
+	PG_FUNCS(PG_FUNC_FIELD)
+} pg_api;
+/* 0 when libpq is loaded (at once once it was), else -1 with the reason in why. */
+int pg_load_libpq(char *why, size_t n);
+
+#define PQclear		     (pg_api.PQclear_)
+#define PQconnectdbParams    (pg_api.PQconnectdbParams_)
+#define PQconsumeInput	     (pg_api.PQconsumeInput_)
+#define PQenterPipelineMode  (pg_api.PQenterPipelineMode_)
+#define PQerrorMessage	     (pg_api.PQerrorMessage_)
+#define PQexec		     (pg_api.PQexec_)
+#define PQexecParams	     (pg_api.PQexecParams_)
+#define PQexecPrepared	     (pg_api.PQexecPrepared_)
+#define PQexitPipelineMode   (pg_api.PQexitPipelineMode_)
+#define PQfinish	     (pg_api.PQfinish_)
+#define PQflush		     (pg_api.PQflush_)
+#define PQgetResult	     (pg_api.PQgetResult_)
+#define PQgetisnull	     (pg_api.PQgetisnull_)
+#define PQgetlength	     (pg_api.PQgetlength_)
+#define PQgetvalue	     (pg_api.PQgetvalue_)
+#define PQntuples	     (pg_api.PQntuples_)
+#define PQpipelineSync	     (pg_api.PQpipelineSync_)
+#define PQprepare	     (pg_api.PQprepare_)
+#define PQresultErrorField   (pg_api.PQresultErrorField_)
+#define PQresultErrorMessage (pg_api.PQresultErrorMessage_)
+#define PQresultStatus	     (pg_api.PQresultStatus_)
+#define PQsendFlushRequest   (pg_api.PQsendFlushRequest_)
+#define PQsendQueryPrepared  (pg_api.PQsendQueryPrepared_)
+#define PQstatus	     (pg_api.PQstatus_)
+#define PQtransactionStatus  (pg_api.PQtransactionStatus_)
+
 #define PG_WF_COLS                                                                                 \
 	"seq, id, resource, on_failure, status, cancel_requested, created_at, started_at,"         \
 	" finished_at, steps_total, steps_completed, result, error, retry"

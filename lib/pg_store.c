@@ -535,6 +535,9 @@ static void pg_close(store *base)
 
 static int pg_open(const store_config *cfg, store **out, baton_error *err)
 {
+	char why[256];
+	if (pg_load_libpq(why, sizeof why))
+		return err_set(err, BATON_EINTERNAL, "%s", why);
 	pg_store *s = xcalloc(1, sizeof *s);
 	store_base_init(&s->base, &pg_store_ops);
 	pthread_mutex_init(&s->pool_mu, NULL);
