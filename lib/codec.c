@@ -607,7 +607,7 @@ static json_t *redacted_call(const json_t *call)
 	return c;
 }
 
-json_t *codec_step(const step_row *st)
+json_t *codec_step(const step_row *st, int ended)
 {
 	json_t *o = json_pack("{s:i, s:s}", "index", st->index, "worker", st->worker);
 	const char *key;
@@ -620,7 +620,10 @@ json_t *codec_step(const step_row *st)
 			json_object_set(o, key, v);
 	}
 	int waiting = st->status == ST_WAITING;
-	json_object_set_new(o, "status", json_string(step_status_name(st->status)));
+	/* A step not reached when its workflow failed or was cancelled will never run. */
+	const char *status =
+	    ended && st->status == ST_PENDING ? "skipped" : step_status_name(st->status);
+	json_object_set_new(o, "status", json_string(status));
 	json_object_set_new(o, "attempts", json_integer(st->attempts));
 	json_object_set_new(o, "fencing_token", nullable_int(st->token, st->token > 0));
 	json_object_set_new(o, "queue_position",
@@ -656,8 +659,9 @@ json_t *codec_workflow(const wf_row *wf)
 	    o, "on_failure",
 	    json_string(wf->on_failure == ON_FAILURE_CONTINUE ? "continue" : "fail"));
 	json_t *steps = json_array();
+	int ended = wf->status == WF_FAILED || wf->status == WF_CANCELLED;
 	for (int i = 0; i < wf->steps_total; i++)
-		json_array_append_new(steps, codec_step(&wf->steps[i]));
+		json_array_append_new(steps, codec_step(&wf->steps[i], ended));
 	json_object_set_new(o, "steps", steps);
 	json_object_set_new(o, "result", wf->result ? json_incref(wf->result) : json_null());
 	json_object_set_new(o, "error", nullable_string(wf->error));

@@ -308,8 +308,10 @@ int codec_parse_request(const json_t *req, wf_row *wf, const char *const *allow_
 			baton_error *err);
 json_t *codec_workflow(const wf_row *wf);	  /* new reference */
 json_t *codec_workflow_summary(const wf_row *wf); /* new reference */
-json_t *codec_step(const step_row *st);		  /* new reference */
-json_t *codec_params_defaults(const char *name);  /* worker object with defaults */
+/* A step as the API shows it (new reference); ended: its workflow failed or was
+ * cancelled, so a step still pending is shown "skipped". */
+json_t *codec_step(const step_row *st, int ended);
+json_t *codec_params_defaults(const char *name); /* worker object with defaults */
 /* Fills the steps of wf that have no worker yet as pending steps of the stored
  * definition (normalized request text); -1 when it does not describe wf's steps. */
 int codec_pending_steps(wf_row *wf, const char *definition);

@@ -388,8 +388,9 @@ static void want_type(const json_t *obj, const char *key, json_type type, bool n
 
 static void assert_step_shape(const json_t *st, size_t index)
 {
-	static const char *const statuses[] = {"pending",   "waiting", "running",   "retrying",
-					       "completed", "failed",  "cancelled", NULL};
+	static const char *const statuses[] = {"pending",   "waiting",	 "running",
+					       "retrying",  "completed", "failed",
+					       "cancelled", "skipped",	 NULL};
 	if (hs_int(st, "index") != (json_int_t)index)
 		fail_msg("step %zu has index %lld", index, (long long)hs_int(st, "index"));
 	hs_str(st, "worker");

@@ -68,7 +68,7 @@ void check_final(run *r, check *c)
 		for (int s = 0; s < w->n; s++) {
 			const char *st = s == w->fail_step ? "failed"
 					 : w->fail_step >= 0 && s > w->fail_step && !w->cont
-					     ? "pending"
+					     ? "skipped"
 					     : "completed";
 			if (strcmp(w->step_status[s], st) != 0)
 				violation(c, "%s step %d: \"%s\", expected \"%s\"", w->id, s,
