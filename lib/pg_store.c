@@ -91,18 +91,7 @@ static const char schema_sql[] =
     " WHEN (NEW.last_token < OLD.last_token) EXECUTE FUNCTION baton_token_backwards();";
 
 /* Writer statements, prepared on each new writer connection. */
-enum {
-	W_INS_WF,
-	W_INS_DEF,
-	W_UPD_WF,
-	W_PUT_STEP,
-	W_INS_EVENT,
-	W_PUT_RES,
-	W_FIND,
-	W_NEXT_ID,
-	W_ROWS,
-	W_NSTMT
-};
+enum { W_INS_WF, W_INS_DEF, W_UPD_WF, W_FIND, W_NEXT_ID, W_ROWS, W_NSTMT };
 static const char *const writer_sql[W_NSTMT] = {
     [W_INS_WF] = "INSERT INTO workflows (" PG_WF_COLS ") VALUES"
 		 " ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14)"
@@ -112,20 +101,6 @@ static const char *const writer_sql[W_NSTMT] = {
 		  " ON CONFLICT (workflow_seq) DO NOTHING",
     [W_UPD_WF] = "UPDATE workflows SET status=$2, cancel_requested=$3, started_at=$4,"
 		 " finished_at=$5, steps_completed=$6, result=$7, error=$8 WHERE seq=$1",
-    [W_PUT_STEP] = "INSERT INTO steps (workflow_seq, resource, " PG_STEP_COLS ") VALUES"
-		   " ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16)"
-		   " ON CONFLICT (workflow_seq, idx) DO UPDATE SET status=$6, attempts=$7,"
-		   " lock_seq=$8, requested_at=$9, fencing_token=$10, started_at=$11,"
-		   " finished_at=$12, duration_ms=$13, next_attempt_at=$14, error=$15,"
-		   " result=$16",
-    [W_INS_EVENT] = "INSERT INTO events (seq, last_seq, workflow_seq, resource, lock, data)"
-		    " VALUES ($1,$2,$3,$4,$5,$6) ON CONFLICT (seq) DO NOTHING",
-    [W_PUT_RES] = "INSERT INTO resources (name, last_token, grants, total_hold_ms,"
-		  " max_hold_ms, total_wait_ms, max_wait_ms, holder_seq, holder_idx)"
-		  " VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9)"
-		  " ON CONFLICT (name) DO UPDATE SET last_token=$2, grants=$3,"
-		  " total_hold_ms=$4, max_hold_ms=$5, total_wait_ms=$6, max_wait_ms=$7,"
-		  " holder_seq=$8, holder_idx=$9",
     [W_FIND] = "SELECT d.definition, w.status FROM workflows w"
 	       " JOIN definitions d ON d.workflow_seq = w.seq WHERE w.id=$1",
     [W_NEXT_ID] = "UPDATE baton_meta SET value = value + $2 WHERE key = $1 RETURNING value",
@@ -678,61 +653,6 @@ static void send_workflow(pipeline *p, const wf_row *wf)
 	}
 }
 
-static void send_step(pipeline *p, const wf_row *wf, const step_row *r)
-{
-	pg_params prm = {0};
-	pg_int(&prm, wf->seq);
-	pg_text(&prm, wf->resource);
-	pg_int(&prm, r->index);
-	pg_text(&prm, r->worker);
-	pg_json(p->s, &prm, r->params, 0);
-	pg_text(&prm, step_status_name(r->status));
-	pg_int(&prm, r->attempts);
-	pg_time(&prm, r->lock_seq);
-	pg_time(&prm, r->requested_at);
-	pg_time(&prm, r->token);
-	pg_time(&prm, r->started_at);
-	pg_time(&prm, r->finished_at);
-	if (r->duration_ms >= 0)
-		pg_int(&prm, r->duration_ms);
-	else
-		pg_time(&prm, 0);
-	pg_time(&prm, r->next_attempt_at);
-	pg_text(&prm, r->error);
-	pg_json(p->s, &prm, r->result, 1);
-	send_stmt(p, W_PUT_STEP, &prm, wf, "writing a step");
-}
-
-static void send_resource(pipeline *p, const resource_row *r)
-{
-	pg_params prm = {0};
-	pg_text(&prm, r->name);
-	pg_int(&prm, r->last_token);
-	pg_int(&prm, r->grants);
-	pg_int(&prm, r->total_hold_ms);
-	pg_int(&prm, r->max_hold_ms);
-	pg_int(&prm, r->total_wait_ms);
-	pg_int(&prm, r->max_wait_ms);
-	pg_time(&prm, r->holder_seq);
-	if (r->holder_seq)
-		pg_int(&prm, r->holder_idx);
-	else
-		pg_time(&prm, 0);
-	send_stmt(p, W_PUT_RES, &prm, NULL, "writing a resource");
-}
-
-static void send_events(pipeline *p, const store_event_row *e)
-{
-	pg_params prm = {0};
-	pg_int(&prm, e->seq);
-	pg_int(&prm, e->last_seq);
-	pg_int(&prm, e->wf->seq);
-	pg_text(&prm, e->wf->resource);
-	pg_bool(&prm, e->lock);
-	pg_bytes(&prm, e->text, e->len);
-	send_stmt(p, W_INS_EVENT, &prm, e->wf, "inserting events");
-}
-
 /* ---- many rows per statement ---- */
 
 /*
@@ -813,8 +733,9 @@ static void cell_json(pg_store *s, pg_rows *r, int c, const json_t *v)
 	cell_bytes(r, c, b->v, b->len);
 }
 
-/* The batch's rows, one array per column of each table, in one statement (W_ROWS). */
-static void send_rows(pipeline *p, pg_rows rows[3])
+/* Rows, one array per column of each table, in one statement (W_ROWS); wf: the workflow
+ * they all belong to, when they do. */
+static void send_rows(pipeline *p, pg_rows rows[3], const wf_row *wf)
 {
 	if (!rows[0].nrows && !rows[1].nrows && !rows[2].nrows)
 		return;
@@ -826,7 +747,7 @@ static void send_rows(pipeline *p, pg_rows rows[3])
 			prm.v[prm.n] = rows[t].col[i].v;
 			prm.fmt[prm.n++] = 0;
 		}
-	send_stmt(p, W_ROWS, &prm, NULL, "writing steps, resources and events");
+	send_stmt(p, W_ROWS, &prm, wf, "writing steps, resources and events");
 }
 
 static void add_step(pg_store *s, pg_rows *r, const wf_row *wf, const step_row *st)
@@ -881,11 +802,18 @@ static void add_resource(pg_rows *r, const resource_row *res)
 		cell_null(r, 8);
 }
 
+static void rows_start_all(pg_rows rows[3])
+{
+	rows_start(&rows[0], 16);
+	rows_start(&rows[1], 9);
+	rows_start(&rows[2], 6);
+}
+
 /*
  * The batch: each workflow's own row, then the steps, resources and events. By default
- * those go in one statement of many rows; per_row sends one statement per row, so that a row the
- * database refuses names its workflow (pg_write falls back to it when a many-row statement is
- * refused for good).
+ * those go in one statement of many rows; per_row sends one statement per row, so that a
+ * row the database refuses names its workflow (pg_write falls back to it when the
+ * statement of many rows is refused for good).
  */
 static void send_batch(pipeline *p, const store_batch *b, int per_row)
 {
@@ -893,34 +821,34 @@ static void send_batch(pipeline *p, const store_batch *b, int per_row)
 	pg_rows *rows = s->rows;
 	for (size_t i = 0; i < b->nwfs; i++)
 		send_workflow(p, b->wfs[i]);
-	rows_start(&rows[0], 16);
-	rows_start(&rows[1], 9);
-	rows_start(&rows[2], 6);
+	rows_start_all(rows);
 	for (size_t i = 0; i < b->nwfs; i++) {
 		const wf_row *wf = b->wfs[i];
 		for (int k = wf->dirty_lo; k < wf->dirty_hi; k++) {
 			if (!wf->steps[k].dirty)
 				continue;
-			if (per_row)
-				send_step(p, wf, &wf->steps[k]);
-			else
-				add_step(s, &rows[0], wf, &wf->steps[k]);
+			add_step(s, &rows[0], wf, &wf->steps[k]);
+			if (per_row) {
+				send_rows(p, rows, wf);
+				rows_start_all(rows);
+			}
 		}
 	}
 	for (size_t i = 0; i < b->nresources; i++) {
-		if (per_row)
-			send_resource(p, b->resources[i]);
-		else
-			add_resource(&rows[1], b->resources[i]);
+		add_resource(&rows[1], b->resources[i]);
+		if (per_row) {
+			send_rows(p, rows, NULL);
+			rows_start_all(rows);
+		}
 	}
 	for (size_t i = 0; i < b->nevents; i++) {
-		if (per_row)
-			send_events(p, &b->events[i]);
-		else
-			add_event_row(&rows[2], &b->events[i]);
+		add_event_row(&rows[2], &b->events[i]);
+		if (per_row) {
+			send_rows(p, rows, b->events[i].wf);
+			rows_start_all(rows);
+		}
 	}
-	if (!per_row)
-		send_rows(p, rows);
+	send_rows(p, rows, NULL);
 }
 
 /* One attempt at the batch in one pipeline; see pg_write. */
