@@ -154,9 +154,22 @@ typedef struct pg_store {
 	pg_reader *free_readers;
 } pg_store;
 
+/* Writer statements (pg_store.c), prepared on each new writer connection as "w<n>". */
+enum { W_INS_WF, W_INS_DEF, W_UPD_WF, W_FIND, W_NEXT_ID, W_ROWS, W_NSTMT };
+
 /* pg_store.c */
 /* A new connection with baton's session settings, or NULL with err set. */
 PGconn *pg_connect(pg_store *s, baton_error *err);
+/* The writer's connection, reconnected (lock taken, epoch checked) when it broke. */
+int pg_writer(pg_store *s, baton_error *err);
+/* After a failure: a broken writer connection is dropped, and said once. */
+void pg_writer_failed(pg_store *s);
+/* Runs sql on c; BATON_OK when it succeeded, else the failure in err (may be NULL). */
+int pg_exec_ok(PGconn *c, const char *sql, baton_error *err, const char *what);
+void pg_bool(pg_params *p, int b);
+/* A JSON value's compact text in the writer's buffer `slot`, valid until the slot is used
+ * again (libpq copies parameters when the statement is sent). */
+void pg_json(pg_store *s, pg_params *p, const json_t *v, int slot);
 /* Maps a failed result (or a broken connection) to baton's code, copying the message. */
 int pg_fail(PGconn *c, const PGresult *r, baton_error *err, const char *what);
 /* 1 for the codes a retry may clear: the connection, the database's resources, a lock. */
@@ -167,6 +180,9 @@ wf_row *pg_read_wf(const PGresult *r, int row); /* a row of PG_WF_READ_COLS, ste
 int pg_read_steps(const PGresult *r, const char *definition, wf_row *wf);
 char *pg_col_str(const PGresult *r, int row, int col);	 /* NULL for SQL NULL */
 int64_t pg_col_int(const PGresult *r, int row, int col); /* 0 for SQL NULL */
+
+/* pg_batch.c: the write operation of pg_store_ops */
+int pg_write(store *s, const store_batch *b, store_write_failure *why, baton_error *err);
 
 /* pg_read.c: the read operations of pg_store_ops, and the pool */
 int pg_readers_open(pg_store *s, int n);

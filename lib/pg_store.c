@@ -46,11 +46,6 @@
 /* Advisory lock keys: the schema migration (per transaction), the writer (per session). */
 #define LOCK_MIGRATE "7303122311001"
 #define LOCK_WRITER  "7303122311002"
-/* Statements of a batch sent before their results are read (libpq's blocking mode must
- * not fill the server's output while it still sends). */
-#ifndef PIPELINE_CHUNK
-#define PIPELINE_CHUNK 256
-#endif
 
 static const char schema_sql[] =
     "CREATE TABLE baton_meta (key text PRIMARY KEY, value bigint NOT NULL);"
@@ -90,8 +85,6 @@ static const char schema_sql[] =
     "CREATE TRIGGER resources_token_forward BEFORE UPDATE ON resources FOR EACH ROW"
     " WHEN (NEW.last_token < OLD.last_token) EXECUTE FUNCTION baton_token_backwards();";
 
-/* Writer statements, prepared on each new writer connection. */
-enum { W_INS_WF, W_INS_DEF, W_UPD_WF, W_FIND, W_NEXT_ID, W_ROWS, W_NSTMT };
 static const char *const writer_sql[W_NSTMT] = {
     [W_INS_WF] = "INSERT INTO workflows (" PG_WF_COLS ") VALUES"
 		 " ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14)"
@@ -171,7 +164,7 @@ void pg_text(pg_params *p, const char *s)
 		pg_time(p, 0);
 }
 
-static void pg_bool(pg_params *p, int b)
+void pg_bool(pg_params *p, int b)
 {
 	pg_bytes(p, b ? "t" : "f", 1);
 	p->fmt[p->n - 1] = 0; /* boolean's text form; "t" is NUL-terminated */
@@ -179,7 +172,7 @@ static void pg_bool(pg_params *p, int b)
 
 /* A JSON value as compact text in the writer's buffer `slot`, valid until the slot is
  * used again (libpq copies parameters when the statement is sent). */
-static void pg_json(pg_store *s, pg_params *p, const json_t *v, int slot)
+void pg_json(pg_store *s, pg_params *p, const json_t *v, int slot)
 {
 	if (!v) {
 		pg_time(p, 0);
@@ -308,7 +301,7 @@ int pg_read_steps(const PGresult *r, const char *definition, wf_row *wf)
 
 /* ---- connections ---- */
 
-static int exec_ok(PGconn *c, const char *sql, baton_error *err, const char *what)
+int pg_exec_ok(PGconn *c, const char *sql, baton_error *err, const char *what)
 {
 	PGresult *r = PQexec(c, sql);
 	ExecStatusType st = PQresultStatus(r);
@@ -337,11 +330,12 @@ PGconn *pg_connect(pg_store *s, baton_error *err)
 	}
 	/* Durable at every commit whatever the server's default; a session the database
 	 * sees idle inside a transaction (a batond paused mid-write) is ended by it. */
-	if (exec_ok(c,
-		    "SET synchronous_commit = on; SET idle_in_transaction_session_timeout = '60s';"
-		    " SET plan_cache_mode = force_generic_plan;"
-		    " SET client_min_messages = warning",
-		    err, "setting up the session")) {
+	if (pg_exec_ok(
+		c,
+		"SET synchronous_commit = on; SET idle_in_transaction_session_timeout = '60s';"
+		" SET plan_cache_mode = force_generic_plan;"
+		" SET client_min_messages = warning",
+		err, "setting up the session")) {
 		PQfinish(c);
 		return NULL;
 	}
@@ -351,15 +345,15 @@ PGconn *pg_connect(pg_store *s, baton_error *err)
 /* Creates or checks the schema, once, under a lock that a second batond waits for. */
 static int migrate(pg_store *s, PGconn *c, baton_error *err)
 {
-	int rc = exec_ok(c, "BEGIN; SELECT pg_advisory_xact_lock(" LOCK_MIGRATE ")", err,
-			 "locking the schema");
+	int rc = pg_exec_ok(c, "BEGIN; SELECT pg_advisory_xact_lock(" LOCK_MIGRATE ")", err,
+			    "locking the schema");
 	if (rc)
 		return rc;
 	PGresult *r = PQexec(c, "SELECT to_regclass('baton_meta') IS NULL");
 	if (PQresultStatus(r) != PGRES_TUPLES_OK) {
 		rc = pg_fail(c, r, err, "reading the schema");
 	} else if (PQgetvalue(r, 0, 0)[0] == 't') {
-		rc = exec_ok(c, schema_sql, err, "creating the schema");
+		rc = pg_exec_ok(c, schema_sql, err, "creating the schema");
 	} else {
 		PQclear(r);
 		r = PQexec(c, "SELECT value FROM baton_meta WHERE key = 'schema'");
@@ -375,10 +369,10 @@ static int migrate(pg_store *s, PGconn *c, baton_error *err)
 	}
 	PQclear(r);
 	if (rc) {
-		exec_ok(c, "ROLLBACK", NULL, "rollback");
+		pg_exec_ok(c, "ROLLBACK", NULL, "rollback");
 		return rc;
 	}
-	return exec_ok(c, "COMMIT", err, "committing the schema");
+	return pg_exec_ok(c, "COMMIT", err, "committing the schema");
 }
 
 static int prepare_writer(PGconn *c, baton_error *err)
@@ -436,7 +430,7 @@ static int own(pg_store *s, PGconn *c, int first, baton_error *err)
 /* The writer's connection, reconnected when it broke. Whatever the server said while the
  * connection was idle is read first: a server that shut down has closed it, and it is
  * better to learn that before a batch is sent (its outcome would be unknown) than after. */
-static int writer(pg_store *s, baton_error *err)
+int pg_writer(pg_store *s, baton_error *err)
 {
 	if (s->w && PQconsumeInput(s->w) && PQstatus(s->w) == CONNECTION_OK)
 		return BATON_OK;
@@ -466,7 +460,7 @@ static int writer(pg_store *s, baton_error *err)
 }
 
 /* After a failure: a broken connection is dropped and said once. */
-static void writer_failed(pg_store *s)
+void pg_writer_failed(pg_store *s)
 {
 	if (s->w && PQstatus(s->w) == CONNECTION_OK)
 		return;
@@ -541,389 +535,6 @@ static int pg_open(const store_config *cfg, store **out, baton_error *err)
 	return BATON_OK;
 }
 
-/* ---- writes ---- */
-
-/* One statement of a batch, and the workflow it writes (NULL for others). */
-typedef struct sent {
-	const wf_row *wf;
-	const char *what;
-} sent;
-
-typedef struct pipeline {
-	pg_store *s;
-	sent v[PIPELINE_CHUNK];
-	int n;
-	int failed; /* a statement failed: baton's code */
-	const wf_row *culprit;
-	int commit_sent; /* the sync that commits the batch was sent */
-	int at_commit;	 /* the failure came after every statement had succeeded */
-	baton_error *err;
-} pipeline;
-
-/* Reads the results of what was sent; the first failure is kept. */
-static void drain(pipeline *p)
-{
-	PGconn *c = p->s->w;
-	for (int i = 0; i < p->n; i++) {
-		PGresult *r = PQgetResult(c);
-		if (!r) {
-			if (!p->failed)
-				p->failed = pg_fail(c, NULL, p->err, p->v[i].what);
-			break;
-		}
-		ExecStatusType st = PQresultStatus(r);
-		if (st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK && !p->failed) {
-			p->failed = pg_fail(c, r, p->err, p->v[i].what);
-			p->culprit = p->v[i].wf;
-		}
-		PQclear(r);
-		/* Each statement's results end with a NULL. */
-		while ((r = PQgetResult(c)) != NULL)
-			PQclear(r);
-		if (PQstatus(c) != CONNECTION_OK)
-			break;
-	}
-	p->n = 0;
-}
-
-static void flush(pipeline *p)
-{
-	if (PQsendFlushRequest(p->s->w) != 1 || PQflush(p->s->w) != 0) {
-		if (!p->failed)
-			p->failed = pg_fail(p->s->w, NULL, p->err, "sending a batch");
-		p->n = 0;
-		return;
-	}
-	drain(p);
-}
-
-static void send_stmt(pipeline *p, int stmt, const pg_params *prm, const wf_row *wf,
-		      const char *what)
-{
-	if (p->failed)
-		return;
-	char name[8];
-	snprintf(name, sizeof name, "w%d", stmt);
-	if (!PQsendQueryPrepared(p->s->w, name, prm ? prm->n : 0, prm ? prm->v : NULL,
-				 prm ? prm->len : NULL, prm ? prm->fmt : NULL, 0)) {
-		p->failed = pg_fail(p->s->w, NULL, p->err, what);
-		return;
-	}
-	p->v[p->n++] = (sent){wf, what};
-	if (p->n == PIPELINE_CHUNK)
-		flush(p);
-}
-
-static void send_workflow(pipeline *p, const wf_row *wf)
-{
-	pg_store *s = p->s;
-	pg_params prm = {0};
-	if (wf->is_new) {
-		pg_int(&prm, wf->seq);
-		pg_text(&prm, wf->id);
-		pg_text(&prm, wf->resource);
-		pg_text(&prm, wf->on_failure == ON_FAILURE_CONTINUE ? "continue" : "fail");
-		pg_text(&prm, wf_status_name(wf->status));
-		pg_bool(&prm, wf->cancel_requested);
-		pg_int(&prm, wf->created_at);
-		pg_time(&prm, wf->started_at);
-		pg_time(&prm, wf->finished_at);
-		pg_int(&prm, wf->steps_total);
-		pg_int(&prm, wf->steps_completed);
-		pg_json(s, &prm, wf->result, 1);
-		pg_text(&prm, wf->error);
-		char *retry = codec_retry_text(&wf->retry);
-		pg_text(&prm, retry);
-		send_stmt(p, W_INS_WF, &prm, wf, "inserting a workflow");
-		free(retry);
-		prm.n = 0;
-		pg_int(&prm, wf->seq);
-		pg_text(&prm, wf->definition);
-		send_stmt(p, W_INS_DEF, &prm, wf, "inserting a definition");
-	} else if (wf->dirty) {
-		pg_int(&prm, wf->seq);
-		pg_text(&prm, wf_status_name(wf->status));
-		pg_bool(&prm, wf->cancel_requested);
-		pg_time(&prm, wf->started_at);
-		pg_time(&prm, wf->finished_at);
-		pg_int(&prm, wf->steps_completed);
-		pg_json(s, &prm, wf->result, 1);
-		pg_text(&prm, wf->error);
-		send_stmt(p, W_UPD_WF, &prm, wf, "updating a workflow");
-	}
-}
-
-/* ---- many rows per statement ---- */
-
-/*
- * One array literal per column ("{1,NULL,\"text\"}"), rows added one value per column,
- * sent as text parameters of unnest(). A batch's steps, resources and events go in one
- * statement however many rows they have: the database's cost per statement, not per
- * row, is most of what a round of a lone workflow pays (bench/README.md).
- */
-static void rows_start(pg_rows *r, int ncols)
-{
-	r->ncols = ncols;
-	r->nrows = 0;
-	for (int i = 0; i < ncols; i++) {
-		r->col[i].len = 0;
-		textbuf_put(&r->col[i], "{", 1);
-	}
-}
-
-static textbuf *cell(pg_rows *r, int c)
-{
-	if (r->nrows > 1)
-		textbuf_put(&r->col[c], ",", 1);
-	return &r->col[c];
-}
-
-static void cell_int(pg_rows *r, int c, int64_t v)
-{
-	textbuf_int(cell(r, c), v);
-}
-
-static void cell_null(pg_rows *r, int c)
-{
-	textbuf_put(cell(r, c), "NULL", 4);
-}
-
-static void cell_time(pg_rows *r, int c, int64_t v)
-{
-	if (v)
-		cell_int(r, c, v);
-	else
-		cell_null(r, c);
-}
-
-/* A quoted element: " and \ escaped with a backslash. */
-static void cell_bytes(pg_rows *r, int c, const char *v, size_t n)
-{
-	textbuf *b = cell(r, c);
-	textbuf_reserve(b, n + 2);
-	textbuf_put(b, "\"", 1);
-	for (size_t i = 0, run = 0; i <= n; i++) {
-		if (i < n && v[i] != '"' && v[i] != '\\')
-			continue;
-		textbuf_put(b, v + run, i - run);
-		if (i < n)
-			textbuf_put(b, v[i] == '"' ? "\\\"" : "\\\\", 2);
-		run = i + 1;
-	}
-	textbuf_put(b, "\"", 1);
-}
-
-static void cell_text(pg_rows *r, int c, const char *v)
-{
-	if (v)
-		cell_bytes(r, c, v, strlen(v));
-	else
-		cell_null(r, c);
-}
-
-static void cell_json(pg_store *s, pg_rows *r, int c, const json_t *v)
-{
-	if (!v) {
-		cell_null(r, c);
-		return;
-	}
-	textbuf *b = &s->json[0];
-	b->len = 0;
-	codec_text(b, v);
-	cell_bytes(r, c, b->v, b->len);
-}
-
-/* Rows, one array per column of each table, in one statement (W_ROWS); wf: the workflow
- * they all belong to, when they do. */
-static void send_rows(pipeline *p, pg_rows rows[3], const wf_row *wf)
-{
-	if (!rows[0].nrows && !rows[1].nrows && !rows[2].nrows)
-		return;
-	pg_params prm = {0};
-	for (int t = 0; t < 3; t++)
-		for (int i = 0; i < rows[t].ncols; i++) {
-			/* The closing brace and the terminator: text parameters. */
-			textbuf_put(&rows[t].col[i], "}", 2);
-			prm.v[prm.n] = rows[t].col[i].v;
-			prm.fmt[prm.n++] = 0;
-		}
-	send_stmt(p, W_ROWS, &prm, wf, "writing steps, resources and events");
-}
-
-static void add_step(pg_store *s, pg_rows *r, const wf_row *wf, const step_row *st)
-{
-	r->nrows++;
-	cell_int(r, 0, wf->seq);
-	cell_text(r, 1, wf->resource);
-	cell_int(r, 2, st->index);
-	cell_text(r, 3, st->worker);
-	cell_json(s, r, 4, st->params);
-	cell_text(r, 5, step_status_name(st->status));
-	cell_int(r, 6, st->attempts);
-	cell_time(r, 7, st->lock_seq);
-	cell_time(r, 8, st->requested_at);
-	cell_time(r, 9, st->token);
-	cell_time(r, 10, st->started_at);
-	cell_time(r, 11, st->finished_at);
-	if (st->duration_ms >= 0)
-		cell_int(r, 12, st->duration_ms);
-	else
-		cell_null(r, 12);
-	cell_time(r, 13, st->next_attempt_at);
-	cell_text(r, 14, st->error);
-	cell_json(s, r, 15, st->result);
-}
-
-static void add_event_row(pg_rows *r, const store_event_row *e)
-{
-	r->nrows++;
-	cell_int(r, 0, e->seq);
-	cell_int(r, 1, e->last_seq);
-	cell_int(r, 2, e->wf->seq);
-	cell_text(r, 3, e->wf->resource);
-	textbuf_put(cell(r, 4), e->lock ? "t" : "f", 1);
-	cell_bytes(r, 5, e->text, e->len);
-}
-
-static void add_resource(pg_rows *r, const resource_row *res)
-{
-	r->nrows++;
-	cell_text(r, 0, res->name);
-	cell_int(r, 1, res->last_token);
-	cell_int(r, 2, res->grants);
-	cell_int(r, 3, res->total_hold_ms);
-	cell_int(r, 4, res->max_hold_ms);
-	cell_int(r, 5, res->total_wait_ms);
-	cell_int(r, 6, res->max_wait_ms);
-	cell_time(r, 7, res->holder_seq);
-	if (res->holder_seq)
-		cell_int(r, 8, res->holder_idx);
-	else
-		cell_null(r, 8);
-}
-
-static void rows_start_all(pg_rows rows[3])
-{
-	rows_start(&rows[0], 16);
-	rows_start(&rows[1], 9);
-	rows_start(&rows[2], 6);
-}
-
-/*
- * The batch: each workflow's own row, then the steps, resources and events. By default
- * those go in one statement of many rows; per_row sends one statement per row, so that a
- * row the database refuses names its workflow (pg_write falls back to it when the
- * statement of many rows is refused for good).
- */
-static void send_batch(pipeline *p, const store_batch *b, int per_row)
-{
-	pg_store *s = p->s;
-	pg_rows *rows = s->rows;
-	for (size_t i = 0; i < b->nwfs; i++)
-		send_workflow(p, b->wfs[i]);
-	rows_start_all(rows);
-	for (size_t i = 0; i < b->nwfs; i++) {
-		const wf_row *wf = b->wfs[i];
-		for (int k = wf->dirty_lo; k < wf->dirty_hi; k++) {
-			if (!wf->steps[k].dirty)
-				continue;
-			add_step(s, &rows[0], wf, &wf->steps[k]);
-			if (per_row) {
-				send_rows(p, rows, wf);
-				rows_start_all(rows);
-			}
-		}
-	}
-	for (size_t i = 0; i < b->nresources; i++) {
-		add_resource(&rows[1], b->resources[i]);
-		if (per_row) {
-			send_rows(p, rows, NULL);
-			rows_start_all(rows);
-		}
-	}
-	for (size_t i = 0; i < b->nevents; i++) {
-		add_event_row(&rows[2], &b->events[i]);
-		if (per_row) {
-			send_rows(p, rows, b->events[i].wf);
-			rows_start_all(rows);
-		}
-	}
-	send_rows(p, rows, NULL);
-}
-
-/* One attempt at the batch in one pipeline; see pg_write. */
-static int write_once(pg_store *s, const store_batch *b, int per_row, store_write_failure *why,
-		      baton_error *err)
-{
-	if (PQenterPipelineMode(s->w) != 1)
-		return pg_fail(s->w, NULL, err, "entering pipeline mode");
-	pipeline p = {.s = s, .err = err};
-	send_batch(&p, b, per_row);
-	/* The statements up to the sync are one implicit transaction, committed (or, after a
-	 * failed statement, rolled back) when the server reaches the sync. */
-	if (PQpipelineSync(s->w) == 1)
-		p.commit_sent = !p.failed;
-	else if (!p.failed)
-		p.failed = pg_fail(s->w, NULL, err, "sending a batch");
-	if (PQstatus(s->w) == CONNECTION_OK) {
-		drain(&p);
-		/* What follows the statements: the commit's failure if it failed, and the
-		 * sync's own result. */
-		PGresult *r;
-		int synced = 0;
-		while (!synced && (r = PQgetResult(s->w)) != NULL) {
-			ExecStatusType st = PQresultStatus(r);
-			synced = st == PGRES_PIPELINE_SYNC;
-			if (st == PGRES_FATAL_ERROR && !p.failed) {
-				p.failed = pg_fail(s->w, r, err, "commit");
-				p.at_commit = 1;
-			}
-			PQclear(r);
-		}
-		if (!synced && !p.failed) {
-			p.failed = pg_fail(s->w, NULL, err, "commit");
-			p.at_commit = 1;
-		}
-		PQexitPipelineMode(s->w);
-	}
-	if (!p.failed)
-		return BATON_OK;
-	/* The commit's outcome is unknown when the connection broke after the sync went out,
-	 * and when the failure came at the commit itself and a retry may clear it: a server
-	 * told to shut down while the commit waited for its WAL flush commits, then says
-	 * "terminating connection" instead of acknowledging. */
-	int broken = PQstatus(s->w) != CONNECTION_OK;
-	why->unknown = p.commit_sent && (broken || (p.at_commit && pg_transient(p.failed)));
-	why->permanent = !broken && !pg_transient(p.failed);
-	why->culprit = why->permanent ? p.culprit : NULL;
-	return p.failed;
-}
-
-/*
- * Ownership: the writer's connection holds the session advisory lock for as long as it
- * lives, so a batch that commits was sent by the owner; a new connection takes the lock
- * again and checks the epoch first (writer). A batch refused for good in many-row
- * statements is tried at once one row per statement, which names the workflow refused.
- */
-static int pg_write(store *base, const store_batch *b, store_write_failure *why, baton_error *err)
-{
-	pg_store *s = (pg_store *)base;
-	*why = (store_write_failure){0};
-	int rc = writer(s, err);
-	if (rc) {
-		why->permanent = !pg_transient(rc);
-		return rc;
-	}
-	rc = write_once(s, b, 0, why, err);
-	if (rc && why->permanent && !why->culprit) {
-		*why = (store_write_failure){0};
-		rc = write_once(s, b, 1, why, err);
-	}
-	if (rc)
-		writer_failed(s);
-	return rc;
-}
-
 /*
  * Runs one writer statement on its own (not in a batch), once more on a new connection
  * when the old one turns out to have broken while it was idle (a restarted server): it
@@ -933,7 +544,7 @@ static PGresult *writer_run(pg_store *s, int stmt, const pg_params *p, ExecStatu
 			    const char *what, baton_error *err)
 {
 	for (int attempt = 0; attempt < 2; attempt++) {
-		int rc = writer(s, err);
+		int rc = pg_writer(s, err);
 		if (rc)
 			return NULL;
 		PGresult *r = run(s->w, stmt, p);
@@ -942,7 +553,7 @@ static PGresult *writer_run(pg_store *s, int stmt, const pg_params *p, ExecStatu
 		pg_fail(s->w, r, err, what);
 		PQclear(r);
 		int broken = PQstatus(s->w) != CONNECTION_OK;
-		writer_failed(s);
+		pg_writer_failed(s);
 		if (!broken)
 			return NULL;
 	}
@@ -1055,7 +666,7 @@ static int pg_load(store *base, void (*res_fn)(void *ctx, resource_row *r),
 		   baton_error *err)
 {
 	pg_store *s = (pg_store *)base;
-	int rc = exec_ok(s->w, "BEGIN ISOLATION LEVEL REPEATABLE READ", err, "begin");
+	int rc = pg_exec_ok(s->w, "BEGIN ISOLATION LEVEL REPEATABLE READ", err, "begin");
 	if (rc)
 		return rc;
 	PGresult *r = PQexec(s->w, "SELECT coalesce(max(lock_seq), 0) FROM steps");
@@ -1068,7 +679,7 @@ static int pg_load(store *base, void (*res_fn)(void *ctx, resource_row *r),
 		rc = load_resources(s, res_fn, ctx, err);
 	if (rc == BATON_OK)
 		rc = load_unfinished(s, wf_fn, ctx, err);
-	exec_ok(s->w, "COMMIT", NULL, "commit");
+	pg_exec_ok(s->w, "COMMIT", NULL, "commit");
 	return rc;
 }
 
