@@ -39,6 +39,33 @@ static int make_dirs(const char *db)
 	return (mkdir(dir, 0755) != 0 && errno != EEXIST) ? -1 : 0;
 }
 
+/* 1 when batond may create files in the database's directory, else 0 and says so. */
+static int writable_dir(const char *db)
+{
+	char path[4096];
+	size_t n = strlen(db);
+	if (n >= sizeof path)
+		return 1; /* too long to check here: opening it says what is wrong */
+	memcpy(path, db, n + 1);
+	const char *dir = dirname(path);
+	if (access(dir, W_OK | X_OK) == 0)
+		return 1;
+	srv_log(BATON_LOG_ERROR, "cannot write in the directory %s (for the database %s): %s", dir,
+		db, strerror(errno));
+	return 0;
+}
+
+/* A SQLite database made by this start, and its WAL files, removed. */
+static void remove_database(const char *db)
+{
+	static const char *const tails[] = {"", "-wal", "-shm", "-journal"};
+	for (size_t i = 0; i < sizeof tails / sizeof *tails; i++) {
+		char path[4200];
+		snprintf(path, sizeof path, "%s%s", db, tails[i]);
+		unlink(path);
+	}
+}
+
 static int is_loopback(const char *host)
 {
 	return strncmp(host, "127.", 4) == 0 || strcmp(host, "::1") == 0 ||
@@ -68,6 +95,10 @@ int main(int argc, char **argv)
 			strerror(errno));
 		return 1;
 	}
+	/* A start that fails leaves no database it created behind (a port in use, say). */
+	int fresh = !strstr(cfg.db, "://") && access(file, F_OK) != 0;
+	if (!strstr(cfg.db, "://") && !writable_dir(file))
+		return 1;
 	char shown[1024];
 	baton_db_redact(cfg.db, shown, sizeof shown);
 	baton_engine_config ecfg = {
@@ -88,6 +119,8 @@ int main(int argc, char **argv)
 	baton_error err = {0};
 	if (baton_engine_open(&ecfg, &s.engine, &err)) {
 		srv_log(BATON_LOG_ERROR, "cannot open %s: %s", shown, err.msg);
+		if (fresh)
+			remove_database(file);
 		return 1;
 	}
 	if (srv_streams_start() != 0)
@@ -97,6 +130,8 @@ int main(int argc, char **argv)
 	if (err.msg[0]) {
 		srv_log(BATON_LOG_ERROR, "%s", err.msg);
 		baton_engine_close(s.engine, 0);
+		if (fresh)
+			remove_database(file);
 		srv_log_close();
 		return 1;
 	}

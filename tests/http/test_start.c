@@ -1,0 +1,159 @@
+/*
+ * test_start.c - what batond refuses at start, and what it leaves behind when it does:
+ * a --db of a scheme baton has no store for is refused with a message (and no directory
+ * named after the scheme appears), a start that fails after the database was made (the
+ * port is in use) leaves no database behind (one that was there is kept), and
+ * sqlite:PATH names a SQLite file.
+ * These runs choose their own --db, so they run once, on the SQLite pass.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "../harness/harness.h"
+
+#define WAIT_MS 30000
+
+/* A new empty directory for the run's files (removed by the test). */
+static void temp_dir(char *out, size_t n)
+{
+	const char *tmp = getenv("TMPDIR");
+	snprintf(out, n, "%s/baton-start-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+	assert_non_null(mkdtemp(out));
+}
+
+static int exists(const char *dir, const char *name)
+{
+	char path[512];
+	struct stat st;
+	snprintf(path, sizeof path, "%s/%s", dir, name);
+	return stat(path, &st) == 0;
+}
+
+/* Runs batond in dir (its working directory) with args; its exit status, output in out. */
+static int run_in(const char *dir, const char *const *args, char *out, size_t n)
+{
+	char here[512];
+	assert_non_null(getcwd(here, sizeof here));
+	assert_int_equal(chdir(dir), 0);
+	int st = hs_run_batond(args, NULL, NULL, WAIT_MS, out, n);
+	assert_int_equal(chdir(here), 0);
+	return st;
+}
+
+static void remove_dir(const char *dir)
+{
+	char cmd[600];
+	snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+	assert_int_equal(system(cmd), 0);
+}
+
+/* mysql://, a misspelt postgress:// and the like: refused, nothing made. */
+static void test_unsupported_scheme_refused(void **state)
+{
+	(void)state;
+	if (hs_store_is_pg())
+		skip(); /* nothing here depends on the store of the run */
+	char dir[256], out[4096];
+	temp_dir(dir, sizeof dir);
+	const char *urls[] = {"mysql://u@127.0.0.1/baton", "postgress://u@127.0.0.1/baton",
+			      "file:///tmp/x.db://y"};
+	for (size_t i = 0; i < sizeof urls / sizeof *urls; i++) {
+		const char *args[] = {"--listen", "127.0.0.1:0", "--db", urls[i], NULL};
+		int st = run_in(dir, args, out, sizeof out);
+		assert_true(WIFEXITED(st));
+		assert_int_equal(WEXITSTATUS(st), 2);
+		if (!strstr(out, "is not a store batond supports"))
+			fail_msg("--db %s: %s", urls[i], out);
+	}
+	assert_false(exists(dir, "mysql:"));
+	assert_false(exists(dir, "postgress:"));
+	assert_false(exists(dir, "file:"));
+	remove_dir(dir);
+}
+
+/* The port is taken: batond says so, exits 1, and the database it had made is gone. */
+static void test_failed_start_leaves_no_database(void **state)
+{
+	(void)state;
+	if (hs_store_is_pg())
+		skip(); /* nothing here depends on the store of the run */
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+	struct sockaddr_in a = {.sin_family = AF_INET};
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	socklen_t len = sizeof a;
+	assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
+	assert_int_equal(listen(fd, 1), 0);
+	assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &len), 0);
+	char dir[256], db[300], listen_at[64], out[4096];
+	temp_dir(dir, sizeof dir);
+	snprintf(db, sizeof db, "%s/data/baton.db", dir);
+	snprintf(listen_at, sizeof listen_at, "127.0.0.1:%d", ntohs(a.sin_port));
+	const char *args[] = {"--listen", listen_at, "--db", db, NULL};
+	int st = hs_run_batond(args, NULL, NULL, WAIT_MS, out, sizeof out);
+	close(fd);
+	assert_true(WIFEXITED(st));
+	assert_int_equal(WEXITSTATUS(st), 1);
+	assert_non_null(strstr(out, "cannot listen"));
+	assert_false(exists(dir, "data/baton.db"));
+	assert_false(exists(dir, "data/baton.db-wal"));
+	assert_false(exists(dir, "data/baton.db-shm"));
+	/* A database that was there before is kept as it was. */
+	const char *make[] = {"--listen", "127.0.0.1:0", "--db", db, NULL};
+	hs_server *s = hs_open(make);
+	assert_non_null(s);
+	json_decref(hs_create_workflow(
+	    s, json_pack("{s:s, s:s, s:[s]}", "id", "kept", "resource", "r", "workers", "w")));
+	json_decref(hs_wait_workflow(s, "kept", "completed", WAIT_MS));
+	assert_int_equal(hs_close(s), 0);
+	fd = socket(AF_INET, SOCK_STREAM, 0);
+	assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
+	assert_int_equal(listen(fd, 1), 0);
+	st = hs_run_batond(args, NULL, NULL, WAIT_MS, out, sizeof out);
+	close(fd);
+	assert_int_equal(WEXITSTATUS(st), 1);
+	assert_true(exists(dir, "data/baton.db"));
+	remove_dir(dir);
+}
+
+/* sqlite:PATH is the file PATH. */
+static void test_sqlite_prefix_names_a_file(void **state)
+{
+	(void)state;
+	if (hs_store_is_pg())
+		skip(); /* nothing here depends on the store of the run */
+	char dir[256], db[320];
+	temp_dir(dir, sizeof dir);
+	snprintf(db, sizeof db, "sqlite:%s/named.db", dir);
+	const char *args[] = {"--db", db, NULL};
+	hs_server *s = hs_open(args);
+	assert_non_null(s);
+	json_decref(hs_create_workflow(
+	    s, json_pack("{s:s, s:s, s:[s]}", "id", "named", "resource", "r", "workers", "w")));
+	assert_int_equal(hs_close(s), 0);
+	assert_true(exists(dir, "named.db"));
+	remove_dir(dir);
+}
+
+int main(void)
+{
+	hs_filters_from_env();
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test(test_unsupported_scheme_refused),
+	    cmocka_unit_test(test_failed_start_leaves_no_database),
+	    cmocka_unit_test(test_sqlite_prefix_names_a_file),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
