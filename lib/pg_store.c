@@ -33,23 +33,24 @@
  * lost, a token going backwards) BATON_ECONFLICT, XX (internal, corruption)
  * BATON_ECORRUPT, anything else BATON_EINTERNAL: a retry cannot help those.
  *
- * Schema (baton_meta 'schema' = 1): the same tables and columns as the SQLite store's,
- * so that operators can read either with the same SQL, with boolean columns where SQLite
- * has integers, and counters for ids in baton_meta.
+ * Schema (baton_meta 'schema' = 2; a database of schema 1 is migrated when opened): the
+ * same tables and columns as the SQLite store's, so that operators can read either with
+ * the same SQL, with boolean columns where SQLite has integers, and counters for ids in
+ * baton_meta.
  */
 #include "pg.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-#define PG_SCHEMA_VERSION 1
+#define PG_SCHEMA_VERSION 2
 /* Advisory lock keys: the schema migration (per transaction), the writer (per session). */
 #define LOCK_MIGRATE "7303122311001"
 #define LOCK_WRITER  "7303122311002"
 
 static const char schema_sql[] =
     "CREATE TABLE baton_meta (key text PRIMARY KEY, value bigint NOT NULL);"
-    "INSERT INTO baton_meta VALUES ('schema', 1), ('epoch', 0), ('workflow_seq', 0),"
+    "INSERT INTO baton_meta VALUES ('schema', 2), ('epoch', 0), ('workflow_seq', 0),"
     " ('event_seq', 0);"
     "CREATE TABLE workflows ("
     "  seq bigint PRIMARY KEY, id text COLLATE \"C\" NOT NULL UNIQUE,"
@@ -343,6 +344,11 @@ PGconn *pg_connect(pg_store *s, baton_error *err)
 }
 
 /* Creates or checks the schema, once, under a lock that a second batond waits for. */
+/* Schema 1 to 2: ownership is checked per writer session, no longer in every batch, so
+ * the function that checked it goes. Rows are unchanged. */
+static const char migrate_v1_sql[] = "DROP FUNCTION IF EXISTS baton_check_epoch(bigint);"
+				     "UPDATE baton_meta SET value = 2 WHERE key = 'schema'";
+
 static int migrate(pg_store *s, PGconn *c, baton_error *err)
 {
 	int rc = pg_exec_ok(c, "BEGIN; SELECT pg_advisory_xact_lock(" LOCK_MIGRATE ")", err,
@@ -362,6 +368,8 @@ static int migrate(pg_store *s, PGconn *c, baton_error *err)
 				 ? pg_fail(c, r, err, "reading the schema version")
 				 : err_set(err, BATON_ECORRUPT,
 					   "%s: baton_meta has no schema version", s->shown);
+		else if (pg_col_int(r, 0, 0) == 1)
+			rc = pg_exec_ok(c, migrate_v1_sql, err, "migrating schema 1 to 2");
 		else if (pg_col_int(r, 0, 0) != PG_SCHEMA_VERSION)
 			rc = err_set(err, BATON_ECORRUPT,
 				     "%s: schema version %lld is not one this batond knows (%d)",

@@ -3,8 +3,9 @@
  * throwaway PostgreSQL server of the test run (BATON_TEST_PG): the database restarted
  * under load (test_faults has it stopped for a while), a change the database refuses for
  * good, a server that refuses connections at start, the schema made from an empty
- * database by two batonds starting at once, a schema too new refused, a database owned
- * by a role without superuser rights, and passwords never shown.
+ * database by two batonds starting at once, a database of schema 1 migrated, a schema
+ * too new refused, a database owned by a role without superuser rights, and passwords
+ * never shown.
  * On SQLite every test here skips.
  */
 #include <stdarg.h>
@@ -358,7 +359,71 @@ static void test_pg_two_start_on_empty_database(void **state)
 	assert_non_null(strstr(text, "in use by another batond"));
 	assert_string_equal(sql_on(db, "SELECT count(*) FROM baton_meta WHERE key = 'schema'"),
 			    "1");
+	assert_string_equal(sql_on(db, "SELECT value FROM baton_meta WHERE key = 'schema'"), "2");
+	drop_database(db);
+}
+
+/* The fixture next to this file (tests/http/fixtures/NAME), read whole; malloc'd. */
+static char *fixture(const char *name)
+{
+	static const char self[] = "tests/http/test_postgres.c";
+	size_t len = strlen(__FILE__), tail = sizeof self - 1;
+	size_t root = len >= tail && strcmp(__FILE__ + len - tail, self) == 0 ? len - tail : 0;
+	char path[1024];
+	snprintf(path, sizeof path, "%.*stests/http/fixtures/%s", (int)root, __FILE__, name);
+	FILE *f = fopen(path, "rb");
+	assert_non_null(f);
+	assert_int_equal(fseek(f, 0, SEEK_END), 0);
+	long n = ftell(f);
+	rewind(f);
+	char *text = malloc((size_t)n + 1);
+	assert_non_null(text);
+	assert_int_equal(fread(text, 1, (size_t)n, f), (size_t)n);
+	text[n] = 0;
+	fclose(f);
+	return text;
+}
+
+/*
+ * A database of schema 1, left by the batond of that schema killed while a step ran
+ * (fixtures/pg-schema-v1.sql), opened by this batond: migrated to schema 2 in place, the
+ * finished workflow left as it was, the interrupted step run again as attempt 2 with a
+ * higher token, the waiter after it, every step once.
+ */
+static void test_pg_schema_1_migrates(void **state)
+{
+	PG_ONLY();
+	(void)state;
+	char db[64], url[512];
+	fresh_database(db, sizeof db, NULL);
+	char *sql = fixture("pg-schema-v1.sql");
+	sql_on(db, sql);
+	free(sql);
 	assert_string_equal(sql_on(db, "SELECT value FROM baton_meta WHERE key = 'schema'"), "1");
+	url_for(db, url, sizeof url);
+	const char *args[] = {"--db", url, NULL};
+	hs_server *s = hs_open(args);
+	assert_non_null(s);
+	assert_string_equal(sql_on(db, "SELECT value FROM baton_meta WHERE key = 'schema'"), "2");
+	assert_string_equal(
+	    sql_on(db, "SELECT count(*) FROM pg_proc WHERE proname = 'baton_check_epoch'"), "0");
+	json_t *done = hs_get_workflow(s, "v1-done");
+	assert_string_equal(hs_str(done, "status"), "completed");
+	json_decref(done);
+	json_t *ran = hs_wait_workflow(s, "v1-running", "completed", WAIT_MS);
+	json_t *slow = hs_step_at(ran, 1);
+	assert_int_equal(hs_int(slow, "attempts"), 2);
+	assert_true(hs_int(slow, "fencing_token") > 4);
+	assert_int_equal(hs_int(hs_step_at(ran, 0), "attempts"), 1);
+	assert_int_equal(hs_int(hs_step_at(ran, 2), "attempts"), 1);
+	json_t *events = hs_get_events(s, "v1-running");
+	assert_int_equal(hs_event_count(events, "step_interrupted", 1, 1), 1);
+	for (int k = 0; k < 3; k++)
+		assert_int_equal(hs_event_count(events, "step_completed", k, -1), 1);
+	json_decref(events);
+	json_decref(ran);
+	json_decref(hs_wait_workflow(s, "v1-waiting", "completed", WAIT_MS));
+	assert_int_equal(hs_close(s), 0);
 	drop_database(db);
 }
 
@@ -378,7 +443,7 @@ static void test_pg_newer_schema_refused(void **state)
 	assert_int_equal(WEXITSTATUS(st), 1);
 	assert_non_null(strstr(out, "schema version 99"));
 	assert_string_equal(sql_on(db, "SELECT value FROM baton_meta WHERE key = 'schema'"), "99");
-	sql_on(db, "UPDATE baton_meta SET value = 1 WHERE key = 'schema'");
+	sql_on(db, "UPDATE baton_meta SET value = 2 WHERE key = 'schema'");
 	assert_int_equal(hs_start(s), 0);
 }
 
@@ -434,6 +499,7 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_pg_password_never_shown, setup, teardown),
 	    cmocka_unit_test(test_pg_two_start_on_empty_database),
 	    cmocka_unit_test_setup_teardown(test_pg_newer_schema_refused, setup, teardown),
+	    cmocka_unit_test(test_pg_schema_1_migrates),
 	    cmocka_unit_test(test_pg_runs_without_superuser),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
