@@ -316,9 +316,10 @@ int store_get_resource(store *s, const char *name, json_t **out, baton_error *er
 				   (json_int_t)r.row.max_hold_ms, "total_wait_ms",
 				   (json_int_t)r.row.total_wait_ms, "max_wait_ms",
 				   (json_int_t)r.row.max_wait_ms);
-	*out = json_pack("{s:s, s:I, s:o, s:o, s:o}", "name", name, "last_fencing_token",
-			 (json_int_t)r.row.last_token, "holder", holder_json(&r.holder), "waiters",
-			 waiters, "totals", totals);
+	*out =
+	    json_pack("{s:s, s:I, s:I, s:o, s:o, s:o}", "name", name, "last_fencing_token",
+		      (json_int_t)r.row.last_token, "last_event_seq", (json_int_t)r.last_event_seq,
+		      "holder", holder_json(&r.holder), "waiters", waiters, "totals", totals);
 	store_resource_fini(&r);
 	return BATON_OK;
 }

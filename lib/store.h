@@ -96,6 +96,9 @@ typedef struct store_resource {
 	resource_row row; /* name and totals */
 	store_holder holder;
 	int64_t queue_length;
+	/* read_resource: where the resource's history ends now (the last seq of its newest
+	 * event row; 0 when it has none): events after it are newer than the read. */
+	int64_t last_event_seq;
 	store_waiter *waiters; /* with_waiters only */
 	size_t nwaiters;
 } store_resource;
