@@ -415,7 +415,7 @@ static msg *wait_for_work(baton_engine *e, int *stop)
 			wake = mono_ms() + (e->timers.v[0].at - now_ms());
 		if (e->faulty && e->retry_commit_at < wake)
 			wake = e->retry_commit_at;
-		if (e->retention_ms && !e->draining && e->purge_at < wake)
+		if (e->retention_ms && !e->draining && !e->faulty && e->purge_at < wake)
 			wake = e->purge_at;
 		if (wake == INT64_MAX) {
 			pthread_cond_wait(&e->cv, &e->mu);

@@ -146,7 +146,8 @@ typedef struct store_ops {
 	 * Deletes finished workflows with their steps, definitions and events, in one
 	 * transaction: the workflow `id` when id is set (BATON_ENOTFOUND when there is none,
 	 * BATON_ECONFLICT when it has not finished), else at most `max` of those that
-	 * finished before `before` (ms since the epoch), oldest first. fn(ctx, id) for each
+	 * finished before `before` (ms since the epoch), the earliest submitted first (within
+	 * each final status on SQLite). fn(ctx, id) for each
 	 * one deleted, after the commit; *n: how many. Event seqs and workflow seqs handed
 	 * out before are never handed out again, whichever rows go.
 	 */

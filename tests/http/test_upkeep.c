@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <sqlite3.h>
@@ -397,10 +398,41 @@ static void test_backup_under_load_restores(void **state)
 	}
 }
 
+/* ---- the setting -------------------------------------------------------------------- */
+
+/*
+ * --retention and BATON_RETENTION take 45s, 90m, 12h, 30d, a bare number of seconds, 0
+ * or forever; anything else stops batond at start (status 2) with a message naming the
+ * setting; --help shows it.
+ */
+static void test_retention_setting_is_checked(void **state)
+{
+	(void)state;
+	static const char *const bad[] = {"5x", "-1s", "", "1.5h", "s", "10dd", "99999999d"};
+	char text[4096];
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+		const char *const args[] = {"--listen", "127.0.0.1:0", "--retention", bad[i], NULL};
+		int status = hs_run_batond(args, NULL, NULL, WAIT_MS, text, sizeof text);
+		if (status == -1 || !WIFEXITED(status) || WEXITSTATUS(status) != 2 ||
+		    !strstr(text, "--retention wants a duration"))
+			fail_msg("--retention \"%s\": status %d, said: %s", bad[i], status, text);
+	}
+	const char *const none[] = {"--listen", "127.0.0.1:0", NULL};
+	int status = hs_run_batond(none, "BATON_RETENTION", "soon", WAIT_MS, text, sizeof text);
+	assert_true(status != -1 && WIFEXITED(status) && WEXITSTATUS(status) == 2);
+	assert_non_null(strstr(text, "(from BATON_RETENTION)"));
+	const char *const help[] = {"--help", NULL};
+	status = hs_run_batond(help, NULL, NULL, WAIT_MS, text, sizeof text);
+	assert_true(status != -1 && WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	assert_non_null(strstr(text, "--retention DURATION"));
+	assert_non_null(strstr(text, "BATON_RETENTION, default forever"));
+}
+
 int main(void)
 {
 	hs_filters_from_env();
 	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test(test_retention_setting_is_checked),
 	    cmocka_unit_test_setup_teardown(test_delete, setup_quick_stop, teardown),
 	    cmocka_unit_test_setup_teardown(test_retention_batches_while_running, setup_retention,
 					    teardown),
