@@ -113,6 +113,9 @@ typedef struct baton_engine_config {
 	/* Finished workflows are deleted (with their steps and events) this long after they
 	 * finished, a bounded batch at a time between the engine's rounds; 0 keeps them. */
 	int64_t retention_ms;
+	/* Idle resources (free, nobody waiting) kept in memory, the most recently used; the
+	 * others are read back from the store when a step asks for them. 0: 1024. */
+	int idle_resources;
 } baton_engine_config;
 
 /*

@@ -273,6 +273,12 @@ typedef struct res_lock {
 	lock_waiter *head, *tail;
 	int queue_len;
 	unsigned dirty : 1, in_batch : 1;
+	/* row holds the stored token and totals (a lock whose row could not be read yet
+	 * grants nothing: its next token is unknown). */
+	unsigned loaded : 1;
+	/* Among the idle locks kept in memory (idle.c), least recently used first. */
+	unsigned parked : 1;
+	struct res_lock *idle_prev, *idle_next;
 } res_lock;
 
 res_lock *lock_new(const char *name);
@@ -287,6 +293,8 @@ void lock_release(res_lock *l, int64_t now);
 /* Undoes the current grant, which no commit recorded and nobody saw: the resource is free
  * again, with its token and grant count as they were before it. */
 void lock_ungrant(res_lock *l);
+/* 1 when nobody holds or waits for l and all of it is committed: it may leave memory. */
+int lock_idle(const res_lock *l);
 
 /* ---- sched.c: step threads (a pool in the manner of redis bio.c) ---- */
 typedef struct sched sched;

@@ -112,6 +112,7 @@ int main(int argc, char **argv)
 	    .on_commit = srv_streams_notify,
 	    .fault_file = getenv("BATON_TEST_FAULT_FILE"), /* tests only */
 	    .retention_ms = cfg.retention_ms,
+	    .idle_resources = cfg.idle_resources,
 	};
 	srv s = {.cfg = &cfg,
 		 .conn_mu = PTHREAD_MUTEX_INITIALIZER,
