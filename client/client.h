@@ -6,6 +6,7 @@
  *               exit codes
  *   http.c      one libcurl handle: GET/POST that return the status and the parsed JSON body
  *   commands.c  submit, get, list, cancel, events, resources (human output or --json)
+ *   admin.c     delete, backup: the operator's commands
  *   demo.c      `baton demo [--crash]`: the origin's distributed-mutex demo, rendered live
  *   watch.c     `baton watch ID`: a workflow followed live over its event stream (SSE)
  *   sse.c       an incremental parser of Server-Sent Events, for watch
@@ -79,6 +80,13 @@ void http_reply_fini(struct http_reply *reply);
  */
 int http_call(http *h, const char *method, const char *path, const json_t *body, json_t **out,
 	      long *status);
+
+/*
+ * GET path into `file`, written as file.part and renamed once complete, so that `file`
+ * is either the whole answer or untouched. EXIT_OK on 200; otherwise the problem is
+ * printed and file.part removed (EXIT_FAILED, or EXIT_UNREACHABLE without an answer).
+ */
+int http_download(http *h, const char *path, const char *file);
 
 /* Returns a new string: s percent-encoded for a path segment or query value (free()).
  * Out of memory is fatal here, as in the path builders of commands.c: exits with 1. */
@@ -182,6 +190,8 @@ int cmd_resources(struct cli *cli, int argc, char **argv);
 int cmd_demo(struct cli *cli, int argc, char **argv);
 int cmd_watch(struct cli *cli, int argc, char **argv);
 int cmd_health(struct cli *cli, int argc, char **argv);
+int cmd_delete(struct cli *cli, int argc, char **argv); /* admin.c */
+int cmd_backup(struct cli *cli, int argc, char **argv); /* admin.c */
 
 /* Parses "CMD [-h] ID" (commands.c). Returns -1 with *id set (borrowed from argv), else
  * the exit status the command must return: 0 after --help, EXIT_USAGE. */

@@ -7,8 +7,10 @@
  * to EXIT_UNREACHABLE, error statuses to EXIT_FAILED with the problem document
  * (RFC 9457) summarised on stderr.
  */
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <curl/curl.h>
 
@@ -289,6 +291,8 @@ int http_call(http *h, const char *method, const char *path, const json_t *body,
 		http_reply_fini(&r);
 		return EXIT_FAILED;
 	}
+	if (!r.body && r.status == 204)
+		return EXIT_OK; /* No Content: *out stays NULL */
 	if (!r.body) {
 		fprintf(stderr, "baton: %s %s: HTTP %ld with an empty body\n", method, path,
 			r.status);
@@ -309,4 +313,53 @@ char *http_escape(const char *s)
 		exit(EXIT_FAILED);
 	}
 	return copy;
+}
+
+static size_t to_file(char *ptr, size_t size, size_t nmemb, void *userdata)
+{
+	return fwrite(ptr, size, nmemb, userdata);
+}
+
+int http_download(http *h, const char *path, const char *file)
+{
+	char *url = NULL, *part = NULL;
+	int rc = EXIT_FAILED;
+	if (asprintf(&url, "%s%s", h->base, path) < 0 || asprintf(&part, "%s.part", file) < 0) {
+		fprintf(stderr, "baton: out of memory\n");
+		free(url);
+		return EXIT_FAILED;
+	}
+	FILE *f = fopen(part, "wb");
+	if (!f) {
+		fprintf(stderr, "baton: cannot write %s: %s\n", part, strerror(errno));
+		goto out;
+	}
+	struct buf b = {0};
+	CURL *c = h->curl;
+	prepare(h, "GET", url, NULL, &b);
+	curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, 0L); /* a large database takes its time */
+	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, to_file);
+	curl_easy_setopt(c, CURLOPT_WRITEDATA, f);
+	CURLcode cc = curl_easy_perform(c);
+	long status = 0;
+	curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
+	int closed = fclose(f);
+	if (cc != CURLE_OK) {
+		rc = transport_error(h, cc, url, &b);
+	} else if (status != 200) {
+		/* The problem document went to the file: read it back to say what it was. */
+		struct http_reply r = {status, json_load_file(part, JSON_DECODE_ANY, NULL)};
+		print_problem("GET", path, &r);
+		http_reply_fini(&r);
+	} else if (closed != 0 || rename(part, file) != 0) {
+		fprintf(stderr, "baton: cannot write %s: %s\n", file, strerror(errno));
+	} else {
+		rc = EXIT_OK;
+	}
+	if (rc != EXIT_OK)
+		unlink(part);
+out:
+	free(url);
+	free(part);
+	return rc;
 }

@@ -23,6 +23,7 @@ static const struct command {
     {"submit", cmd_submit}, {"get", cmd_get},	    {"list", cmd_list},
     {"cancel", cmd_cancel}, {"events", cmd_events}, {"resources", cmd_resources},
     {"demo", cmd_demo},	    {"watch", cmd_watch},   {"health", cmd_health},
+    {"delete", cmd_delete}, {"backup", cmd_backup},
 };
 
 void usage(FILE *out)
@@ -40,6 +41,7 @@ void usage(FILE *out)
 	      "  list [--status S] [--resource R] [--limit N] [--cursor C]\n"
 	      "                      list workflows, newest first\n"
 	      "  cancel ID           cancel a workflow\n"
+	      "  delete ID           delete a finished workflow with its events\n"
 	      "  events ID           show the events of a workflow\n"
 	      "  watch ID            follow a workflow live: one line per event, and on a\n"
 	      "                      terminal a progress bar (with --json: events as JSON\n"
@@ -48,6 +50,8 @@ void usage(FILE *out)
 	      "  demo [--crash]      run the distributed-mutex demo and follow it live\n"
 	      "                      (with --json: each event as one line of JSON)\n"
 	      "  health              exit 0 when batond answers /healthz (for HEALTHCHECK)\n"
+	      "  backup FILE         write a consistent copy of batond's SQLite database to\n"
+	      "                      FILE, taken while it runs (start batond on it to restore)\n"
 	      "\n"
 	      "Options (before or after the command; \"--\" ends them, for a worker named\n"
 	      "like an option):\n"

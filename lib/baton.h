@@ -110,6 +110,9 @@ typedef struct baton_engine_config {
 	/* Testing seam: while this file exists, the database's writes fail (SQLITE_FULL when
 	 * it starts with "full", else an I/O error). NULL in production. */
 	const char *fault_file;
+	/* Finished workflows are deleted (with their steps and events) this long after they
+	 * finished, a bounded batch at a time between the engine's rounds; 0 keeps them. */
+	int64_t retention_ms;
 	/* Idle resources (free, nobody waiting) kept in memory, the most recently used; the
 	 * others are read back from the store when a step asks for them. 0: 1024. */
 	int idle_resources;
@@ -208,6 +211,21 @@ int baton_engine_events(baton_engine *e, const char *id, int64_t after, int limi
 int baton_engine_cancel(baton_engine *e, const char *id, json_t **out, baton_error *err);
 
 /*
+ * Deletes finished workflow `id` with its steps and events, durably before returning;
+ * it then answers BATON_ENOTFOUND like any unknown id. BATON_ENOTFOUND when there is
+ * none, BATON_ECONFLICT while it is pending or running (cancel it first).
+ */
+int baton_engine_delete(baton_engine *e, const char *id, baton_error *err);
+
+/*
+ * Writes a consistent copy of the whole database to the new file `path` while the engine
+ * goes on working (SQLite's online backup, from a read transaction of its own); starting
+ * an engine on the copy resumes what was unfinished in it. BATON_ECONFLICT when the store
+ * is not copied this way (PostgreSQL: use its own tools). Any thread.
+ */
+int baton_engine_backup(baton_engine *e, const char *path, baton_error *err);
+
+/*
  * Events about resource `name` (lock_requested, lock_acquired, lock_released,
  * workflow_cancelled) with seq > after, at most `limit` (0: all): {"resource", "events"}.
  * New reference.
@@ -218,9 +236,10 @@ int baton_engine_resource_events(baton_engine *e, const char *name, int64_t afte
 /*
  * A snapshot of the engine's counters and histograms since open, as JSON (new
  * reference): {"steps_completed", "steps_failed", "steps_retried", "commits",
- * "checkpoints", "commit_seconds": histogram, "checkpoints_per_commit": histogram,
- * "workflows": {status: count}, "resources": {name: {"queue_depth", "holders",
- * "wait_seconds": histogram, "hold_seconds": histogram}}}, where a histogram is
+ * "checkpoints", "workflows_deleted", "deletes", "commit_seconds": histogram,
+ * "checkpoints_per_commit": histogram, "workflows": {status: count}, "resources": {name:
+ * {"queue_depth", "holders", "wait_seconds": histogram, "hold_seconds": histogram}}}, where a
+ * histogram is
  * {"le": [bounds...], "counts": [cumulative...], "count", "sum"}.
  */
 int baton_engine_metrics(baton_engine *e, json_t **out, baton_error *err);

@@ -284,6 +284,56 @@ static void apply_cancel(baton_engine *e, msg *m, int64_t now)
 	VEC_PUSH(e->replies, r);
 }
 
+static void count_deleted(baton_engine *e, int n)
+{
+	pthread_mutex_lock(&e->metrics_mu);
+	e->workflows_deleted += (uint64_t)n;
+	e->deletes++;
+	pthread_mutex_unlock(&e->metrics_mu);
+}
+
+/* A workflow in memory has not finished (or its end is not committed yet): it stays. */
+static void apply_delete(baton_engine *e, msg *m)
+{
+	snprintf(m->w->id, sizeof m->w->id, "%s", m->id);
+	if (strmap_get(e->wfs, m->id)) {
+		eng_waiter_done(m->w, BATON_ECONFLICT, 0,
+				"the workflow has not finished; cancel it first");
+		return;
+	}
+	baton_error err = {0};
+	int n = 0, rc = store_delete_workflows(e->st, m->id, 0, 1, &n, &err);
+	if (rc == BATON_OK)
+		count_deleted(e, n);
+	eng_waiter_done(m->w, rc, 0, rc ? err.msg : NULL);
+}
+
+/*
+ * Retention: the workflows that finished more than retention_ms ago go, PURGE_BATCH per
+ * transaction. While more are left, the next batch follows PURGE_BUSY_MS later, so that
+ * a backlog (the first start with retention on an old database) is worked off between
+ * the engine's rounds instead of in one long transaction; then a pass every
+ * PURGE_IDLE_MS.
+ */
+#define PURGE_BATCH   100
+#define PURGE_BUSY_MS 20
+#define PURGE_IDLE_MS 1000
+
+static void purge(baton_engine *e)
+{
+	baton_error err = {0};
+	int n = 0;
+	int rc =
+	    store_delete_workflows(e->st, NULL, now_ms() - e->retention_ms, PURGE_BATCH, &n, &err);
+	if (rc)
+		log_at(&e->log, BATON_LOG_WARN, NULL, "retention: cannot delete old workflows: %s",
+		       err.msg);
+	else if (n)
+		count_deleted(e, n);
+	e->purge_at =
+	    mono_ms() + (rc == BATON_OK && n == PURGE_BATCH ? PURGE_BUSY_MS : PURGE_IDLE_MS);
+}
+
 /* Grants l, when free, to its next waiter. */
 static void grant_lock(baton_engine *e, res_lock *l, int64_t now)
 {
@@ -354,6 +404,8 @@ static msg *wait_for_work(baton_engine *e, int *stop)
 			wake = mono_ms() + (e->timers.v[0].at - now_ms());
 		if (e->faulty && e->retry_commit_at < wake)
 			wake = e->retry_commit_at;
+		if (e->retention_ms && !e->draining && !e->faulty && e->purge_at < wake)
+			wake = e->purge_at;
 		if (e->load_retry_at && e->load_retry_at < wake)
 			wake = e->load_retry_at;
 		if (wake == INT64_MAX) {
@@ -398,6 +450,8 @@ static void *engine_main(void *arg)
 				apply_submit(e, m, now);
 			else if (m->type == MSG_CANCEL)
 				apply_cancel(e, m, now);
+			else if (m->type == MSG_DELETE)
+				apply_delete(e, m);
 			else
 				apply_outcome(e, m, now);
 			free(m->id);
@@ -410,6 +464,8 @@ static void *engine_main(void *arg)
 			eng_grant(e, now);
 		if (!e->faulty || mono_ms() >= e->retry_commit_at)
 			eng_flush(e);
+		if (e->retention_ms && !e->faulty && !e->no_new_work && mono_ms() >= e->purge_at)
+			purge(e);
 		if (e->log.flush)
 			e->log.flush(e->log.ud);
 		if (stop)
@@ -448,6 +504,7 @@ int baton_engine_open(const baton_engine_config *cfg, baton_engine **out, baton_
 	e->allow_call = cfg->allow_call;
 	e->on_commit = cfg->on_commit;
 	e->on_commit_ud = cfg->on_commit_ud;
+	e->retention_ms = cfg->retention_ms > 0 ? cfg->retention_ms : 0;
 	e->res_metrics = strmap_new();
 	pthread_mutex_init(&e->metrics_mu, NULL);
 	json_alloc_track(NULL);
@@ -508,8 +565,8 @@ void baton_engine_close(baton_engine *e, int64_t timeout_ms)
 	sched_free(e->pool);
 	for (msg *m = e->inbox, *next; m; m = next) {
 		next = m->next;
-		if (m->type == MSG_SUBMIT ||
-		    m->type == MSG_CANCEL) { /* their callers get an answer */
+		if (m->type == MSG_SUBMIT || m->type == MSG_CANCEL ||
+		    m->type == MSG_DELETE) { /* their callers get an answer */
 			eng_waiter_done(m->w, BATON_EBUSY, 0, "the server is shutting down");
 			if (m->type == MSG_SUBMIT)
 				wf_row_free(m->wf);
@@ -622,6 +679,26 @@ int baton_engine_cancel(baton_engine *e, const char *id, json_t **out, baton_err
 	return store_get_workflow(e->st, id, out, err);
 }
 
+int baton_engine_delete(baton_engine *e, const char *id, baton_error *err)
+{
+	if (!valid_name(id))
+		return err_set(err, BATON_ENOTFOUND, "no workflow with id \"%.128s\"", id);
+	waiter w;
+	waiter_init(&w);
+	msg *m = xcalloc(1, sizeof *m);
+	m->type = MSG_DELETE;
+	m->id = xstrdup(id);
+	m->w = &w;
+	eng_post(e, m);
+	waiter_wait(&w);
+	return w.rc ? err_set(err, w.rc, "%s", w.msg) : BATON_OK;
+}
+
+int baton_engine_backup(baton_engine *e, const char *path, baton_error *err)
+{
+	return store_backup(e->st, path, err);
+}
+
 int baton_engine_get(baton_engine *e, const char *id, json_t **out, baton_error *err)
 {
 	if (!valid_name(id))
@@ -697,13 +774,14 @@ int baton_engine_metrics(baton_engine *e, json_t **out, baton_error *err)
 		return rc;
 	json_t *resources = json_object();
 	pthread_mutex_lock(&e->metrics_mu);
-	json_t *m =
-	    json_pack("{s:I, s:I, s:I, s:I, s:I, s:o, s:o}", "steps_completed",
-		      (json_int_t)e->steps_completed, "steps_failed", (json_int_t)e->steps_failed,
-		      "steps_retried", (json_int_t)e->steps_retried, "commits",
-		      (json_int_t)e->commits, "checkpoints", (json_int_t)e->checkpoints,
-		      "commit_seconds", hist_json(&e->commit_seconds, hist_seconds),
-		      "checkpoints_per_commit", hist_json(&e->checkpoints_per_commit, hist_counts));
+	json_t *m = json_pack(
+	    "{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:o, s:o}", "steps_completed",
+	    (json_int_t)e->steps_completed, "steps_failed", (json_int_t)e->steps_failed,
+	    "steps_retried", (json_int_t)e->steps_retried, "commits", (json_int_t)e->commits,
+	    "checkpoints", (json_int_t)e->checkpoints, "workflows_deleted",
+	    (json_int_t)e->workflows_deleted, "deletes", (json_int_t)e->deletes, "commit_seconds",
+	    hist_json(&e->commit_seconds, hist_seconds), "checkpoints_per_commit",
+	    hist_json(&e->checkpoints_per_commit, hist_counts));
 	strmap_each(e->res_metrics, add_res_metrics, resources);
 	pthread_mutex_unlock(&e->metrics_mu);
 	json_object_set_new(m, "workflows", counts);

@@ -8,7 +8,7 @@
 
 #include "store.h"
 
-enum msg_type { MSG_SUBMIT, MSG_CANCEL, MSG_OUTCOME };
+enum msg_type { MSG_SUBMIT, MSG_CANCEL, MSG_OUTCOME, MSG_DELETE };
 
 /* Submissions waiting for the engine at most; more are refused with BATON_EBUSY. */
 #define MAX_PENDING_SUBMITS 4096
@@ -30,8 +30,8 @@ typedef struct waiter {
 typedef struct msg {
 	int type;
 	wf_row *wf;	  /* SUBMIT: the new row (owned); OUTCOME: the running workflow */
-	char *id;	  /* CANCEL */
-	waiter *w;	  /* SUBMIT, CANCEL */
+	char *id;	  /* CANCEL, DELETE */
+	waiter *w;	  /* SUBMIT, CANCEL, DELETE */
 	int idx, attempt; /* OUTCOME */
 	step_output out;  /* OUTCOME */
 	struct msg *next;
@@ -95,6 +95,7 @@ struct baton_engine {
 
 	pthread_mutex_t metrics_mu; /* guards the metrics below */
 	uint64_t steps_completed, steps_failed, steps_retried, commits, checkpoints;
+	uint64_t workflows_deleted, deletes; /* workflows, and the transactions deleting them */
 	histogram commit_seconds, checkpoints_per_commit;
 	strmap *res_metrics; /* name -> res_metrics */
 
@@ -133,7 +134,9 @@ struct baton_engine {
 	VEC(wf_row *) finished;
 	VEC(timer) timers; /* binary min-heap on .at */
 	int64_t fault_backoff_ms, retry_commit_at;
-	textbuf text; /* the event rows being written (batch.c) */
+	int64_t retention_ms; /* 0: finished workflows are kept */
+	int64_t purge_at;     /* mono_ms of the next retention pass */
+	textbuf text;	      /* the event rows being written (batch.c) */
 	VEC(store_event_row) event_rows;
 	VEC(const resource_row *) res_rows;
 	/* Idle resources kept in memory, least recently used first (idle.c). */

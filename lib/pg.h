@@ -155,7 +155,17 @@ typedef struct pg_store {
 } pg_store;
 
 /* Writer statements (pg_store.c), prepared on each new writer connection as "w<n>". */
-enum { W_INS_WF, W_INS_DEF, W_UPD_WF, W_FIND, W_NEXT_ID, W_ROWS, W_NSTMT };
+enum {
+	W_INS_WF,
+	W_INS_DEF,
+	W_UPD_WF,
+	W_FIND,
+	W_NEXT_ID,
+	W_ROWS,
+	W_DELETE_ONE,
+	W_DELETE_OLD,
+	W_NSTMT
+};
 
 /* pg_store.c */
 /* A new connection with baton's session settings, or NULL with err set. */

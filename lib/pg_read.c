@@ -21,8 +21,10 @@ static const char *const reader_sql[PR_NSTMT] = {
     [PR_EVENTS] = "SELECT seq, data FROM events WHERE workflow_seq=$1 AND seq >= coalesce("
 		  "(SELECT max(seq) FROM events WHERE workflow_seq=$1 AND seq<=$2), 0)"
 		  " ORDER BY seq",
+    /* Last: the end of the newest row of the resource's history (0 when it has none). */
     [PR_RESOURCE] = "SELECT last_token, grants, total_hold_ms, max_hold_ms, total_wait_ms,"
-		    " max_wait_ms FROM resources WHERE name=$1",
+		    " max_wait_ms, coalesce((SELECT last_seq FROM events WHERE resource=$1"
+		    " AND lock ORDER BY seq DESC LIMIT 1), 0) FROM resources WHERE name=$1",
     [PR_RES_EVENTS] = "SELECT e.seq, e.data, w.id FROM events e"
 		      " JOIN workflows w ON w.seq=e.workflow_seq WHERE e.resource=$1 AND e.lock"
 		      " AND e.seq >= coalesce((SELECT max(seq) FROM events"
@@ -405,6 +407,8 @@ int pg_read_resource(store *base, const char *name, int with_waiters, store_reso
 		    .total_wait_ms = pg_col_int(q, 0, 4),
 		    .max_wait_ms = pg_col_int(q, 0, 5),
 		};
+	if (q && rc == BATON_OK)
+		out->last_event_seq = pg_col_int(q, 0, 6);
 	PQclear(q);
 	if (rc == BATON_OK)
 		rc = read_holder(r, name, &out->holder, err);

@@ -86,6 +86,16 @@ static const char schema_sql[] =
     "CREATE TRIGGER resources_token_forward BEFORE UPDATE ON resources FOR EACH ROW"
     " WHEN (NEW.last_token < OLD.last_token) EXECUTE FUNCTION baton_token_backwards();";
 
+/* Deletes the finished workflows that d picks, with everything that names them, in one
+ * statement; the ids deleted come back. Event seqs and workflow seqs come from
+ * baton_meta's counters, which deletes do not touch. */
+#define DELETE_PICKED                                                                              \
+	" s AS (DELETE FROM steps WHERE workflow_seq IN (SELECT seq FROM d)),"                     \
+	" f AS (DELETE FROM definitions WHERE workflow_seq IN (SELECT seq FROM d)),"               \
+	" e AS (DELETE FROM events WHERE workflow_seq IN (SELECT seq FROM d))"                     \
+	" DELETE FROM workflows WHERE seq IN (SELECT seq FROM d) RETURNING id"
+#define FINAL_STATUS "status IN ('completed', 'failed', 'cancelled')"
+
 static const char *const writer_sql[W_NSTMT] = {
     [W_INS_WF] = "INSERT INTO workflows (" PG_WF_COLS ") VALUES"
 		 " ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14)"
@@ -98,6 +108,10 @@ static const char *const writer_sql[W_NSTMT] = {
     [W_FIND] = "SELECT d.definition, w.status FROM workflows w"
 	       " JOIN definitions d ON d.workflow_seq = w.seq WHERE w.id=$1",
     [W_NEXT_ID] = "UPDATE baton_meta SET value = value + $2 WHERE key = $1 RETURNING value",
+    [W_DELETE_ONE] = "WITH d AS (SELECT seq FROM workflows WHERE id=$1 AND " FINAL_STATUS
+		     " FOR UPDATE)," DELETE_PICKED,
+    [W_DELETE_OLD] = "WITH d AS (SELECT seq FROM workflows WHERE " FINAL_STATUS
+		     " AND finished_at < $1 ORDER BY seq LIMIT $2 FOR UPDATE)," DELETE_PICKED,
     /* A batch's steps, resources and events at once: one array per column (send_rows);
      * an empty array inserts nothing. One statement, so the database's cost per
      * statement is paid once per round, however many rows it writes. */
@@ -691,6 +705,47 @@ static int pg_load(store *base, void (*res_fn)(void *ctx, resource_row *r),
 	return rc;
 }
 
+static int pg_delete_workflows(store *base, const char *id, int64_t before, int max,
+			       store_deleted_fn fn, void *ctx, int *n, baton_error *err)
+{
+	pg_store *s = (pg_store *)base;
+	pg_params prm = {0};
+	if (id) {
+		pg_text(&prm, id);
+	} else {
+		pg_int(&prm, before);
+		pg_int(&prm, max);
+	}
+	PGresult *r = writer_run(s, id ? W_DELETE_ONE : W_DELETE_OLD, &prm, PGRES_TUPLES_OK,
+				 "deleting workflows", err);
+	if (!r)
+		return err->code;
+	*n = PQntuples(r);
+	for (int i = 0; i < *n; i++)
+		fn(ctx, PQgetvalue(r, i, 0));
+	PQclear(r);
+	if (!id || *n)
+		return BATON_OK;
+	char *def = NULL;
+	int status, rc = pg_find_workflow(base, id, &def, &status, err);
+	free(def);
+	if (rc == BATON_ENOTFOUND)
+		return err_set(err, BATON_ENOTFOUND, "no workflow with id \"%s\"", id);
+	return rc ? rc
+		  : err_set(err, BATON_ECONFLICT,
+			    "workflow \"%s\" has not finished; cancel it first", id);
+}
+
+/* A copy of a PostgreSQL database is made by PostgreSQL's own tools. */
+static int pg_backup(store *base, const char *path, baton_error *err)
+{
+	(void)base;
+	(void)path;
+	return err_set(err, BATON_ECONFLICT,
+		       "the PostgreSQL store is backed up with PostgreSQL's own tools (pg_dump, or "
+		       "pg_basebackup with WAL archiving), not through batond");
+}
+
 const store_ops pg_store_ops = {
     .name = "postgresql",
     .open = pg_open,
@@ -706,4 +761,6 @@ const store_ops pg_store_ops = {
     .list_resources = pg_list_resources,
     .count_workflows = pg_count_workflows,
     .ping = pg_ping,
+    .delete_workflows = pg_delete_workflows,
+    .backup = pg_backup,
 };

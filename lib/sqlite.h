@@ -83,6 +83,8 @@ typedef struct checkpointer {
 
 typedef struct sqlite_store {
 	store base;
+	char *path;	 /* the database file, as opened */
+	const char *vfs; /* baton's VFS (vfs.c) */
 	sqlite3 *db;
 	checkpointer ckpt;
 	sqlite3_stmt *stmt[W_NSTMT];
@@ -126,5 +128,10 @@ int sqlite_read_resource(store *s, const char *name, int with_waiters, store_res
 int sqlite_list_resources(store *s, void (*fn)(void *ctx, const store_resource *r), void *ctx,
 			  baton_error *err);
 int sqlite_count_workflows(store *s, int64_t counts[WF_NSTATUS], baton_error *err);
+
+/* sqlite_admin.c: deletes and the backup of sqlite_store_ops */
+int sqlite_delete_workflows(store *s, const char *id, int64_t before, int max, store_deleted_fn fn,
+			    void *ctx, int *n, baton_error *err);
+int sqlite_backup(store *s, const char *path, baton_error *err);
 
 #endif

@@ -22,8 +22,10 @@ const char *const reader_sql[R_NSTMT] = {
 		 " ORDER BY seq",
     [R_WF_SEQ] = "SELECT seq, status FROM workflows WHERE id=?",
     [R_RESOURCES] = "SELECT name FROM resources ORDER BY name",
+    /* Last: the end of the newest row of the resource's history (0 when it has none). */
     [R_RESOURCE] = "SELECT last_token, grants, total_hold_ms, max_hold_ms, total_wait_ms,"
-		   " max_wait_ms FROM resources WHERE name=?",
+		   " max_wait_ms, coalesce((SELECT last_seq FROM events WHERE resource=?1"
+		   " AND lock ORDER BY seq DESC LIMIT 1), 0) FROM resources WHERE name=?1",
     [R_HOLDER] = "SELECT w.id, s.idx, s.worker, s.fencing_token, s.started_at"
 		 " FROM resources r JOIN steps s ON s.workflow_seq=r.holder_seq"
 		 " AND s.idx=r.holder_idx JOIN workflows w ON w.seq=r.holder_seq"
@@ -436,6 +438,7 @@ int sqlite_read_resource(store *base, const char *name, int with_waiters, store_
 			    .total_wait_ms = sqlite3_column_int64(q, 4),
 			    .max_wait_ms = sqlite3_column_int64(q, 5),
 			};
+			out->last_event_seq = sqlite3_column_int64(q, 6);
 		} else if (s1 == SQLITE_DONE) {
 			rc = err_set(err, BATON_ENOTFOUND, "no resource named \"%s\"", name);
 		} else {

@@ -380,6 +380,8 @@ static int sqlite_open(const store_config *cfg, store **out, baton_error *err)
 	pthread_mutex_init(&s->ckpt.mu, NULL);
 	pthread_cond_init(&s->ckpt.cv, NULL);
 	const char *path = cfg->target, *vfs = baton_vfs(cfg->fault_file);
+	s->path = xstrdup(path);
+	s->vfs = vfs;
 	int rc = open_conn(path, vfs, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, &s->db, err);
 	if (rc == BATON_OK)
 		rc = setup_writer(s, path, err);
@@ -428,6 +430,7 @@ static void sqlite_close(store *base)
 	pthread_mutex_destroy(&s->ckpt.mu);
 	free(s->json_text[0].v);
 	free(s->json_text[1].v);
+	free(s->path);
 	store_base_fini(&s->base);
 	free(s);
 }
@@ -770,4 +773,6 @@ const store_ops sqlite_store_ops = {
     .list_resources = sqlite_list_resources,
     .count_workflows = sqlite_count_workflows,
     .ping = sqlite_ping,
+    .delete_workflows = sqlite_delete_workflows,
+    .backup = sqlite_backup,
 };

@@ -84,7 +84,8 @@ static char *cache_get(store *s, const char *id, size_t *len)
 	return hit;
 }
 
-static void cache_put(store *s, const wf_row *wf, const char *text, size_t len)
+/* gen: finished_gen when the row was read; a delete since then may have removed it. */
+static void cache_put(store *s, const wf_row *wf, const char *text, size_t len, uint64_t gen)
 {
 	if (wf->status != WF_COMPLETED && wf->status != WF_FAILED && wf->status != WF_CANCELLED)
 		return;
@@ -94,6 +95,11 @@ static void cache_put(store *s, const wf_row *wf, const char *text, size_t len)
 	memcpy(copy, text, len + 1);
 	finished_slot *slot = &s->finished[fnv1a(wf->id) % FINISHED_SLOTS];
 	pthread_mutex_lock(&s->finished_mu);
+	if (gen != s->finished_gen) {
+		pthread_mutex_unlock(&s->finished_mu);
+		free(copy);
+		return;
+	}
 	free(slot->text);
 	snprintf(slot->id, sizeof slot->id, "%s", wf->id);
 	slot->text = copy;
@@ -115,6 +121,9 @@ int store_get_workflow_text(store *s, const char *id, char **text, size_t *len, 
 {
 	if ((*text = cache_get(s, id, len)))
 		return BATON_OK;
+	pthread_mutex_lock(&s->finished_mu);
+	uint64_t gen = s->finished_gen;
+	pthread_mutex_unlock(&s->finished_mu);
 	wf_row *wf = NULL;
 	int rc = s->ops->read_workflow(s, id, &wf, err);
 	if (rc)
@@ -122,7 +131,7 @@ int store_get_workflow_text(store *s, const char *id, char **text, size_t *len, 
 	json_t *json = codec_workflow(wf);
 	*text = baton_json_text(json, '\n', len);
 	if (*text)
-		cache_put(s, wf, *text, *len);
+		cache_put(s, wf, *text, *len, gen);
 	else
 		rc = err_set(err, BATON_EINTERNAL, "out of memory rendering a workflow");
 	json_decref(json);
@@ -264,6 +273,27 @@ int store_resource_events(store *s, const char *name, int64_t after, int limit, 
 	return BATON_OK;
 }
 
+/* A deleted workflow leaves the cache; reads that started before are not cached. */
+static void cache_forget(void *ctx, const char *id)
+{
+	store *s = ctx;
+	finished_slot *slot = &s->finished[fnv1a(id) % FINISHED_SLOTS];
+	pthread_mutex_lock(&s->finished_mu);
+	s->finished_gen++;
+	if (slot->text && strcmp(slot->id, id) == 0) {
+		free(slot->text);
+		slot->text = NULL;
+	}
+	pthread_mutex_unlock(&s->finished_mu);
+}
+
+int store_delete_workflows(store *s, const char *id, int64_t before, int max, int *n,
+			   baton_error *err)
+{
+	*n = 0;
+	return s->ops->delete_workflows(s, id, before, max, cache_forget, s, n, err);
+}
+
 /* ---- resources ---- */
 
 static json_t *holder_json(const store_holder *h)
@@ -316,9 +346,10 @@ int store_get_resource(store *s, const char *name, json_t **out, baton_error *er
 				   (json_int_t)r.row.max_hold_ms, "total_wait_ms",
 				   (json_int_t)r.row.total_wait_ms, "max_wait_ms",
 				   (json_int_t)r.row.max_wait_ms);
-	*out = json_pack("{s:s, s:I, s:o, s:o, s:o}", "name", name, "last_fencing_token",
-			 (json_int_t)r.row.last_token, "holder", holder_json(&r.holder), "waiters",
-			 waiters, "totals", totals);
+	*out =
+	    json_pack("{s:s, s:I, s:I, s:o, s:o, s:o}", "name", name, "last_fencing_token",
+		      (json_int_t)r.row.last_token, "last_event_seq", (json_int_t)r.last_event_seq,
+		      "holder", holder_json(&r.holder), "waiters", waiters, "totals", totals);
 	store_resource_fini(&r);
 	return BATON_OK;
 }

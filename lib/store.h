@@ -96,6 +96,9 @@ typedef struct store_resource {
 	resource_row row; /* name and totals */
 	store_holder holder;
 	int64_t queue_length;
+	/* read_resource: where the resource's history ends now (the last seq of its newest
+	 * event row; 0 when it has none): events after it are newer than the read. */
+	int64_t last_event_seq;
 	store_waiter *waiters; /* with_waiters only */
 	size_t nwaiters;
 } store_resource;
@@ -106,6 +109,9 @@ typedef struct store_list {
 	const char *status, *resource;
 	int limit;
 } store_list;
+
+/* Given the id of each workflow a delete removed, once the delete is committed. */
+typedef void (*store_deleted_fn)(void *ctx, const char *id);
 
 /* Where a backend comes from: the --db value and what every backend needs. */
 typedef struct store_config {
@@ -137,6 +143,17 @@ typedef struct store_ops {
 	int (*load)(store *s, void (*res_fn)(void *ctx, resource_row *r),
 		    void (*wf_fn)(void *ctx, wf_row *wf), void *ctx, int64_t *lock_seq,
 		    baton_error *err);
+	/*
+	 * Deletes finished workflows with their steps, definitions and events, in one
+	 * transaction: the workflow `id` when id is set (BATON_ENOTFOUND when there is none,
+	 * BATON_ECONFLICT when it has not finished), else at most `max` of those that
+	 * finished before `before` (ms since the epoch), the earliest submitted first (within
+	 * each final status on SQLite). fn(ctx, id) for each
+	 * one deleted, after the commit; *n: how many. Event seqs and workflow seqs handed
+	 * out before are never handed out again, whichever rows go.
+	 */
+	int (*delete_workflows)(store *s, const char *id, int64_t before, int max,
+				store_deleted_fn fn, void *ctx, int *n, baton_error *err);
 
 	/* Any thread. */
 	/* A workflow with its steps and the queue positions of its waiting step. */
@@ -156,6 +173,10 @@ typedef struct store_ops {
 	int (*count_workflows)(store *s, int64_t counts[WF_NSTATUS], baton_error *err);
 	/* BATON_OK while the database answers. */
 	int (*ping)(store *s, baton_error *err);
+	/* A consistent copy of the whole database, taken while the engine goes on writing,
+	 * into the new file `path`; BATON_ECONFLICT when the store cannot be copied that way
+	 * (PostgreSQL has its own tools). */
+	int (*backup)(store *s, const char *path, baton_error *err);
 } store_ops;
 
 #define FINISHED_SLOTS 1024
@@ -168,6 +189,8 @@ typedef struct finished_slot {
 struct store {
 	const store_ops *ops;
 	pthread_mutex_t finished_mu;
+	uint64_t finished_gen; /* under finished_mu: deletes so far (a read from before one
+				  is not cached) */
 	finished_slot finished[FINISHED_SLOTS];
 };
 
@@ -207,6 +230,13 @@ static inline int store_load(store *s, void (*res_fn)(void *ctx, resource_row *r
 			     baton_error *err)
 {
 	return s->ops->load(s, res_fn, wf_fn, ctx, lock_seq, err);
+}
+/* ops->delete_workflows, and the deleted workflows leave the cache of finished ones. */
+int store_delete_workflows(store *s, const char *id, int64_t before, int max, int *n,
+			   baton_error *err);
+static inline int store_backup(store *s, const char *path, baton_error *err)
+{
+	return s->ops->backup(s, path, err);
 }
 static inline int store_ping(store *s, baton_error *err)
 {

@@ -48,6 +48,10 @@ static void usage(FILE *f)
 		"info)\n"
 		"  --shutdown-timeout SECS  how long SIGTERM waits for running steps\n"
 		"                           (BATON_SHUTDOWN_TIMEOUT, default %lld)\n"
+		"  --retention DURATION     delete finished workflows (with their events) this\n"
+		"                           long after they finished: N with s, m, h or d\n"
+		"                           (30d, 12h); 0 or forever keeps them\n"
+		"                           (BATON_RETENTION, default forever)\n"
 		"  --allow-call PREFIX      let HTTP steps call URLs under PREFIX, which names at\n"
 		"                           least a host (http[s]://HOST[:PORT][/PATH]);\n"
 		"                           repeatable (BATON_ALLOW_CALL, comma-separated;\n"
@@ -82,6 +86,34 @@ static int parse_int(const char *what, const char *s, long lo, long hi, long *ou
 		return -1;
 	}
 	*out = v;
+	return 0;
+}
+
+/* N followed by s, m, h or d (a bare N is seconds), or "forever" (0). */
+static int parse_duration(config *c, const char *s)
+{
+	static const struct {
+		char unit;
+		int64_t ms;
+	} units[] = {{'s', 1000}, {'m', 60000}, {'h', 3600000}, {'d', 86400000}};
+	if (strcmp(s, "forever") == 0) {
+		c->retention_ms = 0;
+		return 0;
+	}
+	char *end;
+	long long n = strtoll(s, &end, 10);
+	int64_t unit = *end ? 0 : 1000;
+	for (size_t i = 0; *end && i < sizeof units / sizeof units[0]; i++)
+		if (end[0] == units[i].unit && end[1] == 0)
+			unit = units[i].ms;
+	if (end == s || *s == '-' || !unit || n > 36500LL * 86400000 / unit) {
+		fprintf(stderr,
+			"batond: --retention wants a duration such as 45s, 90m, 12h or 30d (at most"
+			" 100 years), or forever, not \"%s\"\n",
+			s);
+		return -1;
+	}
+	c->retention_ms = (int64_t)n * unit;
 	return 0;
 }
 
@@ -248,6 +280,8 @@ static int set_option(config *c, const char *name, const char *v)
 		snprintf(c->db, sizeof c->db, "%s", v);
 		return 0;
 	}
+	if (strcmp(name, "retention") == 0)
+		return parse_duration(c, v);
 	if (strcmp(name, "threads") == 0) {
 		if (parse_int("--threads", v, 1, 1024, &n))
 			return -1;
@@ -328,6 +362,7 @@ static const char *const env_names[][2] = {
     {"http-threads", "BATON_HTTP_THREADS"},
     {"log-level", "BATON_LOG_LEVEL"},
     {"shutdown-timeout", "BATON_SHUTDOWN_TIMEOUT"},
+    {"retention", "BATON_RETENTION"},
     {"allow-call", "BATON_ALLOW_CALL"},
     {"token", "BATON_TOKEN"},
     {"token-file", "BATON_TOKEN_FILE"},
@@ -347,6 +382,7 @@ int config_load(config *c, int argc, char **argv)
 	    {"http-threads", required_argument, NULL, 0},
 	    {"log-level", required_argument, NULL, 0},
 	    {"shutdown-timeout", required_argument, NULL, 0},
+	    {"retention", required_argument, NULL, 0},
 	    {"allow-call", required_argument, NULL, 0},
 	    {"token", required_argument, NULL, 0},
 	    {"token-file", required_argument, NULL, 0},

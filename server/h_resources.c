@@ -4,6 +4,7 @@
 #include "server.h"
 
 #include <limits.h>
+#include <string.h>
 
 int h_resources_list(srv *s, const request *r, const char *const *p, response *out)
 {
@@ -26,13 +27,40 @@ int h_resource_get(srv *s, const request *r, const char *const *p, response *out
 	return reply_json(out, 200, res);
 }
 
+/* ?from=now: *after becomes where the resource's history ends now, so that a list or a
+ * stream shows only what happens from here on; 0, or -1 with the problem in out. */
+static int from_now(srv *s, const request *r, const char *name, long long *after, response *out)
+{
+	const char *from = query_arg(r, "from");
+	if (!from)
+		return 0;
+	if (strcmp(from, "now") != 0) {
+		reply_problem(out, 400, "from: the only value is \"now\"");
+		return -1;
+	}
+	if (query_arg(r, "after")) {
+		reply_problem(out, 400, "from=now and after: give one of them");
+		return -1;
+	}
+	json_t *res;
+	baton_error err = {0};
+	if (baton_engine_resource(s->engine, name, &res, &err)) {
+		reply_error(out, &err);
+		return -1;
+	}
+	*after = json_integer_value(json_object_get(res, "last_event_seq"));
+	json_decref(res);
+	return 0;
+}
+
 int h_resource_events(srv *s, const request *r, const char *const *p, response *out)
 {
 	json_t *events;
 	baton_error err = {0};
 	long long after = 0, limit = 0; /* 0: all */
 	if (query_int(r, "after", 0, LLONG_MAX, &after, out) ||
-	    query_int(r, "limit", 1, MAX_EVENT_LIMIT, &limit, out))
+	    query_int(r, "limit", 1, MAX_EVENT_LIMIT, &limit, out) ||
+	    from_now(s, r, p[0], &after, out))
 		return out->status;
 	int stream = srv_wants_stream(r);
 	if (baton_engine_resource_events(s->engine, p[0], stream ? INT64_MAX : after, (int)limit,

@@ -172,6 +172,16 @@ int h_workflow_events(srv *s, const request *r, const char *const *p, response *
 	return reply_json(out, 200, events);
 }
 
+int h_workflow_delete(srv *s, const request *r, const char *const *p, response *out)
+{
+	baton_error err = {0};
+	(void)r;
+	if (baton_engine_delete(s->engine, p[0], &err))
+		return reply_error(out, &err);
+	out->status = 204;
+	return 204;
+}
+
 int h_workflow_cancel(srv *s, const request *r, const char *const *p, response *out)
 {
 	json_t *wf;

@@ -36,6 +36,7 @@ static const struct {
     {413, "payload-too-large", "Payload too large"},
     {415, "unsupported-media-type", "Unsupported media type"},
     {500, "internal", "Internal server error"},
+    {501, "not-implemented", "Not implemented"},
     {503, "unavailable", "Service unavailable"},
 };
 

@@ -141,6 +141,12 @@ static void engine_metrics(buf *b, const json_t *m)
 		"steps_retried");
 	counter(b, "baton_commits_total", "Checkpoint transactions committed.", m, "commits");
 	counter(b, "baton_checkpoints_total", "Step outcomes checkpointed.", m, "checkpoints");
+	counter(b, "baton_workflows_deleted_total",
+		"Finished workflows deleted (by retention or DELETE), with their events.", m,
+		"workflows_deleted");
+	counter(b, "baton_deletes_total",
+		"Transactions that deleted workflows (a retention batch or one DELETE).", m,
+		"deletes");
 	family(b, "baton_commit_duration_seconds", "histogram",
 	       "Time to write and commit one group of checkpoints (fsync included).");
 	histogram(b, "baton_commit_duration_seconds", "", json_object_get(m, "commit_seconds"));

@@ -13,6 +13,7 @@ static const route_def routes[] = {
     {"POST", "/workflows", h_workflows_create},
     {"GET", "/workflows", h_workflows_list},
     {"GET", "/workflows/{id}", h_workflow_get},
+    {"DELETE", "/workflows/{id}", h_workflow_delete},
     {"GET", "/workflows/{id}/events", h_workflow_events},
     {"POST", "/workflows/{id}/cancel", h_workflow_cancel},
     {"GET", "/resources", h_resources_list},
@@ -21,6 +22,7 @@ static const route_def routes[] = {
     {"GET", "/healthz", h_healthz},
     {"GET", "/readyz", h_readyz},
     {"GET", "/metrics", h_metrics},
+    {"GET", "/backup", h_backup},
 };
 
 /* Matches path against pattern; captured segments are copied into caps. */

@@ -26,6 +26,7 @@ typedef struct config {
 	int http_threads;
 	int log_level;
 	int64_t shutdown_timeout_ms;
+	int64_t retention_ms; /* 0: finished workflows are kept for ever */
 	size_t max_body;
 	/* --allow-call prefixes, NULL-terminated; point into allow_buf or argv */
 	const char *allow_call[MAX_ALLOW_CALL + 1];
@@ -181,6 +182,8 @@ int h_workflows_list(srv *s, const request *r, const char *const *p, response *o
 int h_workflow_get(srv *s, const request *r, const char *const *p, response *out);
 int h_workflow_events(srv *s, const request *r, const char *const *p, response *out);
 int h_workflow_cancel(srv *s, const request *r, const char *const *p, response *out);
+int h_workflow_delete(srv *s, const request *r, const char *const *p, response *out);
+int h_backup(srv *s, const request *r, const char *const *p, response *out);
 int h_resources_list(srv *s, const request *r, const char *const *p, response *out);
 int h_resource_get(srv *s, const request *r, const char *const *p, response *out);
 int h_healthz(srv *s, const request *r, const char *const *p, response *out);

@@ -127,8 +127,8 @@ static void assert_status(const hs_server *s, const char *method, const char *pa
  * The checks shared by the token tests: every protected route refuses a missing token,
  * a wrong one of the same length, longer and shorter ones, an empty one and other
  * schemes, with a 401 problem and WWW-Authenticate: Bearer; a refused POST creates
- * nothing; the right token opens GET, POST, /metrics and an event stream; /healthz and
- * /readyz need no token.
+ * nothing; the right token opens GET, POST, /metrics, /backup and an event stream;
+ * /healthz and /readyz need no token.
  */
 static void check_token(const hs_server *s, const char *token)
 {
@@ -164,6 +164,8 @@ static void check_token(const hs_server *s, const char *token)
 		      {"GET", "/workflows/denied", false},
 		      {"GET", "/resources", false},
 		      {"GET", "/metrics", false},
+		      {"GET", "/backup", false},
+		      {"DELETE", "/workflows/denied", false},
 		      {"GET", "/workflows/denied/events", false},
 		      {"GET", "/resources/gate/events", false}};
 	for (size_t r = 0; r < sizeof routes / sizeof routes[0]; r++)
@@ -180,6 +182,7 @@ static void check_token(const hs_server *s, const char *token)
 	assert_status(s, "GET", "/workflows/allowed", lower, NULL, 200);
 	assert_status(s, "GET", "/metrics", good, NULL, 200);
 	assert_status(s, "GET", "/resources", good, NULL, 200);
+	assert_status(s, "GET", "/backup", good, NULL, hs_store_is_pg() ? 501 : 200);
 
 	CURLM *m = curl_multi_init();
 	const char *const h[] = {SSE_ACCEPT, good, NULL};

@@ -715,7 +715,7 @@ static void test_wrong_methods_and_oversized_headers(void **state)
 		const char *path, *allow;
 	} paths[] = {
 	    {"/workflows", "POST, GET, HEAD"},
-	    {"/workflows/baseline", "GET, HEAD"},
+	    {"/workflows/baseline", "GET, HEAD, DELETE"},
 	    {"/workflows/baseline/events", "GET, HEAD"},
 	    {"/workflows/baseline/cancel", "POST"},
 	    {"/resources", "GET, HEAD"},
@@ -724,6 +724,7 @@ static void test_wrong_methods_and_oversized_headers(void **state)
 	    {"/healthz", "GET, HEAD"},
 	    {"/readyz", "GET, HEAD"},
 	    {"/metrics", "GET, HEAD"},
+	    {"/backup", "GET, HEAD"},
 	};
 	static const char *const methods[] = {"GET", "POST", "PUT", "DELETE", "PATCH", "OPTIONS"};
 	int cases = 0;

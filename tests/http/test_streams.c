@@ -496,6 +496,94 @@ static void test_sse_errors(void **state)
 	sse_reply_fini(&x);
 }
 
+/* ---- from now ------------------------------------------------------------------------ */
+
+static bool answered(void *arg)
+{
+	return ((sse *)arg)->status != 0;
+}
+
+/*
+ * A resource's history from now on: after a finished workflow "old" on the anvil, GET
+ * /resources/anvil says where its history ends (last_event_seq, at least the seq of the
+ * last event listed; nothing is listed after it), ?from=now lists nothing, and two
+ * streams opened with ?from=now (Accept and ?follow=true) show exactly the events of the
+ * next workflow "new", from its lock_requested on, and none of "old". Bad values of from,
+ * and from with after, are 400 problems; an unknown resource is a 404.
+ */
+static void test_sse_resource_from_now(void **state)
+{
+	hs_server *s = *state;
+	static const int work[] = {0, 0};
+	submit(s, "old", "anvil", work, 2);
+	json_decref(hs_wait_workflow(s, "old", "completed", WAIT_MS));
+	json_t *res = hs_get_json(s, "/resources/anvil", 200);
+	json_t *hist = hs_get_json(s, "/resources/anvil/events", 200);
+	json_t *evs = json_object_get(hist, "events");
+	assert_int_equal(json_array_size(evs), 6);
+	int64_t last = hs_int(res, "last_event_seq");
+	if (last < hs_int(json_array_get(evs, 5), "seq"))
+		fail_msg("last_event_seq %lld is before the last event listed (%lld)",
+			 (long long)last, (long long)hs_int(json_array_get(evs, 5), "seq"));
+	char path[96];
+	snprintf(path, sizeof path, "/resources/anvil/events?after=%lld", (long long)last);
+	json_t *after = hs_get_json(s, path, 200);
+	assert_int_equal(json_array_size(json_object_get(after, "events")), 0);
+	json_t *now = hs_get_json(s, "/resources/anvil/events?from=now", 200);
+	assert_int_equal(json_array_size(json_object_get(now, "events")), 0);
+
+	CURLM *m = curl_multi_init();
+	static const char *const accept[] = {SSE_ACCEPT, NULL};
+	sse *a = sse_open(m, s, "/resources/anvil/events?from=now", accept);
+	sse *b = sse_open(m, s, "/resources/anvil/events?follow=true&from=now", NULL);
+	/* Both answered (their start is fixed) before "new" is submitted. */
+	if (!sse_pump_until(m, answered, a, WAIT_MS) || !sse_pump_until(m, answered, b, WAIT_MS))
+		fail_msg("the streams from now did not start");
+	submit(s, "new", "anvil", work, 2);
+	json_decref(hs_wait_workflow(s, "new", "completed", WAIT_MS));
+	sse_want wa = {a, "lock_released", -1, NULL, 2}, wb = {b, "lock_released", -1, NULL, 2};
+	if (!sse_pump_until(m, sse_has_event, &wa, WAIT_MS) ||
+	    !sse_pump_until(m, sse_has_event, &wb, WAIT_MS))
+		fail_msg("the streams from now did not show new's 2 releases (%zu and %zu events)",
+			 sse_count(a), sse_count(b));
+	json_t *all = hs_get_json(s, "/resources/anvil/events", 200);
+	json_t *full = json_object_get(all, "events");
+	assert_int_equal(json_array_size(full), 12);
+	sse *streams[] = {a, b};
+	for (size_t k = 0; k < 2; k++) {
+		const char *name = k ? "?follow=true&from=now" : "Accept, ?from=now";
+		sse_assert_ok(streams[k], name);
+		sse_assert_is(streams[k], full, 6, name);
+		json_t *first = sse_data(streams[k], 0);
+		assert_string_equal(hs_str(first, "workflow_id"), "new");
+		assert_string_equal(hs_str(first, "type"), "lock_requested");
+	}
+	sse_close(m, a);
+	sse_close(m, b);
+	curl_multi_cleanup(m);
+
+	static const char *const bad[] = {
+	    "/resources/anvil/events?from=later",
+	    "/resources/anvil/events?from=", "/resources/anvil/events?from=now&after=1",
+	    "/resources/anvil/events?follow=true&from=0"};
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+		sse_reply x;
+		sse_call(s, "GET", bad[i], NULL, NULL, &x);
+		hs_assert_problem(&x.r, 400, "invalid-request", bad[i]);
+		sse_reply_fini(&x);
+	}
+	sse_reply x;
+	sse_call(s, "GET", "/resources/no-such-resource/events?follow=true&from=now", NULL, NULL,
+		 &x);
+	hs_assert_problem(&x.r, 404, "not-found", "from=now of an unknown resource");
+	sse_reply_fini(&x);
+	json_decref(all);
+	json_decref(now);
+	json_decref(after);
+	json_decref(hist);
+	json_decref(res);
+}
+
 /* ---- 200 streams --------------------------------------------------------------------- */
 
 typedef struct poster {
@@ -651,6 +739,7 @@ int main(void)
 					    hs_teardown),
 	    cmocka_unit_test_setup_teardown(test_sse_resource_stream, calls_setup, calls_teardown),
 	    cmocka_unit_test_setup_teardown(test_sse_errors, setup, hs_teardown),
+	    cmocka_unit_test_setup_teardown(test_sse_resource_from_now, setup, hs_teardown),
 	    cmocka_unit_test_setup_teardown(test_sse_200_streams_keep_api_prompt,
 					    setup_many_streams, hs_teardown),
 	};
