@@ -133,7 +133,9 @@ int hs_send(const hs_server *s, const hs_request *req, hs_response *r)
 		curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE,
 				 (curl_off_t)(req->body ? req->body_len : 0));
 	}
-	if (strcmp(req->method, "GET") != 0 && strcmp(req->method, "POST") != 0)
+	if (strcmp(req->method, "HEAD") == 0)
+		curl_easy_setopt(c, CURLOPT_NOBODY, 1L); /* a HEAD answer has no body to wait for */
+	else if (strcmp(req->method, "GET") != 0 && strcmp(req->method, "POST") != 0)
 		curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, req->method);
 	curl_easy_setopt(c, CURLOPT_HTTPHEADER, headers);
 
