@@ -502,6 +502,8 @@ static void on_frame(void *userdata, const char *idtext, const char *event, cons
 
 	if (w->outcome >= 0)
 		return; /* nothing follows the final event */
+	if (!idtext[0] && strcmp(event, "error") == 0)
+		return; /* the server ends the stream; the reconnection resumes after last_seq */
 	json_t *ev = json_loadb(data, len, 0, &err);
 	if (!json_is_object(ev)) {
 		struct sbuf b = {0};

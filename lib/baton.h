@@ -110,6 +110,10 @@ typedef struct baton_engine_config {
 	/* Testing seam: while this file exists, the database's writes fail (SQLITE_FULL when
 	 * it starts with "full", else an I/O error). NULL in production. */
 	const char *fault_file;
+	/* Budget in bytes of the cache of finished workflows' rendered text (reads of them
+	 * skip the database): 0 the default (64 MiB), < 0 no cache. One workflow's text is
+	 * kept only when it is at most an eighth of the budget. */
+	long long cache_bytes;
 } baton_engine_config;
 
 /*

@@ -11,6 +11,7 @@
 void store_base_init(store *s, const store_ops *ops)
 {
 	s->ops = ops;
+	s->finished_max = FINISHED_DEFAULT_BYTES;
 	pthread_mutex_init(&s->finished_mu, NULL);
 }
 
@@ -69,8 +70,25 @@ void store_close(store *s)
  * Finished workflows never change again, so their rendered JSON text is kept in a small
  * direct-mapped cache (a slot per hash of the id): reads of them skip the database,
  * rendering and serialising. Filled by reads, not by the answers to POSTs, which are
- * seldom read again.
+ * seldom read again. Bounded by bytes as well as by slots: the texts together stay
+ * within finished_max (a text larger than an eighth of it is not kept); past the budget,
+ * a clock hand frees other slots until the new text fits.
  */
+void store_set_cache_bytes(store *s, size_t max)
+{
+	pthread_mutex_lock(&s->finished_mu);
+	s->finished_max = max;
+	pthread_mutex_unlock(&s->finished_mu);
+}
+
+size_t store_cache_bytes(store *s)
+{
+	pthread_mutex_lock(&s->finished_mu);
+	size_t n = s->finished_bytes;
+	pthread_mutex_unlock(&s->finished_mu);
+	return n;
+}
+
 static char *cache_get(store *s, const char *id, size_t *len)
 {
 	finished_slot *slot = &s->finished[fnv1a(id) % FINISHED_SLOTS];
@@ -84,20 +102,40 @@ static char *cache_get(store *s, const char *id, size_t *len)
 	return hit;
 }
 
+static void slot_clear(store *s, finished_slot *slot)
+{
+	if (!slot->text)
+		return;
+	s->finished_bytes -= slot->len + 1;
+	free(slot->text);
+	slot->text = NULL;
+	slot->len = 0;
+}
+
 static void cache_put(store *s, const wf_row *wf, const char *text, size_t len)
 {
 	if (wf->status != WF_COMPLETED && wf->status != WF_FAILED && wf->status != WF_CANCELLED)
 		return;
+	pthread_mutex_lock(&s->finished_mu);
+	size_t max = s->finished_max;
+	pthread_mutex_unlock(&s->finished_mu);
+	if (len + 1 > max / 8)
+		return; /* also when there is no cache (max 0) */
 	char *copy = malloc(len + 1);
 	if (!copy)
 		return;
 	memcpy(copy, text, len + 1);
 	finished_slot *slot = &s->finished[fnv1a(wf->id) % FINISHED_SLOTS];
 	pthread_mutex_lock(&s->finished_mu);
-	free(slot->text);
+	slot_clear(s, slot);
+	while (s->finished_bytes + len + 1 > s->finished_max) {
+		slot_clear(s, &s->finished[s->finished_hand]);
+		s->finished_hand = (s->finished_hand + 1) % FINISHED_SLOTS;
+	}
 	snprintf(slot->id, sizeof slot->id, "%s", wf->id);
 	slot->text = copy;
 	slot->len = len;
+	s->finished_bytes += len + 1;
 	pthread_mutex_unlock(&s->finished_mu);
 }
 

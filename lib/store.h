@@ -158,6 +158,8 @@ typedef struct store_ops {
 } store_ops;
 
 #define FINISHED_SLOTS 1024
+/* The cache's default budget of text bytes; one workflow takes at most an eighth of it. */
+#define FINISHED_DEFAULT_BYTES (64 * 1024 * 1024)
 typedef struct finished_slot {
 	char id[MAX_NAME + 1];
 	char *text; /* compact JSON and a newline */
@@ -168,6 +170,9 @@ struct store {
 	const store_ops *ops;
 	pthread_mutex_t finished_mu;
 	finished_slot finished[FINISHED_SLOTS];
+	size_t finished_bytes; /* under finished_mu: the texts' sizes together */
+	size_t finished_max;   /* budget; 0: no cache */
+	int finished_hand;     /* under finished_mu: the next slot to evict past the budget */
 };
 
 extern const store_ops sqlite_store_ops; /* sqlite_store.c */
@@ -186,6 +191,10 @@ void store_base_fini(store *s);
 int store_open(const char *db, int readers, const logger *log, const char *fault_file, store **out,
 	       baton_error *err);
 void store_close(store *s);
+/* The finished-workflow cache's budget in bytes (0: no cache); before any read. */
+void store_set_cache_bytes(store *s, size_t max);
+/* The bytes the cache holds now (for metrics). */
+size_t store_cache_bytes(store *s);
 
 static inline int store_write(store *s, const store_batch *b, store_write_failure *why,
 			      baton_error *err)

@@ -37,6 +37,8 @@ typedef struct config {
 	size_t conn_memory;
 	char token[512]; /* empty: no access control */
 	int log_json;
+	long long cache_bytes;	 /* finished workflows' text in memory; 0: no cache */
+	long long stream_buffer; /* bytes one event stream buffers at most */
 } config;
 
 /* 0: run; 1: done (--help, --version printed); -1: invalid, message printed. */

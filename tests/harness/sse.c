@@ -111,6 +111,16 @@ static bool all_digits(const char *p)
 
 static void sse_dispatch(sse *st)
 {
+	if (!st->id && st->event && strcmp(st->event, "error") == 0 && st->data) {
+		/* The end of a stream that could not go on: no id, so Last-Event-ID stays. */
+		json_t *data = json_loads(st->data, 0, NULL);
+		const char *detail = json_string_value(json_object_get(data, "detail"));
+		if (!detail)
+			sse_fail(st, "an error event without a detail: %.200s", st->data);
+		st->error_events++;
+		json_decref(data);
+		goto out;
+	}
 	if (!st->id || !st->event || !st->data) {
 		if (st->id || st->event || st->data)
 			sse_fail(st, "an event block lacks id, event or data (id %s, event %s)",

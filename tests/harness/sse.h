@@ -9,6 +9,8 @@
  * event block has exactly the fields id, event and data; data is a JSON object whose
  * "seq" is the id and whose "type" is the event name; ids increase. Lines starting with
  * ':' are comments; "retry: N" needs digits. The first violation is kept in sse.error.
+ * The one block without an id is "event: error" with data {"detail": ...}, which batond
+ * sends last when it cannot go on (counted in sse.error_events, not in sse.events).
  *
  * Like the checks of harness.h, the functions that assert (sse_open, sse_await_event,
  * sse_assert_*, sse_call) fail the running cmocka test, so they belong to the test's own
@@ -57,6 +59,7 @@ typedef struct sse {
 	char *id, *event, *data; /* fields of the event block being read */
 	json_t *events;		 /* [{"data": event, "mono": ms, "wall": ms}] in arrival order */
 	long long last_id;
+	int error_events; /* "event: error" blocks received (the stream's end) */
 	char error[400];
 	bool done; /* the transfer ended */
 	CURLcode result;

@@ -1,0 +1,225 @@
+/*
+ * test_limits.c - what bounds batond's memory and its answers, against the real binary:
+ * the cache of finished workflows stays within --cache-bytes, an event stream whose
+ * buffer cannot take the next event ends with an error event and a client that resumes
+ * with Last-Event-ID gets every event exactly once.
+ *
+ * Each test starts its own batond on a fresh temporary database (harness.h).
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <curl/curl.h>
+
+#include "../harness/harness.h"
+#include "../harness/prom.h"
+#include "../harness/sse.h"
+
+#define WAIT_MS 60000
+
+/* ---- helpers ------------------------------------------------------------------------ */
+
+static int open_with(void **state, const char *const *args)
+{
+	hs_server *s = hs_open(args);
+	*state = s;
+	return s ? 0 : -1;
+}
+
+/* A workflow `id` on `resource` of n workers that take no time, with names of `pad`
+ * characters (so that its answers have a known order of size). */
+static void submit(const hs_server *s, const char *id, const char *resource, int n, int pad)
+{
+	json_t *workers = json_array();
+	for (int i = 0; i < n; i++) {
+		char name[160];
+		snprintf(name, sizeof name, "w%d-%.*s", i, pad,
+			 "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"
+			 "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx");
+		json_array_append_new(workers, json_pack("{s:s, s:i}", "name", name, "work_ms", 0));
+	}
+	json_decref(hs_create_workflow(
+	    s, json_pack("{s:s, s:s, s:o}", "id", id, "resource", resource, "workers", workers)));
+}
+
+/* ---- the cache of finished workflows ----------------------------------------------- */
+
+static int setup_small_cache(void **state)
+{
+	static const char *const args[] = {"--cache-bytes", "65536", NULL};
+	return open_with(state, args);
+}
+
+/*
+ * 60 finished workflows of about 2.5 KB of text each, each read three times (the later
+ * reads come from the cache when the workflow is in it): the answers are the same each
+ * time, the cache holds something, and never more than --cache-bytes (64 KB, far less
+ * than the 150 KB the workflows take together). A workflow larger than an eighth of the
+ * budget (about 14 KB) is served but not kept.
+ */
+static void test_finished_cache_bounded_by_bytes(void **state)
+{
+	hs_server *s = *state;
+	enum { N = 60 };
+	char id[32];
+	for (int i = 0; i < N; i++) {
+		snprintf(id, sizeof id, "c%d", i);
+		submit(s, id, "cache", 4, 40);
+	}
+	submit(s, "big", "cache", 20, 100); /* about 14 KB: more than 65536 / 8 */
+	for (int i = 0; i < N; i++) {
+		snprintf(id, sizeof id, "c%d", i);
+		json_decref(hs_wait_workflow(s, id, "completed", WAIT_MS));
+	}
+	json_decref(hs_wait_workflow(s, "big", "completed", WAIT_MS));
+	for (int round = 0; round < 3; round++) {
+		for (int i = 0; i <= N; i++) {
+			snprintf(id, sizeof id, i < N ? "c%d" : "big", i);
+			json_t *first = hs_get_workflow(s, id);
+			json_t *again = hs_get_workflow(s, id);
+			assert_true(json_equal(first, again));
+			assert_string_equal(hs_str(again, "status"), "completed");
+			json_decref(first);
+			json_decref(again);
+			json_t *doc = prom_scrape(s);
+			double bytes = prom_metric(doc, "baton_finished_cache_bytes", "");
+			json_decref(doc);
+			if (bytes > 65536)
+				fail_msg("the cache holds %.0f bytes, past --cache-bytes 65536",
+					 bytes);
+			if (bytes <= 0)
+				fail_msg("the cache holds nothing after reading %s twice", id);
+		}
+	}
+}
+
+/* ---- an event stream's buffer ------------------------------------------------------- */
+
+static int setup_small_stream_buffer(void **state)
+{
+	static const char *const args[] = {"--stream-buffer", "4096", NULL};
+	return open_with(state, args);
+}
+
+/*
+ * Reads a workflow's stream as an EventSource would: from the start, then after each
+ * end with an error event again with Last-Event-ID set to the last event received, until
+ * a connection ends without one. Returns the events in order; *ends: error events seen.
+ */
+static json_t *follow_with_resumes(CURLM *m, const hs_server *s, const char *path, int *ends)
+{
+	json_t *all = json_array();
+	long long last = 0;
+	*ends = 0;
+	for (int attempt = 0; attempt < 1000; attempt++) {
+		char hdr[64];
+		snprintf(hdr, sizeof hdr, "Last-Event-ID: %lld", last);
+		const char *const headers[] = {SSE_ACCEPT, hdr, NULL};
+		sse *st = sse_open(m, s, path, headers);
+		if (!sse_pump_until(m, sse_is_done, st, WAIT_MS))
+			fail_msg("stream %d did not end (%zu events)", attempt, sse_count(st));
+		sse_assert_ok(st, "a stream with a small buffer");
+		for (size_t i = 0; i < sse_count(st); i++)
+			json_array_append(all, sse_data(st, i));
+		if (sse_count(st))
+			last = st->last_id;
+		int ended_by_error = st->error_events;
+		if (ended_by_error && sse_count(st) == 0)
+			fail_msg("a stream ended with an error before any event (after %lld):"
+				 " it can never move on",
+				 last);
+		sse_close(m, st);
+		if (!ended_by_error)
+			return all;
+		(*ends)++;
+	}
+	fail_msg("the stream never ended without an error");
+	return all;
+}
+
+/*
+ * With --stream-buffer 4096, a finished workflow of 30 steps (about 100 events of
+ * 200-400 bytes) cannot be formatted in one buffer: the event that does not fit is
+ * taken out again, the stream sends those before it and ends with "event: error" (no
+ * id). A client that resumes with Last-Event-ID, as many times as it takes, has
+ * received exactly the events of GET /workflows/{id}/events, each once, in order: the
+ * path an allocation failure takes skips nothing. The same holds for a live workflow
+ * whose stream is opened before its steps run, and for a resource's stream.
+ */
+static void test_stream_buffer_full_ends_with_error_and_resumes(void **state)
+{
+	hs_server *s = *state;
+	CURLM *m = curl_multi_init();
+	submit(s, "done", "buffered", 30, 20);
+	json_decref(hs_wait_workflow(s, "done", "completed", WAIT_MS));
+	int ends;
+	json_t *got = follow_with_resumes(m, s, "/workflows/done/events", &ends);
+	json_t *events = hs_get_events(s, "done");
+	if (ends < 2)
+		fail_msg("only %d streams ended with an error: the buffer cap was not reached",
+			 ends);
+	if (!json_equal(got, events))
+		fail_msg("the resumed streams brought %zu events, the workflow has %zu",
+			 json_array_size(got), json_array_size(events));
+	json_decref(got);
+	json_decref(events);
+
+	/* The resource's history the same way (its stream never ends by itself: read the
+	 * connections that ended with an error, then compare what they brought). */
+	json_t *history = hs_get_json(s, "/resources/buffered/events?limit=1000", 200);
+	json_t *want = json_object_get(history, "events");
+	json_t *seen = json_array();
+	long long last = 0;
+	for (int attempt = 0; json_array_size(seen) < json_array_size(want); attempt++) {
+		if (attempt > 1000)
+			fail_msg("the resource's stream brought %zu of %zu events",
+				 json_array_size(seen), json_array_size(want));
+		char hdr[64];
+		snprintf(hdr, sizeof hdr, "Last-Event-ID: %lld", last);
+		const char *const headers[] = {SSE_ACCEPT, hdr, NULL};
+		sse *st = sse_open(m, s, "/resources/buffered/events", headers);
+		if (!sse_pump_until(m, sse_is_done, st, 5000) && st->error_events)
+			fail_msg("a stream that sent its error event did not end");
+		sse_assert_ok(st, "a resource's stream with a small buffer");
+		for (size_t i = 0; i < sse_count(st); i++)
+			json_array_append(seen, sse_data(st, i));
+		if (sse_count(st))
+			last = st->last_id;
+		int more = st->error_events;
+		sse_close(m, st);
+		if (!more)
+			break; /* everything came in one connection that stays open */
+	}
+	assert_true(json_equal(seen, want));
+	json_decref(seen);
+	json_decref(history);
+
+	/* Live: the stream is open before the workflow's steps run. */
+	submit(s, "live", "buffered", 30, 20);
+	got = follow_with_resumes(m, s, "/workflows/live/events", &ends);
+	json_decref(hs_wait_workflow(s, "live", "completed", WAIT_MS));
+	events = hs_get_events(s, "live");
+	assert_true(json_equal(got, events));
+	json_decref(got);
+	json_decref(events);
+	curl_multi_cleanup(m);
+}
+
+int main(void)
+{
+	hs_filters_from_env();
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test_setup_teardown(test_finished_cache_bounded_by_bytes, setup_small_cache,
+					    hs_teardown),
+	    cmocka_unit_test_setup_teardown(test_stream_buffer_full_ends_with_error_and_resumes,
+					    setup_small_stream_buffer, hs_teardown),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
