@@ -658,9 +658,18 @@ int baton_engine_events(baton_engine *e, const char *id, int64_t after, int limi
 	return store_list_events(e->st, id, after, limit, out, err);
 }
 
-int baton_engine_resources(baton_engine *e, json_t **out, baton_error *err)
+int baton_engine_steps(baton_engine *e, const char *id, int after, int limit, json_t **out,
+		       baton_error *err)
 {
-	return store_list_resources(e->st, out, err);
+	if (!valid_name(id))
+		return err_set(err, BATON_ENOTFOUND, "no workflow with id \"%.128s\"", id);
+	return store_list_steps(e->st, id, after, limit, out, err);
+}
+
+int baton_engine_resources(baton_engine *e, const char *cursor, int limit, json_t **out,
+			   baton_error *err)
+{
+	return store_list_resources(e->st, cursor, limit, out, err);
 }
 
 int baton_engine_resource(baton_engine *e, const char *name, json_t **out, baton_error *err)

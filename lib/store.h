@@ -149,8 +149,10 @@ typedef struct store_ops {
 			   char status[16], store_event_fn fn, void *ctx, baton_error *err);
 	int (*read_resource)(store *s, const char *name, int with_waiters, store_resource *out,
 			     baton_error *err);
-	/* Every resource by name, each with holder and queue length; fn owns nothing. */
-	int (*list_resources)(store *s, void (*fn)(void *ctx, const store_resource *r), void *ctx,
+	/* Up to limit resources whose names sort after `after` (bytewise; "" for the first),
+	 * in that order, each with holder and queue length; fn owns nothing. */
+	int (*list_resources)(store *s, const char *after, int limit,
+			      void (*fn)(void *ctx, const store_resource *r), void *ctx,
 			      baton_error *err);
 	int (*count_workflows)(store *s, int64_t counts[WF_NSTATUS], baton_error *err);
 	/* BATON_OK while the database answers. */
@@ -226,9 +228,12 @@ int store_get_workflow(store *s, const char *id, json_t **out, baton_error *err)
 /* The same as compact JSON text and a newline (malloc'd), cached once finished. */
 int store_get_workflow_text(store *s, const char *id, char **text, size_t *len, baton_error *err);
 int store_list_workflows(store *s, const baton_list_query *q, json_t **out, baton_error *err);
+/* Steps of workflow id with index > after (-1: from the first), at most limit. */
+int store_list_steps(store *s, const char *id, int after, int limit, json_t **out,
+		     baton_error *err);
 int store_list_events(store *s, const char *id, int64_t after, int limit, json_t **out,
 		      baton_error *err);
-int store_list_resources(store *s, json_t **out, baton_error *err);
+int store_list_resources(store *s, const char *cursor, int limit, json_t **out, baton_error *err);
 int store_get_resource(store *s, const char *name, json_t **out, baton_error *err);
 int store_resource_events(store *s, const char *name, int64_t after, int limit, json_t **out,
 			  baton_error *err);

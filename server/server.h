@@ -175,12 +175,16 @@ const route_def *route_lookup(const char *method, const char *path,
 void route(srv *s, const request *r, response *out);
 
 /* ---- handlers ---- */
-#define MAX_EVENT_LIMIT 100000 /* ?limit of the event lists */
-#define MAX_LIST_LIMIT	1000   /* ?limit of GET /workflows */
+#define MAX_EVENT_LIMIT	    10000 /* ?limit of the event lists */
+#define DEFAULT_EVENT_LIMIT 1000  /* without ?limit */
+#define MAX_STEP_LIMIT	    1000  /* ?limit of GET /workflows/{id}/steps */
+#define DEFAULT_STEP_LIMIT  100
+#define MAX_LIST_LIMIT	    1000 /* ?limit of GET /workflows */
 int h_workflows_create(srv *s, const request *r, const char *const *p, response *out);
 int h_workflows_list(srv *s, const request *r, const char *const *p, response *out);
 int h_workflow_get(srv *s, const request *r, const char *const *p, response *out);
 int h_workflow_events(srv *s, const request *r, const char *const *p, response *out);
+int h_workflow_steps(srv *s, const request *r, const char *const *p, response *out);
 int h_workflow_cancel(srv *s, const request *r, const char *const *p, response *out);
 int h_resources_list(srv *s, const request *r, const char *const *p, response *out);
 int h_resource_get(srv *s, const request *r, const char *const *p, response *out);

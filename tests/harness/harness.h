@@ -181,9 +181,9 @@ json_t *hs_get_workflow(const hs_server *s, const char *id);
 json_t *hs_step_at(const json_t *wf, size_t i);
 
 /*
- * GET /workflows/{id}/events, asserted 200 with the documented envelope, every event
- * with seq, ts, type and workflow_id, seq strictly increasing. Returns the events array
- * (new reference).
+ * GET /workflows/{id}/events, page after page as next_after says, each asserted 200
+ * with the documented envelope, every event with seq, ts, type and workflow_id, seq
+ * strictly increasing. Returns all the events in one array (new reference).
  */
 json_t *hs_get_events(const hs_server *s, const char *id);
 

@@ -237,10 +237,28 @@ json_t *hs_get_events(const hs_server *s, const char *id)
 {
 	char path[512];
 	snprintf(path, sizeof path, "/workflows/%s/events", id);
-	json_t *doc = hs_get_json(s, path, 200);
-	assert_string_equal(hs_str(doc, "workflow_id"), id);
-	json_t *events = json_object_get(doc, "events");
-	assert_true(json_is_array(events));
+	json_t *events = json_array();
+	for (;;) { /* page by page, as next_after says */
+		json_t *doc = hs_get_json(s, path, 200);
+		assert_string_equal(hs_str(doc, "workflow_id"), id);
+		json_t *page = json_object_get(doc, "events");
+		json_t *next = json_object_get(doc, "next_after");
+		assert_true(json_is_array(page));
+		assert_true(json_is_null(next) || json_is_integer(next));
+		if (json_is_integer(next) &&
+		    (json_array_size(page) == 0 ||
+		     json_integer_value(next) !=
+			 hs_int(json_array_get(page, json_array_size(page) - 1), "seq")))
+			fail_msg("events of %s: next_after %lld is not the page's last seq", id,
+				 (long long)json_integer_value(next));
+		json_array_extend(events, page);
+		json_int_t after = json_is_integer(next) ? json_integer_value(next) : -1;
+		json_decref(doc);
+		if (after < 0)
+			break;
+		snprintf(path, sizeof path, "/workflows/%s/events?after=%lld", id,
+			 (long long)after);
+	}
 	json_int_t prev = 0;
 	size_t i;
 	json_t *ev;
@@ -255,8 +273,6 @@ json_t *hs_get_events(const hs_server *s, const char *id)
 		hs_str(ev, "type");
 		assert_string_equal(hs_str(ev, "workflow_id"), id);
 	}
-	json_incref(events);
-	json_decref(doc);
 	return events;
 }
 

@@ -2,7 +2,9 @@
  * test_limits.c - what bounds batond's memory and its answers, against the real binary:
  * the cache of finished workflows stays within --cache-bytes, an event stream whose
  * buffer cannot take the next event ends with an error event and a client that resumes
- * with Last-Event-ID gets every event exactly once.
+ * with Last-Event-ID gets every event exactly once; every list and history has a
+ * default page size, a maximum and a next page (GET /resources, the event lists, a
+ * workflow's steps), and the client follows them.
  *
  * Each test starts its own batond on a fresh temporary database (harness.h).
  */
@@ -18,6 +20,7 @@
 
 #include <curl/curl.h>
 
+#include "../harness/client.h"
 #include "../harness/harness.h"
 #include "../harness/prom.h"
 #include "../harness/sse.h"
@@ -212,6 +215,199 @@ static void test_stream_buffer_full_ends_with_error_and_resumes(void **state)
 	curl_multi_cleanup(m);
 }
 
+/* ---- pages -------------------------------------------------------------------------- */
+
+static void expect_400(const hs_server *s, const char *path)
+{
+	hs_response r;
+	hs_get(s, path, &r);
+	hs_assert_problem(&r, 400, "invalid-request", path);
+	hs_response_fini(&r);
+}
+
+/* GET /resources page by page (limit 0: the default) until next_cursor is null; returns
+ * the names in order; *pages counts the answers. */
+static json_t *resource_names(const hs_server *s, int limit, int *pages)
+{
+	json_t *names = json_array();
+	char path[400] = "/resources";
+	if (limit)
+		snprintf(path, sizeof path, "/resources?limit=%d", limit);
+	for (*pages = 1;; (*pages)++) {
+		json_t *doc = hs_get_json(s, path, 200);
+		json_t *list = json_object_get(doc, "resources"), *r;
+		size_t i;
+		json_array_foreach(list, i, r)
+		{
+			json_array_append_new(names, json_string(hs_str(r, "name")));
+		}
+		json_t *next = json_object_get(doc, "next_cursor");
+		if (json_is_null(next)) {
+			json_decref(doc);
+			return names;
+		}
+		assert_true(json_is_string(next));
+		assert_int_equal(json_array_size(list), limit ? (size_t)limit : 100);
+		snprintf(path, sizeof path, "/resources?cursor=%s%s%d", json_string_value(next),
+			 limit ? "&limit=" : "", limit);
+		if (!limit)
+			path[strlen(path) - 1] = 0; /* no "0" */
+		json_decref(doc);
+		if (*pages > 1000)
+			fail_msg("GET /resources never ends");
+	}
+}
+
+/*
+ * 105 resources: GET /resources answers 100 by default and a next_cursor, the next page
+ * the other 5 and null; with ?limit=7 the pages together are every name once, in
+ * order; `baton resources` follows the cursors and lists all 105. Bad limits and
+ * cursors are 400.
+ */
+static void test_resources_are_paged(void **state)
+{
+	hs_server *s = *state;
+	enum { N = 105 };
+	char id[32], res[32];
+	for (int i = 0; i < N; i++) {
+		snprintf(id, sizeof id, "p%d", i);
+		snprintf(res, sizeof res, "res-%03d", i);
+		submit(s, id, res, 1, 1);
+	}
+	for (int i = 0; i < N; i++) {
+		snprintf(id, sizeof id, "p%d", i);
+		json_decref(hs_wait_workflow(s, id, "completed", WAIT_MS));
+	}
+	int pages;
+	json_t *names = resource_names(s, 0, &pages);
+	assert_int_equal(pages, 2);
+	assert_int_equal(json_array_size(names), N);
+	for (int i = 0; i < N; i++) {
+		snprintf(res, sizeof res, "res-%03d", i);
+		assert_string_equal(json_string_value(json_array_get(names, (size_t)i)), res);
+	}
+	json_t *by7 = resource_names(s, 7, &pages);
+	assert_int_equal(pages, 15);
+	assert_true(json_equal(names, by7));
+	json_decref(by7);
+
+	const char *const args[] = {"--json", "resources", NULL};
+	client_proc *c = client_expect_exit(0, client_url_of(s), args);
+	json_t *doc = json_loads(c->o.p, 0, NULL);
+	json_t *listed = json_object_get(doc, "resources"), *r;
+	assert_int_equal(json_array_size(listed), N);
+	size_t i;
+	json_array_foreach(listed, i, r)
+	{
+		assert_string_equal(hs_str(r, "name"), json_string_value(json_array_get(names, i)));
+	}
+	json_decref(doc);
+	client_free(c);
+	json_decref(names);
+
+	expect_400(s, "/resources?limit=0");
+	expect_400(s, "/resources?limit=1001");
+	expect_400(s, "/resources?cursor=w12");
+	expect_400(s, "/resources?cursor=r");
+	expect_400(s, "/resources?cursor=r%20x");
+}
+
+/*
+ * A workflow of 300 workers (about 1200 events, on one resource): its event list and the
+ * resource's answer 1000 events by default with next_after, the page's last seq, and the
+ * rest after it with next_after null; ?limit= caps a page at 10000. Its steps come 100
+ * at a time from GET /workflows/{id}/steps (?after=, ?limit= up to 1000), each as GET
+ * /workflows/{id} shows it; after the last step, an empty page. `baton events` shows
+ * every event.
+ */
+static void test_histories_and_steps_are_paged(void **state)
+{
+	hs_server *s = *state;
+	submit(s, "wide", "wide-res", 300, 1);
+	json_t *wf = hs_wait_workflow(s, "wide", "completed", WAIT_MS);
+	json_t *events = hs_get_events(s, "wide"); /* follows next_after */
+	size_t total = json_array_size(events);
+	assert_true(total > 1000);
+	json_t *first = hs_get_json(s, "/workflows/wide/events", 200);
+	assert_int_equal(json_array_size(json_object_get(first, "events")), 1000);
+	assert_int_equal(hs_int(first, "next_after"), hs_int(json_array_get(events, 999), "seq"));
+	json_decref(first);
+	char path[256];
+	snprintf(path, sizeof path, "/workflows/wide/events?limit=10000");
+	json_t *whole = hs_get_json(s, path, 200);
+	assert_true(json_equal(json_object_get(whole, "events"), events));
+	assert_true(json_is_null(json_object_get(whole, "next_after")));
+	json_decref(whole);
+	expect_400(s, "/workflows/wide/events?limit=10001");
+	expect_400(s, "/resources/wide-res/events?limit=10001");
+
+	json_t *res = hs_get_json(s, "/resources/wide-res/events", 200);
+	size_t n = json_array_size(json_object_get(res, "events"));
+	assert_int_equal(n, 900); /* 3 lock events per step */
+	assert_true(json_is_null(json_object_get(res, "next_after")));
+	json_decref(res);
+	res = hs_get_json(s, "/resources/wide-res/events?limit=500", 200);
+	json_int_t after = hs_int(res, "next_after");
+	json_decref(res);
+	snprintf(path, sizeof path, "/resources/wide-res/events?after=%lld", (long long)after);
+	res = hs_get_json(s, path, 200);
+	assert_int_equal(json_array_size(json_object_get(res, "events")), 400);
+	json_decref(res);
+
+	/* Steps, 100 by default, then 64 at a time. */
+	json_t *steps = json_object_get(wf, "steps");
+	json_t *page = hs_get_json(s, "/workflows/wide/steps", 200);
+	assert_int_equal(hs_int(page, "steps_total"), 300);
+	assert_string_equal(hs_str(page, "status"), "completed");
+	assert_int_equal(json_array_size(json_object_get(page, "steps")), 100);
+	assert_int_equal(hs_int(page, "next_after"), 99);
+	json_decref(page);
+	json_t *paged = json_array();
+	long long next = -1;
+	for (int k = 0; k < 100; k++) {
+		if (next < 0)
+			snprintf(path, sizeof path, "/workflows/wide/steps?limit=64");
+		else
+			snprintf(path, sizeof path, "/workflows/wide/steps?limit=64&after=%lld",
+				 next);
+		page = hs_get_json(s, path, 200);
+		json_array_extend(paged, json_object_get(page, "steps"));
+		json_t *na = json_object_get(page, "next_after");
+		next = json_is_integer(na) ? json_integer_value(na) : -1;
+		json_decref(page);
+		if (next < 0)
+			break;
+	}
+	assert_true(json_equal(paged, steps));
+	json_decref(paged);
+	page = hs_get_json(s, "/workflows/wide/steps?after=299", 200);
+	assert_int_equal(json_array_size(json_object_get(page, "steps")), 0);
+	assert_true(json_is_null(json_object_get(page, "next_after")));
+	json_decref(page);
+	expect_400(s, "/workflows/wide/steps?limit=0");
+	expect_400(s, "/workflows/wide/steps?limit=1001");
+	expect_400(s, "/workflows/wide/steps?after=-1");
+	hs_response r;
+	hs_get(s, "/workflows/nope/steps", &r);
+	hs_assert_problem(&r, 404, "not-found", "steps of an unknown workflow");
+	hs_response_fini(&r);
+
+	const char *const args[] = {"--json", "events", "wide", NULL};
+	client_proc *c = client_expect_exit(0, client_url_of(s), args);
+	json_t *doc = json_loads(c->o.p, 0, NULL);
+	assert_true(json_equal(json_object_get(doc, "events"), events));
+	json_decref(doc);
+	client_free(c);
+	json_decref(events);
+	json_decref(wf);
+}
+
+static int teardown(void **state)
+{
+	client_free_all();
+	return hs_teardown(state);
+}
+
 int main(void)
 {
 	hs_filters_from_env();
@@ -220,6 +416,8 @@ int main(void)
 					    hs_teardown),
 	    cmocka_unit_test_setup_teardown(test_stream_buffer_full_ends_with_error_and_resumes,
 					    setup_small_stream_buffer, hs_teardown),
+	    cmocka_unit_test_setup_teardown(test_resources_are_paged, hs_setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_histories_and_steps_are_paged, hs_setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
