@@ -4,7 +4,8 @@
  * buffer cannot take the next event ends with an error event and a client that resumes
  * with Last-Event-ID gets every event exactly once; every list and history has a
  * default page size, a maximum and a next page (GET /resources, the event lists, a
- * workflow's steps), and the client follows them.
+ * workflow's steps), and the client follows them; a workflow's results together are
+ * capped, and the step that would pass the cap fails alone.
  *
  * Each test starts its own batond on a fresh temporary database (harness.h).
  */
@@ -20,6 +21,7 @@
 
 #include <curl/curl.h>
 
+#include "../harness/calls.h"
 #include "../harness/client.h"
 #include "../harness/harness.h"
 #include "../harness/prom.h"
@@ -402,6 +404,111 @@ static void test_histories_and_steps_are_paged(void **state)
 	json_decref(wf);
 }
 
+/* ---- a workflow's results together ------------------------------------------------ */
+
+/*
+ * A resource that answers every call with a JSON body of about 1 MB: a workflow of 18
+ * such steps stores 16 results (16 MB), and the 17th step's result would take its
+ * results past MAX_WORKFLOW_RESULTS (16 MiB): that step fails at once (one attempt,
+ * though retries are allowed) with an error that names the limit, and the workflow fails;
+ * nothing past it runs. Another workflow on the same batond completes meanwhile (the
+ * engine goes on), and after a restart the failed workflow, its steps and its whole
+ * history still read back.
+ */
+typedef struct heavy_wait {
+	const hs_server *s;
+	const char *id, *status;
+} heavy_wait;
+
+/* The workflow has the status, read from a one-step page (its GET is 32 MB). */
+static bool has_status(void *arg)
+{
+	heavy_wait *w = arg;
+	char path[256];
+	snprintf(path, sizeof path, "/workflows/%s/steps?limit=1", w->id);
+	hs_response r;
+	bool yes =
+	    hs_get(w->s, path, &r) == 0 && r.status == 200 && r.json &&
+	    strcmp(json_string_value(json_object_get(r.json, "status")) ?: "", w->status) == 0;
+	hs_response_fini(&r);
+	return yes;
+}
+
+/* Step i of workflow id, from its own page (new reference). */
+static json_t *step_of(const hs_server *s, const char *id, int i)
+{
+	char path[256];
+	if (i == 0)
+		snprintf(path, sizeof path, "/workflows/%s/steps?limit=1", id);
+	else
+		snprintf(path, sizeof path, "/workflows/%s/steps?limit=1&after=%d", id, i - 1);
+	json_t *page = hs_get_json(s, path, 200);
+	json_t *st = json_incref(json_array_get(json_object_get(page, "steps"), 0));
+	json_decref(page);
+	assert_non_null(st);
+	return st;
+}
+
+/*
+ * A resource that answers every call with a JSON body of about 1 MB: a workflow of 18
+ * such steps stores 16 results (16 MB), and the 17th step's result would take its
+ * results past MAX_WORKFLOW_RESULTS (16 MiB): that step fails at once (one attempt,
+ * though retries are allowed) with an error that names the limit, and the workflow fails;
+ * nothing past it runs. Another workflow on the same batond completes meanwhile (the
+ * engine goes on), and after a restart the failed workflow, its steps and its whole
+ * history still read back. (Its steps are read a page at a time: GET /workflows/heavy
+ * is about 32 MB, the results twice.)
+ */
+static void test_results_past_the_workflow_cap_fail_the_step(void **state)
+{
+	calls_ctx *c = *state;
+	enum { BODY = 1000000 };
+	char *body = malloc(BODY);
+	assert_non_null(body);
+	memset(body, 'x', BODY);
+	body[0] = body[BODY - 1] = '"'; /* one JSON string */
+	fragile_set_default(c->res, (fragile_action){.status = 200,
+						     .body = body,
+						     .body_len = BODY,
+						     .content_type = "application/json"});
+	free(body);
+	calls_create(c->s, calls_workflow("heavy", c->url, 18, calls_quick_retry(10)));
+	heavy_wait w = {c->s, "heavy", "failed"};
+	if (!hs_wait_until(has_status, &w, WAIT_MS * 2))
+		fail_msg("the workflow of 1 MB results did not fail");
+	for (int i = 0; i < 16; i++) {
+		json_t *st = step_of(c->s, "heavy", i);
+		assert_string_equal(hs_str(st, "status"), "completed");
+		json_decref(st);
+	}
+	json_t *over = step_of(c->s, "heavy", 16);
+	assert_string_equal(hs_str(over, "status"), "failed");
+	assert_int_equal(hs_int(over, "attempts"), 1);
+	if (!strstr(hs_str(over, "error"), "past 16777216 bytes"))
+		fail_msg("step 16 failed with \"%s\"", hs_str(over, "error"));
+	json_t *last = step_of(c->s, "heavy", 17);
+	assert_string_equal(hs_str(last, "status"), "skipped");
+	json_decref(last);
+	fragile_stats st;
+	fragile_get_stats(c->res, &st);
+	assert_int_equal(st.requests, 17);
+
+	fragile_set_default(c->res, (fragile_action){.status = 200});
+	calls_create(c->s, calls_workflow("light", c->url, 2, NULL));
+	json_decref(hs_wait_workflow(c->s, "light", "completed", WAIT_MS));
+
+	assert_int_equal(hs_stop(c->s), 0);
+	assert_int_equal(hs_start(c->s), 0);
+	json_t *again = step_of(c->s, "heavy", 16);
+	assert_true(json_equal(again, over));
+	json_decref(again);
+	json_decref(over);
+	json_t *events = hs_get_events(c->s, "heavy");
+	assert_string_equal(hs_str(json_array_get(events, json_array_size(events) - 1), "type"),
+			    "workflow_failed");
+	json_decref(events);
+}
+
 static int teardown(void **state)
 {
 	client_free_all();
@@ -418,6 +525,8 @@ int main(void)
 					    setup_small_stream_buffer, hs_teardown),
 	    cmocka_unit_test_setup_teardown(test_resources_are_paged, hs_setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_histories_and_steps_are_paged, hs_setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_results_past_the_workflow_cap_fail_the_step,
+					    calls_setup, calls_teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
