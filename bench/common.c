@@ -6,6 +6,7 @@
  * server behind, and they log to DIR/NAME.N.log, one file per start, so that the
  * "listening on" line looked for after a restart is the new process's own.
  */
+#include "../common/rfc3339.h"
 #include "bench.h"
 
 #include <curl/curl.h>
@@ -65,14 +66,8 @@ double median(double *v, size_t n)
 
 int64_t rfc3339_ms(const char *s)
 {
-	struct tm tm = {0};
-	int ms = 0;
-	if (!s || sscanf(s, "%4d-%2d-%2dT%2d:%2d:%2d.%3dZ", &tm.tm_year, &tm.tm_mon, &tm.tm_mday,
-			 &tm.tm_hour, &tm.tm_min, &tm.tm_sec, &ms) != 7)
-		return -1;
-	tm.tm_year -= 1900;
-	tm.tm_mon -= 1;
-	return (int64_t)timegm(&tm) * 1000 + ms;
+	int64_t ms;
+	return rfc3339_parse_ms(s, &ms) ? -1 : ms;
 }
 
 void dvec_push(dvec *d, double x)

@@ -198,11 +198,8 @@ const char *hs_str(const json_t *obj, const char *key);
 /* The asserted-present integer member `key` of `obj`. */
 json_int_t hs_int(const json_t *obj, const char *key);
 
-/*
- * Parses an RFC 3339 UTC time with milliseconds ("2026-11-30T05:40:00.123Z") into
- * milliseconds since the epoch. Returns 0, or -1 when `text` has another form.
- */
-int hs_parse_time(const char *text, int64_t *ms);
+/* RFC 3339 times as batond writes them: rfc3339_parse_ms (common/rfc3339.h). */
+#include "../../common/rfc3339.h"
 
 /* Member `key` of `obj` as a time in ms; asserts it is present and well formed. */
 int64_t hs_time(const json_t *obj, const char *key);

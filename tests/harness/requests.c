@@ -323,46 +323,13 @@ json_int_t hs_int(const json_t *obj, const char *key)
 	return json_integer_value(v);
 }
 
-static bool all_digits(const char *p, size_t n)
-{
-	for (size_t i = 0; i < n; i++)
-		if (p[i] < '0' || p[i] > '9')
-			return false;
-	return true;
-}
-
-int hs_parse_time(const char *t, int64_t *ms)
-{
-	/* 2026-11-30T05:40:00.123Z: exactly 24 characters. */
-	if (!t || strlen(t) != 24 || t[4] != '-' || t[7] != '-' || t[10] != 'T' || t[13] != ':' ||
-	    t[16] != ':' || t[19] != '.' || t[23] != 'Z')
-		return -1;
-	if (!all_digits(t, 4) || !all_digits(t + 5, 2) || !all_digits(t + 8, 2) ||
-	    !all_digits(t + 11, 2) || !all_digits(t + 14, 2) || !all_digits(t + 17, 2) ||
-	    !all_digits(t + 20, 3))
-		return -1;
-	struct tm tm = {0};
-	tm.tm_year = atoi(t) - 1900;
-	tm.tm_mon = atoi(t + 5) - 1;
-	tm.tm_mday = atoi(t + 8);
-	tm.tm_hour = atoi(t + 11);
-	tm.tm_min = atoi(t + 14);
-	tm.tm_sec = atoi(t + 17);
-	if (tm.tm_mon > 11 || tm.tm_mday < 1 || tm.tm_mday > 31 || tm.tm_hour > 23 ||
-	    tm.tm_min > 59 || tm.tm_sec > 60)
-		return -1;
-	time_t secs = timegm(&tm);
-	*ms = (int64_t)secs * 1000 + atoi(t + 20);
-	return 0;
-}
-
 int64_t hs_time_or_null(const json_t *obj, const char *key)
 {
 	json_t *v = json_object_get(obj, key);
 	if (json_is_null(v))
 		return HS_NO_TIME;
 	int64_t ms = 0;
-	if (!json_is_string(v) || hs_parse_time(json_string_value(v), &ms) != 0) {
+	if (!json_is_string(v) || rfc3339_parse_ms(json_string_value(v), &ms) != 0) {
 		char *dump = json_dumps(obj, JSON_COMPACT);
 		fail_msg("\"%s\" is not an RFC 3339 UTC time with ms in %.1500s", key,
 			 dump ? dump : "?");

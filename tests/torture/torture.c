@@ -438,7 +438,7 @@ static int kill_loop(run *r)
 static int64_t time_of(const json_t *v)
 {
 	int64_t ms = -1;
-	if (json_is_string(v) && hs_parse_time(json_string_value(v), &ms) != 0)
+	if (json_is_string(v) && rfc3339_parse_ms(json_string_value(v), &ms) != 0)
 		ms = -1;
 	return ms;
 }
