@@ -25,6 +25,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "../../common/sse_lines.h"
 #include "harness.h"
 
 #define SSE_ACCEPT "Accept: text/event-stream"
@@ -54,8 +55,7 @@ typedef struct sse {
 	struct curl_slist *headers;
 	long status;
 	char *content_type;
-	char *line; /* the incomplete line */
-	size_t line_len, line_cap;
+	sse_lines lines;	 /* the bytes, split into fields (common/sse_lines.c) */
 	char *id, *event, *data; /* fields of the event block being read */
 	json_t *events;		 /* [{"data": event, "mono": ms, "wall": ms}] in arrival order */
 	long long last_id;
