@@ -6,6 +6,7 @@
  * server behind, and they log to DIR/NAME.N.log, one file per start, so that the
  * "listening on" line looked for after a restart is the new process's own.
  */
+#include "../common/batond.h"
 #include "../common/rfc3339.h"
 #include "bench.h"
 
@@ -24,8 +25,6 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
-
-#define LISTEN_MARK "listening on http://"
 
 /* ---- clocks and statistics ---- */
 
@@ -121,50 +120,30 @@ void tmpdir_remove(const char *dir)
 
 /* ---- processes ---- */
 
-/* Forks and execs argv with stdout and stderr to log; the child dies with us. */
-static pid_t spawn(char *const argv[], const char *log)
-{
-	pid_t parent = getpid();
-	pid_t pid = fork();
-	if (pid < 0)
-		return -1;
-	if (pid == 0) {
-		prctl(PR_SET_PDEATHSIG, SIGKILL);
-		if (getppid() != parent)
-			_exit(127);
-		int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-		if (fd >= 0) {
-			dup2(fd, 1);
-			dup2(fd, 2);
-			close(fd);
-		}
-		int null = open("/dev/null", O_RDONLY);
-		if (null >= 0) {
-			dup2(null, 0);
-			close(null);
-		}
-		execv(argv[0], argv);
-		fprintf(stderr, "cannot run %s: %s\n", argv[0], strerror(errno));
-		_exit(127);
-	}
-	return pid;
-}
-
 /* The port in the log's "listening on http://HOST:PORT" line; 0 while absent. */
 static int port_in_log(const char *log)
 {
 	FILE *f = fopen(log, "r");
-	char line[1024];
-	int port = 0;
 	if (!f)
 		return 0;
-	while (!port && fgets(line, sizeof line, f)) {
-		char *p = strstr(line, LISTEN_MARK);
-		char *colon = p ? strrchr(p + sizeof LISTEN_MARK - 1, ':') : NULL;
-		if (colon)
-			port = atoi(colon + 1);
-	}
+	char *text = NULL;
+	size_t len = 0, cap = 0, n;
+	do {
+		if (len + 4096 + 1 > cap) {
+			char *b = realloc(text, cap = cap * 2 + 8192);
+			if (!b)
+				break;
+			text = b;
+		}
+		len += n = fread(text + len, 1, cap - len - 1, f);
+	} while (n > 0);
 	fclose(f);
+	int port = 0;
+	if (text) {
+		text[len] = 0;
+		port = batond_port_in_log(text);
+	}
+	free(text);
 	return port;
 }
 
@@ -204,7 +183,7 @@ int server_spawn(server *s, const char *const *extra)
 	s->port = 0;
 	unlink(s->log); /* a log of an earlier start must not be read as this one's */
 	s->started_at = now_s();
-	s->pid = spawn(argv, s->log);
+	s->pid = batond_spawn(argv, s->log, NULL, NULL);
 	return s->pid > 0 ? 0 : -1;
 }
 
@@ -359,7 +338,7 @@ int minjson_start(const char *dir, pid_t *pid, int *port)
 	snprintf(threads, sizeof threads, "%d", opt.http_threads > 0 ? opt.http_threads : 8);
 	char *argv[] = {(char *)opt.minjson, "--threads", threads, NULL};
 	unlink(log);
-	*pid = spawn(argv, log);
+	*pid = batond_spawn(argv, log, NULL, NULL);
 	if (*pid <= 0)
 		return -1;
 	double until = now_s() + 10;
