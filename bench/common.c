@@ -7,6 +7,7 @@
  * "listening on" line looked for after a restart is the new process's own.
  */
 #include "../common/batond.h"
+#include "../common/curl_body.h"
 #include "../common/rfc3339.h"
 #include "bench.h"
 
@@ -356,25 +357,6 @@ int minjson_start(const char *dir, pid_t *pid, int *port)
 
 /* ---- blocking HTTP ---- */
 
-typedef struct membuf {
-	char *p;
-	size_t len;
-} membuf;
-
-static size_t collect(char *data, size_t size, size_t nmemb, void *ud)
-{
-	membuf *b = ud;
-	size_t n = size * nmemb;
-	char *p = realloc(b->p, b->len + n + 1);
-	if (!p)
-		return 0;
-	memcpy(p + b->len, data, n);
-	b->p = p;
-	b->len += n;
-	b->p[b->len] = 0;
-	return n;
-}
-
 static _Thread_local CURL *tl_curl;
 
 int http_do(int port, const char *method, const char *path, const char *body, char **resp)
@@ -383,13 +365,13 @@ int http_do(int port, const char *method, const char *path, const char *body, ch
 		return -1;
 	CURL *c = tl_curl;
 	char url[512];
-	membuf b = {0};
+	curl_body b = {0};
 	struct curl_slist *hdr = NULL;
 	snprintf(url, sizeof url, "http://127.0.0.1:%d%s", port, path);
 	curl_easy_reset(c);
 	curl_easy_setopt(c, CURLOPT_URL, url);
 	curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
-	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, collect);
+	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, curl_body_write);
 	curl_easy_setopt(c, CURLOPT_WRITEDATA, &b);
 	curl_easy_setopt(c, CURLOPT_TIMEOUT, 120L);
 	curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, 1000L);
@@ -406,9 +388,9 @@ int http_do(int port, const char *method, const char *path, const char *body, ch
 		curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
 	curl_slist_free_all(hdr);
 	if (resp)
-		*resp = b.p;
+		*resp = b.data;
 	else
-		free(b.p);
+		curl_body_fini(&b);
 	return (int)status;
 }
 

@@ -10,51 +10,33 @@
 void sse_lines_init(sse_lines *l, size_t max_line, sse_field_fn fn, void *ud)
 {
 	memset(l, 0, sizeof *l);
-	l->max = max_line;
+	l->line.max = max_line + 1; /* and its NUL */
 	l->fn = fn;
 	l->ud = ud;
 }
 
 void sse_lines_reset(sse_lines *l)
 {
-	l->len = 0;
+	l->line.len = 0;
 	l->after_cr = 0;
 }
 
 void sse_lines_fini(sse_lines *l)
 {
-	if (!l)
-		return;
-	free(l->line);
-	l->line = NULL;
-	l->len = l->cap = 0;
+	if (l)
+		curl_body_fini(&l->line);
 }
 
 static int add(sse_lines *l, const char *p, size_t n)
 {
-	if (l->len + n > l->max)
-		return -1;
-	if (l->len + n + 1 > l->cap) {
-		size_t cap = l->cap ? l->cap : 256;
-		while (cap < l->len + n + 1)
-			cap *= 2;
-		char *b = realloc(l->line, cap);
-		if (!b)
-			return -1;
-		l->line = b;
-		l->cap = cap;
-	}
-	memcpy(l->line + l->len, p, n);
-	l->len += n;
-	l->line[l->len] = 0;
-	return 0;
+	return n == 0 || curl_body_write((char *)p, 1, n, &l->line) == n ? 0 : -1;
 }
 
 /* One complete line (NUL-terminated in place), without its end. */
 static int line_done(sse_lines *l)
 {
-	char *line = l->line ? l->line : (char *)"";
-	size_t len = l->len;
+	char *line = l->line.data ? l->line.data : (char *)"";
+	size_t len = l->line.len;
 	if (len == 0)
 		return l->fn(l->ud, NULL, NULL, 0);
 	char *colon = memchr(line, ':', len);
@@ -90,7 +72,7 @@ int sse_lines_feed(sse_lines *l, const char *p, size_t n)
 			break; /* the line goes on in the next chunk */
 		l->after_cr = p[j] == '\r';
 		int rc = line_done(l);
-		l->len = 0;
+		l->line.len = 0;
 		if (rc < 0)
 			return -1;
 		i = j + 1;

@@ -17,6 +17,8 @@
 
 #include <stddef.h>
 
+#include "curl_body.h"
+
 /*
  * One field (name and value NUL-terminated, valid during the call; vlen may count NULs
  * inside the value), or the end of a block (name NULL). Returns 0, or -1 to stop the
@@ -25,10 +27,8 @@
 typedef int (*sse_field_fn)(void *ud, const char *name, const char *value, size_t vlen);
 
 typedef struct sse_lines {
-	char *line; /* the line being received, NUL-terminated */
-	size_t len, cap;
-	size_t max;   /* bytes one line may reach */
-	int after_cr; /* the last byte was CR: an LF right after it ends no line */
+	curl_body line; /* the line being received; its max: bytes one line may reach */
+	int after_cr;	/* the last byte was CR: an LF right after it ends no line */
 	sse_field_fn fn;
 	void *ud;
 } sse_lines;

@@ -199,6 +199,7 @@ const char *hs_str(const json_t *obj, const char *key);
 json_int_t hs_int(const json_t *obj, const char *key);
 
 /* RFC 3339 times as batond writes them: rfc3339_parse_ms (common/rfc3339.h). */
+#include "../../common/curl_body.h"
 #include "../../common/rfc3339.h"
 
 /* Member `key` of `obj` as a time in ms; asserts it is present and well formed. */

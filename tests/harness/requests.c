@@ -23,15 +23,13 @@
 size_t hs_curl_body(char *p, size_t size, size_t n, void *ud)
 {
 	hs_response *r = ud;
-	size_t len = size * n;
-	char *b = realloc(r->body, r->body_len + len + 1);
-	if (!b)
-		return 0;
-	memcpy(b + r->body_len, p, len);
-	r->body = b;
-	r->body_len += len;
-	b[r->body_len] = 0;
-	return len;
+	/* The response's body as a curl_body (common/curl_body.c) that has room for no more
+	 * than it holds: it grows as the shared writer grows any body. */
+	curl_body b = {r->body, r->body_len, r->body ? r->body_len + 1 : 0, 0, 0};
+	size_t took = curl_body_write(p, size, n, &b);
+	r->body = b.data;
+	r->body_len = b.len;
+	return took;
 }
 
 char *hs_header_value(const char *line, size_t len, const char *name)
