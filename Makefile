@@ -71,6 +71,8 @@ CLIENT_SRC := $(wildcard client/*.c)
 UNIT_SRC   := $(wildcard tests/unit/test_*.c)
 HTTP_SRC   := $(wildcard tests/http/test_*.c)
 HARNESS_SRC := $(wildcard tests/harness/*.c)
+# What the client, the benchmarks (bench/run.sh) and the test harness share.
+COMMON_SRC := $(wildcard common/*.c)
 
 obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
 
@@ -101,7 +103,7 @@ $(BATOND): $(call obj,$(SERVER_SRC)) $(LIBBATON)
 	@mkdir -p $(@D)
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(BATOND_LIBS)
 
-$(CLIENT): $(call obj,$(CLIENT_SRC)) $(LIBBATON)
+$(CLIENT): $(call obj,$(CLIENT_SRC) $(COMMON_SRC)) $(LIBBATON)
 	@mkdir -p $(@D)
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(LIBS_ALL)
 
@@ -109,7 +111,7 @@ $(BUILD)/tests/unit/%: $(BUILD)/obj/tests/unit/%.o $(LIBBATON)
 	@mkdir -p $(@D)
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(LIBS_ALL) $(CMOCKA_LIBS)
 
-$(BUILD)/tests/http/%: $(BUILD)/obj/tests/http/%.o $(call obj,$(HARNESS_SRC)) $(LIBBATON)
+$(BUILD)/tests/http/%: $(BUILD)/obj/tests/http/%.o $(call obj,$(HARNESS_SRC) $(COMMON_SRC)) $(LIBBATON)
 	@mkdir -p $(@D)
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(LIBS_ALL) $(PQ_LIBS) $(CMOCKA_LIBS)
 
@@ -128,7 +130,7 @@ TORTURE_KILLS ?= 200
 # Which stores the HTTP suites and the torture run on: sqlite, postgres or both
 # (scripts/test-stores.sh starts and stops the PostgreSQL server).
 STORE ?= both
-$(TORTURE_BIN): $(call obj,$(TORTURE_SRC)) $(call obj,$(HARNESS_SRC))
+$(TORTURE_BIN): $(call obj,$(TORTURE_SRC)) $(call obj,$(HARNESS_SRC) $(COMMON_SRC))
 	@mkdir -p $(@D)
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(LIBS_ALL) $(PQ_LIBS) $(CMOCKA_LIBS)
 torture: $(BATOND) $(TORTURE_BIN)
@@ -246,7 +248,7 @@ build/fuzz/fuzz_answer: tests/fuzz/fuzz_answer.c $(FUZZ_LIB_SRC) | $(DEPS_STAMP)
 fuzz: build/fuzz/fuzz_request build/fuzz/fuzz_route build/fuzz/fuzz_answer
 	@sh scripts/fuzz.sh $(FUZZ_SECONDS) request route answer
 
-FORMAT_SRC = $(wildcard lib/*.[ch] server/*.[ch] client/*.[ch] tests/*/*.[ch] bench/*.[ch])
+FORMAT_SRC = $(wildcard lib/*.[ch] server/*.[ch] client/*.[ch] common/*.[ch] tests/*/*.[ch] bench/*.[ch])
 format:
 	clang-format -i $(FORMAT_SRC)
 format-check:

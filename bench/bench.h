@@ -44,7 +44,8 @@ double now_s(void); /* CLOCK_MONOTONIC in seconds */
 void sleep_ms(int ms);
 double median(double *v, size_t n);		  /* sorts v; 0 when n == 0 */
 double percentile(double *v, size_t n, double p); /* sorts v; p in [0, 100] */
-int64_t rfc3339_ms(const char *s);		  /* "2026-11-30T05:40:00.123Z" -> ms; -1 if bad */
+/* "2026-11-30T05:40:00.123Z" -> ms; -1 if bad (common/rfc3339.c's parser). */
+int64_t rfc3339_ms(const char *s);
 
 /* A growable array of doubles. */
 typedef struct dvec {

@@ -6,6 +6,9 @@
  * server behind, and they log to DIR/NAME.N.log, one file per start, so that the
  * "listening on" line looked for after a restart is the new process's own.
  */
+#include "../common/batond.h"
+#include "../common/curl_body.h"
+#include "../common/rfc3339.h"
 #include "bench.h"
 
 #include <curl/curl.h>
@@ -23,8 +26,6 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
-
-#define LISTEN_MARK "listening on http://"
 
 /* ---- clocks and statistics ---- */
 
@@ -65,14 +66,8 @@ double median(double *v, size_t n)
 
 int64_t rfc3339_ms(const char *s)
 {
-	struct tm tm = {0};
-	int ms = 0;
-	if (!s || sscanf(s, "%4d-%2d-%2dT%2d:%2d:%2d.%3dZ", &tm.tm_year, &tm.tm_mon, &tm.tm_mday,
-			 &tm.tm_hour, &tm.tm_min, &tm.tm_sec, &ms) != 7)
-		return -1;
-	tm.tm_year -= 1900;
-	tm.tm_mon -= 1;
-	return (int64_t)timegm(&tm) * 1000 + ms;
+	int64_t ms;
+	return rfc3339_parse_ms(s, &ms) ? -1 : ms;
 }
 
 void dvec_push(dvec *d, double x)
@@ -126,50 +121,30 @@ void tmpdir_remove(const char *dir)
 
 /* ---- processes ---- */
 
-/* Forks and execs argv with stdout and stderr to log; the child dies with us. */
-static pid_t spawn(char *const argv[], const char *log)
-{
-	pid_t parent = getpid();
-	pid_t pid = fork();
-	if (pid < 0)
-		return -1;
-	if (pid == 0) {
-		prctl(PR_SET_PDEATHSIG, SIGKILL);
-		if (getppid() != parent)
-			_exit(127);
-		int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-		if (fd >= 0) {
-			dup2(fd, 1);
-			dup2(fd, 2);
-			close(fd);
-		}
-		int null = open("/dev/null", O_RDONLY);
-		if (null >= 0) {
-			dup2(null, 0);
-			close(null);
-		}
-		execv(argv[0], argv);
-		fprintf(stderr, "cannot run %s: %s\n", argv[0], strerror(errno));
-		_exit(127);
-	}
-	return pid;
-}
-
 /* The port in the log's "listening on http://HOST:PORT" line; 0 while absent. */
 static int port_in_log(const char *log)
 {
 	FILE *f = fopen(log, "r");
-	char line[1024];
-	int port = 0;
 	if (!f)
 		return 0;
-	while (!port && fgets(line, sizeof line, f)) {
-		char *p = strstr(line, LISTEN_MARK);
-		char *colon = p ? strrchr(p + sizeof LISTEN_MARK - 1, ':') : NULL;
-		if (colon)
-			port = atoi(colon + 1);
-	}
+	char *text = NULL;
+	size_t len = 0, cap = 0, n;
+	do {
+		if (len + 4096 + 1 > cap) {
+			char *b = realloc(text, cap = cap * 2 + 8192);
+			if (!b)
+				break;
+			text = b;
+		}
+		len += n = fread(text + len, 1, cap - len - 1, f);
+	} while (n > 0);
 	fclose(f);
+	int port = 0;
+	if (text) {
+		text[len] = 0;
+		port = batond_port_in_log(text);
+	}
+	free(text);
 	return port;
 }
 
@@ -209,7 +184,7 @@ int server_spawn(server *s, const char *const *extra)
 	s->port = 0;
 	unlink(s->log); /* a log of an earlier start must not be read as this one's */
 	s->started_at = now_s();
-	s->pid = spawn(argv, s->log);
+	s->pid = batond_spawn(argv, s->log, NULL, NULL);
 	return s->pid > 0 ? 0 : -1;
 }
 
@@ -364,7 +339,7 @@ int minjson_start(const char *dir, pid_t *pid, int *port)
 	snprintf(threads, sizeof threads, "%d", opt.http_threads > 0 ? opt.http_threads : 8);
 	char *argv[] = {(char *)opt.minjson, "--threads", threads, NULL};
 	unlink(log);
-	*pid = spawn(argv, log);
+	*pid = batond_spawn(argv, log, NULL, NULL);
 	if (*pid <= 0)
 		return -1;
 	double until = now_s() + 10;
@@ -382,25 +357,6 @@ int minjson_start(const char *dir, pid_t *pid, int *port)
 
 /* ---- blocking HTTP ---- */
 
-typedef struct membuf {
-	char *p;
-	size_t len;
-} membuf;
-
-static size_t collect(char *data, size_t size, size_t nmemb, void *ud)
-{
-	membuf *b = ud;
-	size_t n = size * nmemb;
-	char *p = realloc(b->p, b->len + n + 1);
-	if (!p)
-		return 0;
-	memcpy(p + b->len, data, n);
-	b->p = p;
-	b->len += n;
-	b->p[b->len] = 0;
-	return n;
-}
-
 static _Thread_local CURL *tl_curl;
 
 int http_do(int port, const char *method, const char *path, const char *body, char **resp)
@@ -409,13 +365,13 @@ int http_do(int port, const char *method, const char *path, const char *body, ch
 		return -1;
 	CURL *c = tl_curl;
 	char url[512];
-	membuf b = {0};
+	curl_body b = {0};
 	struct curl_slist *hdr = NULL;
 	snprintf(url, sizeof url, "http://127.0.0.1:%d%s", port, path);
 	curl_easy_reset(c);
 	curl_easy_setopt(c, CURLOPT_URL, url);
 	curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
-	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, collect);
+	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, curl_body_write);
 	curl_easy_setopt(c, CURLOPT_WRITEDATA, &b);
 	curl_easy_setopt(c, CURLOPT_TIMEOUT, 120L);
 	curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, 1000L);
@@ -432,9 +388,9 @@ int http_do(int port, const char *method, const char *path, const char *body, ch
 		curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
 	curl_slist_free_all(hdr);
 	if (resp)
-		*resp = b.p;
+		*resp = b.data;
 	else
-		free(b.p);
+		curl_body_fini(&b);
 	return (int)status;
 }
 

@@ -22,6 +22,8 @@
 
 #include <jansson.h>
 
+#include "../common/sse_lines.h"
+
 /* Process exit statuses (contract: "Exit codes"). Never change their meaning. */
 enum {
 	EXIT_OK = 0,	      /* success; for demo: the workflow completed */
@@ -148,13 +150,12 @@ typedef void (*sse_handler)(void *userdata, const char *id, const char *event, c
 
 /* The state of one event stream being parsed. */
 struct sse {
-	struct sbuf line; /* the line being received */
+	sse_lines lines;  /* the bytes, split into fields (common/sse_lines.c) */
 	struct sbuf data; /* the frame's data lines, each followed by '\n' */
 	char event[64];	  /* its event: field */
 	char id[32];	  /* its id: field */
 	int has_data;
-	int after_cr; /* the last byte was CR: an LF right after it ends no line */
-	size_t max;   /* bytes a line or a frame's data may reach */
+	size_t max; /* bytes a line or a frame's data may reach */
 	sse_handler on_frame;
 	void *userdata;
 };

@@ -476,12 +476,13 @@ static int fetch_events(http *h, const char *id, json_t *all)
 			return rc;
 		events = json_object_get(reply, "events");
 		size_t n = json_array_size(events);
+		int last = json_is_null(json_object_get(reply, "next_after"));
 		if (n > 0) {
 			json_array_extend(all, events);
 			after = jint(json_array_get(events, n - 1), "seq", after);
 		}
 		json_decref(reply);
-		if (n == 0)
+		if (n == 0 || last)
 			return EXIT_OK;
 	}
 	fprintf(stderr, "baton: events: gave up after %d pages\n", MAX_EVENT_PAGES);
@@ -578,6 +579,45 @@ static void print_resource(const json_t *res)
 	}
 }
 
+/*
+ * GET /resources page after page, following next_cursor: *doc is {"resources": [all],
+ * "next_cursor": null}. Returns an exit status.
+ */
+static int fetch_resources(http *h, json_t **doc)
+{
+	json_t *all = json_array();
+	char *cursor = NULL;
+	int rc = EXIT_OK;
+	for (;;) {
+		char *path = NULL;
+		json_t *page;
+		if ((cursor ? asprintf(&path, "/resources?limit=1000&cursor=%s", cursor)
+			    : asprintf(&path, "/resources?limit=1000")) < 0) {
+			fprintf(stderr, "baton: out of memory\n");
+			rc = EXIT_FAILED;
+			break;
+		}
+		rc = http_call(h, "GET", path, NULL, &page, NULL);
+		free(path);
+		if (rc != EXIT_OK)
+			break;
+		json_array_extend(all, json_object_get(page, "resources"));
+		const char *next = json_string_value(json_object_get(page, "next_cursor"));
+		free(cursor);
+		cursor = next ? http_escape(next) : NULL;
+		json_decref(page);
+		if (!cursor)
+			break;
+	}
+	free(cursor);
+	if (rc != EXIT_OK) {
+		json_decref(all);
+		return rc;
+	}
+	*doc = json_pack("{s:o, s:n}", "resources", all, "next_cursor");
+	return EXIT_OK;
+}
+
 int cmd_resources(struct cli *cli, int argc, char **argv)
 {
 	static const struct option opts[] = {{"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0}};
@@ -599,15 +639,15 @@ int cmd_resources(struct cli *cli, int argc, char **argv)
 		if (asprintf(&path, "/resources/%s", esc) < 0)
 			path = NULL;
 		free(esc);
+		if (!path) {
+			fprintf(stderr, "baton: out of memory\n");
+			return EXIT_FAILED;
+		}
+		rc = http_call(cli->http, "GET", path, NULL, &doc, NULL);
+		free(path);
 	} else {
-		path = strdup("/resources");
+		rc = fetch_resources(cli->http, &doc);
 	}
-	if (!path) {
-		fprintf(stderr, "baton: out of memory\n");
-		return EXIT_FAILED;
-	}
-	rc = http_call(cli->http, "GET", path, NULL, &doc, NULL);
-	free(path);
 	if (rc != EXIT_OK)
 		return rc;
 	if (cli->json)

@@ -14,6 +14,7 @@
 
 #include <curl/curl.h>
 
+#include "../common/curl_body.h"
 #include "client.h"
 
 enum {
@@ -30,38 +31,6 @@ struct http {
 	struct curl_slist *empty_headers; /* POST without body: no Content-Type */
 	char errbuf[CURL_ERROR_SIZE];
 };
-
-/* The answer being received. */
-struct buf {
-	char *data;
-	size_t len, cap;
-	int overflow;
-};
-
-static size_t on_data(char *ptr, size_t size, size_t nmemb, void *userdata)
-{
-	struct buf *b = userdata;
-	size_t n = size * nmemb;
-
-	if (b->len + n + 1 > MAX_REPLY_BYTES) {
-		b->overflow = 1;
-		return 0; /* aborts the transfer */
-	}
-	if (b->len + n + 1 > b->cap) {
-		size_t cap = b->cap ? b->cap : 4096;
-		while (cap < b->len + n + 1)
-			cap *= 2;
-		char *p = realloc(b->data, cap);
-		if (!p)
-			return 0;
-		b->data = p;
-		b->cap = cap;
-	}
-	memcpy(b->data + b->len, ptr, n);
-	b->len += n;
-	b->data[b->len] = '\0';
-	return n;
-}
 
 static struct curl_slist *headers(const char *const *lines)
 {
@@ -143,7 +112,7 @@ void http_free(http *h)
 }
 
 /* Sets the options of one request on the reused handle. */
-static int prepare(http *h, const char *method, const char *url, const char *payload, struct buf *b)
+static int prepare(http *h, const char *method, const char *url, const char *payload, curl_body *b)
 {
 	CURL *c = h->curl;
 	int post = strcmp(method, "POST") == 0;
@@ -158,7 +127,7 @@ static int prepare(http *h, const char *method, const char *url, const char *pay
 	curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, (long)CONNECT_TIMEOUT_MS);
 	curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, (long)REQUEST_TIMEOUT_MS);
 	curl_easy_setopt(c, CURLOPT_USERAGENT, "baton/" BATON_CLIENT_VERSION);
-	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_data);
+	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, curl_body_write);
 	curl_easy_setopt(c, CURLOPT_WRITEDATA, b);
 	if (post) {
 		curl_easy_setopt(c, CURLOPT_POST, 1L);
@@ -176,7 +145,7 @@ static int prepare(http *h, const char *method, const char *url, const char *pay
 }
 
 /* Reports a transfer that got no usable answer; returns the exit status it deserves. */
-static int transport_error(const http *h, CURLcode rc, const char *url, const struct buf *b)
+static int transport_error(const http *h, CURLcode rc, const char *url, const curl_body *b)
 {
 	const char *why = h->errbuf[0] ? h->errbuf : curl_easy_strerror(rc);
 
@@ -201,7 +170,7 @@ static int transport_error(const http *h, CURLcode rc, const char *url, const st
 }
 
 /* Parses the answer body; an empty body is a NULL json, anything else must be JSON. */
-static int parse_reply(const char *url, const struct buf *b, struct http_reply *reply)
+static int parse_reply(const char *url, const curl_body *b, struct http_reply *reply)
 {
 	json_error_t err;
 
@@ -219,7 +188,7 @@ static int parse_reply(const char *url, const struct buf *b, struct http_reply *
 int http_request(http *h, const char *method, const char *path, const json_t *body,
 		 struct http_reply *reply)
 {
-	struct buf b = {0};
+	curl_body b = {.max = MAX_REPLY_BYTES};
 	char *payload = NULL;
 	char *url = NULL;
 	int rc = EXIT_FAILED;
@@ -247,7 +216,7 @@ int http_request(http *h, const char *method, const char *path, const json_t *bo
 	curl_easy_getinfo(h->curl, CURLINFO_RESPONSE_CODE, &reply->status);
 	rc = parse_reply(url, &b, reply);
 out:
-	free(b.data);
+	curl_body_fini(&b);
 	free(payload);
 	free(url);
 	return rc;
@@ -334,7 +303,7 @@ int http_download(http *h, const char *path, const char *file)
 		fprintf(stderr, "baton: cannot write %s: %s\n", part, strerror(errno));
 		goto out;
 	}
-	struct buf b = {0};
+	curl_body b = {0};
 	CURL *c = h->curl;
 	prepare(h, "GET", url, NULL, &b);
 	curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, 0L); /* a large database takes its time */

@@ -36,6 +36,7 @@
 
 #include <curl/curl.h>
 
+#include "../common/rfc3339.h"
 #include "client.h"
 
 enum {
@@ -164,23 +165,6 @@ static long long realtime_ms(void)
 	return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-/* "2026-11-30T05:40:00.123Z" in ms since the epoch; -1 for any other form. */
-static long long parse_time(const char *s)
-{
-	struct tm tm = {0};
-	int ms = 0, used = 0;
-
-	if (!s ||
-	    sscanf(s, "%4d-%2d-%2dT%2d:%2d:%2d.%3dZ%n", &tm.tm_year, &tm.tm_mon, &tm.tm_mday,
-		   &tm.tm_hour, &tm.tm_min, &tm.tm_sec, &ms, &used) != 7 ||
-	    s[used] != '\0')
-		return -1;
-	tm.tm_year -= 1900;
-	tm.tm_mon -= 1;
-	time_t t = timegm(&tm);
-	return t == (time_t)-1 ? -1 : (long long)t * 1000 + ms;
-}
-
 /* ---- progress -------------------------------------------------------------------------- */
 
 /* "completed", "failed" or "cancelled" for an event that ends the workflow, else NULL. */
@@ -226,7 +210,9 @@ static void progress_step_failed(struct progress *pg, const json_t *ev)
 		pg->failed++; /* no retry: the step failed for good */
 		return;
 	}
-	long long at = parse_time(jstr(ev, "next_attempt_at", NULL));
+	int64_t at;
+	if (rfc3339_parse_ms(jstr(ev, "next_attempt_at", NULL), &at))
+		at = -1;
 	set_str(&pg->retry_worker, jstr(ev, "worker", "?"));
 	pg->retry_attempt = jint(ev, "attempt", 0) + 1;
 	pg->retry_at = at >= 0 ? at : realtime_ms() + json_integer_value(retry_in);
@@ -502,6 +488,8 @@ static void on_frame(void *userdata, const char *idtext, const char *event, cons
 
 	if (w->outcome >= 0)
 		return; /* nothing follows the final event */
+	if (!idtext[0] && strcmp(event, "error") == 0)
+		return; /* the server ends the stream; the reconnection resumes after last_seq */
 	json_t *ev = json_loadb(data, len, 0, &err);
 	if (!json_is_object(ev)) {
 		struct sbuf b = {0};

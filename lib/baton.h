@@ -116,6 +116,10 @@ typedef struct baton_engine_config {
 	/* Idle resources (free, nobody waiting) kept in memory, the most recently used; the
 	 * others are read back from the store when a step asks for them. 0: 1024. */
 	int idle_resources;
+	/* Budget in bytes of the cache of finished workflows' rendered text (reads of them
+	 * skip the database): 0 the default (64 MiB), < 0 no cache. One workflow's text is
+	 * kept only when it is at most an eighth of the budget. */
+	long long cache_bytes;
 } baton_engine_config;
 
 /*
@@ -197,9 +201,19 @@ typedef struct baton_list_query {
 int baton_engine_list(baton_engine *e, const baton_list_query *q, json_t **out, baton_error *err);
 
 /*
+ * Steps of workflow `id` (as in its document) with index > after (-1: from step 0), at
+ * most `limit` (>= 1): {"workflow_id", "status", "steps_total", "steps": [...],
+ * "next_after"}, next_after the `after` of the next page or null after the last step.
+ * BATON_ENOTFOUND when there is no such workflow. New reference.
+ */
+int baton_engine_steps(baton_engine *e, const char *id, int after, int limit, json_t **out,
+		       baton_error *err);
+
+/*
  * Events of workflow `id` with seq > after, at most `limit` of them (0: all):
- * {"workflow_id", "status", "events": [...]}, the status read before the events. New
- * reference.
+ * {"workflow_id", "status", "events": [...], "next_after"}, the status read before the
+ * events; next_after is the `after` of the next page, null when this one holds the last
+ * event stored now. New reference.
  */
 int baton_engine_events(baton_engine *e, const char *id, int64_t after, int limit, json_t **out,
 			baton_error *err);
@@ -227,8 +241,8 @@ int baton_engine_backup(baton_engine *e, const char *path, baton_error *err);
 
 /*
  * Events about resource `name` (lock_requested, lock_acquired, lock_released,
- * workflow_cancelled) with seq > after, at most `limit` (0: all): {"resource", "events"}.
- * New reference.
+ * workflow_cancelled) with seq > after, at most `limit` (0: all): {"resource", "events",
+ * "next_after"} as for a workflow. New reference.
  */
 int baton_engine_resource_events(baton_engine *e, const char *name, int64_t after, int limit,
 				 json_t **out, baton_error *err);
@@ -247,8 +261,17 @@ int baton_engine_metrics(baton_engine *e, json_t **out, baton_error *err);
 /* 1 when the engine is ready for new work: recovered, and its last commit succeeded. */
 int baton_engine_ready(baton_engine *e);
 
-/* {"resources": [...]} or one resource's holder, waiters and totals. New references. */
-int baton_engine_resources(baton_engine *e, json_t **out, baton_error *err);
+/*
+ * Resources by name, at most `limit` (1..BATON_RESOURCE_PAGE_MAX, 0: BATON_RESOURCE_PAGE)
+ * after `cursor` (the next_cursor of a previous page, or NULL for the first):
+ * {"resources": [...], "next_cursor": string or null}. BATON_EINVAL for a bad limit or
+ * cursor. New reference.
+ */
+#define BATON_RESOURCE_PAGE	100
+#define BATON_RESOURCE_PAGE_MAX 1000
+int baton_engine_resources(baton_engine *e, const char *cursor, int limit, json_t **out,
+			   baton_error *err);
+/* One resource's holder, waiters and totals. New reference. */
 int baton_engine_resource(baton_engine *e, const char *name, json_t **out, baton_error *err);
 
 #endif

@@ -520,6 +520,8 @@ int baton_engine_open(const baton_engine_config *cfg, baton_engine **out, baton_
 			  no_curl)
 		: store_open(cfg->db_path, cfg->readers, &e->log, cfg->fault_file, &e->st, err);
 	e->now = now_ms();
+	if (rc == BATON_OK && cfg->cache_bytes)
+		store_set_cache_bytes(e->st, cfg->cache_bytes < 0 ? 0 : (size_t)cfg->cache_bytes);
 	if (rc == BATON_OK)
 		rc = eng_recover(e, err);
 	if (rc == BATON_OK && !(e->pool = sched_new(cfg->threads)))
@@ -727,9 +729,18 @@ int baton_engine_events(baton_engine *e, const char *id, int64_t after, int limi
 	return store_list_events(e->st, id, after, limit, out, err);
 }
 
-int baton_engine_resources(baton_engine *e, json_t **out, baton_error *err)
+int baton_engine_steps(baton_engine *e, const char *id, int after, int limit, json_t **out,
+		       baton_error *err)
 {
-	return store_list_resources(e->st, out, err);
+	if (!valid_name(id))
+		return err_set(err, BATON_ENOTFOUND, "no workflow with id \"%.128s\"", id);
+	return store_list_steps(e->st, id, after, limit, out, err);
+}
+
+int baton_engine_resources(baton_engine *e, const char *cursor, int limit, json_t **out,
+			   baton_error *err)
+{
+	return store_list_resources(e->st, cursor, limit, out, err);
 }
 
 int baton_engine_resource(baton_engine *e, const char *name, json_t **out, baton_error *err)
@@ -786,6 +797,8 @@ int baton_engine_metrics(baton_engine *e, json_t **out, baton_error *err)
 	pthread_mutex_unlock(&e->metrics_mu);
 	json_object_set_new(m, "workflows", counts);
 	json_object_set_new(m, "resources", resources);
+	json_object_set_new(m, "finished_cache_bytes",
+			    json_integer((json_int_t)store_cache_bytes(e->st)));
 	*out = m;
 	return BATON_OK;
 }

@@ -30,7 +30,16 @@ enum step_status {
 enum on_failure { ON_FAILURE_FAIL, ON_FAILURE_CONTINUE };
 
 #define MAX_WORKERS 10000
-#define MAX_NAME    128
+/*
+ * A workflow's step results together, as compact JSON, at most (each one is also capped:
+ * an HTTP answer's body at 1 MiB). The workflow's own result, its workflow_completed
+ * event and its GET answer carry them all again, so this bounds every row, event and
+ * answer of the workflow far below what SQLite and PostgreSQL accept (1 GB). A step whose
+ * result would pass it fails for good (no retry) with an error that says so.
+ */
+#define MAX_WORKFLOW_RESULTS (16 * 1024 * 1024)
+
+#define MAX_NAME 128
 
 const char *wf_status_name(int s);
 int wf_status_parse(const char *s); /* -1 when unknown */
@@ -82,11 +91,15 @@ typedef struct wf_row {
 	int dirty_lo, dirty_hi; /* steps [lo, hi) may be dirty */
 	int in_flight;		/* an attempt of steps[cur] is executing on a step thread */
 	int stored_status;	/* status as last committed, -1 before the first commit */
+	size_t results_bytes;	/* compact JSON of the completed steps' results, together */
 	/* dirty: a column of the workflow's own row changed, other than steps_completed
 	 * (which the row stores only once the workflow ends; until then it is counted
 	 * from the step rows) */
 	unsigned dirty : 1, is_new : 1, done : 1, in_batch : 1, noted : 1;
 } wf_row;
+
+/* The compact JSON size of the completed steps' results (recovery counts them again). */
+size_t wf_results_bytes(const wf_row *wf);
 
 typedef struct resource_row {
 	char *name;

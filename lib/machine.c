@@ -190,6 +190,20 @@ static void step_failed(wf_row *wf, step_row *st, const step_output *out, const 
 	finish(wf, WF_FAILED, def, now, ev, t);
 }
 
+static size_t json_size(const json_t *v)
+{
+	return v ? json_dumpb(v, NULL, 0, JSON_COMPACT | JSON_ENCODE_ANY) : 0;
+}
+
+size_t wf_results_bytes(const wf_row *wf)
+{
+	size_t n = 0;
+	for (int i = 0; i < wf->steps_total; i++)
+		if (wf->steps[i].status == ST_COMPLETED)
+			n += json_size(wf->steps[i].result);
+	return n;
+}
+
 transition machine_outcome(wf_row *wf, const step_output *out, const workflow_def *def, int64_t now,
 			   const event_sink *ev)
 {
@@ -202,6 +216,19 @@ transition machine_outcome(wf_row *wf, const step_output *out, const workflow_de
 		step_failed(wf, st, out, def, now, ev, &t);
 		return t;
 	}
+	size_t size = json_size(out->result);
+	if (wf->results_bytes + size > MAX_WORKFLOW_RESULTS) {
+		step_output over = *out; /* borrows its detail */
+		over.result = NULL;
+		over.retryable = 0;
+		snprintf(over.error, sizeof over.error,
+			 "the result (%zu bytes) would take the workflow's results past %d bytes"
+			 " (%zu stored)",
+			 size, MAX_WORKFLOW_RESULTS, wf->results_bytes);
+		step_failed(wf, st, &over, def, now, ev, &t);
+		return t;
+	}
+	wf->results_bytes += size;
 	st->status = ST_COMPLETED;
 	json_decref(st->result);
 	st->result = json_incref(out->result);

@@ -203,8 +203,8 @@ int pg_read_events(store *s, const char *id, const char *resource, int64_t after
 		   store_event_fn fn, void *ctx, baton_error *err);
 int pg_read_resource(store *s, const char *name, int with_waiters, store_resource *out,
 		     baton_error *err);
-int pg_list_resources(store *s, void (*fn)(void *ctx, const store_resource *r), void *ctx,
-		      baton_error *err);
+int pg_list_resources(store *s, const char *after, int limit,
+		      void (*fn)(void *ctx, const store_resource *r), void *ctx, baton_error *err);
 int pg_count_workflows(store *s, int64_t counts[WF_NSTATUS], baton_error *err);
 int pg_ping(store *s, baton_error *err);
 

@@ -37,7 +37,8 @@ static const char *const reader_sql[PR_NSTMT] = {
 		   " JOIN workflows w ON w.seq=s.workflow_seq"
 		   " WHERE s.resource=$1 AND s.status='waiting' ORDER BY s.lock_seq",
     [PR_QUEUE_LEN] = "SELECT count(*) FROM steps WHERE resource=$1 AND status='waiting'",
-    [PR_RESOURCES] = "SELECT name FROM resources ORDER BY name",
+    [PR_RESOURCES] = "SELECT name FROM resources WHERE name COLLATE \"C\" > $1"
+		     " ORDER BY name COLLATE \"C\" LIMIT $2",
     [PR_WF_COUNTS] = "SELECT status, count(*) FROM workflows GROUP BY status",
     [PR_LIST] = "SELECT " PG_WF_READ_COLS " FROM workflows WHERE seq < $1"
 		" AND ($2::text IS NULL OR status = $2) AND ($3::text IS NULL OR resource = $3)"
@@ -422,15 +423,18 @@ int pg_read_resource(store *base, const char *name, int with_waiters, store_reso
 	return rc;
 }
 
-int pg_list_resources(store *base, void (*fn)(void *ctx, const store_resource *r), void *ctx,
-		      baton_error *err)
+int pg_list_resources(store *base, const char *after, int limit,
+		      void (*fn)(void *ctx, const store_resource *r), void *ctx, baton_error *err)
 {
 	pg_store *s = (pg_store *)base;
 	pg_reader *r = reader_get(s, err);
 	if (!r)
 		return err->code;
 	int rc = begin_read(r, err);
-	PGresult *q = rc ? NULL : query(r, PR_RESOURCES, NULL, &rc, err, "listing resources");
+	pg_params p = {0};
+	pg_text(&p, after);
+	pg_int(&p, limit);
+	PGresult *q = rc ? NULL : query(r, PR_RESOURCES, &p, &rc, err, "listing resources");
 	for (int i = 0; q && rc == BATON_OK && i < PQntuples(q); i++) {
 		store_resource res = {0};
 		res.row.name = pg_col_str(q, i, 0);

@@ -20,6 +20,7 @@ static void recover_workflow(void *ctx, wf_row *wf)
 	baton_engine *e = rc->e;
 	event_sink ev = {eng_on_event, e};
 	wf->dirty_lo = wf->steps_total;
+	wf->results_bytes = wf_results_bytes(wf);
 	wf->cur = 0;
 	while (wf->cur < wf->steps_total && (wf->steps[wf->cur].status == ST_COMPLETED ||
 					     wf->steps[wf->cur].status == ST_FAILED))

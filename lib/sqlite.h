@@ -125,7 +125,8 @@ int sqlite_read_events(store *s, const char *id, const char *resource, int64_t a
 		       char status[16], store_event_fn fn, void *ctx, baton_error *err);
 int sqlite_read_resource(store *s, const char *name, int with_waiters, store_resource *out,
 			 baton_error *err);
-int sqlite_list_resources(store *s, void (*fn)(void *ctx, const store_resource *r), void *ctx,
+int sqlite_list_resources(store *s, const char *after, int limit,
+			  void (*fn)(void *ctx, const store_resource *r), void *ctx,
 			  baton_error *err);
 int sqlite_count_workflows(store *s, int64_t counts[WF_NSTATUS], baton_error *err);
 

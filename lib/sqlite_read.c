@@ -21,7 +21,7 @@ const char *const reader_sql[R_NSTMT] = {
 		 "(SELECT max(seq) FROM events WHERE workflow_seq=?1 AND seq<=?2), 0)"
 		 " ORDER BY seq",
     [R_WF_SEQ] = "SELECT seq, status FROM workflows WHERE id=?",
-    [R_RESOURCES] = "SELECT name FROM resources ORDER BY name",
+    [R_RESOURCES] = "SELECT name FROM resources WHERE name > ?1 ORDER BY name LIMIT ?2",
     /* Last: the end of the newest row of the resource's history (0 when it has none). */
     [R_RESOURCE] = "SELECT last_token, grants, total_hold_ms, max_hold_ms, total_wait_ms,"
 		   " max_wait_ms, coalesce((SELECT last_seq FROM events WHERE resource=?1"
@@ -463,7 +463,8 @@ int sqlite_read_resource(store *base, const char *name, int with_waiters, store_
 	return rc;
 }
 
-int sqlite_list_resources(store *base, void (*fn)(void *ctx, const store_resource *r), void *ctx,
+int sqlite_list_resources(store *base, const char *after, int limit,
+			  void (*fn)(void *ctx, const store_resource *r), void *ctx,
 			  baton_error *err)
 {
 	sqlite_store *s = (sqlite_store *)base;
@@ -472,6 +473,10 @@ int sqlite_list_resources(store *base, void (*fn)(void *ctx, const store_resourc
 	sqlite3_stmt *q = rc ? NULL : rstmt(r, R_RESOURCES);
 	if (rc == BATON_OK && !q)
 		rc = sql_fail(r->db, sqlite3_errcode(r->db), err, "preparing a query");
+	if (q) {
+		sqlite3_bind_text(q, 1, after, -1, SQLITE_TRANSIENT);
+		sqlite3_bind_int(q, 2, limit);
+	}
 	int s1 = SQLITE_DONE;
 	while (rc == BATON_OK && (s1 = sqlite3_step(q)) == SQLITE_ROW) {
 		store_resource res = {0};

@@ -11,6 +11,7 @@
 void store_base_init(store *s, const store_ops *ops)
 {
 	s->ops = ops;
+	s->finished_max = FINISHED_DEFAULT_BYTES;
 	pthread_mutex_init(&s->finished_mu, NULL);
 }
 
@@ -69,8 +70,25 @@ void store_close(store *s)
  * Finished workflows never change again, so their rendered JSON text is kept in a small
  * direct-mapped cache (a slot per hash of the id): reads of them skip the database,
  * rendering and serialising. Filled by reads, not by the answers to POSTs, which are
- * seldom read again.
+ * seldom read again. Bounded by bytes as well as by slots: the texts together stay
+ * within finished_max (a text larger than an eighth of it is not kept); past the budget,
+ * a clock hand frees other slots until the new text fits.
  */
+void store_set_cache_bytes(store *s, size_t max)
+{
+	pthread_mutex_lock(&s->finished_mu);
+	s->finished_max = max;
+	pthread_mutex_unlock(&s->finished_mu);
+}
+
+size_t store_cache_bytes(store *s)
+{
+	pthread_mutex_lock(&s->finished_mu);
+	size_t n = s->finished_bytes;
+	pthread_mutex_unlock(&s->finished_mu);
+	return n;
+}
+
 static char *cache_get(store *s, const char *id, size_t *len)
 {
 	finished_slot *slot = &s->finished[fnv1a(id) % FINISHED_SLOTS];
@@ -84,11 +102,26 @@ static char *cache_get(store *s, const char *id, size_t *len)
 	return hit;
 }
 
+static void slot_clear(store *s, finished_slot *slot)
+{
+	if (!slot->text)
+		return;
+	s->finished_bytes -= slot->len + 1;
+	free(slot->text);
+	slot->text = NULL;
+	slot->len = 0;
+}
+
 /* gen: finished_gen when the row was read; a delete since then may have removed it. */
 static void cache_put(store *s, const wf_row *wf, const char *text, size_t len, uint64_t gen)
 {
 	if (wf->status != WF_COMPLETED && wf->status != WF_FAILED && wf->status != WF_CANCELLED)
 		return;
+	pthread_mutex_lock(&s->finished_mu);
+	size_t max = s->finished_max;
+	pthread_mutex_unlock(&s->finished_mu);
+	if (len + 1 > max / 8)
+		return; /* also when there is no cache (max 0) */
 	char *copy = malloc(len + 1);
 	if (!copy)
 		return;
@@ -100,10 +133,15 @@ static void cache_put(store *s, const wf_row *wf, const char *text, size_t len, 
 		free(copy);
 		return;
 	}
-	free(slot->text);
+	slot_clear(s, slot);
+	while (s->finished_bytes + len + 1 > s->finished_max) {
+		slot_clear(s, &s->finished[s->finished_hand]);
+		s->finished_hand = (s->finished_hand + 1) % FINISHED_SLOTS;
+	}
 	snprintf(slot->id, sizeof slot->id, "%s", wf->id);
 	slot->text = copy;
 	slot->len = len;
+	s->finished_bytes += len + 1;
 	pthread_mutex_unlock(&s->finished_mu);
 }
 
@@ -137,6 +175,25 @@ int store_get_workflow_text(store *s, const char *id, char **text, size_t *len, 
 	json_decref(json);
 	wf_row_free(wf);
 	return rc;
+}
+
+int store_list_steps(store *s, const char *id, int after, int limit, json_t **out, baton_error *err)
+{
+	wf_row *wf = NULL;
+	int rc = s->ops->read_workflow(s, id, &wf, err);
+	if (rc)
+		return rc;
+	int ended = wf->status == WF_FAILED || wf->status == WF_CANCELLED;
+	json_t *steps = json_array();
+	int i = after < 0 ? 0 : after + 1;
+	for (; i < wf->steps_total && (int)json_array_size(steps) < limit; i++)
+		json_array_append_new(steps, codec_step(&wf->steps[i], ended));
+	json_t *next = i < wf->steps_total && i > 0 ? json_integer(i - 1) : json_null();
+	*out = json_pack("{s:s, s:s, s:i, s:o, s:o}", "workflow_id", wf->id, "status",
+			 wf_status_name(wf->status), "steps_total", wf->steps_total, "steps", steps,
+			 "next_after", next);
+	wf_row_free(wf);
+	return BATON_OK;
 }
 
 /* A list cursor is "w" and the last seq shown, in base 36. */
@@ -243,10 +300,20 @@ static int add_event_row(void *ctx, const char *text, size_t len, const char *wf
 	return page_full(p);
 }
 
+/* With a limit, one event more than the page tells whether there is a next page: it is
+ * taken out again and the page's last seq becomes next_after (null: nothing after). */
+static json_t *next_after(event_page *p, int limit)
+{
+	if (limit <= 0 || json_array_size(p->list) <= (size_t)limit)
+		return json_null();
+	json_array_remove(p->list, (size_t)limit);
+	return json_copy(json_object_get(json_array_get(p->list, (size_t)limit - 1), "seq"));
+}
+
 int store_list_events(store *s, const char *id, int64_t after, int limit, json_t **out,
 		      baton_error *err)
 {
-	event_page p = {json_array(), after, limit, 0};
+	event_page p = {json_array(), after, limit > 0 ? limit + 1 : 0, 0};
 	char status[16] = "";
 	int rc = s->ops->read_events(s, id, NULL, after, status, add_event_row, &p, err);
 	if (rc) {
@@ -255,21 +322,24 @@ int store_list_events(store *s, const char *id, int64_t after, int limit, json_t
 	}
 	/* The status is read with the events: a stream that sees a final status and no
 	 * newer event knows it has everything. */
-	*out = json_pack("{s:s, s:s, s:o}", "workflow_id", id, "status", status, "events", p.list);
+	json_t *next = next_after(&p, limit);
+	*out = json_pack("{s:s, s:s, s:o, s:o}", "workflow_id", id, "status", status, "events",
+			 p.list, "next_after", next);
 	return BATON_OK;
 }
 
 int store_resource_events(store *s, const char *name, int64_t after, int limit, json_t **out,
 			  baton_error *err)
 {
-	event_page p = {json_array(), after, limit, 1};
+	event_page p = {json_array(), after, limit > 0 ? limit + 1 : 0, 1};
 	char status[16] = "";
 	int rc = s->ops->read_events(s, NULL, name, after, status, add_event_row, &p, err);
 	if (rc) {
 		json_decref(p.list);
 		return rc;
 	}
-	*out = json_pack("{s:s, s:o}", "resource", name, "events", p.list);
+	json_t *next = next_after(&p, limit);
+	*out = json_pack("{s:s, s:o, s:o}", "resource", name, "events", p.list, "next_after", next);
 	return BATON_OK;
 }
 
@@ -280,10 +350,8 @@ static void cache_forget(void *ctx, const char *id)
 	finished_slot *slot = &s->finished[fnv1a(id) % FINISHED_SLOTS];
 	pthread_mutex_lock(&s->finished_mu);
 	s->finished_gen++;
-	if (slot->text && strcmp(slot->id, id) == 0) {
-		free(slot->text);
-		slot->text = NULL;
-	}
+	if (slot->text && strcmp(slot->id, id) == 0)
+		slot_clear(s, slot);
 	pthread_mutex_unlock(&s->finished_mu);
 }
 
@@ -314,15 +382,33 @@ static void add_resource(void *ctx, const store_resource *r)
 					     (json_int_t)r->queue_length));
 }
 
-int store_list_resources(store *s, json_t **out, baton_error *err)
+/* A resources cursor is "r" and the last name shown. */
+int store_list_resources(store *s, const char *cursor, int limit, json_t **out, baton_error *err)
 {
+	limit = limit ? limit : BATON_RESOURCE_PAGE;
+	if (limit < 1 || limit > BATON_RESOURCE_PAGE_MAX)
+		return err_set(err, BATON_EINVAL, "limit: must be between 1 and %d",
+			       BATON_RESOURCE_PAGE_MAX);
+	if (cursor && (cursor[0] != 'r' || !valid_name(cursor + 1)))
+		return err_set(err, BATON_EINVAL, "cursor: not a cursor this server returned");
 	json_t *list = json_array();
-	int rc = s->ops->list_resources(s, add_resource, list, err);
+	int rc =
+	    s->ops->list_resources(s, cursor ? cursor + 1 : "", limit + 1, add_resource, list, err);
 	if (rc) {
 		json_decref(list);
 		return rc;
 	}
-	*out = json_pack("{s:o}", "resources", list);
+	json_t *next = json_null();
+	if (json_array_size(list) > (size_t)limit) {
+		json_array_remove(list, (size_t)limit);
+		const char *last = json_string_value(
+		    json_object_get(json_array_get(list, (size_t)limit - 1), "name"));
+		char buf[MAX_NAME + 2];
+		snprintf(buf, sizeof buf, "r%s", last ? last : "");
+		json_decref(next);
+		next = json_string(buf);
+	}
+	*out = json_pack("{s:o, s:o}", "resources", list, "next_cursor", next);
 	return BATON_OK;
 }
 

@@ -167,8 +167,10 @@ typedef struct store_ops {
 			   char status[16], store_event_fn fn, void *ctx, baton_error *err);
 	int (*read_resource)(store *s, const char *name, int with_waiters, store_resource *out,
 			     baton_error *err);
-	/* Every resource by name, each with holder and queue length; fn owns nothing. */
-	int (*list_resources)(store *s, void (*fn)(void *ctx, const store_resource *r), void *ctx,
+	/* Up to limit resources whose names sort after `after` (bytewise; "" for the first),
+	 * in that order, each with holder and queue length; fn owns nothing. */
+	int (*list_resources)(store *s, const char *after, int limit,
+			      void (*fn)(void *ctx, const store_resource *r), void *ctx,
 			      baton_error *err);
 	int (*count_workflows)(store *s, int64_t counts[WF_NSTATUS], baton_error *err);
 	/* BATON_OK while the database answers. */
@@ -180,6 +182,8 @@ typedef struct store_ops {
 } store_ops;
 
 #define FINISHED_SLOTS 1024
+/* The cache's default budget of text bytes; one workflow takes at most an eighth of it. */
+#define FINISHED_DEFAULT_BYTES (64 * 1024 * 1024)
 typedef struct finished_slot {
 	char id[MAX_NAME + 1];
 	char *text; /* compact JSON and a newline */
@@ -192,6 +196,9 @@ struct store {
 	uint64_t finished_gen; /* under finished_mu: deletes so far (a read from before one
 				  is not cached) */
 	finished_slot finished[FINISHED_SLOTS];
+	size_t finished_bytes; /* under finished_mu: the texts' sizes together */
+	size_t finished_max;   /* budget; 0: no cache */
+	int finished_hand;     /* under finished_mu: the next slot to evict past the budget */
 };
 
 extern const store_ops sqlite_store_ops; /* sqlite_store.c */
@@ -210,6 +217,10 @@ void store_base_fini(store *s);
 int store_open(const char *db, int readers, const logger *log, const char *fault_file, store **out,
 	       baton_error *err);
 void store_close(store *s);
+/* The finished-workflow cache's budget in bytes (0: no cache); before any read. */
+void store_set_cache_bytes(store *s, size_t max);
+/* The bytes the cache holds now (for metrics). */
+size_t store_cache_bytes(store *s);
 
 static inline int store_write(store *s, const store_batch *b, store_write_failure *why,
 			      baton_error *err)
@@ -248,9 +259,12 @@ int store_get_workflow(store *s, const char *id, json_t **out, baton_error *err)
 /* The same as compact JSON text and a newline (malloc'd), cached once finished. */
 int store_get_workflow_text(store *s, const char *id, char **text, size_t *len, baton_error *err);
 int store_list_workflows(store *s, const baton_list_query *q, json_t **out, baton_error *err);
+/* Steps of workflow id with index > after (-1: from the first), at most limit. */
+int store_list_steps(store *s, const char *id, int after, int limit, json_t **out,
+		     baton_error *err);
 int store_list_events(store *s, const char *id, int64_t after, int limit, json_t **out,
 		      baton_error *err);
-int store_list_resources(store *s, json_t **out, baton_error *err);
+int store_list_resources(store *s, const char *cursor, int limit, json_t **out, baton_error *err);
 int store_get_resource(store *s, const char *name, json_t **out, baton_error *err);
 int store_resource_events(store *s, const char *name, int64_t after, int limit, json_t **out,
 			  baton_error *err);

@@ -24,6 +24,8 @@ static const config defaults = {
     .max_per_ip = 0,
     .conn_memory = 64 * 1024,
     .idle_resources = 1024,
+    .cache_bytes = 64 * 1024 * 1024,
+    .stream_buffer = 16 * 1024 * 1024,
 };
 
 static void usage(FILE *f)
@@ -69,11 +71,17 @@ static void usage(FILE *f)
 		"  --idle-resources N       free resources kept in memory, the most recently\n"
 		"                           used; others are read back from the store when\n"
 		"                           needed (BATON_IDLE_RESOURCES, default %d)\n"
+		"  --cache-bytes N          memory for finished workflows' answers, 0 = none\n"
+		"                           (BATON_CACHE_BYTES, default %lld)\n"
+		"  --stream-buffer N        bytes an event stream buffers at most; past it the\n"
+		"                           stream ends with an error event and the client\n"
+		"                           resumes (BATON_STREAM_BUFFER, default %lld)\n"
 		"  --help                   print this help\n"
 		"  --version                print the version\n",
 		defaults.listen, defaults.db, defaults.threads, defaults.http_threads,
 		(long long)defaults.shutdown_timeout_ms / 1000, defaults.max_connections,
-		defaults.conn_timeout_s, defaults.idle_resources);
+		defaults.conn_timeout_s, defaults.idle_resources, defaults.cache_bytes,
+		defaults.stream_buffer);
 }
 
 static int parse_int(const char *what, const char *s, long lo, long hi, long *out)
@@ -336,6 +344,18 @@ static int set_option(config *c, const char *name, const char *v)
 		c->conn_timeout_s = (int)n;
 		return 0;
 	}
+	if (strcmp(name, "cache-bytes") == 0) {
+		if (parse_int("--cache-bytes", v, 0, 1L << 40, &n))
+			return -1;
+		c->cache_bytes = n;
+		return 0;
+	}
+	if (strcmp(name, "stream-buffer") == 0) {
+		if (parse_int("--stream-buffer", v, 1024, 1L << 32, &n))
+			return -1;
+		c->stream_buffer = n;
+		return 0;
+	}
 	if (strcmp(name, "max-per-ip") == 0) {
 		if (parse_int("--max-per-ip", v, 0, 100000, &n))
 			return -1;
@@ -371,6 +391,8 @@ static const char *const env_names[][2] = {
     {"conn-timeout", "BATON_CONN_TIMEOUT"},
     {"max-per-ip", "BATON_MAX_PER_IP"},
     {"idle-resources", "BATON_IDLE_RESOURCES"},
+    {"cache-bytes", "BATON_CACHE_BYTES"},
+    {"stream-buffer", "BATON_STREAM_BUFFER"},
 };
 
 int config_load(config *c, int argc, char **argv)
@@ -391,6 +413,8 @@ int config_load(config *c, int argc, char **argv)
 	    {"conn-timeout", required_argument, NULL, 0},
 	    {"max-per-ip", required_argument, NULL, 0},
 	    {"idle-resources", required_argument, NULL, 0},
+	    {"cache-bytes", required_argument, NULL, 0},
+	    {"stream-buffer", required_argument, NULL, 0},
 	    {"help", no_argument, NULL, 'h'},
 	    {"version", no_argument, NULL, 'V'},
 	    {NULL, 0, NULL, 0},

@@ -10,9 +10,11 @@ int h_resources_list(srv *s, const request *r, const char *const *p, response *o
 {
 	json_t *list;
 	baton_error err = {0};
-	(void)r;
+	long long limit = 0; /* 0: the default */
 	(void)p;
-	if (baton_engine_resources(s->engine, &list, &err))
+	if (query_int(r, "limit", 1, BATON_RESOURCE_PAGE_MAX, &limit, out))
+		return out->status;
+	if (baton_engine_resources(s->engine, query_arg(r, "cursor"), (int)limit, &list, &err))
 		return reply_error(out, &err);
 	return reply_json(out, 200, list);
 }
@@ -57,7 +59,7 @@ int h_resource_events(srv *s, const request *r, const char *const *p, response *
 {
 	json_t *events;
 	baton_error err = {0};
-	long long after = 0, limit = 0; /* 0: all */
+	long long after = 0, limit = DEFAULT_EVENT_LIMIT;
 	if (query_int(r, "after", 0, LLONG_MAX, &after, out) ||
 	    query_int(r, "limit", 1, MAX_EVENT_LIMIT, &limit, out) ||
 	    from_now(s, r, p[0], &after, out))

@@ -154,7 +154,7 @@ int h_workflow_get(srv *s, const request *r, const char *const *p, response *out
 
 int h_workflow_events(srv *s, const request *r, const char *const *p, response *out)
 {
-	long long after = 0, limit = 0; /* 0: all */
+	long long after = 0, limit = DEFAULT_EVENT_LIMIT;
 	if (query_int(r, "after", 0, LLONG_MAX, &after, out) ||
 	    query_int(r, "limit", 1, MAX_EVENT_LIMIT, &limit, out))
 		return out->status;
@@ -180,6 +180,19 @@ int h_workflow_delete(srv *s, const request *r, const char *const *p, response *
 		return reply_error(out, &err);
 	out->status = 204;
 	return 204;
+}
+
+int h_workflow_steps(srv *s, const request *r, const char *const *p, response *out)
+{
+	long long after = -1, limit = DEFAULT_STEP_LIMIT;
+	if (query_int(r, "after", 0, INT_MAX, &after, out) ||
+	    query_int(r, "limit", 1, MAX_STEP_LIMIT, &limit, out))
+		return out->status;
+	json_t *steps;
+	baton_error err = {0};
+	if (baton_engine_steps(s->engine, p[0], (int)after, (int)limit, &steps, &err))
+		return reply_error(out, &err);
+	return reply_json(out, 200, steps);
 }
 
 int h_workflow_cancel(srv *s, const request *r, const char *const *p, response *out)

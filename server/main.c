@@ -113,6 +113,7 @@ int main(int argc, char **argv)
 	    .fault_file = getenv("BATON_TEST_FAULT_FILE"), /* tests only */
 	    .retention_ms = cfg.retention_ms,
 	    .idle_resources = cfg.idle_resources,
+	    .cache_bytes = cfg.cache_bytes ? cfg.cache_bytes : -1,
 	};
 	srv s = {.cfg = &cfg,
 		 .conn_mu = PTHREAD_MUTEX_INITIALIZER,

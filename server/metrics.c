@@ -154,6 +154,10 @@ static void engine_metrics(buf *b, const json_t *m)
 	       "Step outcomes sharing one commit (group commit).");
 	histogram(b, "baton_checkpoints_per_commit", "",
 		  json_object_get(m, "checkpoints_per_commit"));
+	family(b, "baton_finished_cache_bytes", "gauge",
+	       "Bytes of finished workflows' text kept in memory (at most --cache-bytes).");
+	put(b, "baton_finished_cache_bytes %lld\n",
+	    (long long)json_integer_value(json_object_get(m, "finished_cache_bytes")));
 	json_t *res = json_object_get(m, "resources");
 	family(b, "baton_resource_queue_depth", "gauge", "Steps waiting for the resource.");
 	json_object_foreach(res, key, v)

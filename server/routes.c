@@ -15,6 +15,7 @@ static const route_def routes[] = {
     {"GET", "/workflows/{id}", h_workflow_get},
     {"DELETE", "/workflows/{id}", h_workflow_delete},
     {"GET", "/workflows/{id}/events", h_workflow_events},
+    {"GET", "/workflows/{id}/steps", h_workflow_steps},
     {"POST", "/workflows/{id}/cancel", h_workflow_cancel},
     {"GET", "/resources", h_resources_list},
     {"GET", "/resources/{name}", h_resource_get},

@@ -38,7 +38,9 @@ typedef struct config {
 	size_t conn_memory;
 	char token[512]; /* empty: no access control */
 	int log_json;
-	int idle_resources; /* free resources kept in memory */
+	int idle_resources;	 /* free resources kept in memory */
+	long long cache_bytes;	 /* finished workflows' text in memory; 0: no cache */
+	long long stream_buffer; /* bytes one event stream buffers at most */
 } config;
 
 /* 0: run; 1: done (--help, --version printed); -1: invalid, message printed. */
@@ -175,12 +177,16 @@ const route_def *route_lookup(const char *method, const char *path,
 void route(srv *s, const request *r, response *out);
 
 /* ---- handlers ---- */
-#define MAX_EVENT_LIMIT 100000 /* ?limit of the event lists */
-#define MAX_LIST_LIMIT	1000   /* ?limit of GET /workflows */
+#define MAX_EVENT_LIMIT	    10000 /* ?limit of the event lists */
+#define DEFAULT_EVENT_LIMIT 1000  /* without ?limit */
+#define MAX_STEP_LIMIT	    1000  /* ?limit of GET /workflows/{id}/steps */
+#define DEFAULT_STEP_LIMIT  100
+#define MAX_LIST_LIMIT	    1000 /* ?limit of GET /workflows */
 int h_workflows_create(srv *s, const request *r, const char *const *p, response *out);
 int h_workflows_list(srv *s, const request *r, const char *const *p, response *out);
 int h_workflow_get(srv *s, const request *r, const char *const *p, response *out);
 int h_workflow_events(srv *s, const request *r, const char *const *p, response *out);
+int h_workflow_steps(srv *s, const request *r, const char *const *p, response *out);
 int h_workflow_cancel(srv *s, const request *r, const char *const *p, response *out);
 int h_workflow_delete(srv *s, const request *r, const char *const *p, response *out);
 int h_backup(srv *s, const request *r, const char *const *p, response *out);

@@ -14,6 +14,14 @@
  * "id: <seq>", "event: <type>", "data: <json>", so a client reconnecting with
  * Last-Event-ID resumes exactly after the last event it saw. A workflow's stream ends
  * after the workflow's final event.
+ *
+ * Memory. A stream's buffer holds what one fetch formatted and is not sent yet. A fetch
+ * stops adding events once the buffer holds SOFT_BUFFER bytes (the rest come with the
+ * next fetch). When the buffer cannot take a whole event (its allocation failed, or it
+ * would pass --stream-buffer), the event is taken out again, the events before it are
+ * sent, and the stream ends with an "error" event that has no id: the client reconnects
+ * with Last-Event-ID set to the last event it received and gets the rest, each event
+ * exactly once. No event is ever skipped.
  */
 #include "server.h"
 
@@ -27,6 +35,12 @@
 
 #define KEEPALIVE_MS 15000
 #define FETCH	     1000 /* events read per step of a stream */
+#define SOFT_BUFFER  (1024 * 1024)
+
+/* Sent, from static memory, when the buffer could not take an event. */
+static const char error_event[] =
+    "event: error\ndata: {\"detail\":\"the server could not buffer the next event; reconnect"
+    " with Last-Event-ID to resume after the last event received\"}\n\n";
 
 typedef struct stream {
 	srv *s;
@@ -36,7 +50,11 @@ typedef struct stream {
 	int64_t last_seq;
 	char *buf; /* formatted, not yet sent */
 	size_t len, off;
+	int events;   /* events in buf */
+	size_t max;   /* --stream-buffer */
 	int finished; /* the final event is in buf */
+	int failed;   /* an event did not fit: error_event follows buf, then the end */
+	size_t error_off;
 	/* under hub.mu */
 	int suspended, dirty, keepalive;
 	struct stream *prev, *next;
@@ -128,15 +146,45 @@ int srv_streams_count(void)
 	return n;
 }
 
-static void append(stream *st, const char *text, size_t n)
+/* 0, or -1 when the buffer cannot take n more bytes (out of memory). */
+static int append(stream *st, const char *text, size_t n)
 {
 	char *b = realloc(st->buf, st->len + n + 1);
 	if (!b)
-		return;
+		return -1;
 	st->buf = b;
 	memcpy(st->buf + st->len, text, n);
 	st->len += n;
 	st->buf[st->len] = 0;
+	return 0;
+}
+
+/*
+ * Formats one event into the buffer, whole or not at all: -1 when it is out of memory, or
+ * when the buffer already holds an event and this one would take it past --stream-buffer
+ * (the first event always gets its chance, so that a stream always moves on).
+ */
+static int append_event(stream *st, int64_t seq, const char *type, const json_t *ev)
+{
+	size_t dlen, before = st->len;
+	char *data = baton_json_text(ev, 0, &dlen);
+	char head[160];
+	int n = snprintf(head, sizeof head, "id: %lld\nevent: %s\ndata: ", (long long)seq, type);
+	int over = st->events && st->len + (size_t)n + dlen + 3 > st->max;
+	int rc = data && !over && n > 0 && (size_t)n < sizeof head &&
+			 !append(st, head, (size_t)n) && !append(st, data, dlen) &&
+			 !append(st, "\n\n", 2)
+		     ? 0
+		     : -1;
+	free(data);
+	if (rc) {
+		st->len = before;
+		if (st->buf)
+			st->buf[before] = 0;
+	} else {
+		st->events++;
+	}
+	return rc;
 }
 
 static int is_final(const char *type)
@@ -166,18 +214,16 @@ static int fetch(stream *st)
 		st->finished = 1; /* resumed after the final event: nothing more will come */
 	json_array_foreach(events, i, ev)
 	{
-		size_t dlen;
-		char *data = baton_json_text(ev, 0, &dlen);
+		if (st->len >= SOFT_BUFFER)
+			break; /* the rest come with the next fetch */
 		const char *type = json_string_value(json_object_get(ev, "type"));
-		st->last_seq = json_integer_value(json_object_get(ev, "seq"));
-		char head[160];
-		int n = snprintf(head, sizeof head,
-				 "id: %lld\nevent: %s\ndata: ", (long long)st->last_seq, type);
-		append(st, head, (size_t)n);
-		append(st, data, dlen);
-		append(st, "\n\n", 2);
-		free(data);
-		if (!st->is_resource && is_final(type))
+		int64_t seq = json_integer_value(json_object_get(ev, "seq"));
+		if (append_event(st, seq, type ? type : "", ev)) {
+			st->failed = 1;
+			break;
+		}
+		st->last_seq = seq;
+		if (!st->is_resource && is_final(type ? type : ""))
 			st->finished = 1;
 	}
 	json_decref(out);
@@ -196,7 +242,16 @@ static ssize_t reader(void *cls, uint64_t pos, char *buf, size_t max)
 			memcpy(buf, st->buf + st->off, n);
 			st->off += n;
 			if (st->off == st->len)
-				st->off = st->len = 0;
+				st->off = st->len = 0, st->events = 0;
+			return (ssize_t)n;
+		}
+		if (st->failed) {
+			size_t n = sizeof error_event - 1 - st->error_off;
+			if (n == 0)
+				return MHD_CONTENT_READER_END_OF_STREAM;
+			n = n > max ? max : n;
+			memcpy(buf, error_event + st->error_off, n);
+			st->error_off += n;
 			return (ssize_t)n;
 		}
 		if (st->finished)
@@ -210,10 +265,11 @@ static ssize_t reader(void *cls, uint64_t pos, char *buf, size_t max)
 			return MHD_CONTENT_READER_END_OF_STREAM;
 		if (fetch(st) != 0)
 			return MHD_CONTENT_READER_END_WITH_ERROR;
-		if (st->len || st->finished)
+		if (st->len || st->finished || st->failed)
 			continue;
 		if (keepalive) {
-			append(st, ": keepalive\n\n", 13);
+			if (append(st, ": keepalive\n\n", 13))
+				st->failed = 1;
 			continue;
 		}
 		pthread_mutex_lock(&hub.mu);
@@ -278,7 +334,9 @@ int srv_stream_start(srv *s, const request *r, int is_resource, const char *key,
 	st->is_resource = is_resource;
 	snprintf(st->key, sizeof st->key, "%s", key);
 	st->last_seq = after;
-	append(st, "retry: 1000\n\n", 13);
+	st->max = (size_t)s->cfg->stream_buffer;
+	if (append(st, "retry: 1000\n\n", 13))
+		st->failed = 1;
 	pthread_mutex_lock(&hub.mu);
 	st->next = hub.head;
 	if (hub.head)

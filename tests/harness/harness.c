@@ -36,10 +36,11 @@
 #include <curl/curl.h>
 #include <sqlite3.h>
 
+#include "../../common/batond.h"
 #include "pg.h"
 
 #define MAX_EXTRA_ARGS 16
-#define LISTEN_MARK    "listening on http://"
+#define LISTEN_MARK    BATOND_LISTEN_MARK
 #define PG_URL_MAX     (PATH_MAX + 256)
 
 struct hs_server {
@@ -193,56 +194,6 @@ char *hs_log_text(const hs_server *s)
 	return all;
 }
 
-/* Parses the port of the "listening on http://127.0.0.1:PORT" line; 0 when absent. */
-static int find_port(const char *log)
-{
-	const char *p = strstr(log, LISTEN_MARK);
-	if (!p)
-		return 0;
-	p += strlen(LISTEN_MARK);
-	const char *eol = strchr(p, '\n');
-	if (!eol)
-		return 0; /* the line is not complete yet */
-	const char *colon = NULL;
-	for (const char *q = p; q < eol && *q != ' ' && *q != '/'; q++)
-		if (*q == ':')
-			colon = q;
-	if (!colon)
-		return 0;
-	char *end = NULL;
-	long port = strtol(colon + 1, &end, 10);
-	if (end == colon + 1 || port <= 0 || port > 65535)
-		return 0;
-	return (int)port;
-}
-
-static void exec_server(const hs_server *s, int log_fd)
-{
-	const char *bin = getenv("BATOND");
-	const char *argv[8 + MAX_EXTRA_ARGS];
-	int n = 0;
-	argv[n++] = bin;
-	argv[n++] = "--listen";
-	argv[n++] = "127.0.0.1:0";
-	argv[n++] = "--db";
-	argv[n++] = s->db;
-	for (int i = 0; s->extra[i]; i++)
-		argv[n++] = s->extra[i];
-	argv[n] = NULL;
-
-	prctl(PR_SET_PDEATHSIG, SIGKILL);
-	if (s->env_name)
-		setenv(s->env_name, s->env_value, 1);
-	int devnull = open("/dev/null", O_RDONLY);
-	if (devnull >= 0)
-		dup2(devnull, STDIN_FILENO);
-	dup2(log_fd, STDOUT_FILENO);
-	dup2(log_fd, STDERR_FILENO);
-	execv(bin, (char *const *)argv);
-	dprintf(STDERR_FILENO, "harness: cannot exec %s: %s\n", bin, strerror(errno));
-	_exit(127);
-}
-
 int hs_start(hs_server *s)
 {
 	const char *bin = getenv("BATOND");
@@ -256,27 +207,28 @@ int hs_start(hs_server *s)
 	}
 	s->starts++;
 	snprintf(s->log, sizeof s->log, "%s/batond.%d.log", s->dir, s->starts);
-	int log_fd = open(s->log, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0600);
-	if (log_fd < 0) {
-		fprintf(stderr, "harness: cannot create %s: %s\n", s->log, strerror(errno));
-		return -1;
-	}
-	pid_t pid = fork();
+	char *argv[8 + MAX_EXTRA_ARGS];
+	int n = 0;
+	argv[n++] = (char *)bin;
+	argv[n++] = "--listen";
+	argv[n++] = "127.0.0.1:0";
+	argv[n++] = "--db";
+	argv[n++] = s->db;
+	for (int i = 0; s->extra[i]; i++)
+		argv[n++] = s->extra[i];
+	argv[n] = NULL;
+	pid_t pid = batond_spawn(argv, s->log, s->env_name, s->env_value);
 	if (pid < 0) {
-		fprintf(stderr, "harness: fork: %s\n", strerror(errno));
-		close(log_fd);
+		fprintf(stderr, "harness: batond did not start\n");
 		return -1;
 	}
-	if (pid == 0)
-		exec_server(s, log_fd);
-	close(log_fd);
 	s->pid = pid;
 	s->port = 0;
 
 	int64_t deadline = hs_mono_ms() + HS_START_TIMEOUT_MS;
 	while (hs_mono_ms() < deadline) {
 		char *text = read_file(s->log, NULL);
-		int port = text ? find_port(text) : 0;
+		int port = text ? batond_port_in_log(text) : 0;
 		free(text);
 		if (port > 0) {
 			s->port = port;
@@ -363,17 +315,8 @@ int hs_run_batond(const char *const *args, const char *env_name, const char *env
 	const char *argv[2 + MAX_EXTRA_ARGS] = {bin};
 	for (int i = 0; args && args[i] && i < MAX_EXTRA_ARGS; i++)
 		argv[i + 1] = args[i];
-	pid_t pid = fork();
-	if (pid == 0) {
-		prctl(PR_SET_PDEATHSIG, SIGKILL);
-		dup2(fd, STDOUT_FILENO);
-		dup2(fd, STDERR_FILENO);
-		if (env_name)
-			setenv(env_name, env_value, 1);
-		execv(bin, (char *const *)argv);
-		_exit(127);
-	}
 	close(fd);
+	pid_t pid = batond_spawn((char *const *)argv, log, env_name, env_value);
 	int status = -1;
 	int64_t deadline = hs_mono_ms() + timeout_ms;
 	while (pid > 0 && waitpid(pid, &status, WNOHANG) == 0) {

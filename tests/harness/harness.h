@@ -181,9 +181,9 @@ json_t *hs_get_workflow(const hs_server *s, const char *id);
 json_t *hs_step_at(const json_t *wf, size_t i);
 
 /*
- * GET /workflows/{id}/events, asserted 200 with the documented envelope, every event
- * with seq, ts, type and workflow_id, seq strictly increasing. Returns the events array
- * (new reference).
+ * GET /workflows/{id}/events, page after page as next_after says, each asserted 200
+ * with the documented envelope, every event with seq, ts, type and workflow_id, seq
+ * strictly increasing. Returns all the events in one array (new reference).
  */
 json_t *hs_get_events(const hs_server *s, const char *id);
 
@@ -198,11 +198,9 @@ const char *hs_str(const json_t *obj, const char *key);
 /* The asserted-present integer member `key` of `obj`. */
 json_int_t hs_int(const json_t *obj, const char *key);
 
-/*
- * Parses an RFC 3339 UTC time with milliseconds ("2026-11-30T05:40:00.123Z") into
- * milliseconds since the epoch. Returns 0, or -1 when `text` has another form.
- */
-int hs_parse_time(const char *text, int64_t *ms);
+/* RFC 3339 times as batond writes them: rfc3339_parse_ms (common/rfc3339.h). */
+#include "../../common/curl_body.h"
+#include "../../common/rfc3339.h"
 
 /* Member `key` of `obj` as a time in ms; asserts it is present and well formed. */
 int64_t hs_time(const json_t *obj, const char *key);

@@ -23,15 +23,13 @@
 size_t hs_curl_body(char *p, size_t size, size_t n, void *ud)
 {
 	hs_response *r = ud;
-	size_t len = size * n;
-	char *b = realloc(r->body, r->body_len + len + 1);
-	if (!b)
-		return 0;
-	memcpy(b + r->body_len, p, len);
-	r->body = b;
-	r->body_len += len;
-	b[r->body_len] = 0;
-	return len;
+	/* The response's body as a curl_body (common/curl_body.c) that has room for no more
+	 * than it holds: it grows as the shared writer grows any body. */
+	curl_body b = {r->body, r->body_len, r->body ? r->body_len + 1 : 0, 0, 0};
+	size_t took = curl_body_write(p, size, n, &b);
+	r->body = b.data;
+	r->body_len = b.len;
+	return took;
 }
 
 char *hs_header_value(const char *line, size_t len, const char *name)
@@ -239,10 +237,28 @@ json_t *hs_get_events(const hs_server *s, const char *id)
 {
 	char path[512];
 	snprintf(path, sizeof path, "/workflows/%s/events", id);
-	json_t *doc = hs_get_json(s, path, 200);
-	assert_string_equal(hs_str(doc, "workflow_id"), id);
-	json_t *events = json_object_get(doc, "events");
-	assert_true(json_is_array(events));
+	json_t *events = json_array();
+	for (;;) { /* page by page, as next_after says */
+		json_t *doc = hs_get_json(s, path, 200);
+		assert_string_equal(hs_str(doc, "workflow_id"), id);
+		json_t *page = json_object_get(doc, "events");
+		json_t *next = json_object_get(doc, "next_after");
+		assert_true(json_is_array(page));
+		assert_true(json_is_null(next) || json_is_integer(next));
+		if (json_is_integer(next) &&
+		    (json_array_size(page) == 0 ||
+		     json_integer_value(next) !=
+			 hs_int(json_array_get(page, json_array_size(page) - 1), "seq")))
+			fail_msg("events of %s: next_after %lld is not the page's last seq", id,
+				 (long long)json_integer_value(next));
+		json_array_extend(events, page);
+		json_int_t after = json_is_integer(next) ? json_integer_value(next) : -1;
+		json_decref(doc);
+		if (after < 0)
+			break;
+		snprintf(path, sizeof path, "/workflows/%s/events?after=%lld", id,
+			 (long long)after);
+	}
 	json_int_t prev = 0;
 	size_t i;
 	json_t *ev;
@@ -257,8 +273,6 @@ json_t *hs_get_events(const hs_server *s, const char *id)
 		hs_str(ev, "type");
 		assert_string_equal(hs_str(ev, "workflow_id"), id);
 	}
-	json_incref(events);
-	json_decref(doc);
 	return events;
 }
 
@@ -309,46 +323,13 @@ json_int_t hs_int(const json_t *obj, const char *key)
 	return json_integer_value(v);
 }
 
-static bool all_digits(const char *p, size_t n)
-{
-	for (size_t i = 0; i < n; i++)
-		if (p[i] < '0' || p[i] > '9')
-			return false;
-	return true;
-}
-
-int hs_parse_time(const char *t, int64_t *ms)
-{
-	/* 2026-11-30T05:40:00.123Z: exactly 24 characters. */
-	if (!t || strlen(t) != 24 || t[4] != '-' || t[7] != '-' || t[10] != 'T' || t[13] != ':' ||
-	    t[16] != ':' || t[19] != '.' || t[23] != 'Z')
-		return -1;
-	if (!all_digits(t, 4) || !all_digits(t + 5, 2) || !all_digits(t + 8, 2) ||
-	    !all_digits(t + 11, 2) || !all_digits(t + 14, 2) || !all_digits(t + 17, 2) ||
-	    !all_digits(t + 20, 3))
-		return -1;
-	struct tm tm = {0};
-	tm.tm_year = atoi(t) - 1900;
-	tm.tm_mon = atoi(t + 5) - 1;
-	tm.tm_mday = atoi(t + 8);
-	tm.tm_hour = atoi(t + 11);
-	tm.tm_min = atoi(t + 14);
-	tm.tm_sec = atoi(t + 17);
-	if (tm.tm_mon > 11 || tm.tm_mday < 1 || tm.tm_mday > 31 || tm.tm_hour > 23 ||
-	    tm.tm_min > 59 || tm.tm_sec > 60)
-		return -1;
-	time_t secs = timegm(&tm);
-	*ms = (int64_t)secs * 1000 + atoi(t + 20);
-	return 0;
-}
-
 int64_t hs_time_or_null(const json_t *obj, const char *key)
 {
 	json_t *v = json_object_get(obj, key);
 	if (json_is_null(v))
 		return HS_NO_TIME;
 	int64_t ms = 0;
-	if (!json_is_string(v) || hs_parse_time(json_string_value(v), &ms) != 0) {
+	if (!json_is_string(v) || rfc3339_parse_ms(json_string_value(v), &ms) != 0) {
 		char *dump = json_dumps(obj, JSON_COMPACT);
 		fail_msg("\"%s\" is not an RFC 3339 UTC time with ms in %.1500s", key,
 			 dump ? dump : "?");

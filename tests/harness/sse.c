@@ -111,6 +111,16 @@ static bool all_digits(const char *p)
 
 static void sse_dispatch(sse *st)
 {
+	if (!st->id && st->event && strcmp(st->event, "error") == 0 && st->data) {
+		/* The end of a stream that could not go on: no id, so Last-Event-ID stays. */
+		json_t *data = json_loads(st->data, 0, NULL);
+		const char *detail = json_string_value(json_object_get(data, "detail"));
+		if (!detail)
+			sse_fail(st, "an error event without a detail: %.200s", st->data);
+		st->error_events++;
+		json_decref(data);
+		goto out;
+	}
 	if (!st->id || !st->event || !st->data) {
 		if (st->id || st->event || st->data)
 			sse_fail(st, "an event block lacks id, event or data (id %s, event %s)",
@@ -152,60 +162,32 @@ static void set_field(sse *st, char **slot, const char *name, const char *value)
 	*slot = strdup(value);
 }
 
-static void sse_line(sse *st)
+/* One field of the block being read, or its end (name NULL): common/sse_lines.c. */
+static int sse_field(void *ud, const char *name, const char *value, size_t vlen)
 {
-	char *l = st->line;
-	size_t n = st->line_len;
-	if (n && l[n - 1] == '\r')
-		l[--n] = 0;
-	if (n == 0) {
+	sse *st = ud;
+	(void)vlen;
+	if (!name)
 		sse_dispatch(st);
-		return;
-	}
-	if (l[0] == ':')
-		return; /* a comment, such as the keepalive */
-	char *colon = strchr(l, ':');
-	const char *value = "";
-	if (colon) {
-		*colon = 0;
-		value = colon[1] == ' ' ? colon + 2 : colon + 1;
-	}
-	if (strcmp(l, "id") == 0)
+	else if (strcmp(name, "id") == 0)
 		set_field(st, &st->id, "id", value);
-	else if (strcmp(l, "event") == 0)
+	else if (strcmp(name, "event") == 0)
 		set_field(st, &st->event, "event", value);
-	else if (strcmp(l, "data") == 0)
+	else if (strcmp(name, "data") == 0)
 		set_field(st, &st->data, "data", value);
-	else if (strcmp(l, "retry") == 0) {
+	else if (strcmp(name, "retry") == 0) {
 		if (!all_digits(value))
 			sse_fail(st, "retry: %s is not a number of ms", value);
 	} else
-		sse_fail(st, "unknown field \"%s\"", l);
+		sse_fail(st, "unknown field \"%s\"", name);
+	return 0;
 }
 
 static size_t sse_write(char *p, size_t size, size_t n, void *ud)
 {
 	sse *st = ud;
 	size_t len = size * n;
-	for (size_t i = 0; i < len; i++) {
-		if (p[i] == '\n') {
-			sse_line(st);
-			st->line_len = 0;
-			st->line[0] = 0;
-			continue;
-		}
-		if (st->line_len + 2 > st->line_cap) {
-			size_t cap = st->line_cap * 2;
-			char *b = realloc(st->line, cap);
-			if (!b)
-				return 0;
-			st->line = b;
-			st->line_cap = cap;
-		}
-		st->line[st->line_len++] = p[i];
-		st->line[st->line_len] = 0;
-	}
-	return len;
+	return sse_lines_feed(&st->lines, p, len) == 0 ? len : 0;
 }
 
 static size_t sse_header(char *line, size_t size, size_t n, void *ud)
@@ -231,9 +213,7 @@ sse *sse_open(CURLM *m, const hs_server *s, const char *path, const char *const 
 	sse *st = calloc(1, sizeof *st);
 	assert_non_null(st);
 	st->events = json_array();
-	st->line_cap = 256;
-	st->line = calloc(1, st->line_cap);
-	assert_non_null(st->line);
+	sse_lines_init(&st->lines, 64 << 20, sse_field, st);
 	st->easy = curl_easy_init();
 	assert_non_null(st->easy);
 	char url[1024];
@@ -266,7 +246,7 @@ void sse_close(CURLM *m, sse *st)
 	curl_easy_cleanup(st->easy);
 	curl_slist_free_all(st->headers);
 	free(st->content_type);
-	free(st->line);
+	sse_lines_fini(&st->lines);
 	free(st->id);
 	free(st->event);
 	free(st->data);

@@ -9,6 +9,8 @@
  * event block has exactly the fields id, event and data; data is a JSON object whose
  * "seq" is the id and whose "type" is the event name; ids increase. Lines starting with
  * ':' are comments; "retry: N" needs digits. The first violation is kept in sse.error.
+ * The one block without an id is "event: error" with data {"detail": ...}, which batond
+ * sends last when it cannot go on (counted in sse.error_events, not in sse.events).
  *
  * Like the checks of harness.h, the functions that assert (sse_open, sse_await_event,
  * sse_assert_*, sse_call) fail the running cmocka test, so they belong to the test's own
@@ -23,6 +25,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "../../common/sse_lines.h"
 #include "harness.h"
 
 #define SSE_ACCEPT "Accept: text/event-stream"
@@ -52,11 +55,11 @@ typedef struct sse {
 	struct curl_slist *headers;
 	long status;
 	char *content_type;
-	char *line; /* the incomplete line */
-	size_t line_len, line_cap;
+	sse_lines lines;	 /* the bytes, split into fields (common/sse_lines.c) */
 	char *id, *event, *data; /* fields of the event block being read */
 	json_t *events;		 /* [{"data": event, "mono": ms, "wall": ms}] in arrival order */
 	long long last_id;
+	int error_events; /* "event: error" blocks received (the stream's end) */
 	char error[400];
 	bool done; /* the transfer ended */
 	CURLcode result;

@@ -499,6 +499,19 @@ static void test_bad_queries_and_paths(void **state)
 	    "/workflows?cursor=not-a-cursor!!",
 	    "/workflows?cursor=%00",
 	    "/workflows?cursor=%27%3B%20DROP%20TABLE%20workflows%3B--",
+	    "/resources?limit=0",
+	    "/resources?limit=1001",
+	    "/resources?limit=abc",
+	    "/resources?cursor=w1",
+	    "/resources?cursor=r",
+	    "/resources?cursor=r%27%3B%20DROP%20TABLE%20resources%3B--",
+	    "/workflows/baseline/events?limit=10001",
+	    "/resources/bad-input/events?limit=10001",
+	    "/workflows/baseline/steps?limit=0",
+	    "/workflows/baseline/steps?limit=1001",
+	    "/workflows/baseline/steps?after=-1",
+	    "/workflows/baseline/steps?after=x",
+	    "/workflows/baseline/steps?after=99999999999",
 	};
 	for (size_t i = 0; i < LEN(queries); i++) {
 		hs_response r;
@@ -518,6 +531,7 @@ static void test_bad_queries_and_paths(void **state)
 	    "/workflows/%27%3B%20DROP%20TABLE%20workflows%3B--",
 	    "/workflows/baseline%27%20OR%20%271%27%3D%271",
 	    "/workflows/a%20b/events",
+	    "/workflows/a%20b/steps",
 	    "/workflows/%00",
 	    "/resources/%27%3B%20DROP%20TABLE%20workflows%3B--",
 	    "/workflows/"
@@ -717,6 +731,7 @@ static void test_wrong_methods_and_oversized_headers(void **state)
 	    {"/workflows", "POST, GET, HEAD"},
 	    {"/workflows/baseline", "GET, HEAD, DELETE"},
 	    {"/workflows/baseline/events", "GET, HEAD"},
+	    {"/workflows/baseline/steps", "GET, HEAD"},
 	    {"/workflows/baseline/cancel", "POST"},
 	    {"/resources", "GET, HEAD"},
 	    {"/resources/bad-input", "GET, HEAD"},

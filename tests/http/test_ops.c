@@ -633,7 +633,7 @@ static void test_log_format_json(void **state)
 		const char *ts = json_string_value(json_object_get(o, "ts"));
 		const char *level = json_string_value(json_object_get(o, "level"));
 		const char *msg = json_string_value(json_object_get(o, "msg"));
-		if (!ts || hs_parse_time(ts, &ms) != 0 || !level || !msg || !*msg)
+		if (!ts || rfc3339_parse_ms(ts, &ms) != 0 || !level || !msg || !*msg)
 			fail_msg("log line %zu lacks ts, level or msg: %.300s", lines, line);
 		bool known = false;
 		for (size_t i = 0; i < 4; i++)

@@ -115,7 +115,7 @@ static void assert_ran_once(hs_server *s, json_t **wfs, int n)
 	const char *names[] = {"pga", "pgb", "pgc"};
 	for (size_t r = 0; r < 3; r++) {
 		char path[128];
-		snprintf(path, sizeof path, "/resources/%s/events?limit=100000", names[r]);
+		snprintf(path, sizeof path, "/resources/%s/events?limit=10000", names[r]);
 		json_t *h = hs_get_json(s, path, 200);
 		json_int_t last = 0;
 		size_t i;

@@ -549,8 +549,8 @@ static void test_sigterm_mid_step_is_clean(void **state)
 
 /*
  * A long history: three workers failing 999 times each before succeeding make 12003
- * events; GET /workflows/{id}/events returns all of them (the contract sets no limit),
- * and ?after= continues from any point.
+ * events; GET /workflows/{id}/events gives all of them, a page of 1000 at a time
+ * (hs_get_events follows next_after), and ?after= continues from any point.
  */
 static void test_long_event_history_is_complete(void **state)
 {

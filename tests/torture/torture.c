@@ -29,6 +29,7 @@
  * script_resource). BATOND is the server (default ./server/batond); BATON_TEST_KEEP
  * keeps the temporary directory, as it is kept anyway when a check fails.
  */
+#include "../../common/curl_body.h"
 #include "torture.h"
 
 #include <curl/curl.h>
@@ -84,25 +85,6 @@ typedef struct client {
 	CURL *c; /* kept between requests: one connection while batond lives */
 } client;
 
-typedef struct buf {
-	char *p;
-	size_t n;
-} buf;
-
-static size_t on_body(char *ptr, size_t size, size_t n, void *ud)
-{
-	buf *b = ud;
-	size_t len = size * n;
-	char *p = realloc(b->p, b->n + len + 1);
-	if (!p)
-		return 0;
-	memcpy(p + b->n, ptr, len);
-	b->p = p;
-	b->n += len;
-	p[b->n] = 0;
-	return len;
-}
-
 /* One request to batond. 0 when an answer arrived (*status, *json: new reference or
  * NULL), -1 when none did (batond down, killed meanwhile, or too slow). */
 static int api(run *r, client *cl, const char *method, const char *path, const char *body,
@@ -120,7 +102,7 @@ static int api(run *r, client *cl, const char *method, const char *path, const c
 	snprintf(url, sizeof url, "http://127.0.0.1:%d%s", port, path);
 	struct curl_slist *h = curl_slist_append(NULL, "Expect:");
 	h = curl_slist_append(h, "Content-Type: application/json");
-	buf b = {0};
+	curl_body b = {0};
 	curl_easy_reset(c);
 	curl_easy_setopt(c, CURLOPT_URL, url);
 	curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
@@ -131,18 +113,18 @@ static int api(run *r, client *cl, const char *method, const char *path, const c
 	curl_easy_setopt(c, CURLOPT_NOPROXY, "*");
 	curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, 2000L);
 	curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, 15000L);
-	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
+	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, curl_body_write);
 	curl_easy_setopt(c, CURLOPT_WRITEDATA, &b);
 	CURLcode rc = curl_easy_perform(c);
 	curl_slist_free_all(h);
 	if (rc != CURLE_OK) {
-		free(b.p);
+		curl_body_fini(&b);
 		return -1;
 	}
 	curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, status);
-	if (json && b.p)
-		*json = json_loadb(b.p, b.n, 0, NULL);
-	free(b.p);
+	if (json && b.data)
+		*json = json_loadb(b.data, b.len, 0, NULL);
+	curl_body_fini(&b);
 	return 0;
 }
 
@@ -438,7 +420,7 @@ static int kill_loop(run *r)
 static int64_t time_of(const json_t *v)
 {
 	int64_t ms = -1;
-	if (json_is_string(v) && hs_parse_time(json_string_value(v), &ms) != 0)
+	if (json_is_string(v) && rfc3339_parse_ms(json_string_value(v), &ms) != 0)
 		ms = -1;
 	return ms;
 }

@@ -255,6 +255,60 @@ static void test_interrupted_step_queues_again_as_new_attempt(void **state)
 	wf_row_free(wf);
 }
 
+/* A string result of n bytes of JSON text ("xxx...", quotes included). */
+static step_output big_output(size_t n)
+{
+	step_output o = {.duration_ms = 1};
+	char *text = malloc(n - 1);
+	assert_non_null(text);
+	memset(text, 'x', n - 2);
+	text[n - 2] = 0;
+	o.result = json_string(text);
+	free(text);
+	return o;
+}
+
+/*
+ * A workflow's results together stay within MAX_WORKFLOW_RESULTS: a step whose result
+ * would pass it fails for good (no retry, even with attempts left) with an error that
+ * says why, and the workflow fails (or goes on with on_failure "continue", where a
+ * smaller result still fits). Recovery counts the stored results again.
+ */
+static void test_results_past_the_workflow_cap_fail_the_step(void **state)
+{
+	(void)state;
+	recorder r = {0};
+	event_sink ev = {record, &r};
+	wf_row *wf = wf_from("{\"resource\":\"gw\",\"workers\":[\"a\",\"b\",\"c\"],"
+			     "\"on_failure\":\"continue\",\"retry\":{\"max_attempts\":5}}");
+	size_t half = MAX_WORKFLOW_RESULTS / 2 + 10;
+	machine_request(wf, 0, 1, 0, &ev);
+	step_output o = big_output(half);
+	transition t = run(wf, &o, 10, &ev);
+	assert_int_equal(wf->steps[0].status, ST_COMPLETED);
+	assert_int_equal(wf->results_bytes, half);
+	assert_int_equal(wf_results_bytes(wf), half);
+	machine_request(wf, t.request, 2, 20, &ev);
+	o = big_output(half); /* the two would pass the cap */
+	recorder_clear(&r);
+	t = run(wf, &o, 30, &ev);
+	assert_int_equal(wf->steps[1].status, ST_FAILED);
+	assert_int_equal(wf->steps[1].attempts, 1); /* not retried */
+	assert_non_null(strstr(wf->steps[1].error, "past 16777216 bytes"));
+	assert_null(wf->steps[1].result);
+	assert_int_equal(count(&r, "step_failed"), 1);
+	assert_int_equal(wf->results_bytes, half);
+	assert_int_equal(t.request, 2); /* on_failure continue */
+	machine_request(wf, 2, 3, 40, &ev);
+	o = ok_output(1);
+	t = run(wf, &o, 50, &ev);
+	assert_true(t.finished);
+	assert_int_equal(wf->status, WF_COMPLETED);
+	assert_int_equal(wf_results_bytes(wf), wf->results_bytes);
+	recorder_clear(&r);
+	wf_row_free(wf);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -267,6 +321,7 @@ int main(void)
 	    cmocka_unit_test(test_cancel_while_running_waits_for_the_step),
 	    cmocka_unit_test(test_cancel_while_waiting_or_retrying_is_immediate),
 	    cmocka_unit_test(test_interrupted_step_queues_again_as_new_attempt),
+	    cmocka_unit_test(test_results_past_the_workflow_cap_fail_the_step),
 	};
 	return cmocka_run_group_tests_name("machine", tests, NULL, NULL);
 }
