@@ -509,6 +509,15 @@ int codec_parse_request(const json_t *req, wf_row *wf, const char *const *allow_
 	return rc;
 }
 
+/* Ids that start with "lease-" are the leases' (lease.c). */
+static int reserved_id(const char *id, baton_error *err)
+{
+	if (id && strncmp(id, "lease-", 6) == 0)
+		return err_set(err, BATON_EINVAL,
+			       "id: ids starting with \"lease-\" are for leases");
+	return BATON_OK;
+}
+
 static int parse_request(const json_t *req, wf_row *wf, const char *const *allow_call,
 			 baton_error *err)
 {
@@ -520,6 +529,7 @@ static int parse_request(const json_t *req, wf_row *wf, const char *const *allow
 	int rc;
 	if ((rc = only_fields(req, fields, "", err)) ||
 	    (rc = parse_name_field(req, "id", 0, &wf->id, err)) ||
+	    (rc = reserved_id(wf->id, err)) ||
 	    (rc = parse_name_field(req, "resource", 1, &wf->resource, err)) ||
 	    (rc = parse_retry(json_object_get(req, "retry"), &wf->retry, err)) ||
 	    (rc = parse_on_failure(json_object_get(req, "on_failure"), &wf->on_failure, err)))

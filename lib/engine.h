@@ -8,7 +8,8 @@
 
 #include "store.h"
 
-enum msg_type { MSG_SUBMIT, MSG_CANCEL, MSG_OUTCOME };
+enum msg_type { MSG_SUBMIT, MSG_CANCEL, MSG_OUTCOME, MSG_LEASE, MSG_LEASE_OP, MSG_LEASE_STOP };
+enum lease_op { LEASE_RENEW, LEASE_RELEASE, LEASE_GET, LEASE_ABANDON, LEASE_ABANDON_GRANTED };
 
 /* Submissions waiting for the engine at most; more are refused with BATON_EBUSY. */
 #define MAX_PENDING_SUBMITS 4096
@@ -23,17 +24,20 @@ typedef struct waiter {
 	int done;
 	int rc;
 	int created;
+	baton_lease_fn lease_cb; /* a lease call (lease.c): answered with lease */
+	json_t *lease;
 	char id[MAX_NAME + 1];
 	char msg[512];
 } waiter;
 
 typedef struct msg {
 	int type;
-	wf_row *wf;	  /* SUBMIT: the new row (owned); OUTCOME: the running workflow */
-	char *id;	  /* CANCEL */
-	waiter *w;	  /* SUBMIT, CANCEL */
-	int idx, attempt; /* OUTCOME */
-	step_output out;  /* OUTCOME */
+	wf_row *wf;		 /* SUBMIT: the new row (owned); OUTCOME: the running workflow */
+	char *id;		 /* CANCEL */
+	waiter *w;		 /* SUBMIT, CANCEL */
+	int idx, attempt;	 /* OUTCOME; LEASE_OP: idx is the lease_op */
+	int64_t ttl_ms, wait_ms; /* LEASE, LEASE_OP */
+	step_output out;	 /* OUTCOME */
 	struct msg *next;
 } msg;
 
@@ -133,6 +137,8 @@ struct baton_engine {
 	VEC(wf_row *) finished;
 	VEC(timer) timers; /* binary min-heap on .at */
 	int64_t fault_backoff_ms, retry_commit_at;
+	int leases_stopped; /* no lease waits any more: the server is stopping */
+	uint64_t leases_granted, leases_released, leases_expired, leases_refused; /* metrics_mu */
 	textbuf text; /* the event rows being written (batch.c) */
 	VEC(store_event_row) event_rows;
 	VEC(const resource_row *) res_rows;
@@ -149,6 +155,20 @@ void eng_request(baton_engine *e, wf_row *wf, int idx, int64_t now);
 void eng_follow(baton_engine *e, wf_row *wf, transition t, int64_t now);
 void eng_grant(baton_engine *e, int64_t now);
 void eng_post(baton_engine *e, msg *m);
+void eng_grant_lock(baton_engine *e, res_lock *l, int64_t now);
+
+/* lease.c */
+void lease_apply(baton_engine *e, msg *m, int64_t now);
+/* A lease was granted in grant_lock: its expiry timer, its caller's answer. */
+void lease_granted(baton_engine *e, wf_row *wf, int64_t now);
+/* A timer of a lease fired: expiry, or the end of its wait. */
+void lease_timer(baton_engine *e, wf_row *wf, int64_t now);
+/* The lease was cancelled as a workflow: its waiting caller is told. */
+void lease_cancelled(baton_engine *e, wf_row *wf);
+/* Recovery: a stored lease step; 1 when it was taken care of. */
+int lease_recover(baton_engine *e, wf_row *wf);
+/* Every lease caller still waiting is answered (the engine is closing). */
+void lease_stop(baton_engine *e);
 
 /* batch.c: writes the round's changes in one transaction (store_write). */
 int eng_write_batch(baton_engine *e, store_write_failure *why, baton_error *err);

@@ -86,6 +86,11 @@ typedef struct wf_row {
 	 * (which the row stores only once the workflow ends; until then it is counted
 	 * from the step rows) */
 	unsigned dirty : 1, is_new : 1, done : 1, in_batch : 1, noted : 1;
+	/* A lease (lease.c): a one-step workflow whose step an outside process holds until
+	 * it releases it or stops renewing it. In memory only: expires_at, the caller. */
+	unsigned lease : 1;
+	int64_t lease_ttl_ms, lease_expires_at, lease_wait_until;
+	struct waiter *lease_w; /* the acquisition's caller until it is answered */
 } wf_row;
 
 typedef struct resource_row {

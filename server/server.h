@@ -100,7 +100,8 @@ typedef struct request {
 	char *body;
 	size_t body_len, body_cap;
 	int too_large;
-	srv_wait wait; /* while the engine has it (wait.c) */
+	srv_wait wait;		/* while the engine has it (wait.c) */
+	char lease_granted[48]; /* a lease granted in this answer (h_leases.c) */
 } request;
 
 typedef struct response {
@@ -186,6 +187,18 @@ int h_healthz(srv *s, const request *r, const char *const *p, response *out);
 int h_readyz(srv *s, const request *r, const char *const *p, response *out);
 int h_resource_events(srv *s, const request *r, const char *const *p, response *out);
 int h_metrics(srv *s, const request *r, const char *const *p, response *out);
+int h_lease_acquire(srv *s, const request *r, const char *const *p, response *out);
+int h_lease_get(srv *s, const request *r, const char *const *p, response *out);
+int h_lease_release(srv *s, const request *r, const char *const *p, response *out);
+int h_lease_renew(srv *s, const request *r, const char *const *p, response *out);
+/* Parses the request body as JSON (h_workflows.c); on failure fills out, returns status. */
+int read_json_body(const request *r, response *out, json_t **body);
+
+/* ---- h_leases.c ---- */
+/* A request whose answer granted a lease ended without sending it: the lease is released. */
+void srv_lease_unsent(srv *s, request *r);
+/* Before the waits drain: waiting acquisitions are answered, the socket watch stops. */
+void srv_leases_stop(srv *s);
 
 /* ---- sse.c ---- */
 void srv_streams_notify(void *ud, const baton_change *changes, size_t n); /* baton_commit_fn */
