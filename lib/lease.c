@@ -117,11 +117,11 @@ static void give_up(baton_engine *e, wf_row *wf, const char *what, int64_t now)
 	eng_touch_lock(e, l);
 	waiter *w = wf->lease_w;
 	wf->lease_w = NULL;
-	if (w) {
-		char why[512];
-		w->lease = busy_json(l, why, sizeof why, what);
+	if (w) { /* answered once its leaving the queue is durable */
+		w->lease = busy_json(l, w->msg, sizeof w->msg, what);
 		count(e, &e->leases_refused);
-		eng_waiter_done(w, BATON_ECONFLICT, 0, why);
+		reply r = {w, BATON_ECONFLICT, 0};
+		VEC_PUSH(e->replies, r);
 	}
 	event_sink ev = {eng_on_event, e};
 	eng_follow(e, wf, machine_cancel(wf, e->def, now, &ev), now);
