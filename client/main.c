@@ -23,6 +23,7 @@ static const struct command {
     {"submit", cmd_submit}, {"get", cmd_get},	    {"list", cmd_list},
     {"cancel", cmd_cancel}, {"events", cmd_events}, {"resources", cmd_resources},
     {"demo", cmd_demo},	    {"watch", cmd_watch},   {"health", cmd_health},
+    {"lock", cmd_lock},
 };
 
 void usage(FILE *out)
@@ -48,6 +49,11 @@ void usage(FILE *out)
 	      "  demo [--crash]      run the distributed-mutex demo and follow it live\n"
 	      "                      (with --json: each event as one line of JSON)\n"
 	      "  health              exit 0 when batond answers /healthz (for HEALTHCHECK)\n"
+	      "  lock RESOURCE [--ttl 15s] [--wait 60s] [--holder NAME] -- COMMAND [ARGS...]\n"
+	      "                      run COMMAND while holding a lease on RESOURCE, with\n"
+	      "                      BATON_FENCING_TOKEN, BATON_LEASE_ID and BATON_RESOURCE in\n"
+	      "                      its environment; renews it every ttl/3; stops COMMAND's\n"
+	      "                      process group (TERM, then KILL) if the lease is lost\n"
 	      "\n"
 	      "Options (before or after the command; \"--\" ends them, for a worker named\n"
 	      "like an option):\n"
@@ -65,7 +71,10 @@ void usage(FILE *out)
 	      "  2  usage error\n"
 	      "  3  server unreachable (for watch: lost, and did not come back)\n"
 	      "  4  watch and get: the workflow completed, but some of its steps failed\n"
-	      "     (on_failure: continue)\n",
+	      "     (on_failure: continue)\n"
+	      "  lock: the command's own exit status (128 + N when signal N ended it), or\n"
+	      "  75 the lease was not granted within --wait; the command was not run\n"
+	      "  76 the lease was lost while the command ran; the command was stopped\n",
 	      out);
 }
 
@@ -89,8 +98,8 @@ int bad_option(const char *cmd, char **argv)
 /* Options of the commands that take a value: their value is never a global option. */
 static int command_option_with_value(const char *arg)
 {
-	static const char *const names[] = {"--id", "--resource", "--status", "--limit",
-					    "--cursor"};
+	static const char *const names[] = {"--id",	"--resource", "--status", "--limit",
+					    "--cursor", "--ttl",      "--wait",	  "--holder"};
 
 	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
 		if (strcmp(arg, names[i]) == 0)
