@@ -270,8 +270,34 @@ int baton_lease_release(baton_engine *e, const char *id, baton_lease_fn done, vo
 			baton_error *err);
 int baton_lease_get(baton_engine *e, const char *id, baton_lease_fn done, void *ud,
 		    baton_error *err);
-/* The server stops: every lease acquisition still waiting is answered BATON_EBUSY and
- * leaves its queue, and new ones are refused. Any thread. */
+/* ---- external workers (task.c) ---- */
+
+/*
+ * Claims a task: the step of a worker {"external": true} that holds its resource and
+ * waits to be done (worker, resource: filters, NULL for any). done answers BATON_OK with
+ * the task ({"id", "workflow_id", "step", "worker", "resource", "attempt",
+ * "fencing_token", "ttl_ms", "expires_at", "input"}, once its grant is durable) or with
+ * lease NULL when none came within wait_ms (0..300000). The claimer must heartbeat within
+ * ttl_ms (1000..86400000), else the attempt fails and is retried under the workflow's
+ * retry policy. Any thread.
+ */
+int baton_task_claim(baton_engine *e, const char *worker, const char *resource, int64_t wait_ms,
+		     int64_t ttl_ms, baton_lease_fn done, void *ud, baton_error *err);
+enum { BATON_TASK_HEARTBEAT, BATON_TASK_COMPLETE, BATON_TASK_FAIL, BATON_TASK_UNCLAIM };
+/*
+ * Reports on task id ("<workflow id>.<step>.<attempt>"): a heartbeat (answered with the
+ * task), its completion with result (stolen; NULL: null), its failure with error (a
+ * retryable one is retried under the workflow's policy), or UNCLAIM (its claim could not
+ * be delivered: it is offered again; done may be NULL). Completion and failure are
+ * answered once durable. BATON_EGONE when the attempt is not the current claimed one
+ * (expired, superseded, its workflow ended): nothing changes; BATON_ENOTFOUND when there
+ * is no such workflow. Any thread.
+ */
+int baton_task_report(baton_engine *e, const char *id, int op, json_t *result, const char *error,
+		      int retryable, baton_lease_fn done, void *ud, baton_error *err);
+
+/* The server stops: every lease acquisition (and task claim) still waiting is answered
+ * BATON_EBUSY, leases leave their queue, and new ones are refused. Any thread. */
 void baton_lease_stop(baton_engine *e);
 
 /* 1 when the engine is ready for new work: recovered, and its last commit succeeded. */

@@ -314,6 +314,11 @@ void eng_grant_lock(baton_engine *e, res_lock *l, int64_t now)
 			lease_granted(e, wf, now);
 			continue;
 		}
+		if (task_is_external(&wf->steps[wf->cur])) { /* a process will claim it */
+			eng_touch_wf(e, wf);
+			task_ready(e, wf, now);
+			continue;
+		}
 		wf->in_flight = 1;
 		eng_touch_wf(e, wf);
 		dispatch d = {wf, wf->cur, wf->steps[wf->cur].attempts, l->row.last_token};
@@ -347,8 +352,12 @@ static void fire_timers(baton_engine *e, int64_t now)
 	while (e->timers.n && e->timers.v[0].at <= now) {
 		timer t = timer_pop(e);
 		wf_row *wf = strmap_get(e->wfs, t.id);
-		if (wf && wf->lease) {
+		if (t.id[0] == TASK_CLAIMS_TIMER[0]) {
+			task_claims_timer(e, now);
+		} else if (wf && wf->lease) {
 			lease_timer(e, wf, now);
+		} else if (wf && task_timer(e, wf, now)) {
+			/* a claim expired: a failed attempt */
 		} else if (wf) {
 			transition tr = machine_timer(wf, now);
 			if (tr.request >= 0) {
@@ -420,12 +429,16 @@ static void *engine_main(void *arg)
 				apply_submit(e, m, now);
 			else if (m->type == MSG_CANCEL)
 				apply_cancel(e, m, now);
+			else if (m->type == MSG_TASK_CLAIM || m->type == MSG_TASK_OP)
+				task_apply(e, m, now);
 			else if (m->type >= MSG_LEASE)
 				lease_apply(e, m, now);
 			else
 				apply_outcome(e, m, now);
-			free(m->id);
-			free(m);
+			if (m->type != MSG_TASK_CLAIM || !m->w) { /* a waiting claim keeps it */
+				free(m->id);
+				free(m);
+			}
 			m = next;
 		}
 		fire_timers(e, now);
@@ -537,7 +550,9 @@ void baton_engine_close(baton_engine *e, int64_t timeout_ms)
 			eng_waiter_done(m->w, BATON_EBUSY, 0, "the server is shutting down");
 			if (m->type == MSG_SUBMIT)
 				wf_row_free(m->wf);
-		} else if (m->type == MSG_LEASE || m->type == MSG_LEASE_OP) {
+		} else if (m->type >= MSG_LEASE) {
+			free(m->worker);
+			free(m->resource);
 			if (m->w)
 				eng_waiter_done(m->w, BATON_EBUSY, 0,
 						"the server is shutting down");
@@ -558,6 +573,7 @@ void baton_engine_close(baton_engine *e, int64_t timeout_ms)
 	free(e->event_rows.v);
 	free(e->res_rows.v);
 	free(e->timers.v);
+	task_free_all(e);
 	free(e->dirty_wfs.v);
 	free(e->dirty_locks.v);
 	free(e->dispatches.v);

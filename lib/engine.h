@@ -8,7 +8,22 @@
 
 #include "store.h"
 
-enum msg_type { MSG_SUBMIT, MSG_CANCEL, MSG_OUTCOME, MSG_LEASE, MSG_LEASE_OP, MSG_LEASE_STOP };
+enum msg_type {
+	MSG_SUBMIT,
+	MSG_CANCEL,
+	MSG_OUTCOME,
+	MSG_LEASE,
+	MSG_LEASE_OP,
+	MSG_LEASE_STOP,
+	MSG_TASK_CLAIM,
+	MSG_TASK_OP
+};
+enum task_op {
+	TASK_HEARTBEAT = BATON_TASK_HEARTBEAT,
+	TASK_COMPLETE = BATON_TASK_COMPLETE,
+	TASK_FAIL = BATON_TASK_FAIL,
+	TASK_UNCLAIM = BATON_TASK_UNCLAIM
+};
 enum lease_op { LEASE_RENEW, LEASE_RELEASE, LEASE_GET, LEASE_ABANDON, LEASE_ABANDON_GRANTED };
 
 /* Submissions waiting for the engine at most; more are refused with BATON_EBUSY. */
@@ -36,7 +51,8 @@ typedef struct msg {
 	char *id;		 /* CANCEL */
 	waiter *w;		 /* SUBMIT, CANCEL */
 	int idx, attempt;	 /* OUTCOME; LEASE_OP: idx is the lease_op */
-	int64_t ttl_ms, wait_ms; /* LEASE, LEASE_OP */
+	int64_t ttl_ms, wait_ms; /* LEASE, LEASE_OP, TASK_CLAIM */
+	char *worker, *resource; /* TASK_CLAIM: its filters (NULL: any) */
 	step_output out;	 /* OUTCOME */
 	struct msg *next;
 } msg;
@@ -137,7 +153,9 @@ struct baton_engine {
 	VEC(wf_row *) finished;
 	VEC(timer) timers; /* binary min-heap on .at */
 	int64_t fault_backoff_ms, retry_commit_at;
-	int leases_stopped; /* no lease waits any more: the server is stopping */
+	int leases_stopped;	 /* no lease waits any more: the server is stopping */
+	VEC(char *) tasks_ready; /* ids of workflows whose external step waits for a claim */
+	VEC(msg *) claims;	 /* claims waiting for a task, oldest first */
 	uint64_t leases_granted, leases_released, leases_expired, leases_refused; /* metrics_mu */
 	textbuf text; /* the event rows being written (batch.c) */
 	VEC(store_event_row) event_rows;
@@ -169,6 +187,18 @@ void lease_cancelled(baton_engine *e, wf_row *wf);
 int lease_recover(baton_engine *e, wf_row *wf);
 /* Every lease caller still waiting is answered (the engine is closing). */
 void lease_stop(baton_engine *e);
+
+/* task.c: external workers */
+#define TASK_CLAIMS_TIMER "\001claims" /* the timer id of waiting claims */
+int task_is_external(const step_row *st);
+/* An external step was granted: it goes to a waiting claim, or waits for one. */
+void task_ready(baton_engine *e, wf_row *wf, int64_t now);
+/* A timer of wf fired: 1 when it was its claim's expiry (handled). */
+int task_timer(baton_engine *e, wf_row *wf, int64_t now);
+void task_claims_timer(baton_engine *e, int64_t now);
+void task_apply(baton_engine *e, msg *m, int64_t now);
+void task_stop(baton_engine *e);
+void task_free_all(baton_engine *e);
 
 /* batch.c: writes the round's changes in one transaction (store_write). */
 int eng_write_batch(baton_engine *e, store_write_failure *why, baton_error *err);

@@ -91,6 +91,9 @@ typedef struct wf_row {
 	unsigned lease : 1;
 	int64_t lease_ttl_ms, lease_expires_at, lease_wait_until;
 	struct waiter *lease_w; /* the acquisition's caller until it is answered */
+	/* An external step (task.c) that a process has claimed, until when, for how long. */
+	unsigned task_claimed : 1;
+	int64_t task_expires_at, task_ttl_ms;
 } wf_row;
 
 typedef struct resource_row {

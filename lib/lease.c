@@ -219,6 +219,7 @@ static void stop_one(void *ctx, void *value)
 void lease_stop(baton_engine *e)
 {
 	e->leases_stopped = 1;
+	task_stop(e);
 	/* give_up changes no map entry (finished rows are freed after the commit) */
 	strmap_each(e->wfs, stop_one, e);
 }

@@ -41,7 +41,7 @@ static struct {
 } watch = {.mu = PTHREAD_MUTEX_INITIALIZER};
 
 /* 1 when the peer of fd has closed or reset its side. */
-static int peer_gone(int fd)
+int srv_peer_gone(int fd)
 {
 	struct pollfd p = {.fd = fd, .events = POLLIN | POLLRDHUP};
 	if (fd < 0 || poll(&p, 1, 0) <= 0)
@@ -65,7 +65,7 @@ static void *watch_main(void *arg)
 			return NULL;
 		}
 		for (int i = 0; i < watch.n;) {
-			if (!peer_gone(watch.v[i].fd)) {
+			if (!srv_peer_gone(watch.v[i].fd)) {
 				i++;
 				continue;
 			}
@@ -76,7 +76,7 @@ static void *watch_main(void *arg)
 	}
 }
 
-static int conn_fd(struct MHD_Connection *c)
+int srv_conn_fd(struct MHD_Connection *c)
 {
 	const union MHD_ConnectionInfo *ci =
 	    MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
@@ -91,7 +91,7 @@ static void watch_add_locked(srv *s, request *r, const char *id)
 		watch.started = pthread_create(&watch.thread, NULL, watch_main, NULL) == 0;
 	}
 	if (watch.n < MAX_WATCHED) {
-		watch.v[watch.n] = (watched){.r = r, .fd = conn_fd(r->conn)};
+		watch.v[watch.n] = (watched){.r = r, .fd = srv_conn_fd(r->conn)};
 		snprintf(watch.v[watch.n].id, sizeof watch.v[watch.n].id, "%s", id);
 		watch.n++;
 	}
@@ -161,7 +161,7 @@ static int answered(srv *s, request *r, void *data, response *out)
 	}
 	const char *id = json_string_value(json_object_get(lease, "id"));
 	if (a->acquire && a->created && id) {
-		if (peer_gone(conn_fd(r->conn))) { /* granted to a client that left */
+		if (srv_peer_gone(srv_conn_fd(r->conn))) { /* granted to a client that left */
 			baton_lease_abandon(s->engine, id, 1);
 		} else {
 			snprintf(r->lease_granted, sizeof r->lease_granted, "%s", id);
@@ -197,8 +197,8 @@ static lease_answer *begin(srv *s, request *r, int acquire, response *out)
 	return a;
 }
 
-static int field_int(const json_t *body, const char *key, long long lo, long long hi, int64_t *v,
-		     response *out)
+int body_field_int(const json_t *body, const char *key, long long lo, long long hi, int64_t *v,
+		   response *out)
 {
 	const json_t *j = json_object_get(body, key);
 	if (!j)
@@ -209,7 +209,7 @@ static int field_int(const json_t *body, const char *key, long long lo, long lon
 	return 0;
 }
 
-static int field_str(const json_t *body, const char *key, const char **v, response *out)
+int body_field_str(const json_t *body, const char *key, const char **v, response *out)
 {
 	const json_t *j = json_object_get(body, key);
 	if (!j)
@@ -220,7 +220,7 @@ static int field_str(const json_t *body, const char *key, const char **v, respon
 	return 0;
 }
 
-static int only_fields(const json_t *body, const char *const *keys, response *out)
+int body_only_fields(const json_t *body, const char *const *keys, response *out)
 {
 	const char *key;
 	json_t *v;
@@ -238,7 +238,7 @@ static int only_fields(const json_t *body, const char *const *keys, response *ou
 }
 
 /* An optional body (absent or empty: {}). */
-static int optional_body(const request *r, response *out, json_t **body)
+int body_optional_body(const request *r, response *out, json_t **body)
 {
 	if (r->body_len == 0) {
 		*body = json_object();
@@ -252,14 +252,14 @@ int h_lease_acquire(srv *s, const request *cr, const char *const *p, response *o
 	static const char *const keys[] = {"holder", "ttl_ms", "wait_ms", "request_id", NULL};
 	request *r = (request *)cr;
 	json_t *body;
-	if (optional_body(r, out, &body))
+	if (body_optional_body(r, out, &body))
 		return out->status;
 	baton_lease_request req = {
 	    .resource = p[0], .holder = "anonymous", .ttl_ms = 15000, .wait_ms = 0};
-	if (only_fields(body, keys, out) || field_str(body, "holder", &req.holder, out) ||
-	    field_str(body, "request_id", &req.request_id, out) ||
-	    field_int(body, "ttl_ms", 1000, 86400000, &req.ttl_ms, out) ||
-	    field_int(body, "wait_ms", 0, 300000, &req.wait_ms, out)) {
+	if (body_only_fields(body, keys, out) || body_field_str(body, "holder", &req.holder, out) ||
+	    body_field_str(body, "request_id", &req.request_id, out) ||
+	    body_field_int(body, "ttl_ms", 1000, 86400000, &req.ttl_ms, out) ||
+	    body_field_int(body, "wait_ms", 0, 300000, &req.wait_ms, out)) {
 		json_decref(body);
 		return out->status;
 	}
@@ -329,10 +329,10 @@ int h_lease_renew(srv *s, const request *r, const char *const *p, response *out)
 	static const char *const keys[] = {"ttl_ms", NULL};
 	json_t *body;
 	int64_t ttl = 0;
-	if (optional_body(r, out, &body))
+	if (body_optional_body(r, out, &body))
 		return out->status;
-	int bad =
-	    only_fields(body, keys, out) || field_int(body, "ttl_ms", 1000, 86400000, &ttl, out);
+	int bad = body_only_fields(body, keys, out) ||
+		  body_field_int(body, "ttl_ms", 1000, 86400000, &ttl, out);
 	json_decref(body);
 	if (bad)
 		return out->status;

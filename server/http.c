@@ -304,8 +304,10 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
 	(void)conn;
 	request *r = *con_cls;
 	if (r) {
-		if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK)
+		if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK) {
 			srv_lease_unsent(cls, r);
+			srv_task_unsent(cls, r);
+		}
 		srv_wait_abandoned(cls, r);
 		struct timespec now;
 		clock_gettime(CLOCK_MONOTONIC, &now);
