@@ -9,6 +9,7 @@
  *   demo.c      `baton demo [--crash]`: the origin's distributed-mutex demo, rendered live
  *   watch.c     `baton watch ID`: a workflow followed live over its event stream (SSE)
  *   lock.c      `baton lock RESOURCE -- COMMAND`: a command run under a lease
+ *   worker.c    `baton worker --worker NAME -- COMMAND`: an external worker's steps
  *   sse.c       an incremental parser of Server-Sent Events, for watch
  *   util.c      JSON field access, small formatting helpers, a growable buffer
  *
@@ -189,7 +190,8 @@ int cmd_resources(struct cli *cli, int argc, char **argv);
 int cmd_demo(struct cli *cli, int argc, char **argv);
 int cmd_watch(struct cli *cli, int argc, char **argv);
 int cmd_health(struct cli *cli, int argc, char **argv);
-int cmd_lock(struct cli *cli, int argc, char **argv); /* lock.c */
+int cmd_lock(struct cli *cli, int argc, char **argv);	/* lock.c */
+int cmd_worker(struct cli *cli, int argc, char **argv); /* worker.c */
 
 /* Parses "CMD [-h] ID" (commands.c). Returns -1 with *id set (borrowed from argv), else
  * the exit status the command must return: 0 after --help, EXIT_USAGE. */

@@ -23,7 +23,7 @@ static const struct command {
     {"submit", cmd_submit}, {"get", cmd_get},	    {"list", cmd_list},
     {"cancel", cmd_cancel}, {"events", cmd_events}, {"resources", cmd_resources},
     {"demo", cmd_demo},	    {"watch", cmd_watch},   {"health", cmd_health},
-    {"lock", cmd_lock},
+    {"lock", cmd_lock},	    {"worker", cmd_worker},
 };
 
 void usage(FILE *out)
@@ -54,6 +54,15 @@ void usage(FILE *out)
 	      "                      BATON_FENCING_TOKEN, BATON_LEASE_ID and BATON_RESOURCE in\n"
 	      "                      its environment; renews it every ttl/3; stops COMMAND's\n"
 	      "                      process group (TERM, then KILL) if the lease is lost\n"
+	      "  worker --worker NAME [--resource R] [--ttl 30s] [--once] -- COMMAND [ARGS...]\n"
+	      "                      do the steps of external worker NAME: claim each, run\n"
+	      "                      COMMAND with the task as JSON on stdin and BATON_TASK_ID,\n"
+	      "                      BATON_WORKFLOW_ID, BATON_STEP, BATON_ATTEMPT,\n"
+	      "                      BATON_FENCING_TOKEN... in its environment, heartbeat while\n"
+	      "                      it runs; exit 0 completes the step with its stdout (JSON,\n"
+	      "                      else a string), any other status fails it (retryable)\n"
+	      "                      with its stderr's last lines; --once: one task, then exit\n"
+	      "                      0 if it completed, else 1\n"
 	      "\n"
 	      "Options (before or after the command; \"--\" ends them, for a worker named\n"
 	      "like an option):\n"
@@ -98,8 +107,9 @@ int bad_option(const char *cmd, char **argv)
 /* Options of the commands that take a value: their value is never a global option. */
 static int command_option_with_value(const char *arg)
 {
-	static const char *const names[] = {"--id",	"--resource", "--status", "--limit",
-					    "--cursor", "--ttl",      "--wait",	  "--holder"};
+	static const char *const names[] = {"--id",    "--resource", "--status",
+					    "--limit", "--cursor",   "--ttl",
+					    "--wait",  "--holder",   "--worker"};
 
 	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
 		if (strcmp(arg, names[i]) == 0)

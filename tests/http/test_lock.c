@@ -6,7 +6,8 @@
  * renewal) stops the command's whole process group and exits 76; a frozen server is
  * noticed by the client's own clock (76 while batond is still stopped); not granted
  * within --wait exits 75 without running anything; SIGTERM goes to the command first
- * and the lease is released after it.
+ * and the lease is released after it. And `baton worker`: an external worker's step done by
+ * a command, completed with its stdout or failed with its exit status and stderr.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -255,6 +256,55 @@ static void test_sigterm_goes_to_the_command_first(void **state)
 	assert_free(s); /* released after the command ended */
 }
 
+/* ---- baton worker ---- */
+
+static void submit_external(const hs_server *s, const char *worker)
+{
+	json_decref(hs_create_workflow(
+	    s, json_pack("{s:s, s:s, s:[{s:s, s:b}], s:{s:i}}", "id", "w1", "resource", "db",
+			 "workers", "name", worker, "external", 1, "retry", "max_attempts", 1)));
+}
+
+static void test_worker_completes_with_stdout(void **state)
+{
+	hs_server *s = *state;
+	submit_external(s, "reindex");
+	char script[256];
+	snprintf(script, sizeof script,
+		 "cat > %s; echo \"{\\\"token\\\": $BATON_FENCING_TOKEN, \\\"task\\\": "
+		 "\\\"$BATON_TASK_ID\\\"}\"",
+		 path_in("stdin"));
+	const char *const args[] = {"worker", "--worker", "reindex", "--once", "--",
+				    "sh",     "-c",	  script,    NULL};
+	client_free(client_expect_exit(0, client_url_of(s), args));
+	json_t *wf = hs_wait_workflow(s, "w1", "completed", WAIT_MS);
+	const json_t *st = hs_step_at(wf, 0);
+	const json_t *result = json_object_get(st, "result");
+	assert_int_equal(hs_int(result, "token"), hs_int(st, "fencing_token"));
+	assert_string_equal(hs_str(result, "task"), "w1.0.1");
+	json_decref(wf);
+	char *in = slurp(path_in("stdin"));
+	assert_non_null(in);
+	json_t *task = json_loads(in, 0, NULL);
+	assert_non_null(task);
+	assert_string_equal(hs_str(task, "id"), "w1.0.1");
+	json_decref(task);
+	free(in);
+}
+
+static void test_worker_fails_with_status_and_stderr(void **state)
+{
+	hs_server *s = *state;
+	submit_external(s, "bad");
+	const char *const args[] = {"worker", "--worker", "bad", "--once",
+				    "--",     "sh",	  "-c",	 "echo broken >&2; exit 4",
+				    NULL};
+	client_free(client_expect_exit(1, client_url_of(s), args));
+	json_t *wf = hs_wait_workflow(s, "w1", "failed", WAIT_MS);
+	assert_non_null(strstr(hs_str(wf, "error"), "exit status 4: broken"));
+	json_decref(wf);
+}
+
 int main(void)
 {
 	hs_filters_from_env();
@@ -266,6 +316,9 @@ int main(void)
 					    teardown),
 	    cmocka_unit_test_setup_teardown(test_not_acquired_runs_nothing, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_sigterm_goes_to_the_command_first, setup,
+					    teardown),
+	    cmocka_unit_test_setup_teardown(test_worker_completes_with_stdout, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_worker_fails_with_status_and_stderr, setup,
 					    teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
