@@ -55,7 +55,8 @@ esac
 mkdir -p "$OUT"
 # shellcheck disable=SC2086
 $CC $CFLAGS -o "$OUT/batonbench" bench/main.c bench/common.c bench/load.c bench/floor.c \
-	bench/pg.c bench/steps.c bench/http.c bench/memory.c bench/recovery.c bench/calls.c $LIBS
+	bench/pg.c bench/steps.c bench/http.c bench/memory.c bench/recovery.c bench/calls.c \
+	bench/leases.c $LIBS
 # shellcheck disable=SC2086
 $CC $CFLAGS -o "$OUT/minjson" bench/minjson.c $LIBS
 
