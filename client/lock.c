@@ -135,8 +135,7 @@ struct lease {
 static int acquire(struct cli *cli, const struct lock_opts *o, struct lease *l)
 {
 	char rid[40], *res = http_escape(o->resource), path[400];
-	snprintf(rid, sizeof rid, "lock-%08lx%08lx", (unsigned long)random(),
-		 (unsigned long)monotonic_ms());
+	int fresh = 1;
 	snprintf(path, sizeof path, "/resources/%s/leases", res);
 	free(res);
 	long long deadline = monotonic_ms() + o->wait_ms;
@@ -146,7 +145,12 @@ static int acquire(struct cli *cli, const struct lock_opts *o, struct lease *l)
 			left = 0;
 		if (left > MAX_WAIT_PER_REQUEST_MS)
 			left = MAX_WAIT_PER_REQUEST_MS;
-		/* the same request_id throughout: a retry never takes a second place */
+		/* A retry after a lost answer keeps its request_id, so it never takes a second
+		 * place in the queue; after a 409 the request has left the queue: a new one. */
+		if (fresh)
+			snprintf(rid, sizeof rid, "lock-%08lx%08lx", (unsigned long)random(),
+				 (unsigned long)monotonic_ms());
+		fresh = 0;
 		json_t *body = json_pack("{s:s, s:I, s:I, s:s}", "holder", o->holder, "ttl_ms",
 					 (json_int_t)o->ttl_ms, "wait_ms", (json_int_t)left,
 					 "request_id", rid);
@@ -174,7 +178,8 @@ static int acquire(struct cli *cli, const struct lock_opts *o, struct lease *l)
 			return EXIT_NOT_ACQUIRED;
 		}
 		if (status == 409 && monotonic_ms() < deadline - 1000) {
-			http_reply_fini(&r); /* superseded, or a long --wait: ask again */
+			http_reply_fini(&r); /* a --wait longer than one request's: ask again */
+			fresh = 1;
 			continue;
 		}
 		fprintf(stderr, "baton: lock: %s: %s\n", o->resource,
