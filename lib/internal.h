@@ -295,6 +295,9 @@ void lock_release(res_lock *l, int64_t now);
 /* Undoes the current grant, which no commit recorded and nobody saw: the resource is free
  * again, with its token and grant count as they were before it. */
 void lock_ungrant(res_lock *l);
+/* Recovery: wf held l when the process stopped and holds it still (a lease), since
+ * `since`, with its token unchanged. */
+void lock_restore(res_lock *l, wf_row *wf, int64_t since);
 
 /* ---- sched.c: step threads (a pool in the manner of redis bio.c) ---- */
 typedef struct sched sched;

@@ -196,9 +196,7 @@ int lease_recover(baton_engine *e, wf_row *wf)
 	wf->lease = 1;
 	wf->lease_ttl_ms = json_integer_value(json_object_get(st->params, "ttl_ms"));
 	if (st->status == ST_RUNNING) {
-		res_lock *l = eng_lock_of(e, wf->resource);
-		l->holder = wf;
-		l->held_since = st->started_at;
+		lock_restore(eng_lock_of(e, wf->resource), wf, st->started_at);
 		set_expiry(e, wf, e->now);
 		return 1;
 	}

@@ -111,3 +111,9 @@ void lock_ungrant(res_lock *l)
 	l->row.grants--;
 	l->dirty = 1;
 }
+
+void lock_restore(res_lock *l, wf_row *wf, int64_t since)
+{
+	l->holder = wf;
+	l->held_since = since;
+}
