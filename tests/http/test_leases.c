@@ -3,7 +3,8 @@
  * try-once refusal with who holds it, expiry that hands the resource to the next waiter
  * at a higher token (lease_expired in the history, 410 for the late holder), one FIFO
  * queue shared with workflow steps, the end of wait_ms, a waiter whose client goes away,
- * request_id, kill -9 with a lease held, bad input, and the lease counters of /metrics.
+ * request_id, kill -9 with a lease held, bad input, the lease counters of /metrics, and
+ * lease grants, releases and expiries in the resource's live event stream.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -21,6 +22,7 @@
 #include <unistd.h>
 
 #include "../harness/harness.h"
+#include "../harness/sse.h"
 
 #define WAIT_MS 60000
 
@@ -429,6 +431,32 @@ static void test_metrics_count_leases(void **state)
 	json_decref(a);
 }
 
+static bool stream_has_all(void *arg)
+{
+	const sse *st = arg;
+	return sse_count_type(st, "lock_acquired") >= 2 &&
+	       sse_count_type(st, "lock_released") >= 2 && sse_count_type(st, "lease_expired") >= 1;
+}
+
+static void test_stream_shows_grants_releases_expiries(void **state)
+{
+	hs_server *s = *state;
+	json_t *a = acquire_ok(s, "db", "{\"holder\": \"a\"}");
+	CURLM *m = curl_multi_init();
+	const char *const accept[] = {SSE_ACCEPT, NULL};
+	sse *st = sse_open(m, s, "/resources/db/events", accept);
+	assert_int_equal(lease_call(s, "DELETE", hs_str(a, "id"), "", NULL, NULL), 204);
+	json_t *b = acquire_ok(s, "db", "{\"holder\": \"b\", \"ttl_ms\": 1000}");
+	bool ok = sse_pump_until(m, stream_has_all, st, WAIT_MS);
+	long exp = sse_find(st, "lease_expired", 0, hs_str(b, "id"));
+	sse_close(m, st);
+	curl_multi_cleanup(m);
+	assert_true(ok);
+	assert_true(exp >= 0);
+	json_decref(a);
+	json_decref(b);
+}
+
 int main(void)
 {
 	hs_filters_from_env();
@@ -447,6 +475,8 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_kill9_keeps_a_held_lease, hs_setup, hs_teardown),
 	    cmocka_unit_test_setup_teardown(test_bad_input_changes_nothing, hs_setup, hs_teardown),
 	    cmocka_unit_test_setup_teardown(test_metrics_count_leases, hs_setup, hs_teardown),
+	    cmocka_unit_test_setup_teardown(test_stream_shows_grants_releases_expiries, hs_setup,
+					    hs_teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
