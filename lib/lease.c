@@ -319,12 +319,14 @@ static void apply_acquire(baton_engine *e, msg *m, int64_t now)
 /* A lease op on one that is no longer in memory: from the store. */
 static void stored_op(baton_engine *e, msg *m)
 {
-	json_t *wf;
+	json_t *wf = NULL;
 	baton_error err = {0};
 	int rc = store_get_workflow(e->st, m->id, &wf, &err);
-	const json_t *st = json_array_get(json_object_get(wf, "steps"), 0);
-	if (rc == BATON_OK && !json_is_true(json_object_get(st, "lease")))
-		rc = err_set(&err, BATON_ENOTFOUND, "no lease with id \"%.128s\"", m->id);
+	const json_t *st = rc ? NULL : json_array_get(json_object_get(wf, "steps"), 0);
+	if (rc == BATON_OK && !json_is_true(json_object_get(st, "lease"))) {
+		json_decref(wf); /* a workflow's, not a lease's */
+		rc = BATON_ENOTFOUND;
+	}
 	if (rc) {
 		if (rc == BATON_ENOTFOUND)
 			err_set(&err, rc, "no lease with id \"%.128s\"", m->id);
