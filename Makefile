@@ -162,7 +162,7 @@ check: test
 # default store.
 valgrind-test: all $(HTTP_BIN)
 	@BATOND=$(abspath scripts/valgrind-batond.sh) VALGRIND_BATOND=$(abspath $(BATOND)) \
-	  BATON_CLIENT=$(abspath $(CLIENT)) BATON_TEST_PG= BATON_TEST_PG_DIR= \
+	  BATON_CLIENT=$(abspath $(CLIENT)) BATON_TEST_PG= BATON_TEST_PG_DIR= JOBS=2 \
 	  sh scripts/run-tests.sh $(HTTP_BIN)
 
 demo:

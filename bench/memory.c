@@ -6,6 +6,10 @@
  * RSS after 100,000 minus RSS after 75,000, over 25,000 workflows (under 512 KiB, about
  * 21 bytes a workflow, passes).
  *
+ * Then the same with every workflow on a resource of its own (100,000 distinct
+ * resources): idle resources leave memory (lib/idle.c keeps the 1,024 most recently
+ * used), so the last quarter must not grow either.
+ *
  * The floor of the idle figure is bench/minjson's idle RSS: what libmicrohttpd with
  * the same thread pool costs before batond adds anything.
  */
@@ -15,10 +19,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define NRES 100
-
 typedef struct mem_ctx {
-	long base;
+	long base, nres;
 	char body[256];
 } mem_ctx;
 
@@ -28,7 +30,7 @@ static int next_mem(void *ctx, long n, const char **method, char *path, size_t p
 	mem_ctx *m = ctx;
 	snprintf(m->body, sizeof m->body,
 		 "{\"resource\":\"mem-%03ld\",\"workers\":[{\"name\":\"w\",\"work_ms\":0}]}",
-		 (m->base + n) % NRES);
+		 (m->base + n) % m->nres);
 	*method = "POST";
 	snprintf(path, pathlen, "/workflows");
 	*body = m->body;
@@ -62,32 +64,22 @@ static long minjson_idle(const char *dir)
 	return kib;
 }
 
-int bench_memory(void)
+/* Starts batond in dir, and takes its RSS idle (rss[0]) and after each quarter of `total`
+ * one-step workflows on `nres` resources. 0, or -1 after saying why. */
+static int measure(const char *dir, long nres, long total, long rss[5], long anon[5])
 {
-	const char *what = "memory";
-	char dir[BENCH_PATH_MAX];
 	server s;
-	long total = opt.smoke ? 1000 : 100000, quarter = total / 4, rss[5], anon[5];
-	printf("\n== %s: RSS idle and after %ld finished workflows (in 4 parts)\n", what, total);
-	if (tmpdir_new(dir, sizeof dir) != 0) {
-		table_fail(what, "no temporary directory");
+	long quarter = total / 4;
+	if (server_start(&s, dir, NULL) != 0)
 		return -1;
-	}
-	long ref = minjson_idle(dir);
-	if (ref < 0 || server_start(&s, dir, NULL) != 0) {
-		table_fail(what, "could not start minjson or batond");
-		tmpdir_remove(dir);
-		return -1;
-	}
 	/* Idle: after start-up and one request of each kind the benchmark uses. */
 	server_metric(s.port, "baton_commits_total");
 	sleep_ms(1000);
 	rss[0] = settled_rss(s.pid, &anon[0]);
-	printf("  idle: %ld KiB, of which anonymous %ld KiB (minjson idle %ld KiB)\n", rss[0],
-	       anon[0], ref);
+	printf("  idle: %ld KiB, of which anonymous %ld KiB\n", rss[0], anon[0]);
 	int failed = 0;
 	for (int part = 1; part <= 4 && !failed; part++) {
-		mem_ctx m = {.base = quarter * (part - 1)};
+		mem_ctx m = {.base = quarter * (part - 1), .nres = nres};
 		load_result lr;
 		double t0 = now_s();
 		load_run(s.port, 32, quarter, 600, next_mem, &m, &lr);
@@ -99,9 +91,32 @@ int bench_memory(void)
 		       quarter * part, rss[part], anon[part], now_s() - t0);
 	}
 	server_stop(&s);
+	return failed ? -1 : 0;
+}
+
+int bench_memory(void)
+{
+	const char *what = "memory";
+	char dir[BENCH_PATH_MAX], dir2[BENCH_PATH_MAX];
+	long total = opt.smoke ? 1000 : 100000, quarter = total / 4, rss[5], anon[5];
+	long drss[5], danon[5];
+	printf("\n== %s: RSS idle and after %ld finished workflows (in 4 parts) on 100 resources,"
+	       " then on %ld distinct resources\n",
+	       what, total, total);
+	if (tmpdir_new(dir, sizeof dir) != 0 || tmpdir_new(dir2, sizeof dir2) != 0) {
+		table_fail(what, "no temporary directory");
+		return -1;
+	}
+	long ref = minjson_idle(dir);
+	printf("  minjson idle: %ld KiB\n", ref);
+	int failed = ref < 0 || measure(dir, 100, total, rss, anon) != 0;
+	printf("  each workflow on a resource of its own:\n");
+	failed = failed || measure(dir2, total, total, drss, danon) != 0;
 	tmpdir_remove(dir);
+	tmpdir_remove(dir2);
 	if (failed) {
-		table_fail(what, "submissions failed or did not finish (see above)");
+		table_fail(what, "batond did not start, or submissions failed or did not finish "
+				 "(see above)");
 		return -1;
 	}
 	row r = {.verdict = rss[0] * 1024 < 10 * 1000 * 1000 ? V_PASS : V_MISS};
@@ -130,5 +145,20 @@ int bench_memory(void)
 		 rss[0], rss[1], rss[2], rss[3], rss[4], anon[0], anon[1], anon[2], anon[3],
 		 anon[4]);
 	table_add(&g);
+
+	double dper = (double)(drss[4] - drss[3]) * 1024 / (double)quarter;
+	row d = {.verdict = drss[4] - drss[3] < 512 ? V_PASS : V_MISS};
+	snprintf(d.what, sizeof d.what, "memory per resource");
+	snprintf(d.figure, sizeof d.figure, "%.1f B/resource (%.1f MB at %ldk)", dper,
+		 (double)drss[4] * 1024 / 1e6, total / 1000);
+	snprintf(d.floor, sizeof d.floor, "100 resources %.1f MB", (double)rss[4] * 1024 / 1e6);
+	snprintf(d.ratio, sizeof d.ratio, "%.2fx", (double)drss[4] / (double)rss[4]);
+	snprintf(d.target, sizeof d.target, "no growth (< 512 KiB/25k)");
+	snprintf(d.note, sizeof d.note,
+		 "%ld workflows on as many resources; KiB idle/25/50/75/100%%: RSS "
+		 "%ld/%ld/%ld/%ld/%ld, anonymous %ld/%ld/%ld/%ld/%ld",
+		 total, drss[0], drss[1], drss[2], drss[3], drss[4], danon[0], danon[1], danon[2],
+		 danon[3], danon[4]);
+	table_add(&d);
 	return 0;
 }

@@ -111,6 +111,9 @@ typedef struct baton_engine_config {
 	/* Testing seam: while this file exists, the database's writes fail (SQLITE_FULL when
 	 * it starts with "full", else an I/O error). NULL in production. */
 	const char *fault_file;
+	/* Idle resources (free, nobody waiting) kept in memory, the most recently used; the
+	 * others are read back from the store when a step asks for them. 0: 1024. */
+	int idle_resources;
 } baton_engine_config;
 
 /*

@@ -209,6 +209,7 @@ static void effects(baton_engine *e, double commit_seconds)
 	for (size_t i = 0; i < e->dirty_locks.n; i++) {
 		e->dirty_locks.v[i]->dirty = 0;
 		e->dirty_locks.v[i]->in_batch = 0;
+		eng_park(e, e->dirty_locks.v[i]);
 	}
 	e->dirty_locks.n = 0;
 	for (size_t i = 0; i < e->finished.n; i++) {

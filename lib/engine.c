@@ -144,17 +144,6 @@ void eng_touch_lock(baton_engine *e, res_lock *l)
 	VEC_PUSH(e->dirty_locks, l);
 }
 
-res_lock *eng_lock_of(baton_engine *e, const char *name)
-{
-	res_lock *l = strmap_get(e->locks, name);
-	if (!l) {
-		l = lock_new(name);
-		strmap_put(e->locks, l->row.name, l);
-		l->dirty = 1;
-	}
-	return l;
-}
-
 /* Puts the workflow's step idx in its resource's queue. */
 void eng_request(baton_engine *e, wf_row *wf, int idx, int64_t now)
 {
@@ -387,6 +376,8 @@ static msg *wait_for_work(baton_engine *e, int *stop)
 			wake = mono_ms() + (e->timers.v[0].at - now_ms());
 		if (e->faulty && e->retry_commit_at < wake)
 			wake = e->retry_commit_at;
+		if (e->load_retry_at && e->load_retry_at < wake)
+			wake = e->load_retry_at;
 		if (wake == INT64_MAX) {
 			pthread_cond_wait(&e->cv, &e->mu);
 			continue;
@@ -444,6 +435,7 @@ static void *engine_main(void *arg)
 		fire_timers(e, now);
 		if (e->no_new_work && !e->leases_stopped)
 			lease_stop(e);
+		eng_load_pending(e);
 		if (!e->no_new_work)
 			eng_grant(e, now);
 		if (!e->faulty || mono_ms() >= e->retry_commit_at)
@@ -491,6 +483,7 @@ int baton_engine_open(const baton_engine_config *cfg, baton_engine **out, baton_
 	json_alloc_track(NULL);
 	e->wfs = strmap_new();
 	e->locks = strmap_new();
+	e->idle_max = cfg->idle_resources > 0 ? (size_t)cfg->idle_resources : 1024;
 	pthread_mutex_init(&e->mu, NULL);
 	pthread_cond_init(&e->cv, NULL);
 	char no_curl[256];
@@ -576,6 +569,7 @@ void baton_engine_close(baton_engine *e, int64_t timeout_ms)
 	task_free_all(e);
 	free(e->dirty_wfs.v);
 	free(e->dirty_locks.v);
+	free(e->unloaded.v);
 	free(e->dispatches.v);
 	free(e->replies.v);
 	free(e->finished.v);

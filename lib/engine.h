@@ -160,6 +160,12 @@ struct baton_engine {
 	textbuf text; /* the event rows being written (batch.c) */
 	VEC(store_event_row) event_rows;
 	VEC(const resource_row *) res_rows;
+	/* Idle resources kept in memory, least recently used first (idle.c). */
+	res_lock *idle_head, *idle_tail;
+	size_t idle_n, idle_max;
+	VEC(res_lock *) unloaded; /* their stored row could not be read yet */
+	int64_t load_retry_at;	  /* mono_ms of the next try; 0: none due */
+	int load_failing;	  /* logged once per outage */
 };
 
 /* engine.c */
@@ -168,7 +174,6 @@ void eng_timer_push(baton_engine *e, int64_t at, const char *id);
 void eng_on_event(void *ctx, const wf_row *wf, const char *type, json_t *data);
 void eng_touch_wf(baton_engine *e, wf_row *wf);
 void eng_touch_lock(baton_engine *e, res_lock *l);
-res_lock *eng_lock_of(baton_engine *e, const char *name);
 void eng_request(baton_engine *e, wf_row *wf, int idx, int64_t now);
 void eng_follow(baton_engine *e, wf_row *wf, transition t, int64_t now);
 void eng_grant(baton_engine *e, int64_t now);
@@ -199,6 +204,14 @@ void task_claims_timer(baton_engine *e, int64_t now);
 void task_apply(baton_engine *e, msg *m, int64_t now);
 void task_stop(baton_engine *e);
 void task_free_all(baton_engine *e);
+
+/* idle.c: a resource's lock, from memory or read back from the store (unloaded when
+ * the read failed: it queues but does not grant until eng_load_pending reads it). */
+res_lock *eng_lock_of(baton_engine *e, const char *name);
+void eng_load_pending(baton_engine *e);
+/* After a commit: l, when idle, joins the idle resources kept in memory; the least
+ * recently used beyond idle_max leave memory. */
+void eng_park(baton_engine *e, res_lock *l);
 
 /* batch.c: writes the round's changes in one transaction (store_write). */
 int eng_write_batch(baton_engine *e, store_write_failure *why, baton_error *err);

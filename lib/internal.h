@@ -281,6 +281,12 @@ typedef struct res_lock {
 	lock_waiter *head, *tail;
 	int queue_len;
 	unsigned dirty : 1, in_batch : 1;
+	/* row holds the stored token and totals (a lock whose row could not be read yet
+	 * grants nothing: its next token is unknown). */
+	unsigned loaded : 1;
+	/* Among the idle locks kept in memory (idle.c), least recently used first. */
+	unsigned parked : 1;
+	struct res_lock *idle_prev, *idle_next;
 } res_lock;
 
 res_lock *lock_new(const char *name);
@@ -298,6 +304,8 @@ void lock_ungrant(res_lock *l);
 /* Recovery: wf held l when the process stopped and holds it still (a lease), since
  * `since`, with its token unchanged. */
 void lock_restore(res_lock *l, wf_row *wf, int64_t since);
+/* 1 when nobody holds or waits for l and all of it is committed: it may leave memory. */
+int lock_idle(const res_lock *l);
 
 /* ---- sched.c: step threads (a pool in the manner of redis bio.c) ---- */
 typedef struct sched sched;

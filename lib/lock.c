@@ -16,6 +16,7 @@ res_lock *lock_new(const char *name)
 {
 	res_lock *l = xcalloc(1, sizeof *l);
 	l->row.name = xstrdup(name);
+	l->loaded = 1;
 	return l;
 }
 
@@ -74,7 +75,7 @@ wf_row *lock_pop(res_lock *l)
 
 wf_row *lock_grant_next(res_lock *l, int64_t now, int64_t *waited_ms)
 {
-	if (l->holder || !l->head)
+	if (l->holder || !l->head || !l->loaded)
 		return NULL;
 	wf_row *wf = lock_pop(l);
 	int64_t waited = now - wf->steps[wf->cur].requested_at;
@@ -116,4 +117,9 @@ void lock_restore(res_lock *l, wf_row *wf, int64_t since)
 {
 	l->holder = wf;
 	l->held_since = since;
+}
+
+int lock_idle(const res_lock *l)
+{
+	return !l->holder && !l->head && !l->dirty && !l->in_batch && l->loaded;
 }

@@ -683,7 +683,7 @@ static int pg_load(store *base, void (*res_fn)(void *ctx, resource_row *r),
 	else
 		rc = pg_fail(s->w, r, err, "reading the lock queue");
 	PQclear(r);
-	if (rc == BATON_OK)
+	if (rc == BATON_OK && res_fn)
 		rc = load_resources(s, res_fn, ctx, err);
 	if (rc == BATON_OK)
 		rc = load_unfinished(s, wf_fn, ctx, err);

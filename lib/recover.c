@@ -14,15 +14,6 @@ typedef struct recovery {
 	VEC(wf_row *) waiting;	   /* were queued for it */
 } recovery;
 
-static void recover_resource(void *ctx, resource_row *r)
-{
-	baton_engine *e = ((recovery *)ctx)->e;
-	res_lock *l = lock_new(r->name);
-	resource_row_fini(&l->row);
-	l->row = *r;
-	strmap_put(e->locks, l->row.name, l);
-}
-
 static void recover_workflow(void *ctx, wf_row *wf)
 {
 	recovery *rc = ctx;
@@ -77,7 +68,9 @@ static void requeue(baton_engine *e, wf_row **v, size_t n)
 int eng_recover(baton_engine *e, baton_error *err)
 {
 	recovery r = {.e = e};
-	int rc = store_load(e->st, recover_resource, recover_workflow, &r, &e->lock_seq, err);
+	/* No resource row: a resource comes back into memory when a step asks for it
+	 * (idle.c), so only those with unfinished work do, below. */
+	int rc = store_load(e->st, NULL, recover_workflow, &r, &e->lock_seq, err);
 	/* A step that held its resource gets it back before every later request. */
 	requeue(e, r.interrupted.v, r.interrupted.n);
 	requeue(e, r.waiting.v, r.waiting.n);

@@ -744,7 +744,7 @@ static int sqlite_load(store *base, void (*res_fn)(void *ctx, resource_row *r),
 {
 	sqlite_store *s = (sqlite_store *)base;
 	*lock_seq = s->lock_seq;
-	int rc = load_resources(s, res_fn, ctx, err);
+	int rc = res_fn ? load_resources(s, res_fn, ctx, err) : BATON_OK;
 	return rc ? rc : load_unfinished(s, wf_fn, ctx, err);
 }
 

@@ -131,7 +131,8 @@ typedef struct store_ops {
 	int (*next_ids)(store *s, int kind, int64_t n, int64_t *first, baton_error *err);
 	/* A stored workflow's definition (malloc'd) and status; BATON_ENOTFOUND when none. */
 	int (*find_workflow)(store *s, const char *id, char **def, int *status, baton_error *err);
-	/* Every resource row, then every unfinished workflow with its steps (owned by fn);
+	/* Every resource row (res_fn may be NULL: none is read), then every unfinished
+	 * workflow with its steps (owned by fn);
 	 * *lock_seq: the highest lock-queue number stored (the engine counts on from it). */
 	int (*load)(store *s, void (*res_fn)(void *ctx, resource_row *r),
 		    void (*wf_fn)(void *ctx, wf_row *wf), void *ctx, int64_t *lock_seq,

@@ -28,6 +28,9 @@ while [ $# -gt 0 ] && [ "$1" != "--" ]; do
 done
 [ $# -gt 0 ] && shift
 
+# Test binaries run two at a time (scripts/run-tests.sh): most of a suite's time is
+# waiting for batond, and this machine has two cores.
+export JOBS="${JOBS:-2}"
 passed=0
 failed=0
 skipped=0
@@ -69,6 +72,15 @@ stage() {
 	echo "=== $name: ${p:-0} passed, ${f:-0} failed, ${s:-0} skipped"
 }
 
+# EACH in reverse order: the suites sort by name, and the longest (test_workflows) would
+# otherwise start last and run alone at the end.
+each=""
+for t in "$@"; do
+	each="$t $each"
+done
+# shellcheck disable=SC2086 # paths without blanks
+set -- $each
+
 if [ "$store" != postgres ]; then
 	export BATON_TEST_PG="" BATON_TEST_PG_DIR=""
 	# shellcheck disable=SC2086 # the ONCE list is paths without blanks
@@ -80,7 +92,20 @@ if [ "$store" != sqlite ] && [ $# -gt 0 ]; then
 	if url=$(sh "$here/pg.sh" start "$pgdir"); then
 		echo "=== PostgreSQL $url in $pgdir"
 		export BATON_TEST_PG="$url" BATON_TEST_PG_DIR="$pgdir" BATON_PG_SCRIPT="$here/pg.sh"
-		stage "postgres" "$@"
+		# The suites that stop or restart the server run alone, after the others.
+		shared=""
+		alone=""
+		for t in "$@"; do
+			case ${t##*/} in
+			test_faults | test_postgres | torture) alone="$alone $t" ;;
+			*) shared="$shared $t" ;;
+			esac
+		done
+		# shellcheck disable=SC2086 # paths without blanks
+		stage "postgres" $shared
+		JOBS=1
+		# shellcheck disable=SC2086
+		stage "postgres, restarting the server" $alone
 	else
 		echo "test-stores: PostgreSQL did not start in $pgdir"
 		failed=$((failed + 1))

@@ -23,6 +23,7 @@ static const config defaults = {
     .conn_timeout_s = 30,
     .max_per_ip = 0,
     .conn_memory = 64 * 1024,
+    .idle_resources = 1024,
 };
 
 static void usage(FILE *f)
@@ -61,11 +62,14 @@ static void usage(FILE *f)
 		"                           default %d)\n"
 		"  --max-per-ip N           connections per client address, 0 = no limit\n"
 		"                           (BATON_MAX_PER_IP, default 0)\n"
+		"  --idle-resources N       free resources kept in memory, the most recently\n"
+		"                           used; others are read back from the store when\n"
+		"                           needed (BATON_IDLE_RESOURCES, default %d)\n"
 		"  --help                   print this help\n"
 		"  --version                print the version\n",
 		defaults.listen, defaults.db, defaults.threads, defaults.http_threads,
 		(long long)defaults.shutdown_timeout_ms / 1000, defaults.max_connections,
-		defaults.conn_timeout_s);
+		defaults.conn_timeout_s, defaults.idle_resources);
 }
 
 static int parse_int(const char *what, const char *s, long lo, long hi, long *out)
@@ -250,6 +254,12 @@ static int set_option(config *c, const char *name, const char *v)
 		c->threads = (int)n;
 		return 0;
 	}
+	if (strcmp(name, "idle-resources") == 0) {
+		if (parse_int("--idle-resources", v, 1, 10000000, &n))
+			return -1;
+		c->idle_resources = (int)n;
+		return 0;
+	}
 	if (strcmp(name, "http-threads") == 0) {
 		if (parse_int("--http-threads", v, 1, 256, &n))
 			return -1;
@@ -325,6 +335,7 @@ static const char *const env_names[][2] = {
     {"max-connections", "BATON_MAX_CONNECTIONS"},
     {"conn-timeout", "BATON_CONN_TIMEOUT"},
     {"max-per-ip", "BATON_MAX_PER_IP"},
+    {"idle-resources", "BATON_IDLE_RESOURCES"},
 };
 
 int config_load(config *c, int argc, char **argv)
@@ -343,6 +354,7 @@ int config_load(config *c, int argc, char **argv)
 	    {"max-connections", required_argument, NULL, 0},
 	    {"conn-timeout", required_argument, NULL, 0},
 	    {"max-per-ip", required_argument, NULL, 0},
+	    {"idle-resources", required_argument, NULL, 0},
 	    {"help", no_argument, NULL, 'h'},
 	    {"version", no_argument, NULL, 'V'},
 	    {NULL, 0, NULL, 0},

@@ -111,6 +111,7 @@ int main(int argc, char **argv)
 	    .allow_call = cfg.allow_call,
 	    .on_commit = srv_streams_notify,
 	    .fault_file = getenv("BATON_TEST_FAULT_FILE"), /* tests only */
+	    .idle_resources = cfg.idle_resources,
 	};
 	srv s = {.cfg = &cfg,
 		 .conn_mu = PTHREAD_MUTEX_INITIALIZER,

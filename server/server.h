@@ -37,6 +37,7 @@ typedef struct config {
 	size_t conn_memory;
 	char token[512]; /* empty: no access control */
 	int log_json;
+	int idle_resources; /* free resources kept in memory */
 } config;
 
 /* 0: run; 1: done (--help, --version printed); -1: invalid, message printed. */

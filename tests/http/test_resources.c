@@ -273,6 +273,67 @@ static void test_two_resources_run_in_parallel(void **state)
 	queue_free_all(wfs, N);
 }
 
+/* Whether /metrics has a queue-depth series for `resource` (one per resource in memory). */
+static bool metrics_has_resource(const hs_server *s, const char *resource)
+{
+	hs_response r;
+	assert_int_equal(hs_get(s, "/metrics", &r), 0);
+	assert_int_equal(r.status, 200);
+	char series[160];
+	snprintf(series, sizeof series, "baton_resource_queue_depth{resource=\"%s\"}", resource);
+	bool has = r.body && strstr(r.body, series) != NULL;
+	hs_response_fini(&r);
+	return has;
+}
+
+static bool only_idle_c_in_memory(void *arg)
+{
+	const hs_server *s = arg;
+	return metrics_has_resource(s, "idle-c") && !metrics_has_resource(s, "idle-a") &&
+	       !metrics_has_resource(s, "idle-b");
+}
+
+/*
+ * With --idle-resources 1, a free resource leaves memory once another becomes idle after
+ * it (its per-resource metrics go with it), and comes back from the store when a step
+ * asks for it: the next grant takes the token after its stored one, round after round and
+ * after a restart, which loads no idle resource at all.
+ */
+static void test_idle_resources_leave_memory(void **state)
+{
+	(void)state;
+	const char *args[] = {"--idle-resources", "1", NULL};
+	hs_server *s = hs_open(args);
+	assert_non_null(s);
+	const char *names[] = {"idle-a", "idle-b", "idle-c"};
+	for (int round = 1; round <= 4; round++) {
+		if (round == 4) { /* from the store only */
+			assert_int_equal(hs_stop(s), 0);
+			assert_int_equal(hs_start(s), 0);
+		}
+		for (int i = 0; i < 3; i++) {
+			char id[64];
+			snprintf(id, sizeof id, "idle-%d-%d", round, i);
+			queue_submit(s, id, names[i], 1, 1);
+			json_t *wf = hs_wait_workflow(s, id, "completed", WAIT_MS);
+			json_int_t token = hs_int(hs_step_at(wf, 0), "fencing_token");
+			if (token != round)
+				fail_msg("round %d on %s: fencing token %lld, expected %d", round,
+					 names[i], (long long)token, round);
+			json_decref(wf);
+			json_t *res = hs_get_json(s, "/resources/idle-a", 200);
+			assert_int_equal(hs_int(res, "last_fencing_token"), round);
+			json_decref(res);
+		}
+		/* idle-c was used last: it stays; idle-a and idle-b leave memory (just after
+		 * the commit that the workflow's status shows). */
+		if (!hs_wait_until(only_idle_c_in_memory, s, WAIT_MS))
+			fail_msg("round %d: idle-a or idle-b still in /metrics, or idle-c not",
+				 round);
+	}
+	assert_int_equal(hs_close(s), 0);
+}
+
 /* Grants follow request order: the steps that asked first (lock_requested) get it first. */
 static void test_grants_are_fifo(void **state)
 {
@@ -610,6 +671,7 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_two_resources_run_in_parallel, hs_setup,
 					    hs_teardown),
 	    cmocka_unit_test_setup_teardown(test_grants_are_fifo, hs_setup, hs_teardown),
+	    cmocka_unit_test(test_idle_resources_leave_memory),
 	    cmocka_unit_test_setup_teardown(test_resource_view_during_contention, calls_setup,
 					    calls_teardown),
 	    cmocka_unit_test_setup_teardown(test_many_posts_over_one_http_thread,
