@@ -286,6 +286,7 @@ static void apply_cancel(baton_engine *e, msg *m, int64_t now)
 	}
 	event_sink ev = {eng_on_event, e};
 	eng_follow(e, wf, machine_cancel(wf, e->def, now, &ev), now);
+	task_cancelled(e, wf, now); /* an external step nobody claimed ends now */
 	reply r = {m->w, BATON_OK, 0};
 	VEC_PUSH(e->replies, r);
 }

@@ -201,6 +201,9 @@ void task_ready(baton_engine *e, wf_row *wf, int64_t now);
 /* A timer of wf fired: 1 when it was its claim's expiry (handled). */
 int task_timer(baton_engine *e, wf_row *wf, int64_t now);
 void task_claims_timer(baton_engine *e, int64_t now);
+/* The workflow was cancelled: its external step, granted and not claimed, ends (a claimed
+ * one ends with its claimer's outcome or the claim's expiry). */
+void task_cancelled(baton_engine *e, wf_row *wf, int64_t now);
 void task_apply(baton_engine *e, msg *m, int64_t now);
 void task_stop(baton_engine *e);
 void task_free_all(baton_engine *e);

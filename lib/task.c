@@ -122,6 +122,18 @@ int task_timer(baton_engine *e, wf_row *wf, int64_t now)
 	return 1;
 }
 
+void task_cancelled(baton_engine *e, wf_row *wf, int64_t now)
+{
+	if (wf->done || wf->task_claimed || !wf->cancel_requested)
+		return;
+	const step_row *st = &wf->steps[wf->cur];
+	if (st->status != ST_RUNNING || !task_is_external(st))
+		return;
+	step_output out = {.duration_ms = now - st->started_at};
+	snprintf(out.error, sizeof out.error, "cancelled before a worker claimed it");
+	outcome(e, wf, &out, now);
+}
+
 void task_claims_timer(baton_engine *e, int64_t now)
 {
 	size_t k = 0;

@@ -4,7 +4,8 @@
  * gets the workflow's results so far, and completes or fails it; 204 when no task comes;
  * filters; one step to one claimer; a claim not heartbeaten expires as a failed attempt
  * and is retried with a new token, while the stale attempt's heartbeat and completion
- * answer 410; failures retryable or not; kill -9 while a task is claimed; bad input.
+ * answer 410; failures retryable or not; kill -9 while a task is claimed; the cancel of a
+ * workflow whose external step nobody claimed; bad input.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -223,6 +224,24 @@ static void test_unclaimed_step_holds_the_resource(void **state)
 	hs_response_fini(&r);
 }
 
+static void test_cancel_of_an_unclaimed_step(void **state)
+{
+	hs_server *s = *state;
+	json_decref(submit(s, "w1", "db", "reindex", 3));
+	json_decref(hs_wait_step(s, "w1", 1, "running", WAIT_MS));
+	hs_response r;
+	assert_int_equal(hs_post(s, "/workflows/w1/cancel", NULL, &r), 0);
+	assert_int_equal(r.status, 200);
+	hs_response_fini(&r);
+	json_decref(hs_wait_workflow(s, "w1", "cancelled", WAIT_MS));
+	json_t *res = hs_get_json(s, "/resources/db", 200);
+	assert_true(json_is_null(json_object_get(res, "holder"))); /* released */
+	json_decref(res);
+	long status;
+	json_decref(claim(s, "{\"wait_ms\": 0}", &status));
+	assert_int_equal(status, 204); /* nothing left to claim */
+}
+
 static void test_bad_input(void **state)
 {
 	hs_server *s = *state;
@@ -265,6 +284,8 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_fail_retryable_or_not, hs_setup, hs_teardown),
 	    cmocka_unit_test_setup_teardown(test_kill9_while_claimed, hs_setup, hs_teardown),
 	    cmocka_unit_test_setup_teardown(test_unclaimed_step_holds_the_resource, hs_setup,
+					    hs_teardown),
+	    cmocka_unit_test_setup_teardown(test_cancel_of_an_unclaimed_step, hs_setup,
 					    hs_teardown),
 	    cmocka_unit_test_setup_teardown(test_bad_input, hs_setup, hs_teardown),
 	};
