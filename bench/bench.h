@@ -273,6 +273,7 @@ int bench_floor(void);
 int bench_step_overhead(void);
 int bench_group_commit(void);
 int bench_contended(void);
+int bench_leases(void); /* leases.c */
 int bench_http_accept(void);
 int bench_http_read(void);
 int bench_memory(void);

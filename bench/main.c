@@ -5,7 +5,8 @@
  *                [--threads N] [--http-threads N] [--keep]
  *                [--store sqlite|postgres|both] [--pg URL] [NAME...]
  *
- * NAME is any of floor, steps, group, contended, accept, read, memory, recovery, calls
+ * NAME is any of floor, steps, group, contended, accept, read, memory, recovery, calls,
+ * leases
  * (default: all, in that order). Every benchmark starts its own batond on 127.0.0.1:0
  * with a fresh database under PARENT (default $TMPDIR or /tmp) and removes it after.
  * With --store postgres (or both: SQLite first), the benchmarks that have a PostgreSQL
@@ -85,18 +86,17 @@ static const struct {
     {"group", bench_group_commit, 1}, {"contended", bench_contended, 1},
     {"accept", bench_http_accept, 1}, {"read", bench_http_read, 1},
     {"memory", bench_memory, 0},      {"recovery", bench_recovery, 0},
-    {"calls", bench_http_steps, 1},
+    {"calls", bench_http_steps, 1},   {"leases", bench_leases, 1},
 };
 #define NBENCH (sizeof benches / sizeof benches[0])
 
 static void usage(FILE *f)
 {
-	fprintf(
-	    f,
-	    "usage: batonbench [--smoke] [--batond PATH] [--minjson PATH] [--dir PARENT]\n"
-	    "                  [--threads N] [--http-threads N] [--keep]\n"
-	    "                  [--store sqlite|postgres|both] [--pg URL] [NAME...]\n"
-	    "NAME: floor steps group contended accept read memory recovery calls (default: all)\n");
+	fprintf(f, "usage: batonbench [--smoke] [--batond PATH] [--minjson PATH] [--dir PARENT]\n"
+		   "                  [--threads N] [--http-threads N] [--keep]\n"
+		   "                  [--store sqlite|postgres|both] [--pg URL] [NAME...]\n"
+		   "NAME: floor steps group contended accept read memory recovery calls leases "
+		   "(default: all)\n");
 }
 
 static void on_signal(int sig)

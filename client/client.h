@@ -9,6 +9,8 @@
  *   admin.c     delete, backup: the operator's commands
  *   demo.c      `baton demo [--crash]`: the origin's distributed-mutex demo, rendered live
  *   watch.c     `baton watch ID`: a workflow followed live over its event stream (SSE)
+ *   lock.c      `baton lock RESOURCE -- COMMAND`: a command run under a lease
+ *   worker.c    `baton worker --worker NAME -- COMMAND`: an external worker's steps
  *   sse.c       an incremental parser of Server-Sent Events, for watch
  *   util.c      JSON field access, small formatting helpers, a growable buffer
  *
@@ -31,6 +33,10 @@ enum {
 	EXIT_USAGE = 2,	      /* bad command line; usage went to stderr */
 	EXIT_UNREACHABLE = 3, /* no HTTP answer from the server */
 	EXIT_PARTIAL = 4,     /* watch, get: the workflow completed, but some steps failed */
+	/* lock: the lease was not granted within --wait; the command was not run */
+	EXIT_NOT_ACQUIRED = 75,
+	/* lock: the lease was lost while the command ran; the command was stopped */
+	EXIT_LEASE_LOST = 76,
 };
 
 #define BATON_CLIENT_VERSION "0.1.0"
@@ -74,6 +80,8 @@ const char *http_base(const http *h);
 int http_request(http *h, const char *method, const char *path, const json_t *body,
 		 struct http_reply *reply);
 void http_reply_fini(struct http_reply *reply);
+/* The whole time one request may take from now on, in ms (0: the default, 30 s). */
+void http_set_timeout(http *h, long ms);
 
 /*
  * http_request, plus the error statuses: returns EXIT_OK with *out a new reference to the
@@ -193,6 +201,8 @@ int cmd_watch(struct cli *cli, int argc, char **argv);
 int cmd_health(struct cli *cli, int argc, char **argv);
 int cmd_delete(struct cli *cli, int argc, char **argv); /* admin.c */
 int cmd_backup(struct cli *cli, int argc, char **argv); /* admin.c */
+int cmd_lock(struct cli *cli, int argc, char **argv);	/* lock.c */
+int cmd_worker(struct cli *cli, int argc, char **argv); /* worker.c */
 
 /* Parses "CMD [-h] ID" (commands.c). Returns -1 with *id set (borrowed from argv), else
  * the exit status the command must return: 0 after --help, EXIT_USAGE. */

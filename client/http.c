@@ -30,6 +30,7 @@ struct http {
 	struct curl_slist *post_headers;  /* JSON body */
 	struct curl_slist *empty_headers; /* POST without body: no Content-Type */
 	char errbuf[CURL_ERROR_SIZE];
+	long timeout_ms; /* 0: REQUEST_TIMEOUT_MS */
 };
 
 static struct curl_slist *headers(const char *const *lines)
@@ -125,7 +126,8 @@ static int prepare(http *h, const char *method, const char *url, const char *pay
 	curl_easy_setopt(c, CURLOPT_ERRORBUFFER, h->errbuf);
 	curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
 	curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, (long)CONNECT_TIMEOUT_MS);
-	curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, (long)REQUEST_TIMEOUT_MS);
+	curl_easy_setopt(c, CURLOPT_TIMEOUT_MS,
+			 h->timeout_ms > 0 ? h->timeout_ms : (long)REQUEST_TIMEOUT_MS);
 	curl_easy_setopt(c, CURLOPT_USERAGENT, "baton/" BATON_CLIENT_VERSION);
 	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, curl_body_write);
 	curl_easy_setopt(c, CURLOPT_WRITEDATA, b);
@@ -220,6 +222,11 @@ out:
 	free(payload);
 	free(url);
 	return rc;
+}
+
+void http_set_timeout(http *h, long ms)
+{
+	h->timeout_ms = ms;
 }
 
 void http_reply_fini(struct http_reply *reply)

@@ -23,7 +23,8 @@ static const struct command {
     {"submit", cmd_submit}, {"get", cmd_get},	    {"list", cmd_list},
     {"cancel", cmd_cancel}, {"events", cmd_events}, {"resources", cmd_resources},
     {"demo", cmd_demo},	    {"watch", cmd_watch},   {"health", cmd_health},
-    {"delete", cmd_delete}, {"backup", cmd_backup},
+    {"delete", cmd_delete}, {"backup", cmd_backup}, {"lock", cmd_lock},
+    {"worker", cmd_worker},
 };
 
 void usage(FILE *out)
@@ -52,6 +53,20 @@ void usage(FILE *out)
 	      "  health              exit 0 when batond answers /healthz (for HEALTHCHECK)\n"
 	      "  backup FILE         write a consistent copy of batond's SQLite database to\n"
 	      "                      FILE, taken while it runs (start batond on it to restore)\n"
+	      "  lock RESOURCE [--ttl 15s] [--wait 60s] [--holder NAME] -- COMMAND [ARGS...]\n"
+	      "                      run COMMAND while holding a lease on RESOURCE, with\n"
+	      "                      BATON_FENCING_TOKEN, BATON_LEASE_ID and BATON_RESOURCE in\n"
+	      "                      its environment; renews it every ttl/3; stops COMMAND's\n"
+	      "                      process group (TERM, then KILL) if the lease is lost\n"
+	      "  worker --worker NAME [--resource R] [--ttl 30s] [--once] -- COMMAND [ARGS...]\n"
+	      "                      do the steps of external worker NAME: claim each, run\n"
+	      "                      COMMAND with the task as JSON on stdin and BATON_TASK_ID,\n"
+	      "                      BATON_WORKFLOW_ID, BATON_STEP, BATON_ATTEMPT,\n"
+	      "                      BATON_FENCING_TOKEN... in its environment, heartbeat while\n"
+	      "                      it runs; exit 0 completes the step with its stdout (JSON,\n"
+	      "                      else a string), any other status fails it (retryable)\n"
+	      "                      with its stderr's last lines; --once: one task, then exit\n"
+	      "                      0 if it completed, else 1\n"
 	      "\n"
 	      "Options (before or after the command; \"--\" ends them, for a worker named\n"
 	      "like an option):\n"
@@ -69,7 +84,10 @@ void usage(FILE *out)
 	      "  2  usage error\n"
 	      "  3  server unreachable (for watch: lost, and did not come back)\n"
 	      "  4  watch and get: the workflow completed, but some of its steps failed\n"
-	      "     (on_failure: continue)\n",
+	      "     (on_failure: continue)\n"
+	      "  lock: the command's own exit status (128 + N when signal N ended it), or\n"
+	      "  75 the lease was not granted within --wait; the command was not run\n"
+	      "  76 the lease was lost while the command ran; the command was stopped\n",
 	      out);
 }
 
@@ -93,8 +111,9 @@ int bad_option(const char *cmd, char **argv)
 /* Options of the commands that take a value: their value is never a global option. */
 static int command_option_with_value(const char *arg)
 {
-	static const char *const names[] = {"--id", "--resource", "--status", "--limit",
-					    "--cursor"};
+	static const char *const names[] = {"--id",    "--resource", "--status",
+					    "--limit", "--cursor",   "--ttl",
+					    "--wait",  "--holder",   "--worker"};
 
 	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
 		if (strcmp(arg, names[i]) == 0)

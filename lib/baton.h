@@ -37,6 +37,7 @@ enum baton_code {
 	BATON_ECORRUPT = 6,  /* the database is not a baton database or is damaged */
 	BATON_EINTERNAL = 7, /* out of memory or another internal failure */
 	BATON_ETOOLARGE = 8, /* the input is larger than the engine accepts */
+	BATON_EGONE = 9,     /* it existed and ended: a lease that expired */
 };
 
 /* Detail of a failed call, owned by the caller (as jansson's json_error_t). */
@@ -257,6 +258,83 @@ int baton_engine_resource_events(baton_engine *e, const char *name, int64_t afte
  * {"le": [bounds...], "counts": [cumulative...], "count", "sum"}.
  */
 int baton_engine_metrics(baton_engine *e, json_t **out, baton_error *err);
+
+/* ---- leases: the resource's lock for any process (lease.c) ---- */
+
+/*
+ * A lease request. resource: a valid name; holder: who asks (a valid name, shown as the
+ * holder); ttl_ms >= 1000: how long the lease lasts without a renewal; wait_ms 0..300000:
+ * how long to wait in the queue (0: granted only when the resource is free and nobody
+ * waits); request_id: NULL, or a valid name that makes a repeated request return the
+ * same lease (the lease's id is then "lease-" and the request_id).
+ */
+typedef struct baton_lease_request {
+	const char *resource, *holder, *request_id;
+	int64_t ttl_ms, wait_ms;
+} baton_lease_request;
+
+/*
+ * The answer to a lease call, on the engine thread: rc BATON_OK with the lease (a new
+ * reference the callee owns: {"id", "resource", "holder", "state", "fencing_token",
+ * "ttl_ms", "expires_at", ...}), or an error with why; with BATON_ECONFLICT for an
+ * acquisition that was not granted, lease is {"holder": ..., "queue_length": N} (who
+ * holds the resource, how many wait) when known. created: 1 for a new grant.
+ */
+typedef void (*baton_lease_fn)(void *ud, int rc, int created, json_t *lease, const char *why);
+
+/*
+ * Queues a lease request. BATON_OK and done follows once it is granted and durable (or not
+ * granted within wait_ms: BATON_ECONFLICT; or refused); or an error here (invalid input,
+ * engine full) and done is never called. The request occupies a place in the resource's
+ * FIFO queue, among workflow steps, and the grant takes the next fencing token.
+ * *id (33+7 bytes at least: 48) receives the lease's id, for baton_lease_abandon.
+ */
+int baton_lease_acquire(baton_engine *e, const baton_lease_request *req, baton_lease_fn done,
+			void *ud, char id[48], baton_error *err);
+/*
+ * The caller of baton_lease_acquire went away: a lease still waiting leaves the queue at
+ * once (its done gets BATON_ECONFLICT); release: the lease was granted but its answer
+ * could not be delivered, so it is released. Any thread; nothing is answered.
+ */
+void baton_lease_abandon(baton_engine *e, const char *id, int release);
+/* Renews (ttl_ms > 0: with a new ttl), releases, or reads lease id; done answers
+ * (release: once durable). BATON_EGONE when it expired, BATON_ENOTFOUND when there is
+ * no such lease. Any thread. */
+int baton_lease_renew(baton_engine *e, const char *id, int64_t ttl_ms, baton_lease_fn done,
+		      void *ud, baton_error *err);
+int baton_lease_release(baton_engine *e, const char *id, baton_lease_fn done, void *ud,
+			baton_error *err);
+int baton_lease_get(baton_engine *e, const char *id, baton_lease_fn done, void *ud,
+		    baton_error *err);
+/* ---- external workers (task.c) ---- */
+
+/*
+ * Claims a task: the step of a worker {"external": true} that holds its resource and
+ * waits to be done (worker, resource: filters, NULL for any). done answers BATON_OK with
+ * the task ({"id", "workflow_id", "step", "worker", "resource", "attempt",
+ * "fencing_token", "ttl_ms", "expires_at", "input"}, once its grant is durable) or with
+ * lease NULL when none came within wait_ms (0..300000). The claimer must heartbeat within
+ * ttl_ms (1000..86400000), else the attempt fails and is retried under the workflow's
+ * retry policy. Any thread.
+ */
+int baton_task_claim(baton_engine *e, const char *worker, const char *resource, int64_t wait_ms,
+		     int64_t ttl_ms, baton_lease_fn done, void *ud, baton_error *err);
+enum { BATON_TASK_HEARTBEAT, BATON_TASK_COMPLETE, BATON_TASK_FAIL, BATON_TASK_UNCLAIM };
+/*
+ * Reports on task id ("<workflow id>.<step>.<attempt>"): a heartbeat (answered with the
+ * task), its completion with result (stolen; NULL: null), its failure with error (a
+ * retryable one is retried under the workflow's policy), or UNCLAIM (its claim could not
+ * be delivered: it is offered again; done may be NULL). Completion and failure are
+ * answered once durable. BATON_EGONE when the attempt is not the current claimed one
+ * (expired, superseded, its workflow ended): nothing changes; BATON_ENOTFOUND when there
+ * is no such workflow. Any thread.
+ */
+int baton_task_report(baton_engine *e, const char *id, int op, json_t *result, const char *error,
+		      int retryable, baton_lease_fn done, void *ud, baton_error *err);
+
+/* The server stops: every lease acquisition (and task claim) still waiting is answered
+ * BATON_EBUSY, leases leave their queue, and new ones are refused. Any thread. */
+void baton_lease_stop(baton_engine *e);
 
 /* 1 when the engine is ready for new work: recovered, and its last commit succeeded. */
 int baton_engine_ready(baton_engine *e);

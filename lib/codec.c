@@ -371,7 +371,8 @@ static int worker_call(const json_t *w, const char *where, const parse_ctx *ctx,
 static int parse_worker(const json_t *w, size_t i, const parse_ctx *ctx, json_t **out,
 			baton_error *err)
 {
-	static const char *const fields[] = {"name", "work_ms", "fail_attempts", "call", NULL};
+	static const char *const fields[] = {"name", "work_ms",	 "fail_attempts",
+					     "call", "external", NULL};
 	char where[48];
 	snprintf(where, sizeof where, "workers[%zu]", i);
 	const json_t *name = json_is_object(w) ? json_object_get(w, "name") : w;
@@ -393,6 +394,21 @@ static int parse_worker(const json_t *w, size_t i, const parse_ctx *ctx, json_t 
 	if (json_is_object(w) && (rc0 = only_fields(w, fields, where, err))) {
 		json_decref(p);
 		return rc0;
+	}
+	const json_t *ext = json_is_object(w) ? json_object_get(w, "external") : NULL;
+	if (ext && !json_is_boolean(ext)) {
+		json_decref(p);
+		return err_set(err, BATON_EINVAL, "%s.external: must be true or false", where);
+	}
+	if (json_is_true(ext)) { /* a process outside batond claims it (task.c) */
+		json_decref(p);
+		if (json_object_get(w, "call") || json_object_get(w, "work_ms") ||
+		    json_object_get(w, "fail_attempts"))
+			return err_set(
+			    err, BATON_EINVAL,
+			    "%s: an external worker has no call, work_ms or fail_attempts", where);
+		*out = json_pack("{s:O, s:b}", "name", name, "external", 1);
+		return *out ? BATON_OK : err_set(err, BATON_EINTERNAL, "out of memory");
 	}
 	if (ctx->default_call || (json_is_object(w) && json_object_get(w, "call"))) {
 		int rc = worker_call(w, where, ctx, p, out, err);
@@ -509,6 +525,15 @@ int codec_parse_request(const json_t *req, wf_row *wf, const char *const *allow_
 	return rc;
 }
 
+/* Ids that start with "lease-" are the leases' (lease.c). */
+static int reserved_id(const char *id, baton_error *err)
+{
+	if (id && strncmp(id, "lease-", 6) == 0)
+		return err_set(err, BATON_EINVAL,
+			       "id: ids starting with \"lease-\" are for leases");
+	return BATON_OK;
+}
+
 static int parse_request(const json_t *req, wf_row *wf, const char *const *allow_call,
 			 baton_error *err)
 {
@@ -520,6 +545,7 @@ static int parse_request(const json_t *req, wf_row *wf, const char *const *allow
 	int rc;
 	if ((rc = only_fields(req, fields, "", err)) ||
 	    (rc = parse_name_field(req, "id", 0, &wf->id, err)) ||
+	    (rc = reserved_id(wf->id, err)) ||
 	    (rc = parse_name_field(req, "resource", 1, &wf->resource, err)) ||
 	    (rc = parse_retry(json_object_get(req, "retry"), &wf->retry, err)) ||
 	    (rc = parse_on_failure(json_object_get(req, "on_failure"), &wf->on_failure, err)))

@@ -60,6 +60,11 @@ static void waiter_wait(waiter *w)
 
 void eng_waiter_done(waiter *w, int rc, int created, const char *msg_text)
 {
+	if (w->lease_cb) {
+		w->lease_cb(w->ud, rc, created, w->lease, msg_text ? msg_text : w->msg);
+		free(w);
+		return;
+	}
 	if (w->cb) {
 		w->cb(w->ud, rc, w->id, created, msg_text ? msg_text : "");
 		free(w);
@@ -277,9 +282,11 @@ static void apply_cancel(baton_engine *e, msg *m, int64_t now)
 		res_lock *l = eng_lock_of(e, wf->resource);
 		lock_remove(l, wf);
 		eng_touch_lock(e, l);
+		lease_cancelled(e, wf);
 	}
 	event_sink ev = {eng_on_event, e};
 	eng_follow(e, wf, machine_cancel(wf, e->def, now, &ev), now);
+	task_cancelled(e, wf, now); /* an external step nobody claimed ends now */
 	reply r = {m->w, BATON_OK, 0};
 	VEC_PUSH(e->replies, r);
 }
@@ -335,13 +342,23 @@ static void purge(baton_engine *e)
 }
 
 /* Grants l, when free, to its next waiter. */
-static void grant_lock(baton_engine *e, res_lock *l, int64_t now)
+void eng_grant_lock(baton_engine *e, res_lock *l, int64_t now)
 {
 	event_sink ev = {eng_on_event, e};
 	int64_t waited;
 	wf_row *wf;
 	while ((wf = lock_grant_next(l, now, &waited))) {
 		machine_grant(wf, l->row.last_token, waited, now, &ev);
+		if (wf->lease) { /* held by an outside process: nothing runs here */
+			eng_touch_wf(e, wf);
+			lease_granted(e, wf, now);
+			continue;
+		}
+		if (task_is_external(&wf->steps[wf->cur])) { /* a process will claim it */
+			eng_touch_wf(e, wf);
+			task_ready(e, wf, now);
+			continue;
+		}
 		wf->in_flight = 1;
 		eng_touch_wf(e, wf);
 		dispatch d = {wf, wf->cur, wf->steps[wf->cur].attempts, l->row.last_token};
@@ -367,7 +384,7 @@ static void apply_outcome(baton_engine *e, msg *m, int64_t now)
 	 * the round: the step's end and the next grant are then consecutive events, which
 	 * are stored as one row when the waiter is this workflow again (commit.c). */
 	if (!e->no_new_work)
-		grant_lock(e, eng_lock_of(e, wf->resource), now);
+		eng_grant_lock(e, eng_lock_of(e, wf->resource), now);
 }
 
 static void fire_timers(baton_engine *e, int64_t now)
@@ -375,7 +392,13 @@ static void fire_timers(baton_engine *e, int64_t now)
 	while (e->timers.n && e->timers.v[0].at <= now) {
 		timer t = timer_pop(e);
 		wf_row *wf = strmap_get(e->wfs, t.id);
-		if (wf) {
+		if (t.id[0] == TASK_CLAIMS_TIMER[0]) {
+			task_claims_timer(e, now);
+		} else if (wf && wf->lease) {
+			lease_timer(e, wf, now);
+		} else if (wf && task_timer(e, wf, now)) {
+			/* a claim expired: a failed attempt */
+		} else if (wf) {
 			transition tr = machine_timer(wf, now);
 			if (tr.request >= 0) {
 				eng_touch_wf(e, wf);
@@ -390,7 +413,7 @@ static void fire_timers(baton_engine *e, int64_t now)
 void eng_grant(baton_engine *e, int64_t now)
 {
 	for (size_t i = 0; i < e->dirty_locks.n; i++)
-		grant_lock(e, e->dirty_locks.v[i], now);
+		eng_grant_lock(e, e->dirty_locks.v[i], now);
 }
 
 /* ---- the loop ---- */
@@ -452,13 +475,21 @@ static void *engine_main(void *arg)
 				apply_cancel(e, m, now);
 			else if (m->type == MSG_DELETE)
 				apply_delete(e, m);
+			else if (m->type == MSG_TASK_CLAIM || m->type == MSG_TASK_OP)
+				task_apply(e, m, now);
+			else if (m->type >= MSG_LEASE)
+				lease_apply(e, m, now);
 			else
 				apply_outcome(e, m, now);
-			free(m->id);
-			free(m);
+			if (m->type != MSG_TASK_CLAIM || !m->w) { /* a waiting claim keeps it */
+				free(m->id);
+				free(m);
+			}
 			m = next;
 		}
 		fire_timers(e, now);
+		if (e->no_new_work && !e->leases_stopped)
+			lease_stop(e);
 		eng_load_pending(e);
 		if (!e->no_new_work)
 			eng_grant(e, now);
@@ -572,6 +603,14 @@ void baton_engine_close(baton_engine *e, int64_t timeout_ms)
 			eng_waiter_done(m->w, BATON_EBUSY, 0, "the server is shutting down");
 			if (m->type == MSG_SUBMIT)
 				wf_row_free(m->wf);
+		} else if (m->type >= MSG_LEASE) {
+			free(m->worker);
+			free(m->resource);
+			if (m->w)
+				eng_waiter_done(m->w, BATON_EBUSY, 0,
+						"the server is shutting down");
+			if (m->type == MSG_LEASE)
+				wf_row_free(m->wf);
 		}
 		json_decref(m->out.result);
 		json_decref(m->out.detail);
@@ -587,6 +626,7 @@ void baton_engine_close(baton_engine *e, int64_t timeout_ms)
 	free(e->event_rows.v);
 	free(e->res_rows.v);
 	free(e->timers.v);
+	task_free_all(e);
 	free(e->dirty_wfs.v);
 	free(e->dirty_locks.v);
 	free(e->unloaded.v);
@@ -794,6 +834,11 @@ int baton_engine_metrics(baton_engine *e, json_t **out, baton_error *err)
 	    hist_json(&e->commit_seconds, hist_seconds), "checkpoints_per_commit",
 	    hist_json(&e->checkpoints_per_commit, hist_counts));
 	strmap_each(e->res_metrics, add_res_metrics, resources);
+	json_object_set_new(
+	    m, "leases",
+	    json_pack("{s:I, s:I, s:I, s:I}", "granted", (json_int_t)e->leases_granted, "released",
+		      (json_int_t)e->leases_released, "expired", (json_int_t)e->leases_expired,
+		      "refused", (json_int_t)e->leases_refused));
 	pthread_mutex_unlock(&e->metrics_mu);
 	json_object_set_new(m, "workflows", counts);
 	json_object_set_new(m, "resources", resources);

@@ -8,7 +8,24 @@
 
 #include "store.h"
 
-enum msg_type { MSG_SUBMIT, MSG_CANCEL, MSG_OUTCOME, MSG_DELETE };
+enum msg_type {
+	MSG_SUBMIT,
+	MSG_CANCEL,
+	MSG_OUTCOME,
+	MSG_DELETE,
+	MSG_LEASE, /* from here on: leases and tasks */
+	MSG_LEASE_OP,
+	MSG_LEASE_STOP,
+	MSG_TASK_CLAIM,
+	MSG_TASK_OP
+};
+enum task_op {
+	TASK_HEARTBEAT = BATON_TASK_HEARTBEAT,
+	TASK_COMPLETE = BATON_TASK_COMPLETE,
+	TASK_FAIL = BATON_TASK_FAIL,
+	TASK_UNCLAIM = BATON_TASK_UNCLAIM
+};
+enum lease_op { LEASE_RENEW, LEASE_RELEASE, LEASE_GET, LEASE_ABANDON, LEASE_ABANDON_GRANTED };
 
 /* Submissions waiting for the engine at most; more are refused with BATON_EBUSY. */
 #define MAX_PENDING_SUBMITS 4096
@@ -23,17 +40,21 @@ typedef struct waiter {
 	int done;
 	int rc;
 	int created;
+	baton_lease_fn lease_cb; /* a lease call (lease.c): answered with lease */
+	json_t *lease;
 	char id[MAX_NAME + 1];
 	char msg[512];
 } waiter;
 
 typedef struct msg {
 	int type;
-	wf_row *wf;	  /* SUBMIT: the new row (owned); OUTCOME: the running workflow */
-	char *id;	  /* CANCEL, DELETE */
-	waiter *w;	  /* SUBMIT, CANCEL, DELETE */
-	int idx, attempt; /* OUTCOME */
-	step_output out;  /* OUTCOME */
+	wf_row *wf;		 /* SUBMIT: the new row (owned); OUTCOME: the running workflow */
+	char *id;		 /* CANCEL, DELETE */
+	waiter *w;		 /* SUBMIT, CANCEL, DELETE */
+	int idx, attempt;	 /* OUTCOME; LEASE_OP: idx is the lease_op */
+	int64_t ttl_ms, wait_ms; /* LEASE, LEASE_OP, TASK_CLAIM */
+	char *worker, *resource; /* TASK_CLAIM: its filters (NULL: any) */
+	step_output out;	 /* OUTCOME */
 	struct msg *next;
 } msg;
 
@@ -134,9 +155,13 @@ struct baton_engine {
 	VEC(wf_row *) finished;
 	VEC(timer) timers; /* binary min-heap on .at */
 	int64_t fault_backoff_ms, retry_commit_at;
-	int64_t retention_ms; /* 0: finished workflows are kept */
-	int64_t purge_at;     /* mono_ms of the next retention pass */
-	textbuf text;	      /* the event rows being written (batch.c) */
+	int64_t retention_ms;	 /* 0: finished workflows are kept */
+	int64_t purge_at;	 /* mono_ms of the next retention pass */
+	int leases_stopped;	 /* no lease waits any more: the server is stopping */
+	VEC(char *) tasks_ready; /* ids of workflows whose external step waits for a claim */
+	VEC(msg *) claims;	 /* claims waiting for a task, oldest first */
+	uint64_t leases_granted, leases_released, leases_expired, leases_refused; /* metrics_mu */
+	textbuf text; /* the event rows being written (batch.c) */
 	VEC(store_event_row) event_rows;
 	VEC(const resource_row *) res_rows;
 	/* Idle resources kept in memory, least recently used first (idle.c). */
@@ -157,6 +182,35 @@ void eng_request(baton_engine *e, wf_row *wf, int idx, int64_t now);
 void eng_follow(baton_engine *e, wf_row *wf, transition t, int64_t now);
 void eng_grant(baton_engine *e, int64_t now);
 void eng_post(baton_engine *e, msg *m);
+void eng_grant_lock(baton_engine *e, res_lock *l, int64_t now);
+
+/* lease.c */
+void lease_apply(baton_engine *e, msg *m, int64_t now);
+/* A lease was granted in grant_lock: its expiry timer, its caller's answer. */
+void lease_granted(baton_engine *e, wf_row *wf, int64_t now);
+/* A timer of a lease fired: expiry, or the end of its wait. */
+void lease_timer(baton_engine *e, wf_row *wf, int64_t now);
+/* The lease was cancelled as a workflow: its waiting caller is told. */
+void lease_cancelled(baton_engine *e, wf_row *wf);
+/* Recovery: a stored lease step; 1 when it was taken care of. */
+int lease_recover(baton_engine *e, wf_row *wf);
+/* Every lease caller still waiting is answered (the engine is closing). */
+void lease_stop(baton_engine *e);
+
+/* task.c: external workers */
+#define TASK_CLAIMS_TIMER "\001claims" /* the timer id of waiting claims */
+int task_is_external(const step_row *st);
+/* An external step was granted: it goes to a waiting claim, or waits for one. */
+void task_ready(baton_engine *e, wf_row *wf, int64_t now);
+/* A timer of wf fired: 1 when it was its claim's expiry (handled). */
+int task_timer(baton_engine *e, wf_row *wf, int64_t now);
+void task_claims_timer(baton_engine *e, int64_t now);
+/* The workflow was cancelled: its external step, granted and not claimed, ends (a claimed
+ * one ends with its claimer's outcome or the claim's expiry). */
+void task_cancelled(baton_engine *e, wf_row *wf, int64_t now);
+void task_apply(baton_engine *e, msg *m, int64_t now);
+void task_stop(baton_engine *e);
+void task_free_all(baton_engine *e);
 
 /* idle.c: a resource's lock, from memory or read back from the store (unloaded when
  * the read failed: it queues but does not grant until eng_load_pending reads it). */

@@ -96,6 +96,14 @@ typedef struct wf_row {
 	 * (which the row stores only once the workflow ends; until then it is counted
 	 * from the step rows) */
 	unsigned dirty : 1, is_new : 1, done : 1, in_batch : 1, noted : 1;
+	/* A lease (lease.c): a one-step workflow whose step an outside process holds until
+	 * it releases it or stops renewing it. In memory only: expires_at, the caller. */
+	unsigned lease : 1;
+	int64_t lease_ttl_ms, lease_expires_at, lease_wait_until;
+	struct waiter *lease_w; /* the acquisition's caller until it is answered */
+	/* An external step (task.c) that a process has claimed, until when, for how long. */
+	unsigned task_claimed : 1;
+	int64_t task_expires_at, task_ttl_ms;
 } wf_row;
 
 /* The compact JSON size of the completed steps' results (recovery counts them again). */
@@ -306,6 +314,9 @@ void lock_release(res_lock *l, int64_t now);
 /* Undoes the current grant, which no commit recorded and nobody saw: the resource is free
  * again, with its token and grant count as they were before it. */
 void lock_ungrant(res_lock *l);
+/* Recovery: wf held l when the process stopped and holds it still (a lease), since
+ * `since`, with its token unchanged. */
+void lock_restore(res_lock *l, wf_row *wf, int64_t since);
 /* 1 when nobody holds or waits for l and all of it is committed: it may leave memory. */
 int lock_idle(const res_lock *l);
 

@@ -113,6 +113,12 @@ void lock_ungrant(res_lock *l)
 	l->dirty = 1;
 }
 
+void lock_restore(res_lock *l, wf_row *wf, int64_t since)
+{
+	l->holder = wf;
+	l->held_since = since;
+}
+
 int lock_idle(const res_lock *l)
 {
 	return !l->holder && !l->head && !l->dirty && !l->in_batch && l->loaded;

@@ -279,7 +279,8 @@ void machine_interrupted(wf_row *wf, const event_sink *ev)
 int machine_resource_event(const char *type)
 {
 	static const char *const types[] = {"lock_requested", "lock_acquired", "lock_released",
-					    "workflow_cancelled"}; /* and store.c's LOCK_TYPES */
+					    "workflow_cancelled",
+					    "lease_expired"}; /* and store.c's LOCK_TYPES */
 	for (size_t i = 0; type && i < sizeof types / sizeof *types; i++)
 		if (strcmp(type, types[i]) == 0)
 			return 1;

@@ -32,7 +32,9 @@ static void recover_workflow(void *ctx, wf_row *wf)
 	}
 	strmap_put(e->wfs, wf->id, wf);
 	step_row *st = &wf->steps[wf->cur];
-	if (st->status == ST_RUNNING) {
+	if (lease_recover(e, wf)) {
+		/* held: still held, with its ttl counted from now; waiting: nobody waits */
+	} else if (st->status == ST_RUNNING) {
 		machine_interrupted(wf, &ev);
 		VEC_PUSH(rc->interrupted, wf);
 	} else if (st->status == ST_WAITING) {

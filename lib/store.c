@@ -364,6 +364,15 @@ int store_delete_workflows(store *s, const char *id, int64_t before, int max, in
 
 /* ---- resources ---- */
 
+/* A holder or waiter that is a lease (lease.c: ids "lease-...") says so. */
+static void mark_kind(json_t *j, const char *wf_id)
+{
+	int lease = strncmp(wf_id, "lease-", 6) == 0;
+	json_object_set_new(j, "kind", json_string(lease ? "lease" : "step"));
+	if (lease)
+		json_object_set_new(j, "lease_id", json_string(wf_id));
+}
+
 static json_t *holder_json(const store_holder *h)
 {
 	if (!h->wf_id)
@@ -372,6 +381,7 @@ static json_t *holder_json(const store_holder *h)
 	    json_pack("{s:s, s:i, s:s, s:I}", "workflow_id", h->wf_id, "step", h->step, "worker",
 		      h->worker ? h->worker : "", "fencing_token", (json_int_t)h->token);
 	json_object_set_new(j, "since", time_json(h->since));
+	mark_kind(j, h->wf_id);
 	return j;
 }
 
@@ -425,6 +435,7 @@ int store_get_resource(store *s, const char *name, json_t **out, baton_error *er
 		    json_pack("{s:s, s:i, s:s, s:i}", "workflow_id", w->wf_id, "step", w->step,
 			      "worker", w->worker ? w->worker : "", "position", (int)i + 1);
 		json_object_set_new(j, "waiting_since", time_json(w->since));
+		mark_kind(j, w->wf_id);
 		json_array_append_new(waiters, j);
 	}
 	json_t *totals = json_pack("{s:I, s:I, s:I, s:I, s:I}", "grants", (json_int_t)r.row.grants,

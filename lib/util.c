@@ -57,8 +57,8 @@ int err_set(baton_error *err, int code, const char *fmt, ...)
 
 const char *baton_code_name(int code)
 {
-	static const char *names[] = {"ok",	   "invalid", "not found", "conflict", "busy",
-				      "i/o error", "corrupt", "internal",  "too large"};
+	static const char *names[] = {"ok",	   "invalid", "not found", "conflict",	"busy",
+				      "i/o error", "corrupt", "internal",  "too large", "gone"};
 	if (code < 0 || (size_t)code >= sizeof names / sizeof names[0])
 		return "unknown";
 	return names[code];

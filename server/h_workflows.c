@@ -22,7 +22,7 @@ static int is_json_type(const char *ct)
 }
 
 /* Parses the request body as JSON; on failure fills out and returns its status. */
-static int read_json_body(const request *r, response *out, json_t **body)
+int read_json_body(const request *r, response *out, json_t **body)
 {
 	const char *ct =
 	    MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_TYPE);

@@ -33,6 +33,7 @@ static const struct {
     {404, "not-found", "Not found"},
     {405, "method-not-allowed", "Method not allowed"},
     {409, "conflict", "Conflict"},
+    {410, "gone", "Gone"},
     {413, "payload-too-large", "Payload too large"},
     {415, "unsupported-media-type", "Unsupported media type"},
     {500, "internal", "Internal server error"},
@@ -78,6 +79,7 @@ int reply_error(response *out, const baton_error *err)
 	    [BATON_OK] = 200,	     [BATON_EINVAL] = 400,    [BATON_ENOTFOUND] = 404,
 	    [BATON_ECONFLICT] = 409, [BATON_EBUSY] = 503,     [BATON_EIO] = 503,
 	    [BATON_ECORRUPT] = 500,  [BATON_EINTERNAL] = 500, [BATON_ETOOLARGE] = 413,
+	    [BATON_EGONE] = 410,
 	};
 	int status = 500;
 	if (err->code >= 0 && (size_t)err->code < sizeof status_of / sizeof status_of[0])
@@ -301,9 +303,12 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
 			 enum MHD_RequestTerminationCode toe)
 {
 	(void)conn;
-	(void)toe;
 	request *r = *con_cls;
 	if (r) {
+		if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK) {
+			srv_lease_unsent(cls, r);
+			srv_task_unsent(cls, r);
+		}
 		srv_wait_abandoned(cls, r);
 		struct timespec now;
 		clock_gettime(CLOCK_MONOTONIC, &now);
@@ -396,6 +401,7 @@ void srv_stop(srv *s)
 {
 	/* Suspended connections must be resumed before the daemon stops: the requests with
 	 * the engine are answered first (the engine still runs), then the streams. */
+	srv_leases_stop(s);
 	srv_waits_drain(s);
 	srv_streams_close();
 	if (s->daemon)

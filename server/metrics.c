@@ -147,6 +147,14 @@ static void engine_metrics(buf *b, const json_t *m)
 	counter(b, "baton_deletes_total",
 		"Transactions that deleted workflows (a retention batch or one DELETE).", m,
 		"deletes");
+	const json_t *leases = json_object_get(m, "leases");
+	counter(b, "baton_leases_granted_total", "Leases granted.", leases, "granted");
+	counter(b, "baton_leases_released_total", "Leases released by their holder.", leases,
+		"released");
+	counter(b, "baton_leases_expired_total", "Leases that expired without a renewal.", leases,
+		"expired");
+	counter(b, "baton_leases_refused_total",
+		"Lease requests not granted (busy, wait_ms over, client gone).", leases, "refused");
 	family(b, "baton_commit_duration_seconds", "histogram",
 	       "Time to write and commit one group of checkpoints (fsync included).");
 	histogram(b, "baton_commit_duration_seconds", "", json_object_get(m, "commit_seconds"));

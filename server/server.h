@@ -104,7 +104,9 @@ typedef struct request {
 	char *body;
 	size_t body_len, body_cap;
 	int too_large;
-	srv_wait wait; /* while the engine has it (wait.c) */
+	srv_wait wait;		/* while the engine has it (wait.c) */
+	char lease_granted[48]; /* a lease granted in this answer (h_leases.c) */
+	char task_claimed[200]; /* a task claimed in this answer (h_tasks.c) */
 } request;
 
 typedef struct response {
@@ -196,6 +198,36 @@ int h_healthz(srv *s, const request *r, const char *const *p, response *out);
 int h_readyz(srv *s, const request *r, const char *const *p, response *out);
 int h_resource_events(srv *s, const request *r, const char *const *p, response *out);
 int h_metrics(srv *s, const request *r, const char *const *p, response *out);
+int h_lease_acquire(srv *s, const request *r, const char *const *p, response *out);
+int h_lease_get(srv *s, const request *r, const char *const *p, response *out);
+int h_lease_release(srv *s, const request *r, const char *const *p, response *out);
+int h_lease_renew(srv *s, const request *r, const char *const *p, response *out);
+/* Parses the request body as JSON (h_workflows.c); on failure fills out, returns status. */
+int read_json_body(const request *r, response *out, json_t **body);
+
+/* ---- h_leases.c ---- */
+/* A request whose answer granted a lease ended without sending it: the lease is released. */
+void srv_lease_unsent(srv *s, request *r);
+/* Before the waits drain: waiting acquisitions are answered, the socket watch stops. */
+void srv_leases_stop(srv *s);
+/* 1 when the peer of socket fd has closed its side; the socket of a connection. */
+int srv_peer_gone(int fd);
+int srv_conn_fd(struct MHD_Connection *c);
+/* Small JSON body readers: 0, or the 400 status with out filled. An absent member leaves
+ * *v as it is. optional_body: an empty body is {}. */
+int body_field_int(const json_t *body, const char *key, long long lo, long long hi, int64_t *v,
+		   response *out);
+int body_field_str(const json_t *body, const char *key, const char **v, response *out);
+int body_only_fields(const json_t *body, const char *const *keys, response *out);
+int body_optional_body(const request *r, response *out, json_t **body);
+
+/* ---- h_tasks.c ---- */
+int h_task_claim(srv *s, const request *r, const char *const *p, response *out);
+int h_task_heartbeat(srv *s, const request *r, const char *const *p, response *out);
+int h_task_complete(srv *s, const request *r, const char *const *p, response *out);
+int h_task_fail(srv *s, const request *r, const char *const *p, response *out);
+/* A request whose answer gave out a task ended without sending it: the task is offered again. */
+void srv_task_unsent(srv *s, request *r);
 
 /* ---- sse.c ---- */
 void srv_streams_notify(void *ud, const baton_change *changes, size_t n); /* baton_commit_fn */

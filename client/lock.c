@@ -1,0 +1,347 @@
+/*
+ * lock.c - `baton lock RESOURCE [--ttl 15s] [--wait 60s] [--holder NAME] -- COMMAND ...`:
+ * runs a command while holding a lease on RESOURCE (POST /resources/{name}/leases).
+ *
+ * Design. The command runs in its own process group, with BATON_FENCING_TOKEN,
+ * BATON_LEASE_ID and BATON_RESOURCE in its environment; every signal this process sends
+ * goes to the whole group (killing only `sh -c` would leave its children running). This
+ * process renews the lease every third of the ttl and decides that the lease is lost by
+ * its own monotonic clock: when a renewal is refused, or when no renewal succeeded for
+ * ttl - margin since the last successful one was *sent* (the server counts the ttl from
+ * when it received it, later), the command gets SIGTERM, then SIGKILL after a grace period
+ * that still ends before the server can expire the lease and grant the resource to the
+ * next waiter. consul lock kills late, once the server has confirmed the loss; here the
+ * command is gone before anybody else can hold the resource, as long as the clocks of
+ * both machines run at about the same rate.
+ *
+ * SIGINT, SIGTERM and SIGHUP sent to `baton lock` go to the command's group first; the
+ * lease is released once the command has ended. Exit status: the command's (128 + N when
+ * signal N ended it), EXIT_NOT_ACQUIRED when the lease was not granted within --wait
+ * (nothing was run), EXIT_LEASE_LOST when the lease was lost while the command ran.
+ */
+#include "client.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MAX_WAIT_PER_REQUEST_MS 300000 /* the server's limit of wait_ms */
+
+static volatile sig_atomic_t got_signal;
+
+static void on_signal(int sig)
+{
+	got_signal = sig;
+}
+
+/* "15s", "500ms", "2m", "1h" or plain seconds, into ms; -1 when malformed. */
+static long long parse_duration(const char *s)
+{
+	char *end;
+	errno = 0;
+	double v = strtod(s, &end);
+	if (errno || end == s || v < 0)
+		return -1;
+	double mult = 1000;
+	if (strcmp(end, "ms") == 0)
+		mult = 1;
+	else if (strcmp(end, "s") == 0 || *end == 0)
+		mult = 1000;
+	else if (strcmp(end, "m") == 0)
+		mult = 60000;
+	else if (strcmp(end, "h") == 0)
+		mult = 3600000;
+	else
+		return -1;
+	return (long long)(v * mult);
+}
+
+struct lock_opts {
+	const char *resource, *holder;
+	long long ttl_ms, wait_ms;
+	char **command;
+	char holder_buf[128];
+};
+
+static void default_holder(struct lock_opts *o)
+{
+	char host[64] = "host";
+	gethostname(host, sizeof host - 1);
+	for (char *p = host; *p; p++)
+		if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') ||
+		      (*p >= '0' && *p <= '9') || *p == '.' || *p == '-' || *p == '_'))
+			*p = '_';
+	snprintf(o->holder_buf, sizeof o->holder_buf, "%s:%ld", host, (long)getpid());
+	o->holder = o->holder_buf;
+}
+
+static int parse_args(int argc, char **argv, struct lock_opts *o)
+{
+	*o = (struct lock_opts){.ttl_ms = 15000, .wait_ms = 60000};
+	int i;
+	for (i = 1; i < argc && strcmp(argv[i], "--") != 0; i++) {
+		const char *a = argv[i];
+		if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+			usage(stdout);
+			return EXIT_OK;
+		}
+		int ttl = strcmp(a, "--ttl") == 0, wait = strcmp(a, "--wait") == 0;
+		if (ttl || wait || strcmp(a, "--holder") == 0) {
+			if (i + 1 >= argc)
+				return usage_error("lock: %s needs a value", a);
+			const char *v = argv[++i];
+			long long ms = ttl || wait ? parse_duration(v) : 0;
+			if (ms < 0)
+				return usage_error("lock: %s: not a duration: %s", a, v);
+			if (ttl)
+				o->ttl_ms = ms;
+			else if (wait)
+				o->wait_ms = ms;
+			else
+				o->holder = v;
+		} else if (a[0] == '-' && a[1]) {
+			return usage_error("lock: unknown option: %s", a);
+		} else if (!o->resource) {
+			o->resource = a;
+		} else {
+			return usage_error("lock: the command goes after \"--\": %s", a);
+		}
+	}
+	if (!o->resource)
+		return usage_error("lock: no resource given");
+	if (i >= argc - 1)
+		return usage_error("lock: no command given (baton lock RESOURCE -- COMMAND ...)");
+	if (o->ttl_ms < 1000)
+		return usage_error("lock: --ttl must be at least 1s");
+	o->command = argv + i + 1;
+	if (!o->holder)
+		default_holder(o);
+	return -1;
+}
+
+/* ---- the lease over HTTP ---- */
+
+struct lease {
+	char id[160];
+	long long token, ttl_ms;
+};
+
+/* Acquires the lease within o->wait_ms: EXIT_OK, EXIT_NOT_ACQUIRED, or another status. */
+static int acquire(struct cli *cli, const struct lock_opts *o, struct lease *l)
+{
+	char rid[40], *res = http_escape(o->resource), path[400];
+	int fresh = 1;
+	snprintf(path, sizeof path, "/resources/%s/leases", res);
+	free(res);
+	long long deadline = monotonic_ms() + o->wait_ms;
+	for (;;) {
+		long long left = deadline - monotonic_ms();
+		if (left < 0)
+			left = 0;
+		if (left > MAX_WAIT_PER_REQUEST_MS)
+			left = MAX_WAIT_PER_REQUEST_MS;
+		/* A retry after a lost answer keeps its request_id, so it never takes a second
+		 * place in the queue; after a 409 the request has left the queue: a new one. */
+		if (fresh)
+			snprintf(rid, sizeof rid, "lock-%08lx%08lx", (unsigned long)random(),
+				 (unsigned long)monotonic_ms());
+		fresh = 0;
+		json_t *body = json_pack("{s:s, s:I, s:I, s:s}", "holder", o->holder, "ttl_ms",
+					 (json_int_t)o->ttl_ms, "wait_ms", (json_int_t)left,
+					 "request_id", rid);
+		struct http_reply r;
+		http_set_timeout(cli->http, (long)left + 30000);
+		int rc = http_request(cli->http, "POST", path, body, &r);
+		http_set_timeout(cli->http, 0);
+		json_decref(body);
+		if (rc == EXIT_UNREACHABLE && monotonic_ms() < deadline) {
+			sleep_ms(500);
+			continue;
+		}
+		if (rc)
+			return rc;
+		long status = r.status;
+		if (status == 200 || status == 201) {
+			snprintf(l->id, sizeof l->id, "%s", jstr(r.body, "id", ""));
+			l->token = jint(r.body, "fencing_token", 0);
+			l->ttl_ms = jint(r.body, "ttl_ms", o->ttl_ms);
+			int held = strcmp(jstr(r.body, "state", ""), "held") == 0;
+			http_reply_fini(&r);
+			if (held)
+				return EXIT_OK;
+			fprintf(stderr, "baton: lock: the lease ended before it was used\n");
+			return EXIT_NOT_ACQUIRED;
+		}
+		if (status == 409 && monotonic_ms() < deadline - 1000) {
+			http_reply_fini(&r); /* a --wait longer than one request's: ask again */
+			fresh = 1;
+			continue;
+		}
+		fprintf(stderr, "baton: lock: %s: %s\n", o->resource,
+			jstr(r.body, "detail", "not granted"));
+		http_reply_fini(&r);
+		return status == 409 ? EXIT_NOT_ACQUIRED : EXIT_FAILED;
+	}
+}
+
+enum renewal { RENEWED, REFUSED, NO_ANSWER };
+
+static enum renewal renew(struct cli *cli, const struct lease *l, long timeout_ms)
+{
+	char path[256];
+	struct http_reply r;
+	snprintf(path, sizeof path, "/leases/%s/renew", l->id);
+	http_set_timeout(cli->http, timeout_ms);
+	int rc = http_request(cli->http, "POST", path, NULL, &r);
+	http_set_timeout(cli->http, 0);
+	if (rc)
+		return NO_ANSWER;
+	enum renewal out = r.status == 200 ? RENEWED : r.status >= 500 ? NO_ANSWER : REFUSED;
+	if (out == REFUSED)
+		fprintf(stderr, "baton: lock: renewal refused (HTTP %ld): %s\n", r.status,
+			jstr(r.body, "detail", ""));
+	http_reply_fini(&r);
+	return out;
+}
+
+/* 0 released (or already ended), 1 it had expired, -1 no answer. */
+static int release(struct cli *cli, const struct lease *l)
+{
+	char path[256];
+	struct http_reply r;
+	snprintf(path, sizeof path, "/leases/%s", l->id);
+	http_set_timeout(cli->http, 10000);
+	int rc = http_request(cli->http, "DELETE", path, NULL, &r);
+	if (rc)
+		return -1;
+	long status = r.status;
+	http_reply_fini(&r);
+	return status == 410 ? 1 : status < 300 ? 0 : -1;
+}
+
+/* ---- the command ---- */
+
+static pid_t start_command(const struct lock_opts *o, const struct lease *l)
+{
+	char token[32];
+	snprintf(token, sizeof token, "%lld", l->token);
+	fflush(stdout);
+	fflush(stderr);
+	pid_t pid = fork();
+	if (pid == 0) {
+		setpgid(0, 0);
+		signal(SIGINT, SIG_DFL);
+		signal(SIGTERM, SIG_DFL);
+		signal(SIGHUP, SIG_DFL);
+		setenv("BATON_FENCING_TOKEN", token, 1);
+		setenv("BATON_LEASE_ID", l->id, 1);
+		setenv("BATON_RESOURCE", o->resource, 1);
+		execvp(o->command[0], o->command);
+		fprintf(stderr, "baton: lock: cannot run %s: %s\n", o->command[0], strerror(errno));
+		_exit(127);
+	}
+	if (pid > 0)
+		setpgid(pid, pid); /* also here: no race with a signal sent at once */
+	return pid;
+}
+
+static int status_of(int ws)
+{
+	return WIFEXITED(ws) ? WEXITSTATUS(ws) : WIFSIGNALED(ws) ? 128 + WTERMSIG(ws) : 1;
+}
+
+/* Runs the command under the lease until it ends; returns baton lock's exit status. */
+static int supervise(struct cli *cli, const struct lock_opts *o, struct lease *l,
+		     long long granted_at)
+{
+	long long ttl = l->ttl_ms, margin = ttl / 3, grace = margin / 2;
+	long long deadline = granted_at + ttl - margin, next_renew = granted_at + ttl / 3;
+	long long kill_at = 0;
+	int lost = 0, ws = 0;
+	pid_t pid = start_command(o, l);
+	if (pid < 0) {
+		fprintf(stderr, "baton: lock: cannot fork: %s\n", strerror(errno));
+		release(cli, l);
+		return EXIT_FAILED;
+	}
+	for (;;) {
+		pid_t w = waitpid(pid, &ws, WNOHANG);
+		if (w == pid)
+			break;
+		if (got_signal) { /* the command first; the lease once it has ended */
+			kill(-pid, got_signal);
+			got_signal = 0;
+		}
+		long long now = monotonic_ms();
+		if (!lost && now >= deadline) {
+			fprintf(stderr,
+				"baton: lock: no successful renewal for %lld ms: the lease on %s "
+				"may be lost; stopping the command\n",
+				ttl - margin, o->resource);
+			lost = 1;
+		}
+		if (lost == 1) {
+			kill(-pid, SIGTERM);
+			kill_at = now + grace;
+			lost = 2;
+		} else if (lost == 2 && now >= kill_at) {
+			kill(-pid, SIGKILL);
+			lost = 3;
+		}
+		if (!lost && now >= next_renew) {
+			long timeout = (long)(deadline - now < ttl / 3 ? deadline - now : ttl / 3);
+			enum renewal r = renew(cli, l, timeout > 100 ? timeout : 100);
+			if (r == RENEWED) {
+				deadline = now + ttl - margin;
+				next_renew = now + ttl / 3;
+			} else if (r == REFUSED) {
+				lost = 1;
+				continue;
+			} else {
+				next_renew = monotonic_ms() + (ttl / 10 < 1000 ? ttl / 10 : 1000);
+			}
+		}
+		sleep_ms(20);
+	}
+	/* the whole group: children the command left behind must not outlive the lease */
+	if (lost)
+		kill(-pid, SIGKILL);
+	int gone = release(cli, l);
+	if (lost || gone == 1) {
+		fprintf(stderr, "baton: lock: the lease on %s was lost while the command ran\n",
+			o->resource);
+		return EXIT_LEASE_LOST;
+	}
+	return status_of(ws);
+}
+
+int cmd_lock(struct cli *cli, int argc, char **argv)
+{
+	struct lock_opts o;
+	int rc = parse_args(argc, argv, &o);
+	if (rc >= 0)
+		return rc;
+	srandom((unsigned)(getpid() ^ monotonic_ms()));
+	struct sigaction sa = {.sa_handler = on_signal};
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGTERM, &sa, NULL);
+	sigaction(SIGHUP, &sa, NULL);
+	struct lease l;
+	rc = acquire(cli, &o, &l);
+	if (rc)
+		return rc;
+	/* The server counts the ttl from the grant, just before its answer; the margin of
+	 * supervise covers the time the answer took to arrive. */
+	long long granted_at = monotonic_ms();
+	if (got_signal) { /* asked to stop before anything ran */
+		release(cli, &l);
+		return 128 + got_signal;
+	}
+	return supervise(cli, &o, &l, granted_at);
+}

@@ -1,0 +1,333 @@
+/*
+ * worker.c - `baton worker --worker NAME [--resource R] [--ttl 30s] [--once] -- COMMAND`:
+ * does the steps of an external worker (POST /tasks/claim) with a command.
+ *
+ * Design. A loop of long-polling claims. For each task, the command runs once, in its
+ * own process group, with the task as JSON on its stdin and its fields in the environment
+ * (BATON_TASK_ID, BATON_WORKFLOW_ID, BATON_STEP, BATON_WORKER, BATON_RESOURCE,
+ * BATON_ATTEMPT, BATON_FENCING_TOKEN). While it runs, the claim is heartbeaten every
+ * third of its ttl; a heartbeat refused (410: the attempt expired or was superseded)
+ * stops the command's group (TERM, then KILL) and nothing is reported. When it ends,
+ * exit status 0 completes the task with its stdout (JSON when it parses, else the text
+ * as a string); any other status fails it (retryable) with the status and the last lines
+ * of its stderr. SIGINT or SIGTERM: the command gets it, its outcome is reported, and the
+ * loop ends (exit 0). --once: one task, then exit 0 if it completed, 1 if not.
+ */
+#include "client.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define MAX_OUTPUT (1 << 20)
+#define ERR_TAIL   2048
+#define CLAIM_WAIT 30000
+
+static volatile sig_atomic_t stop_signal;
+
+static void on_stop(int sig)
+{
+	stop_signal = sig;
+}
+
+struct worker_opts {
+	const char *worker, *resource;
+	long long ttl_ms;
+	int once;
+	char **command;
+};
+
+static int parse_args(int argc, char **argv, struct worker_opts *o)
+{
+	*o = (struct worker_opts){.ttl_ms = 30000};
+	int i;
+	for (i = 1; i < argc && strcmp(argv[i], "--") != 0; i++) {
+		const char *a = argv[i];
+		if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+			usage(stdout);
+			return EXIT_OK;
+		}
+		if (strcmp(a, "--once") == 0) {
+			o->once = 1;
+			continue;
+		}
+		if (strcmp(a, "--worker") && strcmp(a, "--resource") && strcmp(a, "--ttl"))
+			return usage_error("worker: unknown option or argument: %s", a);
+		if (i + 1 >= argc)
+			return usage_error("worker: %s needs a value", a);
+		const char *v = argv[++i];
+		if (strcmp(a, "--worker") == 0)
+			o->worker = v;
+		else if (strcmp(a, "--resource") == 0)
+			o->resource = v;
+		else {
+			char *end;
+			double s = strtod(v, &end);
+			o->ttl_ms = (long long)(s * (strcmp(end, "ms") == 0 ? 1 : 1000));
+			if (end == v || (*end && strcmp(end, "s") && strcmp(end, "ms")) ||
+			    o->ttl_ms < 1000)
+				return usage_error("worker: --ttl: a duration of at least 1s: %s",
+						   v);
+		}
+	}
+	if (!o->worker)
+		return usage_error("worker: --worker NAME is required");
+	if (i >= argc - 1)
+		return usage_error("worker: no command given (baton worker --worker NAME -- CMD)");
+	o->command = argv + i + 1;
+	return -1;
+}
+
+/* ---- one task ---- */
+
+struct run {
+	struct sbuf out, err;
+	const char *in;
+	size_t in_len, in_off;
+	int fd_in, fd_out, fd_err;
+};
+
+static void set_env(const json_t *task)
+{
+	static const char *const names[][2] = {{"BATON_TASK_ID", "id"},
+					       {"BATON_WORKFLOW_ID", "workflow_id"},
+					       {"BATON_STEP", "step"},
+					       {"BATON_WORKER", "worker"},
+					       {"BATON_RESOURCE", "resource"},
+					       {"BATON_ATTEMPT", "attempt"},
+					       {"BATON_FENCING_TOKEN", "fencing_token"}};
+	for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
+		const json_t *v = json_object_get(task, names[i][1]);
+		char buf[64];
+		if (json_is_integer(v))
+			snprintf(buf, sizeof buf, "%lld", (long long)json_integer_value(v));
+		setenv(names[i][0], json_is_string(v) ? json_string_value(v) : buf, 1);
+	}
+}
+
+static pid_t spawn(char **command, const json_t *task, struct run *r)
+{
+	int in[2], out[2], err[2];
+	if (pipe(in) || pipe(out) || pipe(err))
+		return -1;
+	fflush(stdout);
+	fflush(stderr);
+	pid_t pid = fork();
+	if (pid == 0) {
+		setpgid(0, 0);
+		signal(SIGINT, SIG_DFL);
+		signal(SIGTERM, SIG_DFL);
+		signal(SIGPIPE, SIG_DFL);
+		dup2(in[0], 0);
+		dup2(out[1], 1);
+		dup2(err[1], 2);
+		for (int fd = 3; fd < 64; fd++)
+			close(fd);
+		set_env(task);
+		execvp(command[0], command);
+		fprintf(stderr, "cannot run %s: %s\n", command[0], strerror(errno));
+		_exit(127);
+	}
+	close(in[0]);
+	close(out[1]);
+	close(err[1]);
+	if (pid < 0)
+		return -1;
+	setpgid(pid, pid);
+	r->fd_in = in[1];
+	r->fd_out = out[0];
+	r->fd_err = err[0];
+	fcntl(r->fd_in, F_SETFL, O_NONBLOCK);
+	return pid;
+}
+
+/* Moves what is ready between the pipes and the buffers, for up to ms. */
+static void pump(struct run *r, int ms)
+{
+	struct pollfd p[3] = {{.fd = r->fd_out, .events = POLLIN},
+			      {.fd = r->fd_err, .events = POLLIN},
+			      {.fd = r->fd_in, .events = POLLOUT}};
+	if (poll(p, 3, ms) <= 0)
+		return;
+	char buf[4096];
+	for (int i = 0; i < 2; i++) {
+		int *fd = i ? &r->fd_err : &r->fd_out;
+		if (*fd < 0 || !(p[i].revents & (POLLIN | POLLHUP)))
+			continue;
+		ssize_t n = read(*fd, buf, sizeof buf);
+		if (n <= 0) {
+			close(*fd);
+			*fd = -1;
+		} else if (i == 0) {
+			sbuf_add(&r->out, buf, (size_t)n, MAX_OUTPUT);
+		} else {
+			if (r->err.len + (size_t)n > 4 * ERR_TAIL) { /* keep the tail only */
+				size_t keep = ERR_TAIL;
+				memmove(r->err.p, r->err.p + r->err.len - keep, keep);
+				r->err.len = keep;
+			}
+			sbuf_add(&r->err, buf, (size_t)n, 8 * ERR_TAIL);
+		}
+	}
+	if (r->fd_in >= 0 && (p[2].revents & (POLLOUT | POLLERR | POLLHUP))) {
+		ssize_t n = write(r->fd_in, r->in + r->in_off, r->in_len - r->in_off);
+		if (n > 0)
+			r->in_off += (size_t)n;
+		if (n < 0 || r->in_off == r->in_len) {
+			close(r->fd_in);
+			r->fd_in = -1;
+		}
+	}
+}
+
+/* 200: ok; 410 or 404: the attempt is over; 0: no answer. */
+static long post_task(struct cli *cli, const char *id, const char *what, const json_t *body)
+{
+	char path[400];
+	struct http_reply r;
+	snprintf(path, sizeof path, "/tasks/%s/%s", id, what);
+	if (http_request(cli->http, "POST", path, body, &r))
+		return 0;
+	long status = r.status;
+	if (status >= 300)
+		fprintf(stderr, "baton: worker: %s %s: HTTP %ld: %s\n", what, id, status,
+			jstr(r.body, "detail", ""));
+	http_reply_fini(&r);
+	return status;
+}
+
+static json_t *outcome_body(int ws, struct run *r, int *ok)
+{
+	*ok = WIFEXITED(ws) && WEXITSTATUS(ws) == 0;
+	if (*ok) {
+		size_t n = r->out.len;
+		while (n && (r->out.p[n - 1] == '\n' || r->out.p[n - 1] == '\r'))
+			n--;
+		json_t *v = n ? json_loadb(r->out.p, n, JSON_DECODE_ANY, NULL) : json_null();
+		if (!v)
+			v = json_stringn(r->out.p, n);
+		return json_pack("{s:o?}", "result", v ? v : json_null());
+	}
+	char error[ERR_TAIL + 64];
+	int code = WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + WTERMSIG(ws);
+	size_t n = r->err.len, start = n > ERR_TAIL ? n - ERR_TAIL : 0;
+	while (n > start && r->err.p[n - 1] == '\n')
+		n--;
+	snprintf(error, sizeof error, "exit status %d%s%.*s", code, n > start ? ": " : "",
+		 (int)(n - start), n > start ? r->err.p + start : "");
+	json_t *e = json_stringn(error, strlen(error));
+	if (!e) /* not UTF-8: say so without the text */
+		e = json_sprintf("exit status %d (stderr not UTF-8)", code);
+	return json_pack("{s:o, s:b}", "error", e, "retryable", 1);
+}
+
+/* Runs one task; 1 when it completed, 0 when not. */
+static int run_task(struct cli *cli, const struct worker_opts *o, const json_t *task)
+{
+	const char *id = jstr(task, "id", "");
+	char *in = json_dumps(task, JSON_COMPACT);
+	struct run r = {.in = in, .in_len = in ? strlen(in) : 0};
+	pid_t pid = spawn(o->command, task, &r);
+	if (pid < 0) {
+		free(in);
+		json_t *b =
+		    json_pack("{s:s, s:b}", "error", "cannot start the command", "retryable", 1);
+		post_task(cli, id, "fail", b);
+		json_decref(b);
+		return 0;
+	}
+	long long ttl = jint(task, "ttl_ms", o->ttl_ms), next = monotonic_ms() + ttl / 3;
+	long long kill_at = 0;
+	int ws = 0, lost = 0;
+	while (waitpid(pid, &ws, WNOHANG) != pid) {
+		if (stop_signal && !lost) {
+			kill(-pid, stop_signal);
+			stop_signal = stop_signal == SIGKILL ? 0 : stop_signal;
+		}
+		pump(&r, 20);
+		long long now = monotonic_ms();
+		if (!lost && now >= next) {
+			http_set_timeout(cli->http, (long)(ttl / 3));
+			long st = post_task(cli, id, "heartbeat", NULL);
+			http_set_timeout(cli->http, 0);
+			next = now + (st == 200 ? ttl / 3 : 1000);
+			if (st == 410 || st == 404) {
+				lost = 1;
+				kill(-pid, SIGTERM);
+				kill_at = now + 2000;
+			}
+		} else if (lost == 1 && now >= kill_at) {
+			kill(-pid, SIGKILL);
+			lost = 2;
+		}
+	}
+	while (r.fd_out >= 0 || r.fd_err >= 0) /* what it wrote before it ended */
+		pump(&r, 100);
+	if (r.fd_in >= 0)
+		close(r.fd_in);
+	free(in);
+	int ok = 0;
+	if (!lost) {
+		json_t *body = outcome_body(ws, &r, &ok);
+		if (post_task(cli, id, ok ? "complete" : "fail", body) != 200)
+			ok = 0;
+		json_decref(body);
+	}
+	sbuf_fini(&r.out);
+	sbuf_fini(&r.err);
+	return ok && !lost;
+}
+
+int cmd_worker(struct cli *cli, int argc, char **argv)
+{
+	struct worker_opts o;
+	int rc = parse_args(argc, argv, &o);
+	if (rc >= 0)
+		return rc;
+	struct sigaction sa = {.sa_handler = on_stop};
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGTERM, &sa, NULL);
+	signal(SIGPIPE, SIG_IGN);
+	while (!stop_signal) {
+		json_t *body = json_pack("{s:s, s:I, s:I}", "worker", o.worker, "wait_ms",
+					 (json_int_t)CLAIM_WAIT, "ttl_ms", (json_int_t)o.ttl_ms);
+		if (o.resource)
+			json_object_set_new(body, "resource", json_string(o.resource));
+		struct http_reply r;
+		http_set_timeout(cli->http, CLAIM_WAIT + 30000);
+		rc = http_request(cli->http, "POST", "/tasks/claim", body, &r);
+		http_set_timeout(cli->http, 0);
+		json_decref(body);
+		if (rc == EXIT_UNREACHABLE) {
+			sleep_ms(1000);
+			continue;
+		}
+		if (rc)
+			return rc;
+		if (r.status == 204) {
+			http_reply_fini(&r);
+			continue;
+		}
+		if (r.status != 200) {
+			fprintf(stderr, "baton: worker: claim: HTTP %ld: %s\n", r.status,
+				jstr(r.body, "detail", ""));
+			http_reply_fini(&r);
+			if (r.status >= 500) {
+				sleep_ms(1000);
+				continue;
+			}
+			return EXIT_FAILED;
+		}
+		int done = run_task(cli, &o, r.body);
+		http_reply_fini(&r);
+		if (o.once)
+			return done ? EXIT_OK : EXIT_FAILED;
+	}
+	return EXIT_OK;
+}

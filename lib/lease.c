@@ -1,0 +1,542 @@
+/*
+ * lease.c - the resource's lock for any process: leases.
+ *
+ * Design. A lease is a workflow of one step that no step thread runs: its worker is the
+ * holder's name and its params say {"lease": true, "ttl_ms": N}. So a lease request
+ * joins the resource's FIFO queue (lock.c) among workflow steps, takes the resource's
+ * next fencing token when granted, and is checkpointed, listed, streamed and recovered
+ * by the same code as every workflow; its history (lock_requested, lock_acquired,
+ * lock_released, lease_expired) is the workflow's and the resource's.
+ *
+ * What only a lease has lives in memory, on its wf_row: when it expires (renewals need
+ * no commit, since a restart counts the whole ttl again from the restart), how long its
+ * caller waits for it, and that caller. Every change happens on the engine thread, so a
+ * grant and the end of the wait (timeout, the client went away) are ordered: a lease
+ * whose caller gave up before the grant leaves the queue; one granted to a caller that
+ * can no longer be answered is released (baton_lease_abandon with release).
+ *
+ * States as the API shows them: waiting, held, released (its step completed), expired
+ * (its step failed with lease_expired), abandoned (it left the queue ungranted).
+ */
+#include "engine.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define LEASE_PREFIX "lease-"
+
+static int is_lease_step(const step_row *st)
+{
+	return json_is_true(json_object_get(st->params, "lease"));
+}
+
+static const char *state_name(const wf_row *wf)
+{
+	switch (wf->steps[0].status) {
+	case ST_WAITING:
+	case ST_PENDING:
+		return "waiting";
+	case ST_RUNNING:
+		return "held";
+	case ST_COMPLETED:
+		return "released";
+	case ST_FAILED:
+		return "expired";
+	default:
+		return "abandoned";
+	}
+}
+
+/* The lease as the API shows it, from its row in memory (new reference). */
+static json_t *lease_json(const wf_row *wf)
+{
+	const step_row *st = &wf->steps[0];
+	const char *state = state_name(wf);
+	int held = strcmp(state, "held") == 0;
+	json_t *o = json_pack("{s:s, s:s, s:s, s:s}", "id", wf->id, "resource", wf->resource,
+			      "holder", st->worker, "state", state);
+	json_object_set_new(o, "fencing_token",
+			    st->token > 0 ? json_integer(st->token) : json_null());
+	json_object_set_new(o, "ttl_ms", json_integer(wf->lease_ttl_ms));
+	json_object_set_new(o, "expires_at", time_json(held ? wf->lease_expires_at : 0));
+	json_object_set_new(o, "acquired_at", time_json(st->started_at));
+	json_object_set_new(o, "ended_at", time_json(held ? 0 : st->finished_at));
+	return o;
+}
+
+/* A lease that is no longer in memory, from its stored workflow (new reference). */
+static json_t *stored_lease_json(const json_t *wf)
+{
+	const json_t *st = json_array_get(json_object_get(wf, "steps"), 0);
+	const char *status = json_string_value(json_object_get(st, "status"));
+	const char *state = !status			       ? "abandoned"
+			    : strcmp(status, "completed") == 0 ? "released"
+			    : strcmp(status, "failed") == 0    ? "expired"
+							       : "abandoned";
+	return json_pack(
+	    "{s:O, s:O, s:O, s:s, s:O, s:O, s:n, s:O, s:O}", "id", json_object_get(wf, "id"),
+	    "resource", json_object_get(wf, "resource"), "holder", json_object_get(st, "worker"),
+	    "state", state, "fencing_token", json_object_get(st, "fencing_token"), "ttl_ms",
+	    json_object_get(st, "ttl_ms"), "expires_at", "acquired_at",
+	    json_object_get(st, "started_at"), "ended_at", json_object_get(st, "finished_at"));
+}
+
+static void set_expiry(baton_engine *e, wf_row *wf, int64_t now)
+{
+	wf->lease_expires_at = now + wf->lease_ttl_ms;
+	eng_timer_push(e, wf->lease_expires_at, wf->id);
+}
+
+static void count(baton_engine *e, uint64_t *counter)
+{
+	pthread_mutex_lock(&e->metrics_mu);
+	(*counter)++;
+	pthread_mutex_unlock(&e->metrics_mu);
+}
+
+/* Who holds l and how many wait, for a caller that was not granted (new reference). */
+static json_t *busy_json(const res_lock *l, char *why, size_t n, const char *what)
+{
+	const char *holder = l && l->holder ? l->holder->steps[l->holder->cur].worker : NULL;
+	int queued = l ? l->queue_len : 0;
+	snprintf(why, n, "%s: resource \"%s\" is held by %s%s%s, %d waiting", what,
+		 l ? l->row.name : "?", holder ? "\"" : "", holder ? holder : "nobody",
+		 holder ? "\"" : "", queued);
+	json_t *o = json_pack("{s:i}", "queue_length", queued);
+	json_object_set_new(o, "holder", holder ? json_string(holder) : json_null());
+	if (l && l->holder)
+		json_object_set_new(o, "holder_id", json_string(l->holder->id));
+	return o;
+}
+
+/* Answers the caller of a lease that was not granted; the lease leaves the queue. */
+static void give_up(baton_engine *e, wf_row *wf, const char *what, int64_t now)
+{
+	res_lock *l = eng_lock_of(e, wf->resource);
+	lock_remove(l, wf);
+	eng_touch_lock(e, l);
+	waiter *w = wf->lease_w;
+	wf->lease_w = NULL;
+	if (w) { /* answered once its leaving the queue is durable */
+		w->lease = busy_json(l, w->msg, sizeof w->msg, what);
+		count(e, &e->leases_refused);
+		reply r = {w, BATON_ECONFLICT, 0};
+		VEC_PUSH(e->replies, r);
+	}
+	event_sink ev = {eng_on_event, e};
+	eng_follow(e, wf, machine_cancel(wf, e->def, now, &ev), now);
+}
+
+/* Ends a held lease: released (ok) or expired; the resource goes to the next waiter. */
+static void end_hold(baton_engine *e, wf_row *wf, int ok, int64_t now)
+{
+	step_row *st = &wf->steps[0];
+	step_output out = {.duration_ms = now - st->started_at};
+	event_sink ev = {eng_on_event, e};
+	if (ok) {
+		out.result = json_pack("{s:b}", "released", 1);
+		count(e, &e->leases_released);
+	} else {
+		snprintf(out.error, sizeof out.error, "lease_expired: not renewed within %lld ms",
+			 (long long)wf->lease_ttl_ms);
+		eng_on_event(e, wf, "lease_expired",
+			     json_pack("{s:i, s:s, s:i, s:s, s:I, s:I}", "step", 0, "worker",
+				       st->worker, "attempt", st->attempts, "resource",
+				       wf->resource, "fencing_token", (json_int_t)st->token,
+				       "ttl_ms", (json_int_t)wf->lease_ttl_ms));
+		count(e, &e->leases_expired);
+		log_at(&e->log, BATON_LOG_WARN, wf->id,
+		       "lease of \"%s\" on \"%s\" (token %lld) expired", st->worker, wf->resource,
+		       (long long)st->token);
+	}
+	eng_follow(e, wf, machine_outcome(wf, &out, e->def, now, &ev), now);
+	json_decref(out.result);
+	if (!e->no_new_work)
+		eng_grant_lock(e, eng_lock_of(e, wf->resource), now);
+}
+
+void lease_granted(baton_engine *e, wf_row *wf, int64_t now)
+{
+	set_expiry(e, wf, now);
+	count(e, &e->leases_granted);
+	waiter *w = wf->lease_w;
+	wf->lease_w = NULL;
+	if (!w)
+		return;
+	w->lease = lease_json(wf);
+	reply r = {w, BATON_OK, 1};
+	VEC_PUSH(e->replies, r); /* answered once the grant is durable */
+}
+
+void lease_timer(baton_engine *e, wf_row *wf, int64_t now)
+{
+	step_row *st = &wf->steps[0];
+	if (wf->done)
+		return;
+	if (st->status == ST_RUNNING && wf->lease_expires_at <= now)
+		end_hold(e, wf, 0, now);
+	else if (st->status == ST_WAITING && wf->lease_w && wf->lease_wait_until <= now)
+		give_up(e, wf, "not granted within wait_ms", now);
+}
+
+void lease_cancelled(baton_engine *e, wf_row *wf)
+{
+	waiter *w = wf->lease_w;
+	wf->lease_w = NULL;
+	if (w)
+		eng_waiter_done(w, BATON_ECONFLICT, 0, "the lease was cancelled while it waited");
+	(void)e;
+}
+
+int lease_recover(baton_engine *e, wf_row *wf)
+{
+	step_row *st = &wf->steps[wf->cur];
+	if (!is_lease_step(st))
+		return 0;
+	wf->lease = 1;
+	wf->lease_ttl_ms = json_integer_value(json_object_get(st->params, "ttl_ms"));
+	if (st->status == ST_RUNNING) {
+		lock_restore(eng_lock_of(e, wf->resource), wf, st->started_at);
+		set_expiry(e, wf, e->now);
+		return 1;
+	}
+	/* Its caller was answered nothing and is gone with the old process. */
+	event_sink ev = {eng_on_event, e};
+	eng_follow(e, wf, machine_cancel(wf, e->def, e->now, &ev), e->now);
+	return 1;
+}
+
+static void stop_one(void *ctx, void *value)
+{
+	baton_engine *e = ctx;
+	wf_row *wf = value;
+	if (wf->lease && wf->lease_w && !wf->done && wf->steps[0].status == ST_WAITING)
+		give_up(e, wf, "the server is shutting down", e->now);
+}
+
+void lease_stop(baton_engine *e)
+{
+	e->leases_stopped = 1;
+	task_stop(e);
+	/* give_up changes no map entry (finished rows are freed after the commit) */
+	strmap_each(e->wfs, stop_one, e);
+}
+
+/* ---- messages ---- */
+
+static int busy_now(const res_lock *l)
+{
+	return l && (l->holder || l->head);
+}
+
+/* Answers w with a lease that is no longer in memory, read from the store. */
+static void answer_stored(baton_engine *e, waiter *w, const char *id)
+{
+	json_t *wf;
+	baton_error err = {0};
+	int rc = store_get_workflow(e->st, id, &wf, &err);
+	if (rc) {
+		eng_waiter_done(w, rc, 0, err.msg);
+		return;
+	}
+	w->lease = stored_lease_json(wf);
+	json_decref(wf);
+	eng_waiter_done(w, BATON_OK, 0, NULL);
+}
+
+static void apply_acquire(baton_engine *e, msg *m, int64_t now)
+{
+	wf_row *wf = m->wf, *cur = strmap_get(e->wfs, wf->id);
+	if (e->faulty || e->no_new_work || e->leases_stopped) {
+		eng_waiter_done(m->w, BATON_EBUSY, 0,
+				e->faulty ? "storage is failing; try again later"
+					  : "the server is shutting down");
+		wf_row_free(wf);
+		return;
+	}
+	char *stored = NULL;
+	int status;
+	baton_error err = {0};
+	int rc = cur ? BATON_OK : store_find_workflow(e->st, wf->id, &stored, &status, &err);
+	if (rc != BATON_ENOTFOUND) { /* the same request_id again */
+		const char *def = cur ? cur->definition : stored;
+		if (rc)
+			eng_waiter_done(m->w, rc, 0, err.msg);
+		else if (strcmp(def, wf->definition) != 0)
+			eng_waiter_done(m->w, BATON_ECONFLICT, 0,
+					"this request_id was used for another lease request");
+		else if (!cur) /* it has ended */
+			answer_stored(e, m->w, wf->id);
+		else if (cur->steps[0].status == ST_RUNNING) {
+			m->w->lease = lease_json(cur);
+			eng_waiter_done(m->w, BATON_OK, 0, NULL);
+		} else if (cur->steps[0].status == ST_WAITING) {
+			/* The first caller's answer was lost; the retry waits in its place. */
+			if (cur->lease_w)
+				eng_waiter_done(cur->lease_w, BATON_ECONFLICT, 0,
+						"superseded by a retry with the same request_id");
+			cur->lease_w = m->w;
+			cur->lease_wait_until = now + m->wait_ms;
+			eng_timer_push(e, cur->lease_wait_until, cur->id);
+		} else {
+			m->w->lease = lease_json(cur);
+			eng_waiter_done(m->w, BATON_OK, 0, NULL);
+		}
+		free(stored);
+		wf_row_free(wf);
+		return;
+	}
+	res_lock *l = strmap_get(e->locks, wf->resource);
+	if (m->wait_ms == 0 && busy_now(l)) { /* try once: nothing is recorded */
+		char why[512];
+		m->w->lease = busy_json(l, why, sizeof why, "not granted");
+		count(e, &e->leases_refused);
+		eng_waiter_done(m->w, BATON_ECONFLICT, 0, why);
+		wf_row_free(wf);
+		return;
+	}
+	if (eng_next_wf_seq(e, &wf->seq, &err)) {
+		eng_waiter_done(m->w, BATON_EBUSY, 0, "storage is failing; try again later");
+		wf_row_free(wf);
+		return;
+	}
+	wf->status = WF_PENDING;
+	wf->created_at = now;
+	wf->is_new = 1;
+	wf->dirty_lo = wf->steps_total;
+	wf->lease_w = m->w;
+	wf->lease_wait_until = now + m->wait_ms;
+	strmap_put(e->wfs, wf->id, wf);
+	eng_on_event(
+	    e, wf, "workflow_submitted",
+	    json_pack("{s:s, s:i, s:b}", "resource", wf->resource, "steps_total", 1, "lease", 1));
+	eng_request(e, wf, 0, now);
+	eng_touch_wf(e, wf);
+	if (m->wait_ms > 0)
+		eng_timer_push(e, wf->lease_wait_until, wf->id);
+}
+
+/* A lease op on one that is no longer in memory: from the store. */
+static void stored_op(baton_engine *e, msg *m)
+{
+	json_t *wf = NULL;
+	baton_error err = {0};
+	int rc = store_get_workflow(e->st, m->id, &wf, &err);
+	const json_t *st = rc ? NULL : json_array_get(json_object_get(wf, "steps"), 0);
+	if (rc == BATON_OK && !json_is_true(json_object_get(st, "lease"))) {
+		json_decref(wf); /* a workflow's, not a lease's */
+		rc = BATON_ENOTFOUND;
+	}
+	if (rc) {
+		if (rc == BATON_ENOTFOUND)
+			err_set(&err, rc, "no lease with id \"%.128s\"", m->id);
+		if (m->w)
+			eng_waiter_done(m->w, rc, 0, err.msg);
+		return;
+	}
+	json_t *lease = stored_lease_json(wf);
+	json_decref(wf);
+	const char *state = json_string_value(json_object_get(lease, "state"));
+	if (!m->w) {
+		json_decref(lease);
+		return;
+	}
+	if (m->idx != LEASE_GET && strcmp(state, "expired") == 0) {
+		json_decref(lease);
+		eng_waiter_done(
+		    m->w, BATON_EGONE, 0,
+		    "the lease expired: whatever was done under it since was unprotected");
+		return;
+	}
+	if (m->idx == LEASE_RENEW) {
+		char why[128];
+		snprintf(why, sizeof why, "the lease has ended (%s)", state);
+		json_decref(lease);
+		eng_waiter_done(m->w, BATON_ECONFLICT, 0, why);
+		return;
+	}
+	m->w->lease = lease;
+	eng_waiter_done(m->w, BATON_OK, 0, NULL);
+}
+
+static void apply_op(baton_engine *e, msg *m, int64_t now)
+{
+	wf_row *wf = strmap_get(e->wfs, m->id);
+	if (wf && !wf->lease) {
+		if (m->w)
+			eng_waiter_done(m->w, BATON_ENOTFOUND, 0, "no lease with that id");
+		return;
+	}
+	if (!wf || wf->done) {
+		stored_op(e, m);
+		return;
+	}
+	int st = wf->steps[0].status;
+	switch (m->idx) {
+	case LEASE_GET:
+		m->w->lease = lease_json(wf);
+		eng_waiter_done(m->w, BATON_OK, 0, NULL);
+		return;
+	case LEASE_RENEW:
+		if (st != ST_RUNNING) {
+			eng_waiter_done(m->w, BATON_ECONFLICT, 0, "the lease is not held yet");
+			return;
+		}
+		if (m->ttl_ms > 0)
+			wf->lease_ttl_ms = m->ttl_ms;
+		set_expiry(e, wf, now);
+		m->w->lease = lease_json(wf);
+		eng_waiter_done(m->w, BATON_OK, 0, NULL);
+		return;
+	case LEASE_ABANDON:
+		if (st == ST_WAITING)
+			give_up(e, wf, "the client went away", now);
+		return;
+	default: /* LEASE_RELEASE, LEASE_ABANDON_GRANTED */
+		if (st == ST_RUNNING)
+			end_hold(e, wf, 1, now);
+		else if (st == ST_WAITING && m->idx == LEASE_RELEASE)
+			give_up(e, wf, "released while it waited", now);
+		if (m->w) {
+			m->w->lease = lease_json(wf);
+			reply r = {m->w, BATON_OK, 0};
+			VEC_PUSH(e->replies, r); /* answered once durable */
+		}
+	}
+}
+
+void lease_apply(baton_engine *e, msg *m, int64_t now)
+{
+	if (m->type == MSG_LEASE)
+		apply_acquire(e, m, now);
+	else if (m->type == MSG_LEASE_STOP)
+		lease_stop(e);
+	else
+		apply_op(e, m, now);
+}
+
+/* ---- public API ---- */
+
+static wf_row *new_lease_row(const baton_lease_request *req, const char *id)
+{
+	wf_row *wf = xcalloc(1, sizeof *wf);
+	wf->stored_status = -1;
+	wf->id = xstrdup(id);
+	wf->resource = xstrdup(req->resource);
+	wf->lease = 1;
+	wf->lease_ttl_ms = req->ttl_ms;
+	wf->retry = (retry_policy){
+	    .max_attempts = 1, .initial_delay_ms = 1000, .backoff = 2, .max_delay_ms = 1000};
+	wf->on_failure = ON_FAILURE_FAIL;
+	wf->steps_total = 1;
+	wf->steps = xcalloc(1, sizeof *wf->steps);
+	step_row *st = &wf->steps[0];
+	st->worker = xstrdup(req->holder);
+	st->params = json_pack("{s:s, s:b, s:I}", "name", req->holder, "lease", 1, "ttl_ms",
+			       (json_int_t)req->ttl_ms);
+	st->duration_ms = -1;
+	json_t *def = json_pack("{s:s, s:{s:s, s:I}}", "resource", req->resource, "lease", "holder",
+				req->holder, "ttl_ms", (json_int_t)req->ttl_ms);
+	wf->definition = codec_text_sorted(def);
+	json_decref(def);
+	return wf;
+}
+
+static waiter *lease_waiter(baton_lease_fn done, void *ud, const char *id)
+{
+	waiter *w = xcalloc(1, sizeof *w);
+	w->lease_cb = done;
+	w->ud = ud;
+	snprintf(w->id, sizeof w->id, "%s", id);
+	return w;
+}
+
+int baton_lease_acquire(baton_engine *e, const baton_lease_request *req, baton_lease_fn done,
+			void *ud, char id[48], baton_error *err)
+{
+	if (!req->resource || !valid_name(req->resource))
+		return err_set(
+		    err, BATON_EINVAL,
+		    "resource: a name of 1 to 128 characters [A-Za-z0-9._:-] is required");
+	if (!req->holder || !valid_name(req->holder))
+		return err_set(err, BATON_EINVAL,
+			       "holder: a name of 1 to 128 characters [A-Za-z0-9._:-] is required");
+	if (req->ttl_ms < 1000 || req->ttl_ms > 86400000)
+		return err_set(err, BATON_EINVAL, "ttl_ms: from 1000 to 86400000");
+	if (req->wait_ms < 0 || req->wait_ms > 300000)
+		return err_set(err, BATON_EINVAL, "wait_ms: from 0 to 300000");
+	char buf[MAX_NAME + 1];
+	if (req->request_id) {
+		if (!valid_name(req->request_id) ||
+		    strlen(req->request_id) > MAX_NAME - strlen(LEASE_PREFIX))
+			return err_set(err, BATON_EINVAL,
+				       "request_id: a name of 1 to 122 characters [A-Za-z0-9._:-]");
+		snprintf(buf, sizeof buf, LEASE_PREFIX "%s", req->request_id);
+	} else {
+		char hex[33];
+		if (random_id(hex) != 0)
+			return err_set(err, BATON_EINTERNAL, "no randomness for an id");
+		snprintf(buf, sizeof buf, LEASE_PREFIX "%s", hex);
+	}
+	snprintf(id, 48, "%.47s", buf);
+	pthread_mutex_lock(&e->mu);
+	int full = e->pending_submits >= MAX_PENDING_SUBMITS;
+	pthread_mutex_unlock(&e->mu);
+	if (full)
+		return err_set(err, BATON_EBUSY, "too many requests in flight; try again shortly");
+	msg *m = xcalloc(1, sizeof *m);
+	m->type = MSG_LEASE;
+	m->wf = new_lease_row(req, buf);
+	m->w = lease_waiter(done, ud, buf);
+	m->wait_ms = req->wait_ms;
+	eng_post(e, m);
+	return BATON_OK;
+}
+
+static int post_op(baton_engine *e, const char *id, int op, int64_t ttl_ms, baton_lease_fn done,
+		   void *ud, baton_error *err)
+{
+	if (!valid_name(id) || strncmp(id, LEASE_PREFIX, strlen(LEASE_PREFIX)) != 0)
+		return err_set(err, BATON_ENOTFOUND, "no lease with id \"%.128s\"", id);
+	msg *m = xcalloc(1, sizeof *m);
+	m->type = MSG_LEASE_OP;
+	m->id = xstrdup(id);
+	m->idx = op;
+	m->ttl_ms = ttl_ms;
+	m->w = done ? lease_waiter(done, ud, id) : NULL;
+	eng_post(e, m);
+	return BATON_OK;
+}
+
+void baton_lease_abandon(baton_engine *e, const char *id, int release)
+{
+	baton_error err;
+	post_op(e, id, release ? LEASE_ABANDON_GRANTED : LEASE_ABANDON, 0, NULL, NULL, &err);
+}
+
+int baton_lease_renew(baton_engine *e, const char *id, int64_t ttl_ms, baton_lease_fn done,
+		      void *ud, baton_error *err)
+{
+	if (ttl_ms != 0 && (ttl_ms < 1000 || ttl_ms > 86400000))
+		return err_set(err, BATON_EINVAL, "ttl_ms: from 1000 to 86400000");
+	return post_op(e, id, LEASE_RENEW, ttl_ms, done, ud, err);
+}
+
+int baton_lease_release(baton_engine *e, const char *id, baton_lease_fn done, void *ud,
+			baton_error *err)
+{
+	return post_op(e, id, LEASE_RELEASE, 0, done, ud, err);
+}
+
+int baton_lease_get(baton_engine *e, const char *id, baton_lease_fn done, void *ud,
+		    baton_error *err)
+{
+	return post_op(e, id, LEASE_GET, 0, done, ud, err);
+}
+
+void baton_lease_stop(baton_engine *e)
+{
+	msg *m = xcalloc(1, sizeof *m);
+	m->type = MSG_LEASE_STOP;
+	eng_post(e, m);
+}

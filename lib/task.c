@@ -1,0 +1,345 @@
+/*
+ * task.c - external workers: steps that a process outside batond claims and does.
+ *
+ * Design. A worker {"name": ..., "external": true} is a step like any other until it is
+ * granted its resource (in FIFO order, with the next fencing token, in the round's
+ * commit). Then nothing runs here: the step holds the resource and waits for a claim
+ * (POST /tasks/claim), in e->tasks_ready, or goes at once to the oldest waiting claim
+ * whose filters it matches (e->claims). A claim answers only once the grant is durable.
+ * The claimer heartbeats within its ttl, and completes or fails the attempt; the outcome
+ * goes through machine_outcome as a step thread's would (retry policy, checkpoint, the
+ * resource to its next waiter). A claim not heartbeaten in time is a failed attempt,
+ * retried under the workflow's policy with a new token.
+ *
+ * A task's id names its attempt: "<workflow id>.<step>.<attempt>". A heartbeat or an
+ * outcome for an attempt that is not the current claimed one (it expired, or batond
+ * restarted: the step then runs again as a new attempt) answers BATON_EGONE and changes
+ * nothing. Claims live in memory: after a restart, a step that was claimed is granted
+ * again as a new attempt and waits for a new claim.
+ */
+#include "engine.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+int task_is_external(const step_row *st)
+{
+	return json_is_true(json_object_get(st->params, "external"));
+}
+
+static void task_id(const wf_row *wf, char *out, size_t n)
+{
+	const step_row *st = &wf->steps[wf->cur];
+	snprintf(out, n, "%s.%d.%d", wf->id, st->index, st->attempts);
+}
+
+/* The task as the API shows it (new reference). */
+static json_t *task_json(const wf_row *wf)
+{
+	const step_row *st = &wf->steps[wf->cur];
+	char id[MAX_NAME + 32];
+	task_id(wf, id, sizeof id);
+	json_t *input = json_object();
+	for (int i = 0; i < wf->cur; i++)
+		if (wf->steps[i].status == ST_COMPLETED && wf->steps[i].result)
+			json_object_set(input, wf->steps[i].worker, wf->steps[i].result);
+	json_t *o = json_pack("{s:s, s:s, s:i, s:s, s:s, s:i, s:I, s:I}", "id", id, "workflow_id",
+			      wf->id, "step", st->index, "worker", st->worker, "resource",
+			      wf->resource, "attempt", st->attempts, "fencing_token",
+			      (json_int_t)st->token, "ttl_ms", (json_int_t)wf->task_ttl_ms);
+	json_object_set_new(o, "expires_at", time_json(wf->task_expires_at));
+	json_object_set_new(o, "input", input);
+	return o;
+}
+
+static int matches(const msg *claim, const wf_row *wf)
+{
+	const step_row *st = &wf->steps[wf->cur];
+	return (!claim->worker || strcmp(claim->worker, st->worker) == 0) &&
+	       (!claim->resource || strcmp(claim->resource, wf->resource) == 0);
+}
+
+static void claim_done(msg *claim)
+{
+	free(claim->worker);
+	free(claim->resource);
+	claim->worker = claim->resource = NULL;
+	claim->w = NULL;
+}
+
+/* Gives wf's step to claim; answered once durable (the grant may be this round's). */
+static void assign(baton_engine *e, wf_row *wf, msg *claim, int64_t now)
+{
+	wf->task_claimed = 1;
+	wf->task_ttl_ms = claim->ttl_ms;
+	wf->task_expires_at = now + claim->ttl_ms;
+	eng_timer_push(e, wf->task_expires_at, wf->id);
+	waiter *w = claim->w;
+	w->lease = task_json(wf);
+	reply r = {w, BATON_OK, 0};
+	VEC_PUSH(e->replies, r);
+	claim_done(claim);
+}
+
+void task_ready(baton_engine *e, wf_row *wf, int64_t now)
+{
+	wf->task_claimed = 0;
+	for (size_t i = 0; i < e->claims.n; i++) {
+		msg *c = e->claims.v[i];
+		if (!matches(c, wf))
+			continue;
+		memmove(&e->claims.v[i], &e->claims.v[i + 1],
+			(e->claims.n - i - 1) * sizeof *e->claims.v);
+		e->claims.n--;
+		assign(e, wf, c, now);
+		free(c);
+		return;
+	}
+	VEC_PUSH(e->tasks_ready, xstrdup(wf->id));
+}
+
+/* The outcome of the current attempt of wf, as a step thread would report it. */
+static void outcome(baton_engine *e, wf_row *wf, step_output *out, int64_t now)
+{
+	event_sink ev = {eng_on_event, e};
+	wf->task_claimed = 0;
+	eng_follow(e, wf, machine_outcome(wf, out, e->def, now, &ev), now);
+	if (!e->no_new_work)
+		eng_grant_lock(e, eng_lock_of(e, wf->resource), now);
+}
+
+int task_timer(baton_engine *e, wf_row *wf, int64_t now)
+{
+	const step_row *st = &wf->steps[wf->cur];
+	if (wf->done || !wf->task_claimed || st->status != ST_RUNNING || wf->task_expires_at > now)
+		return 0;
+	step_output out = {.retryable = 1, .duration_ms = now - st->started_at};
+	snprintf(out.error, sizeof out.error, "claim expired: no heartbeat within %lld ms",
+		 (long long)wf->task_ttl_ms);
+	log_at(&e->log, BATON_LOG_WARN, wf->id, "step %d (%s): %s", st->index, st->worker,
+	       out.error);
+	outcome(e, wf, &out, now);
+	return 1;
+}
+
+void task_cancelled(baton_engine *e, wf_row *wf, int64_t now)
+{
+	if (wf->done || wf->task_claimed || !wf->cancel_requested)
+		return;
+	const step_row *st = &wf->steps[wf->cur];
+	if (st->status != ST_RUNNING || !task_is_external(st))
+		return;
+	step_output out = {.duration_ms = now - st->started_at};
+	snprintf(out.error, sizeof out.error, "cancelled before a worker claimed it");
+	outcome(e, wf, &out, now);
+}
+
+void task_claims_timer(baton_engine *e, int64_t now)
+{
+	size_t k = 0;
+	for (size_t i = 0; i < e->claims.n; i++) {
+		msg *c = e->claims.v[i];
+		if (c->wait_ms > now) { /* wait_ms holds its deadline once it waits */
+			e->claims.v[k++] = c;
+			continue;
+		}
+		eng_waiter_done(c->w, BATON_OK, 0, NULL); /* no task: 204 */
+		claim_done(c);
+		free(c);
+	}
+	e->claims.n = k;
+}
+
+static void apply_claim(baton_engine *e, msg *m, int64_t now)
+{
+	if (e->no_new_work || e->leases_stopped) {
+		eng_waiter_done(m->w, BATON_EBUSY, 0, "the server is shutting down");
+		claim_done(m);
+		return;
+	}
+	size_t k = 0;
+	wf_row *found = NULL;
+	for (size_t i = 0; i < e->tasks_ready.n; i++) {
+		char *id = e->tasks_ready.v[i];
+		wf_row *wf = found ? NULL : strmap_get(e->wfs, id);
+		int live = wf && !wf->done && !wf->task_claimed &&
+			   wf->steps[wf->cur].status == ST_RUNNING &&
+			   task_is_external(&wf->steps[wf->cur]);
+		if (live && matches(m, wf)) {
+			found = wf;
+			free(id);
+		} else if (live || (found && strmap_get(e->wfs, id))) {
+			e->tasks_ready.v[k++] = id;
+		} else {
+			free(id);
+		}
+	}
+	e->tasks_ready.n = k;
+	if (found) {
+		assign(e, found, m, now);
+		return;
+	}
+	if (m->wait_ms == 0) {
+		eng_waiter_done(m->w, BATON_OK, 0, NULL);
+		claim_done(m);
+		return;
+	}
+	m->wait_ms += now; /* from now on: its deadline */
+	VEC_PUSH(e->claims, m);
+	eng_timer_push(e, m->wait_ms, TASK_CLAIMS_TIMER);
+}
+
+/* "<workflow id>.<step>.<attempt>" into its parts; 0, or -1 when malformed. */
+static int parse_task_id(const char *id, char *wf_id, size_t n, int *step, int *attempt)
+{
+	const char *b = strrchr(id, '.');
+	if (!b || b == id)
+		return -1;
+	const char *a = b - 1;
+	while (a > id && *a != '.')
+		a--;
+	if (a == id || (size_t)(a - id) >= n)
+		return -1;
+	char *end;
+	long s = strtol(a + 1, &end, 10), t = strtol(b + 1, &end, 10);
+	if (*end || s < 0 || t < 1 || s > MAX_WORKERS || t > 1000000)
+		return -1;
+	memcpy(wf_id, id, (size_t)(a - id));
+	wf_id[a - id] = 0;
+	*step = (int)s;
+	*attempt = (int)t;
+	return 0;
+}
+
+static void apply_op(baton_engine *e, msg *m, int64_t now)
+{
+	char wf_id[MAX_NAME + 1];
+	int step, attempt;
+	wf_row *wf = NULL;
+	if (parse_task_id(m->id, wf_id, sizeof wf_id, &step, &attempt) == 0)
+		wf = strmap_get(e->wfs, wf_id);
+	const step_row *st = wf && !wf->done ? &wf->steps[wf->cur] : NULL;
+	if (!st || st->index != step || st->attempts != attempt || st->status != ST_RUNNING ||
+	    !wf->task_claimed) {
+		json_decref(m->out.result);
+		if (!m->w)
+			return;
+		char *def = NULL;
+		int status;
+		baton_error err = {0};
+		int known =
+		    wf || (parse_task_id(m->id, wf_id, sizeof wf_id, &step, &attempt) == 0 &&
+			   store_find_workflow(e->st, wf_id, &def, &status, &err) == BATON_OK);
+		free(def);
+		if (known)
+			eng_waiter_done(m->w, BATON_EGONE, 0,
+					"this attempt is over (it expired, was superseded or its "
+					"workflow ended): its work must not be used");
+		else
+			eng_waiter_done(m->w, BATON_ENOTFOUND, 0, "no such task");
+		return;
+	}
+	if (m->idx == TASK_HEARTBEAT) {
+		wf->task_expires_at = now + wf->task_ttl_ms;
+		eng_timer_push(e, wf->task_expires_at, wf->id);
+		m->w->lease = task_json(wf);
+		eng_waiter_done(m->w, BATON_OK, 0, NULL);
+		return;
+	}
+	if (m->idx == TASK_UNCLAIM) { /* its claimer could not be told: offer it again */
+		task_ready(e, wf, now);
+		return;
+	}
+	json_t *answer = json_pack("{s:s, s:s, s:i, s:i}", "id", m->id, "workflow_id", wf->id,
+				   "step", step, "attempt", attempt);
+	m->out.duration_ms = now - st->started_at;
+	outcome(e, wf, &m->out, now);
+	json_object_set_new(answer, "state",
+			    json_string(m->idx == TASK_COMPLETE ? "completed" : "failed"));
+	json_decref(m->out.result);
+	m->w->lease = answer;
+	reply r = {m->w, BATON_OK, 0};
+	VEC_PUSH(e->replies, r); /* once the outcome is durable */
+}
+
+void task_apply(baton_engine *e, msg *m, int64_t now)
+{
+	if (m->type == MSG_TASK_CLAIM)
+		apply_claim(e, m, now);
+	else
+		apply_op(e, m, now);
+}
+
+void task_stop(baton_engine *e)
+{
+	for (size_t i = 0; i < e->claims.n; i++) {
+		eng_waiter_done(e->claims.v[i]->w, BATON_EBUSY, 0, "the server is shutting down");
+		claim_done(e->claims.v[i]);
+		free(e->claims.v[i]);
+	}
+	e->claims.n = 0;
+}
+
+void task_free_all(baton_engine *e)
+{
+	task_stop(e);
+	for (size_t i = 0; i < e->tasks_ready.n; i++)
+		free(e->tasks_ready.v[i]);
+	free(e->tasks_ready.v);
+	free(e->claims.v);
+}
+
+/* ---- public API ---- */
+
+int baton_task_claim(baton_engine *e, const char *worker, const char *resource, int64_t wait_ms,
+		     int64_t ttl_ms, baton_lease_fn done, void *ud, baton_error *err)
+{
+	if (resource && !valid_name(resource))
+		return err_set(err, BATON_EINVAL, "resource: not a valid resource name");
+	if (ttl_ms < 1000 || ttl_ms > 86400000)
+		return err_set(err, BATON_EINVAL, "ttl_ms: from 1000 to 86400000");
+	if (wait_ms < 0 || wait_ms > 300000)
+		return err_set(err, BATON_EINVAL, "wait_ms: from 0 to 300000");
+	msg *m = xcalloc(1, sizeof *m);
+	m->type = MSG_TASK_CLAIM;
+	m->worker = worker ? xstrdup(worker) : NULL;
+	m->resource = resource ? xstrdup(resource) : NULL;
+	m->wait_ms = wait_ms;
+	m->ttl_ms = ttl_ms;
+	m->w = xcalloc(1, sizeof *m->w);
+	m->w->lease_cb = done;
+	m->w->ud = ud;
+	eng_post(e, m);
+	return BATON_OK;
+}
+
+int baton_task_report(baton_engine *e, const char *id, int op, json_t *result, const char *error,
+		      int retryable, baton_lease_fn done, void *ud, baton_error *err)
+{
+	if (op == TASK_FAIL && (!error || !*error))
+		error = "failed";
+	if (op == TASK_COMPLETE && !result)
+		result = json_null();
+	else if (op != TASK_COMPLETE) {
+		json_decref(result);
+		result = NULL;
+	}
+	msg *m = xcalloc(1, sizeof *m);
+	m->type = MSG_TASK_OP;
+	m->id = xstrdup(id);
+	m->idx = op;
+	m->out.result = result;
+	m->out.retryable = retryable;
+	if (error) {
+		snprintf(m->out.error, sizeof m->out.error, "%s", error);
+		utf8_trim(m->out.error);
+	}
+	if (done) {
+		m->w = xcalloc(1, sizeof *m->w);
+		m->w->lease_cb = done;
+		m->w->ud = ud;
+	}
+	eng_post(e, m);
+	(void)err;
+	return BATON_OK;
+}

@@ -1,0 +1,325 @@
+/*
+ * test_lock.c - `baton lock RESOURCE -- COMMAND` with real processes against the real
+ * batond: the command gets the token, lease id and resource in its environment and its
+ * exit status comes back; two `baton lock` on one resource never overlap (each command
+ * appends start and end lines to one file); a lease lost (the server refuses the
+ * renewal) stops the command's whole process group and exits 76; a frozen server is
+ * noticed by the client's own clock (76 while batond is still stopped); not granted
+ * within --wait exits 75 without running anything; SIGTERM goes to the command first
+ * and the lease is released after it. And `baton worker`: an external worker's step done by
+ * a command, completed with its stdout or failed with its exit status and stderr.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../harness/client.h"
+
+#define WAIT_MS 60000
+
+static char dir[64];
+
+static int setup(void **state)
+{
+	snprintf(dir, sizeof dir, "/tmp/baton-lock-XXXXXX");
+	if (!mkdtemp(dir))
+		return -1;
+	return hs_setup(state);
+}
+
+static int teardown(void **state)
+{
+	client_free_all();
+	char cmd[128];
+	snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+	if (system(cmd) != 0)
+		return -1;
+	return hs_close(*state);
+}
+
+static char *path_in(const char *name)
+{
+	static char p[8][128];
+	static int k;
+	k = (k + 1) % 8;
+	snprintf(p[k], sizeof p[k], "%s/%s", dir, name);
+	return p[k];
+}
+
+static char *slurp(const char *path)
+{
+	FILE *f = fopen(path, "r");
+	if (!f)
+		return NULL;
+	char *buf = calloc(1, 65536);
+	size_t n = fread(buf, 1, 65535, f);
+	buf[n] = 0;
+	fclose(f);
+	return buf;
+}
+
+static bool file_exists(void *path)
+{
+	return access(path, F_OK) == 0;
+}
+
+static long read_pid(const char *path)
+{
+	char *t = slurp(path);
+	assert_non_null(t);
+	long pid = strtol(t, NULL, 10);
+	free(t);
+	assert_true(pid > 1);
+	return pid;
+}
+
+static bool pid_gone(void *arg)
+{
+	pid_t pid = (pid_t)(intptr_t)arg;
+	return kill(pid, 0) != 0 && errno == ESRCH;
+}
+
+static void assert_free(const hs_server *s)
+{
+	json_t *r = hs_get_json(s, "/resources/db", 200);
+	assert_true(json_is_null(json_object_get(r, "holder")));
+	json_decref(r);
+}
+
+static void test_token_env_and_exit_status(void **state)
+{
+	hs_server *s = *state;
+	const char *const args[] = {
+	    "lock",
+	    "db",
+	    "--",
+	    "sh",
+	    "-c",
+	    "echo \"token=$BATON_FENCING_TOKEN res=$BATON_RESOURCE id=$BATON_LEASE_ID\"; exit 7",
+	    NULL};
+	client_proc *p = client_expect_exit(7, client_url_of(s), args);
+	assert_non_null(strstr(p->o.p, "token=1 res=db id=lease-"));
+	client_free(p);
+	assert_free(s);
+	const char *const ok[] = {"lock", "db", "--", "true", NULL};
+	client_free(client_expect_exit(0, client_url_of(s), ok));
+	json_t *r = hs_get_json(s, "/resources/db", 200);
+	assert_int_equal(hs_int(r, "last_fencing_token"), 2);
+	json_decref(r);
+}
+
+static void test_two_locks_never_overlap(void **state)
+{
+	hs_server *s = *state;
+	char script[512];
+	snprintf(script, sizeof script,
+		 "for i in 1 2; do echo \"start $BATON_FENCING_TOKEN\" >> %s; sleep 0.2; "
+		 "echo \"end $BATON_FENCING_TOKEN\" >> %s; done",
+		 path_in("log"), path_in("log"));
+	const char *const args[] = {"lock", "db", "--wait", "60s", "--", "sh", "-c", script, NULL};
+	client_proc *p[3];
+	for (int i = 0; i < 3; i++)
+		p[i] = client_spawn(args, client_url_of(s), false);
+	for (int i = 0; i < 3; i++) {
+		assert_int_equal(client_finish(p[i]), 0);
+		client_free(p[i]);
+	}
+	char *log = slurp(path_in("log"));
+	assert_non_null(log);
+	/* start T, end T, start T, end T for each holder in turn; tokens increase */
+	long prev = 0, cur = 0;
+	int lines = 0, open = 0;
+	for (char *line = strtok(log, "\n"); line; line = strtok(NULL, "\n"), lines++) {
+		long t;
+		if (sscanf(line, "start %ld", &t) == 1) {
+			if (open)
+				fail_msg("overlap: \"%s\" while %ld held it", line, cur);
+			if (t != cur) {
+				assert_true(t > prev);
+				prev = cur = t;
+			}
+			open = 1;
+		} else if (sscanf(line, "end %ld", &t) == 1) {
+			assert_true(open);
+			assert_int_equal(t, cur);
+			open = 0;
+		} else {
+			fail_msg("unexpected line \"%s\"", line);
+		}
+	}
+	assert_int_equal(lines, 12);
+	assert_false(open);
+	free(log);
+	assert_free(s);
+}
+
+/* The command: sh that leaves a child behind, both pids and the lease id in files. */
+static void spawn_holder(const hs_server *s, const char *ttl, client_proc **p)
+{
+	static char script[512];
+	snprintf(script, sizeof script,
+		 "echo $$ > %s; sleep 60 & echo $! > %s; echo $BATON_LEASE_ID > %s.tmp; "
+		 "mv %s.tmp %s; wait",
+		 path_in("sh.pid"), path_in("child.pid"), path_in("id"), path_in("id"),
+		 path_in("id"));
+	const char *const args[] = {"lock", "db", "--ttl", ttl, "--", "sh", "-c", script, NULL};
+	*p = client_spawn(args, client_url_of(s), false);
+	if (!hs_wait_until(file_exists, path_in("id"), WAIT_MS))
+		fail_msg("the command never ran");
+}
+
+static void assert_group_gone(void)
+{
+	long sh = read_pid(path_in("sh.pid")), child = read_pid(path_in("child.pid"));
+	assert_true(hs_wait_until(pid_gone, (void *)(intptr_t)sh, WAIT_MS));
+	assert_true(hs_wait_until(pid_gone, (void *)(intptr_t)child, WAIT_MS));
+}
+
+static void test_lost_lease_stops_the_group(void **state)
+{
+	hs_server *s = *state;
+	client_proc *p;
+	spawn_holder(s, "3s", &p);
+	char *id = slurp(path_in("id"));
+	id[strcspn(id, "\n")] = 0;
+	char path[256];
+	snprintf(path, sizeof path, "/leases/%s", id);
+	hs_request del = {.method = "DELETE", .path = path};
+	hs_response r;
+	assert_int_equal(hs_send(s, &del, &r), 0); /* the server will refuse the renewal */
+	assert_int_equal(r.status, 204);
+	hs_response_fini(&r);
+	free(id);
+	assert_int_equal(client_finish(p), 76);
+	assert_non_null(strstr(p->e.p, "renewal refused"));
+	client_free(p);
+	assert_group_gone();
+}
+
+static void test_frozen_server_noticed_by_own_clock(void **state)
+{
+	hs_server *s = *state;
+	client_proc *p;
+	spawn_holder(s, "2s", &p);
+	assert_int_equal(hs_signal(s, SIGSTOP), 0);
+	/* batond cannot answer anything: the client must decide by itself */
+	int code = client_finish(p);
+	assert_int_equal(hs_signal(s, SIGCONT), 0);
+	assert_int_equal(code, 76);
+	assert_non_null(strstr(p->e.p, "no successful renewal"));
+	client_free(p);
+	assert_group_gone();
+}
+
+static void test_not_acquired_runs_nothing(void **state)
+{
+	hs_server *s = *state;
+	hs_response r;
+	assert_int_equal(hs_post(s, "/resources/db/leases", "{\"holder\": \"other\"}", &r), 0);
+	assert_int_equal(r.status, 201);
+	hs_response_fini(&r);
+	char script[256];
+	snprintf(script, sizeof script, "touch %s", path_in("ran"));
+	const char *const args[] = {"lock", "db", "--wait", "0", "--", "sh", "-c", script, NULL};
+	client_proc *p = client_expect_exit(75, client_url_of(s), args);
+	assert_non_null(strstr(p->e.p, "other"));
+	client_free(p);
+	assert_false(file_exists(path_in("ran")));
+	const char *const waited[] = {"lock", "db", "--wait", "1s", "--", "sh", "-c", script, NULL};
+	client_free(client_expect_exit(75, client_url_of(s), waited));
+	assert_false(file_exists(path_in("ran")));
+}
+
+static void test_sigterm_goes_to_the_command_first(void **state)
+{
+	hs_server *s = *state;
+	char script[512];
+	snprintf(script, sizeof script,
+		 "trap 'echo got-term; exit 3' TERM; touch %s; while :; do sleep 0.05; done",
+		 path_in("ready"));
+	const char *const args[] = {"lock", "db", "--", "sh", "-c", script, NULL};
+	client_proc *p = client_spawn(args, client_url_of(s), false);
+	assert_true(hs_wait_until(file_exists, path_in("ready"), WAIT_MS));
+	assert_int_equal(kill(p->pid, SIGTERM), 0);
+	assert_int_equal(client_finish(p), 3);
+	assert_non_null(strstr(p->o.p, "got-term"));
+	client_free(p);
+	assert_free(s); /* released after the command ended */
+}
+
+/* ---- baton worker ---- */
+
+static void submit_external(const hs_server *s, const char *worker)
+{
+	json_decref(hs_create_workflow(
+	    s, json_pack("{s:s, s:s, s:[{s:s, s:b}], s:{s:i}}", "id", "w1", "resource", "db",
+			 "workers", "name", worker, "external", 1, "retry", "max_attempts", 1)));
+}
+
+static void test_worker_completes_with_stdout(void **state)
+{
+	hs_server *s = *state;
+	submit_external(s, "reindex");
+	char script[256];
+	snprintf(script, sizeof script,
+		 "cat > %s; echo \"{\\\"token\\\": $BATON_FENCING_TOKEN, \\\"task\\\": "
+		 "\\\"$BATON_TASK_ID\\\"}\"",
+		 path_in("stdin"));
+	const char *const args[] = {"worker", "--worker", "reindex", "--once", "--",
+				    "sh",     "-c",	  script,    NULL};
+	client_free(client_expect_exit(0, client_url_of(s), args));
+	json_t *wf = hs_wait_workflow(s, "w1", "completed", WAIT_MS);
+	const json_t *st = hs_step_at(wf, 0);
+	const json_t *result = json_object_get(st, "result");
+	assert_int_equal(hs_int(result, "token"), hs_int(st, "fencing_token"));
+	assert_string_equal(hs_str(result, "task"), "w1.0.1");
+	json_decref(wf);
+	char *in = slurp(path_in("stdin"));
+	assert_non_null(in);
+	json_t *task = json_loads(in, 0, NULL);
+	assert_non_null(task);
+	assert_string_equal(hs_str(task, "id"), "w1.0.1");
+	json_decref(task);
+	free(in);
+}
+
+static void test_worker_fails_with_status_and_stderr(void **state)
+{
+	hs_server *s = *state;
+	submit_external(s, "bad");
+	const char *const args[] = {"worker", "--worker", "bad", "--once",
+				    "--",     "sh",	  "-c",	 "echo broken >&2; exit 4",
+				    NULL};
+	client_free(client_expect_exit(1, client_url_of(s), args));
+	json_t *wf = hs_wait_workflow(s, "w1", "failed", WAIT_MS);
+	assert_non_null(strstr(hs_str(wf, "error"), "exit status 4: broken"));
+	json_decref(wf);
+}
+
+int main(void)
+{
+	hs_filters_from_env();
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test_setup_teardown(test_token_env_and_exit_status, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_two_locks_never_overlap, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_lost_lease_stops_the_group, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_frozen_server_noticed_by_own_clock, setup,
+					    teardown),
+	    cmocka_unit_test_setup_teardown(test_not_acquired_runs_nothing, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_sigterm_goes_to_the_command_first, setup,
+					    teardown),
+	    cmocka_unit_test_setup_teardown(test_worker_completes_with_stdout, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_worker_fails_with_status_and_stderr, setup,
+					    teardown),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
