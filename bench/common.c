@@ -7,7 +7,7 @@
  * "listening on" line looked for after a restart is the new process's own.
  */
 #include "../common/batond.h"
-#include "../common/curl_body.h"
+#include "../common/curl_req.h"
 #include "../common/rfc3339.h"
 #include "bench.h"
 
@@ -368,24 +368,22 @@ int http_do(int port, const char *method, const char *path, const char *body, ch
 	curl_body b = {0};
 	struct curl_slist *hdr = NULL;
 	snprintf(url, sizeof url, "http://127.0.0.1:%d%s", port, path);
-	curl_easy_reset(c);
-	curl_easy_setopt(c, CURLOPT_URL, url);
-	curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
-	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, curl_body_write);
-	curl_easy_setopt(c, CURLOPT_WRITEDATA, &b);
-	curl_easy_setopt(c, CURLOPT_TIMEOUT, 120L);
-	curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, 1000L);
-	curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
 	if (body) {
 		hdr = curl_slist_append(hdr, "Content-Type: application/json");
 		hdr = curl_slist_append(hdr, "Expect:");
-		curl_easy_setopt(c, CURLOPT_HTTPHEADER, hdr);
-		curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
-		curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)strlen(body));
 	}
-	long status = -1;
-	if (curl_easy_perform(c) == CURLE_OK)
-		curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
+	curl_req req = {.method = method,
+			.url = url,
+			.body = body,
+			.body_len = body ? strlen(body) : 0,
+			.headers = hdr,
+			.connect_timeout_ms = 1000,
+			.timeout_ms = 120000};
+	curl_easy_reset(c);
+	CURLcode rc;
+	long status = curl_req_perform(c, &req, &b, &rc);
+	if (rc != CURLE_OK)
+		status = -1;
 	curl_slist_free_all(hdr);
 	if (resp)
 		*resp = b.data;

@@ -14,7 +14,7 @@
 
 #include <curl/curl.h>
 
-#include "../common/curl_body.h"
+#include "../common/curl_req.h"
 #include "client.h"
 
 enum {
@@ -112,38 +112,33 @@ void http_free(http *h)
 	curl_global_cleanup();
 }
 
-/* Sets the options of one request on the reused handle. */
-static int prepare(http *h, const char *method, const char *url, const char *payload, curl_body *b)
+/*
+ * Resets the reused handle to the client's own options: the token, the user agent and
+ * the error buffer; curl_req sets the rest of each request.
+ */
+static void prepare(http *h)
 {
-	CURL *c = h->curl;
-	int post = strcmp(method, "POST") == 0;
-
-	curl_easy_reset(c);
-	http_auth(c);
+	curl_easy_reset(h->curl);
+	http_auth(h->curl);
 	h->errbuf[0] = '\0';
-	if (curl_easy_setopt(c, CURLOPT_URL, url) != CURLE_OK)
-		return -1;
-	curl_easy_setopt(c, CURLOPT_ERRORBUFFER, h->errbuf);
-	curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
-	curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, (long)CONNECT_TIMEOUT_MS);
-	curl_easy_setopt(c, CURLOPT_TIMEOUT_MS,
-			 h->timeout_ms > 0 ? h->timeout_ms : (long)REQUEST_TIMEOUT_MS);
-	curl_easy_setopt(c, CURLOPT_USERAGENT, "baton/" BATON_CLIENT_VERSION);
-	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, curl_body_write);
-	curl_easy_setopt(c, CURLOPT_WRITEDATA, b);
-	if (post) {
-		curl_easy_setopt(c, CURLOPT_POST, 1L);
-		curl_easy_setopt(c, CURLOPT_POSTFIELDS, payload ? payload : "");
-		curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE,
-				 (curl_off_t)(payload ? strlen(payload) : 0));
-		curl_easy_setopt(c, CURLOPT_HTTPHEADER,
-				 payload ? h->post_headers : h->empty_headers);
-	} else {
-		curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST,
-				 strcmp(method, "GET") == 0 ? NULL : method);
-		curl_easy_setopt(c, CURLOPT_HTTPHEADER, h->get_headers);
+	curl_easy_setopt(h->curl, CURLOPT_ERRORBUFFER, h->errbuf);
+	curl_easy_setopt(h->curl, CURLOPT_USERAGENT, "baton/" BATON_CLIENT_VERSION);
+}
+
+/* One request of the client: JSON both ways; only a POST carries `payload` (NULL: empty). */
+static curl_req request_of(const http *h, const char *method, const char *url, const char *payload)
+{
+	curl_req req = {.method = method,
+			.url = url,
+			.headers = h->get_headers,
+			.connect_timeout_ms = CONNECT_TIMEOUT_MS,
+			.timeout_ms = h->timeout_ms > 0 ? h->timeout_ms : REQUEST_TIMEOUT_MS};
+	if (strcmp(method, "POST") == 0) {
+		req.body = payload ? payload : "";
+		req.body_len = payload ? strlen(payload) : 0;
+		req.headers = payload ? h->post_headers : h->empty_headers;
 	}
-	return 0;
+	return req;
 }
 
 /* Reports a transfer that got no usable answer; returns the exit status it deserves. */
@@ -206,16 +201,19 @@ int http_request(http *h, const char *method, const char *path, const json_t *bo
 		fprintf(stderr, "baton: cannot encode the request body\n");
 		goto out;
 	}
-	if (prepare(h, method, url, payload, &b) < 0) {
+	prepare(h);
+	curl_req req = request_of(h, method, url, payload);
+	CURLcode cc;
+	long status = curl_req_perform(h->curl, &req, &b, &cc);
+	if (status < 0) {
 		fprintf(stderr, "baton: cannot prepare request to %s\n", url);
 		goto out;
 	}
-	CURLcode cc = curl_easy_perform(h->curl);
 	if (cc != CURLE_OK) {
 		rc = transport_error(h, cc, url, &b);
 		goto out;
 	}
-	curl_easy_getinfo(h->curl, CURLINFO_RESPONSE_CODE, &reply->status);
+	reply->status = status;
 	rc = parse_reply(url, &b, reply);
 out:
 	curl_body_fini(&b);
@@ -310,15 +308,14 @@ int http_download(http *h, const char *path, const char *file)
 		fprintf(stderr, "baton: cannot write %s: %s\n", part, strerror(errno));
 		goto out;
 	}
-	curl_body b = {0};
-	CURL *c = h->curl;
-	prepare(h, "GET", url, NULL, &b);
-	curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, 0L); /* a large database takes its time */
-	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, to_file);
-	curl_easy_setopt(c, CURLOPT_WRITEDATA, f);
-	CURLcode cc = curl_easy_perform(c);
-	long status = 0;
-	curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
+	curl_body b = {0}; /* stays empty: the answer goes to the file */
+	prepare(h);
+	curl_easy_setopt(h->curl, CURLOPT_WRITEFUNCTION, to_file);
+	curl_easy_setopt(h->curl, CURLOPT_WRITEDATA, f);
+	curl_req req = request_of(h, "GET", url, NULL);
+	req.timeout_ms = 0; /* a large database takes its time */
+	CURLcode cc;
+	long status = curl_req_perform(h->curl, &req, NULL, &cc);
 	int closed = fclose(f);
 	if (cc != CURLE_OK) {
 		rc = transport_error(h, cc, url, &b);

@@ -160,10 +160,8 @@ int hs_get(const hs_server *s, const char *path, hs_response *r);
 /* POST with Content-Type application/json; `body` is a NUL-terminated string or NULL. */
 int hs_post(const hs_server *s, const char *path, const char *body, hs_response *r);
 void hs_response_fini(hs_response *r);
-/* libcurl helpers of the harness's own requests: a CURLOPT_WRITEFUNCTION that appends to
- * the hs_response given as CURLOPT_WRITEDATA, and the value of header line `line` when
- * its name is `name` (case-insensitive; a new string, or NULL). */
-size_t hs_curl_body(char *p, size_t size, size_t n, void *response);
+/* For the harness's own libcurl requests: the value of header line `line` when its name
+ * is `name` (case-insensitive; a new string, or NULL). */
 char *hs_header_value(const char *line, size_t len, const char *name);
 
 /* `text` percent-encoded for a query string; the caller frees it. */
@@ -199,7 +197,7 @@ const char *hs_str(const json_t *obj, const char *key);
 json_int_t hs_int(const json_t *obj, const char *key);
 
 /* RFC 3339 times as batond writes them: rfc3339_parse_ms (common/rfc3339.h). */
-#include "../../common/curl_body.h"
+#include "../../common/curl_req.h"
 #include "../../common/rfc3339.h"
 
 /* Member `key` of `obj` as a time in ms; asserts it is present and well formed. */

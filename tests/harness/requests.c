@@ -20,18 +20,6 @@
 
 /* ---- requests -------------------------------------------------------------------- */
 
-size_t hs_curl_body(char *p, size_t size, size_t n, void *ud)
-{
-	hs_response *r = ud;
-	/* The response's body as a curl_body (common/curl_body.c) that has room for no more
-	 * than it holds: it grows as the shared writer grows any body. */
-	curl_body b = {r->body, r->body_len, r->body ? r->body_len + 1 : 0, 0, 0};
-	size_t took = curl_body_write(p, size, n, &b);
-	r->body = b.data;
-	r->body_len = b.len;
-	return took;
-}
-
 char *hs_header_value(const char *line, size_t len, const char *name)
 {
 	size_t n = strlen(name);
@@ -111,34 +99,29 @@ int hs_send(const hs_server *s, const hs_request *req, hs_response *r)
 	}
 	upload up = {req->body, req->body_len, 0};
 	char errbuf[CURL_ERROR_SIZE] = "";
-
-	curl_easy_setopt(c, CURLOPT_URL, url);
-	curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
-	curl_easy_setopt(c, CURLOPT_NOPROXY, "*");
-	curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, (long)HS_REQUEST_TIMEOUT_MS);
-	curl_easy_setopt(c, CURLOPT_ERRORBUFFER, errbuf);
-	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, hs_curl_body);
-	curl_easy_setopt(c, CURLOPT_WRITEDATA, r);
-	curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, on_header);
-	curl_easy_setopt(c, CURLOPT_HEADERDATA, r);
+	curl_body b = {0};
+	curl_req cr = {.method = req->method,
+		       .url = url,
+		       .body = req->body,
+		       .body_len = req->body ? req->body_len : 0,
+		       .timeout_ms = HS_REQUEST_TIMEOUT_MS};
 	if (req->body && req->chunked) {
 		headers = curl_slist_append(headers, "Transfer-Encoding: chunked");
-		curl_easy_setopt(c, CURLOPT_POST, 1L);
-		curl_easy_setopt(c, CURLOPT_READFUNCTION, on_read);
-		curl_easy_setopt(c, CURLOPT_READDATA, &up);
-	} else if (req->body || strcmp(req->method, "POST") == 0) {
-		curl_easy_setopt(c, CURLOPT_POSTFIELDS, req->body ? req->body : "");
-		curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE,
-				 (curl_off_t)(req->body ? req->body_len : 0));
+		cr.read = on_read;
+		cr.read_data = &up;
 	}
-	if (strcmp(req->method, "HEAD") == 0)
-		curl_easy_setopt(c, CURLOPT_NOBODY, 1L); /* a HEAD answer has no body to wait for */
-	else if (strcmp(req->method, "GET") != 0 && strcmp(req->method, "POST") != 0)
-		curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, req->method);
-	curl_easy_setopt(c, CURLOPT_HTTPHEADER, headers);
+	cr.headers = headers;
 
-	CURLcode rc = curl_easy_perform(c);
-	curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &r->status);
+	curl_easy_setopt(c, CURLOPT_NOPROXY, "*");
+	curl_easy_setopt(c, CURLOPT_ERRORBUFFER, errbuf);
+	curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, on_header);
+	curl_easy_setopt(c, CURLOPT_HEADERDATA, r);
+	CURLcode rc;
+	r->status = curl_req_perform(c, &cr, &b, &rc);
+	if (r->status < 0)
+		r->status = 0; /* nothing was sent */
+	r->body = b.data;
+	r->body_len = b.len;
 	curl_slist_free_all(headers);
 	curl_easy_cleanup(c);
 

@@ -63,21 +63,21 @@ void sse_call(const hs_server *s, const char *method, const char *path, const ch
 		h = curl_slist_append(h, headers[i]);
 	if (body)
 		h = curl_slist_append(h, "Content-Type: application/json");
-	curl_easy_setopt(c, CURLOPT_URL, url);
-	curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+	curl_req req = {.method = method,
+			.url = url,
+			.body = body,
+			.body_len = body ? strlen(body) : 0,
+			.headers = h,
+			.timeout_ms = HS_REQUEST_TIMEOUT_MS};
+	curl_body b = {0};
 	curl_easy_setopt(c, CURLOPT_NOPROXY, "*");
-	curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, (long)HS_REQUEST_TIMEOUT_MS);
-	curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
-	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, hs_curl_body);
-	curl_easy_setopt(c, CURLOPT_WRITEDATA, &x->r);
 	curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, on_reply_header);
 	curl_easy_setopt(c, CURLOPT_HEADERDATA, x);
-	if (body)
-		curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
-	if (strcmp(method, "GET") != 0 && strcmp(method, "POST") != 0)
-		curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
-	CURLcode rc = curl_easy_perform(c);
-	curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &x->r.status);
+	CURLcode rc;
+	long status = curl_req_perform(c, &req, &b, &rc);
+	x->r.status = status > 0 ? status : 0;
+	x->r.body = b.data;
+	x->r.body_len = b.len;
 	if (rc != CURLE_OK)
 		snprintf(x->r.error, sizeof x->r.error, "%s", curl_easy_strerror(rc));
 	curl_slist_free_all(h);

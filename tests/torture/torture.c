@@ -29,7 +29,7 @@
  * script_resource). BATOND is the server (default ./server/batond); BATON_TEST_KEEP
  * keeps the temporary directory, as it is kept anyway when a check fails.
  */
-#include "../../common/curl_body.h"
+#include "../../common/curl_req.h"
 #include "torture.h"
 
 #include <curl/curl.h>
@@ -103,25 +103,23 @@ static int api(run *r, client *cl, const char *method, const char *path, const c
 	struct curl_slist *h = curl_slist_append(NULL, "Expect:");
 	h = curl_slist_append(h, "Content-Type: application/json");
 	curl_body b = {0};
+	curl_req req = {.method = method,
+			.url = url,
+			.body = body,
+			.body_len = body ? strlen(body) : 0,
+			.headers = h,
+			.connect_timeout_ms = 2000,
+			.timeout_ms = 15000};
 	curl_easy_reset(c);
-	curl_easy_setopt(c, CURLOPT_URL, url);
-	curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
-	if (body)
-		curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
-	curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
-	curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
 	curl_easy_setopt(c, CURLOPT_NOPROXY, "*");
-	curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, 2000L);
-	curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, 15000L);
-	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, curl_body_write);
-	curl_easy_setopt(c, CURLOPT_WRITEDATA, &b);
-	CURLcode rc = curl_easy_perform(c);
+	CURLcode rc;
+	long answered = curl_req_perform(c, &req, &b, &rc);
 	curl_slist_free_all(h);
 	if (rc != CURLE_OK) {
 		curl_body_fini(&b);
 		return -1;
 	}
-	curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, status);
+	*status = answered;
 	if (json && b.data)
 		*json = json_loadb(b.data, b.len, 0, NULL);
 	curl_body_fini(&b);
