@@ -618,32 +618,6 @@ static int pg_find_workflow(store *base, const char *id, char **def, int *status
 	return rc;
 }
 
-static int load_resources(pg_store *s, void (*fn)(void *ctx, resource_row *r), void *ctx,
-			  baton_error *err)
-{
-	PGresult *r = PQexec(s->w, "SELECT name, last_token, grants, total_hold_ms, max_hold_ms,"
-				   " total_wait_ms, max_wait_ms FROM resources");
-	if (PQresultStatus(r) != PGRES_TUPLES_OK) {
-		int rc = pg_fail(s->w, r, err, "loading resources");
-		PQclear(r);
-		return rc;
-	}
-	for (int i = 0; i < PQntuples(r); i++) {
-		resource_row row = {
-		    .name = pg_col_str(r, i, 0),
-		    .last_token = pg_col_int(r, i, 1),
-		    .grants = pg_col_int(r, i, 2),
-		    .total_hold_ms = pg_col_int(r, i, 3),
-		    .max_hold_ms = pg_col_int(r, i, 4),
-		    .total_wait_ms = pg_col_int(r, i, 5),
-		    .max_wait_ms = pg_col_int(r, i, 6),
-		};
-		fn(ctx, &row);
-	}
-	PQclear(r);
-	return BATON_OK;
-}
-
 /* Every unfinished workflow, its steps and its definition, read in one snapshot. */
 static int load_unfinished(pg_store *s, void (*fn)(void *ctx, wf_row *wf), void *ctx,
 			   baton_error *err)
@@ -683,8 +657,7 @@ static int load_unfinished(pg_store *s, void (*fn)(void *ctx, wf_row *wf), void 
 	return rc;
 }
 
-static int pg_load(store *base, void (*res_fn)(void *ctx, resource_row *r),
-		   void (*wf_fn)(void *ctx, wf_row *wf), void *ctx, int64_t *lock_seq,
+static int pg_load(store *base, void (*wf_fn)(void *ctx, wf_row *wf), void *ctx, int64_t *lock_seq,
 		   baton_error *err)
 {
 	pg_store *s = (pg_store *)base;
@@ -697,8 +670,6 @@ static int pg_load(store *base, void (*res_fn)(void *ctx, resource_row *r),
 	else
 		rc = pg_fail(s->w, r, err, "reading the lock queue");
 	PQclear(r);
-	if (rc == BATON_OK && res_fn)
-		rc = load_resources(s, res_fn, ctx, err);
 	if (rc == BATON_OK)
 		rc = load_unfinished(s, wf_fn, ctx, err);
 	pg_exec_ok(s->w, "COMMIT", NULL, "commit");

@@ -71,7 +71,7 @@ int eng_recover(baton_engine *e, baton_error *err)
 	recovery r = {.e = e};
 	/* No resource row: a resource comes back into memory when a step asks for it
 	 * (idle.c), so only those with unfinished work do, below. */
-	int rc = store_load(e->st, NULL, recover_workflow, &r, &e->lock_seq, err);
+	int rc = store_load(e->st, recover_workflow, &r, &e->lock_seq, err);
 	/* A step that held its resource gets it back before every later request. */
 	requeue(e, r.interrupted.v, r.interrupted.n);
 	requeue(e, r.waiting.v, r.waiting.n);

@@ -686,32 +686,6 @@ static char *load_definition(sqlite_store *s, int64_t seq)
 	return def ? def : xstrdup("");
 }
 
-static int load_resources(sqlite_store *s, void (*fn)(void *ctx, resource_row *r), void *ctx,
-			  baton_error *err)
-{
-	sqlite3_stmt *st;
-	int rc = sqlite3_prepare_v2(s->db,
-				    "SELECT name, last_token, grants, total_hold_ms, max_hold_ms,"
-				    " total_wait_ms, max_wait_ms FROM resources",
-				    -1, &st, NULL);
-	if (rc != SQLITE_OK)
-		return sql_fail(s->db, rc, err, "loading resources");
-	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-		resource_row r = {
-		    .name = sql_column_strdup(st, 0),
-		    .last_token = sqlite3_column_int64(st, 1),
-		    .grants = sqlite3_column_int64(st, 2),
-		    .total_hold_ms = sqlite3_column_int64(st, 3),
-		    .max_hold_ms = sqlite3_column_int64(st, 4),
-		    .total_wait_ms = sqlite3_column_int64(st, 5),
-		    .max_wait_ms = sqlite3_column_int64(st, 6),
-		};
-		fn(ctx, &r);
-	}
-	sqlite3_finalize(st);
-	return rc == SQLITE_DONE ? BATON_OK : sql_fail(s->db, rc, err, "loading resources");
-}
-
 static int load_unfinished(sqlite_store *s, void (*fn)(void *ctx, wf_row *wf), void *ctx,
 			   baton_error *err)
 {
@@ -741,14 +715,12 @@ static int load_unfinished(sqlite_store *s, void (*fn)(void *ctx, wf_row *wf), v
 	return rc == SQLITE_DONE ? BATON_OK : sql_fail(s->db, rc, err, "loading workflows");
 }
 
-static int sqlite_load(store *base, void (*res_fn)(void *ctx, resource_row *r),
-		       void (*wf_fn)(void *ctx, wf_row *wf), void *ctx, int64_t *lock_seq,
-		       baton_error *err)
+static int sqlite_load(store *base, void (*wf_fn)(void *ctx, wf_row *wf), void *ctx,
+		       int64_t *lock_seq, baton_error *err)
 {
 	sqlite_store *s = (sqlite_store *)base;
 	*lock_seq = s->lock_seq;
-	int rc = res_fn ? load_resources(s, res_fn, ctx, err) : BATON_OK;
-	return rc ? rc : load_unfinished(s, wf_fn, ctx, err);
+	return load_unfinished(s, wf_fn, ctx, err);
 }
 
 static int sqlite_ping(store *s, baton_error *err)

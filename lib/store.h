@@ -137,11 +137,10 @@ typedef struct store_ops {
 	int (*next_ids)(store *s, int kind, int64_t n, int64_t *first, baton_error *err);
 	/* A stored workflow's definition (malloc'd) and status; BATON_ENOTFOUND when none. */
 	int (*find_workflow)(store *s, const char *id, char **def, int *status, baton_error *err);
-	/* Every resource row (res_fn may be NULL: none is read), then every unfinished
-	 * workflow with its steps (owned by fn);
-	 * *lock_seq: the highest lock-queue number stored (the engine counts on from it). */
-	int (*load)(store *s, void (*res_fn)(void *ctx, resource_row *r),
-		    void (*wf_fn)(void *ctx, wf_row *wf), void *ctx, int64_t *lock_seq,
+	/* Every unfinished workflow with its steps (owned by fn; resources are read when
+	 * needed, with read_resource); *lock_seq: the highest lock-queue number stored (the engine
+	 * counts on from it). */
+	int (*load)(store *s, void (*wf_fn)(void *ctx, wf_row *wf), void *ctx, int64_t *lock_seq,
 		    baton_error *err);
 	/*
 	 * Deletes finished workflows with their steps, definitions and events, in one
@@ -236,11 +235,10 @@ static inline int store_find_workflow(store *s, const char *id, char **def, int 
 {
 	return s->ops->find_workflow(s, id, def, status, err);
 }
-static inline int store_load(store *s, void (*res_fn)(void *ctx, resource_row *r),
-			     void (*wf_fn)(void *ctx, wf_row *wf), void *ctx, int64_t *lock_seq,
-			     baton_error *err)
+static inline int store_load(store *s, void (*wf_fn)(void *ctx, wf_row *wf), void *ctx,
+			     int64_t *lock_seq, baton_error *err)
 {
-	return s->ops->load(s, res_fn, wf_fn, ctx, lock_seq, err);
+	return s->ops->load(s, wf_fn, ctx, lock_seq, err);
 }
 /* ops->delete_workflows, and the deleted workflows leave the cache of finished ones. */
 int store_delete_workflows(store *s, const char *id, int64_t before, int max, int *n,
