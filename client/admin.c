@@ -2,7 +2,6 @@
  * admin.c: the operator's commands of `baton`: delete a finished workflow, and download
  * a consistent copy of batond's SQLite database (GET /backup).
  */
-#include <getopt.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -39,20 +38,11 @@ int cmd_delete(struct cli *cli, int argc, char **argv)
 
 int cmd_backup(struct cli *cli, int argc, char **argv)
 {
-	static const struct option opts[] = {{"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0}};
-	int c;
-
-	optind = 0;
-	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-		if (c != 'h')
-			return bad_option(argv[0], argv);
-		usage(stdout);
-		return EXIT_OK;
-	}
-	if (argc - optind != 1)
-		return usage_error("backup: expects exactly one FILE to write the copy to");
-	const char *file = argv[optind];
-	int rc = http_download(cli->http, "/backup", file);
+	const char *file;
+	int rc = parse_operand(argc, argv, "FILE to write the copy to", &file);
+	if (rc != -1)
+		return rc;
+	rc = http_download(cli->http, "/backup", file);
 	if (rc != EXIT_OK)
 		return rc;
 	if (cli->json) {

@@ -204,8 +204,10 @@ int cmd_backup(struct cli *cli, int argc, char **argv); /* admin.c */
 int cmd_lock(struct cli *cli, int argc, char **argv);	/* lock.c */
 int cmd_worker(struct cli *cli, int argc, char **argv); /* worker.c */
 
-/* Parses "CMD [-h] ID" (commands.c). Returns -1 with *id set (borrowed from argv), else
- * the exit status the command must return: 0 after --help, EXIT_USAGE. */
+/* Parses "CMD [-h] ARG" (commands.c); `what` names ARG in the usage error. Returns -1
+ * with *arg set (borrowed from argv), else the exit status the command must return: 0
+ * after --help, EXIT_USAGE. parse_workflow_id: ARG is a workflow ID. */
+int parse_operand(int argc, char **argv, const char *what, const char **arg);
 int parse_workflow_id(int argc, char **argv, const char **id);
 
 /* main.c: prints the usage to out (stdout for --help, stderr for a usage error). */

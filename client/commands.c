@@ -19,7 +19,7 @@ enum {
 
 /* ---- argument helpers ------------------------------------------------------------------ */
 
-int parse_workflow_id(int argc, char **argv, const char **id)
+int parse_operand(int argc, char **argv, const char *what, const char **arg)
 {
 	static const struct option opts[] = {{"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0}};
 	int c;
@@ -32,9 +32,14 @@ int parse_workflow_id(int argc, char **argv, const char **id)
 		return EXIT_OK;
 	}
 	if (argc - optind != 1)
-		return usage_error("%s: expects exactly one workflow ID", argv[0]);
-	*id = argv[optind];
+		return usage_error("%s: expects exactly one %s", argv[0], what);
+	*arg = argv[optind];
 	return -1;
+}
+
+int parse_workflow_id(int argc, char **argv, const char **id)
+{
+	return parse_operand(argc, argv, "workflow ID", id);
 }
 
 /* Returns a new path "/workflows/ID" + suffix, the id percent-encoded. */
