@@ -283,45 +283,108 @@ static void rows_start_all(pg_rows rows[3])
 	rows_start(&rows[2], 6);
 }
 
+/* ---- one row per statement ---- */
+
+static void send_step(pipeline *p, const wf_row *wf, const step_row *st)
+{
+	pg_params prm = {0};
+	pg_int(&prm, wf->seq);
+	pg_text(&prm, wf->resource);
+	pg_int(&prm, st->index);
+	pg_text(&prm, st->worker);
+	pg_json(p->s, &prm, st->params, 0);
+	pg_text(&prm, step_status_name(st->status));
+	pg_int(&prm, st->attempts);
+	pg_time(&prm, st->lock_seq);
+	pg_time(&prm, st->requested_at);
+	pg_time(&prm, st->token);
+	pg_time(&prm, st->started_at);
+	pg_time(&prm, st->finished_at);
+	if (st->duration_ms >= 0)
+		pg_int(&prm, st->duration_ms);
+	else
+		pg_time(&prm, 0);
+	pg_time(&prm, st->next_attempt_at);
+	pg_text(&prm, st->error);
+	pg_json(p->s, &prm, st->result, 1);
+	send_stmt(p, W_STEP, &prm, wf, "writing a step");
+}
+
+static void send_resource(pipeline *p, const resource_row *res)
+{
+	pg_params prm = {0};
+	pg_text(&prm, res->name);
+	pg_int(&prm, res->last_token);
+	pg_int(&prm, res->grants);
+	pg_int(&prm, res->total_hold_ms);
+	pg_int(&prm, res->max_hold_ms);
+	pg_int(&prm, res->total_wait_ms);
+	pg_int(&prm, res->max_wait_ms);
+	pg_time(&prm, res->holder_seq);
+	if (res->holder_seq)
+		pg_int(&prm, res->holder_idx);
+	else
+		pg_time(&prm, 0);
+	send_stmt(p, W_RESOURCE, &prm, NULL, "writing a resource");
+}
+
+static void send_event(pipeline *p, const store_event_row *e)
+{
+	pg_params prm = {0};
+	pg_int(&prm, e->seq);
+	pg_int(&prm, e->last_seq);
+	pg_int(&prm, e->wf->seq);
+	pg_text(&prm, e->wf->resource);
+	pg_bool(&prm, e->lock);
+	pg_bytes(&prm, e->text, e->len);
+	send_stmt(p, W_EVENT, &prm, e->wf, "writing events");
+}
+
+/* Rows up to which a batch goes one row per statement: the database starts W_ROWS's plan
+ * in about the time of eight single-row statements (bench/README.md). */
+#define ROWS_ONE_BY_ONE 8
+
 /*
- * The batch: each workflow's own row, then the steps, resources and events. By default
- * those go in one statement of many rows; per_row sends one statement per row, so that a
- * row the database refuses names its workflow (pg_write falls back to it when the
- * statement of many rows is refused for good).
+ * The batch: each workflow's own row, then the steps, resources and events. A small batch
+ * (a lone workflow's round) sends one statement per row, a larger one a statement of many
+ * rows per round (W_ROWS). per_row forces the first, so that a row the database refuses
+ * names its workflow (pg_write falls back to it when the statement of many rows is
+ * refused for good).
  */
 static void send_batch(pipeline *p, const store_batch *b, int per_row)
 {
 	pg_store *s = p->s;
-	pg_rows *rows = s->rows;
 	for (size_t i = 0; i < b->nwfs; i++)
 		send_workflow(p, b->wfs[i]);
+	size_t nrows = b->nresources + b->nevents;
+	for (size_t i = 0; i < b->nwfs && nrows <= ROWS_ONE_BY_ONE; i++)
+		for (int k = b->wfs[i]->dirty_lo; k < b->wfs[i]->dirty_hi; k++)
+			nrows += b->wfs[i]->steps[k].dirty != 0;
+	if (per_row || nrows <= ROWS_ONE_BY_ONE) {
+		for (size_t i = 0; i < b->nwfs; i++) {
+			const wf_row *wf = b->wfs[i];
+			for (int k = wf->dirty_lo; k < wf->dirty_hi; k++)
+				if (wf->steps[k].dirty)
+					send_step(p, wf, &wf->steps[k]);
+		}
+		for (size_t i = 0; i < b->nresources; i++)
+			send_resource(p, b->resources[i]);
+		for (size_t i = 0; i < b->nevents; i++)
+			send_event(p, &b->events[i]);
+		return;
+	}
+	pg_rows *rows = s->rows;
 	rows_start_all(rows);
 	for (size_t i = 0; i < b->nwfs; i++) {
 		const wf_row *wf = b->wfs[i];
-		for (int k = wf->dirty_lo; k < wf->dirty_hi; k++) {
-			if (!wf->steps[k].dirty)
-				continue;
-			add_step(s, &rows[0], wf, &wf->steps[k]);
-			if (per_row) {
-				send_rows(p, rows, wf);
-				rows_start_all(rows);
-			}
-		}
+		for (int k = wf->dirty_lo; k < wf->dirty_hi; k++)
+			if (wf->steps[k].dirty)
+				add_step(s, &rows[0], wf, &wf->steps[k]);
 	}
-	for (size_t i = 0; i < b->nresources; i++) {
+	for (size_t i = 0; i < b->nresources; i++)
 		add_resource(&rows[1], b->resources[i]);
-		if (per_row) {
-			send_rows(p, rows, NULL);
-			rows_start_all(rows);
-		}
-	}
-	for (size_t i = 0; i < b->nevents; i++) {
+	for (size_t i = 0; i < b->nevents; i++)
 		add_event_row(&rows[2], &b->events[i]);
-		if (per_row) {
-			send_rows(p, rows, b->events[i].wf);
-			rows_start_all(rows);
-		}
-	}
 	send_rows(p, rows, NULL);
 }
 
