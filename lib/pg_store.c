@@ -96,6 +96,25 @@ static const char schema_sql[] =
 	" DELETE FROM workflows WHERE seq IN (SELECT seq FROM d) RETURNING id"
 #define FINAL_STATUS "status IN ('completed', 'failed', 'cancelled')"
 
+/* A step row and a resource row written again replace what changes (W_ROWS, W_STEP,
+ * W_RESOURCE). */
+#define STEP_UPSERT                                                                                \
+	" ON CONFLICT (workflow_seq, idx) DO UPDATE SET status=excluded.status,"                   \
+	" attempts=excluded.attempts, lock_seq=excluded.lock_seq,"                                 \
+	" requested_at=excluded.requested_at, fencing_token=excluded.fencing_token,"               \
+	" started_at=excluded.started_at, finished_at=excluded.finished_at,"                       \
+	" duration_ms=excluded.duration_ms, next_attempt_at=excluded.next_attempt_at,"             \
+	" error=excluded.error, result=excluded.result"
+#define RESOURCE_COLS                                                                              \
+	"name, last_token, grants, total_hold_ms, max_hold_ms, total_wait_ms, max_wait_ms,"        \
+	" holder_seq, holder_idx"
+#define RESOURCE_UPSERT                                                                            \
+	" ON CONFLICT (name) DO UPDATE SET last_token=excluded.last_token,"                        \
+	" grants=excluded.grants, total_hold_ms=excluded.total_hold_ms,"                           \
+	" max_hold_ms=excluded.max_hold_ms, total_wait_ms=excluded.total_wait_ms,"                 \
+	" max_wait_ms=excluded.max_wait_ms, holder_seq=excluded.holder_seq,"                       \
+	" holder_idx=excluded.holder_idx"
+
 static const char *const writer_sql[W_NSTMT] = {
     [W_INS_WF] = "INSERT INTO workflows (" PG_WF_COLS ") VALUES"
 		 " ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14)"
@@ -115,50 +134,28 @@ static const char *const writer_sql[W_NSTMT] = {
     /* A batch's steps, resources and events at once: one array per column (send_rows);
      * an empty array inserts nothing. One statement, so the database's cost per
      * statement is paid once per round, however many rows it writes. */
-    [W_ROWS] = "WITH s AS (INSERT INTO steps (workflow_seq, resource, " PG_STEP_COLS ")"
-	       " SELECT * FROM unnest($1::bigint[], $2::text[], $3::int[], $4::text[],"
-	       " $5::text[], $6::text[], $7::int[], $8::bigint[], $9::bigint[], $10::bigint[],"
-	       " $11::bigint[], $12::bigint[], $13::bigint[], $14::bigint[], $15::text[],"
-	       " $16::text[])"
-	       " ON CONFLICT (workflow_seq, idx) DO UPDATE SET status=excluded.status,"
-	       " attempts=excluded.attempts, lock_seq=excluded.lock_seq,"
-	       " requested_at=excluded.requested_at, fencing_token=excluded.fencing_token,"
-	       " started_at=excluded.started_at, finished_at=excluded.finished_at,"
-	       " duration_ms=excluded.duration_ms, next_attempt_at=excluded.next_attempt_at,"
-	       " error=excluded.error, result=excluded.result RETURNING 1),"
-	       " r AS (INSERT INTO resources (name, last_token, grants, total_hold_ms,"
-	       " max_hold_ms, total_wait_ms, max_wait_ms, holder_seq, holder_idx)"
-	       " SELECT * FROM unnest($17::text[], $18::bigint[], $19::bigint[], $20::bigint[],"
-	       " $21::bigint[], $22::bigint[], $23::bigint[], $24::bigint[], $25::int[])"
-	       " ON CONFLICT (name) DO UPDATE SET last_token=excluded.last_token,"
-	       " grants=excluded.grants, total_hold_ms=excluded.total_hold_ms,"
-	       " max_hold_ms=excluded.max_hold_ms, total_wait_ms=excluded.total_wait_ms,"
-	       " max_wait_ms=excluded.max_wait_ms, holder_seq=excluded.holder_seq,"
-	       " holder_idx=excluded.holder_idx RETURNING 1),"
-	       " e AS (INSERT INTO events (seq, last_seq, workflow_seq, resource, lock, data)"
-	       " SELECT * FROM unnest($26::bigint[], $27::bigint[], $28::bigint[], $29::text[],"
-	       " $30::boolean[], $31::text[]) ON CONFLICT (seq) DO NOTHING RETURNING 1)"
-	       " SELECT (SELECT count(*) FROM s), (SELECT count(*) FROM r),"
-	       " (SELECT count(*) FROM e)",
+    [W_ROWS] =
+	"WITH s AS (INSERT INTO steps (workflow_seq, resource, " PG_STEP_COLS ")"
+	" SELECT * FROM unnest($1::bigint[], $2::text[], $3::int[], $4::text[],"
+	" $5::text[], $6::text[], $7::int[], $8::bigint[], $9::bigint[], $10::bigint[],"
+	" $11::bigint[], $12::bigint[], $13::bigint[], $14::bigint[], $15::text[],"
+	" $16::text[])" STEP_UPSERT " RETURNING 1),"
+	" r AS (INSERT INTO resources (" RESOURCE_COLS ")"
+	" SELECT * FROM unnest($17::text[], $18::bigint[], $19::bigint[], $20::bigint[],"
+	" $21::bigint[], $22::bigint[], $23::bigint[], $24::bigint[], $25::int[])" RESOURCE_UPSERT
+	" RETURNING 1),"
+	" e AS (INSERT INTO events (seq, last_seq, workflow_seq, resource, lock, data)"
+	" SELECT * FROM unnest($26::bigint[], $27::bigint[], $28::bigint[], $29::text[],"
+	" $30::boolean[], $31::text[]) ON CONFLICT (seq) DO NOTHING RETURNING 1)"
+	" SELECT (SELECT count(*) FROM s), (SELECT count(*) FROM r),"
+	" (SELECT count(*) FROM e)",
     /* The same rows one per statement, for small batches: W_ROWS's plan (three
      * data-modifying CTEs over unnest) costs the database about 0.1 ms to start, more than
      * a lone workflow's four single-row statements together (bench/README.md). */
     [W_STEP] = "INSERT INTO steps (workflow_seq, resource, " PG_STEP_COLS ") VALUES"
-	       " ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16)"
-	       " ON CONFLICT (workflow_seq, idx) DO UPDATE SET status=excluded.status,"
-	       " attempts=excluded.attempts, lock_seq=excluded.lock_seq,"
-	       " requested_at=excluded.requested_at, fencing_token=excluded.fencing_token,"
-	       " started_at=excluded.started_at, finished_at=excluded.finished_at,"
-	       " duration_ms=excluded.duration_ms, next_attempt_at=excluded.next_attempt_at,"
-	       " error=excluded.error, result=excluded.result",
-    [W_RESOURCE] = "INSERT INTO resources (name, last_token, grants, total_hold_ms,"
-		   " max_hold_ms, total_wait_ms, max_wait_ms, holder_seq, holder_idx)"
-		   " VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9)"
-		   " ON CONFLICT (name) DO UPDATE SET last_token=excluded.last_token,"
-		   " grants=excluded.grants, total_hold_ms=excluded.total_hold_ms,"
-		   " max_hold_ms=excluded.max_hold_ms, total_wait_ms=excluded.total_wait_ms,"
-		   " max_wait_ms=excluded.max_wait_ms, holder_seq=excluded.holder_seq,"
-		   " holder_idx=excluded.holder_idx",
+	       " ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16)" STEP_UPSERT,
+    [W_RESOURCE] = "INSERT INTO resources (" RESOURCE_COLS
+		   ") VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9)" RESOURCE_UPSERT,
     [W_EVENT] = "INSERT INTO events (seq, last_seq, workflow_seq, resource, lock, data)"
 		" VALUES ($1,$2,$3,$4,$5,$6) ON CONFLICT (seq) DO NOTHING",
 };
