@@ -125,7 +125,17 @@ int eng_write_batch(baton_engine *e, store_write_failure *why, baton_error *err)
 		l->row.holder_idx = l->holder ? l->holder->cur : 0;
 		VEC_PUSH(e->res_rows, &l->row);
 	}
+	/* The partitions written, for the store's ownership check (a foreign submission
+	 * writes none: it waits for the owner, who adopts it under its own check). */
+	uint64_t parts = 0;
+	for (size_t i = 0; e->clustered && i < e->dirty_wfs.n; i++)
+		if (!e->dirty_wfs.v[i]->foreign)
+			parts |= (uint64_t)1 << part_of(e->dirty_wfs.v[i]->resource);
+	for (size_t i = 0; e->clustered && i < e->res_rows.n; i++)
+		parts |= (uint64_t)1 << part_of(e->res_rows.v[i]->name);
 	store_batch b = {
+	    .parts = parts,
+	    .epochs = e->epoch,
 	    .wfs = e->dirty_wfs.v,
 	    .nwfs = e->dirty_wfs.n,
 	    .resources = e->res_rows.v,

@@ -121,6 +121,11 @@ typedef struct baton_engine_config {
 	 * skip the database): 0 the default (64 MiB), < 0 no cache. One workflow's text is
 	 * kept only when it is at most an eighth of the budget. */
 	long long cache_bytes;
+	/* A cluster (PostgreSQL only; see README "Running a cluster"): this node's id (unique
+	 * among the nodes of one database; NULL: the host name and a random suffix) and how
+	 * long its ownership lasts without renewal (0: 10000 ms). Ignored on SQLite. */
+	const char *node_id;
+	int64_t lease_ms;
 } baton_engine_config;
 
 /*
@@ -130,6 +135,13 @@ typedef struct baton_engine_config {
  * new engine, to be closed with baton_engine_close.
  */
 int baton_engine_open(const baton_engine_config *cfg, baton_engine **out, baton_error *err);
+
+/* The cluster's live nodes: {"nodes": [{"id", "self", "lease_expires_at", "partitions",
+ * "resources", "running_steps"}]} (on SQLite this node alone). Any thread. */
+int baton_engine_nodes(baton_engine *e, json_t **out, baton_error *err);
+/* This node's figures: {"node_id", "clustered", "nodes", "partitions", "lease_expires_at"
+ * (ms, 0 when none), "partitions_gained", "partitions_lost", "renew_failures"}. Any thread. */
+json_t *baton_engine_cluster(baton_engine *e);
 
 /*
  * Stops the engine: no new step starts, running steps get up to `timeout_ms` to finish

@@ -661,6 +661,7 @@ json_t *codec_step(const step_row *st, int ended)
 	json_object_set_new(o, "next_attempt_at", time_json(st->next_attempt_at));
 	json_object_set_new(o, "error", nullable_string(st->error));
 	json_object_set_new(o, "result", st->result ? json_incref(st->result) : json_null());
+	json_object_set_new(o, "node", nullable_string(st->node));
 	return o;
 }
 

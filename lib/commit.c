@@ -229,12 +229,14 @@ static void drop_unacknowledged(baton_engine *e, const char *id)
 	wf_row *wf = strmap_get(e->wfs, id);
 	if (!wf || !wf->is_new)
 		return;
-	res_lock *l = eng_lock_of(e, wf->resource);
-	if (l->holder == wf)
-		lock_ungrant(l); /* the next round grants the next waiter */
-	else
-		lock_remove(l, wf);
-	eng_touch_lock(e, l);
+	if (!wf->foreign) { /* a foreign one never queued here */
+		res_lock *l = eng_lock_of(e, wf->resource);
+		if (l->holder == wf)
+			lock_ungrant(l); /* the next round grants the next waiter */
+		else
+			lock_remove(l, wf);
+		eng_touch_lock(e, l);
+	}
 	size_t k = 0;
 	for (size_t i = 0; i < e->dispatches.n; i++)
 		if (e->dispatches.v[i].wf != wf)
@@ -276,14 +278,30 @@ static void set_faulty(baton_engine *e, int faulty)
  * why. Returns 0 when it could not be done (a step of it runs on a step thread): then the
  * failure is treated as one a retry may clear, until the step's outcome arrives.
  */
-static int fail_unwritable(baton_engine *e, wf_row *wf, const char *why)
+static int fail_unwritable(baton_engine *e, wf_row *wf, int code, const char *why)
 {
 	if (wf->is_new) {
+		/* Another node stored the same id first: answered as a re-POST here is. */
+		char *stored = NULL;
+		int status, found = 0, answer = BATON_EINVAL;
+		baton_error err = {0};
+		if (code == BATON_ECONFLICT &&
+		    store_find_workflow(e->st, wf->id, &stored, &status, &err) == BATON_OK) {
+			found = 1;
+			answer = strcmp(stored, wf->definition) == 0 ? BATON_OK : BATON_ECONFLICT;
+		}
+		free(stored);
 		for (size_t i = 0; i < e->replies.n; i++) {
 			reply *r = &e->replies.v[i];
 			if (!r->created || strcmp(r->w->id, wf->id) != 0)
 				continue;
-			eng_waiter_done(r->w, BATON_EINVAL, 0, why);
+			if (found && answer == BATON_OK) {
+				r->created = 0; /* answered 200 with this round */
+				continue;
+			}
+			eng_waiter_done(
+			    r->w, answer, 0,
+			    found ? "workflow already exists with a different definition" : why);
 			e->replies.v[i] = e->replies.v[--e->replies.n];
 			break;
 		}
@@ -343,8 +361,12 @@ void eng_flush(baton_engine *e)
 	struct timespec t0, t1;
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 	int rc = eng_write_batch(e, &why, &err);
-	if (rc && why.permanent && why.culprit && !e->write_unknown &&
-	    fail_unwritable(e, (wf_row *)why.culprit, err.msg))
+	/* Another node took a partition of this round: what it took leaves memory, and the
+	 * rest is written. */
+	if (rc && why.fenced && !e->write_unknown && members_fenced(e, &err) == BATON_OK)
+		rc = eng_write_batch(e, &why, &err);
+	if (rc && why.permanent && why.culprit && !why.fenced && !e->write_unknown &&
+	    fail_unwritable(e, (wf_row *)why.culprit, rc, err.msg))
 		rc = eng_write_batch(e, &why, &err);
 	clock_gettime(CLOCK_MONOTONIC, &t1);
 	e->write_unknown = rc && (why.unknown || e->write_unknown);

@@ -249,34 +249,19 @@ static void apply_submit(baton_engine *e, msg *m, int64_t now)
 	eng_on_event(
 	    e, wf, "workflow_submitted",
 	    json_pack("{s:s, s:i}", "resource", wf->resource, "steps_total", wf->steps_total));
-	eng_request(e, wf, 0, now);
+	if (eng_drives(e, wf->resource)) {
+		eng_request(e, wf, 0, now);
+	} else { /* stored for the node that drives it, and gone from here once it is */
+		wf->foreign = 1;
+		VEC_PUSH(e->finished, wf);
+	}
 	eng_touch_wf(e, wf);
 	reply r = {m->w, BATON_OK, 1};
 	VEC_PUSH(e->replies, r);
 }
 
-static void apply_cancel(baton_engine *e, msg *m, int64_t now)
+void eng_cancel_wf(baton_engine *e, wf_row *wf, int64_t now)
 {
-	wf_row *wf = strmap_get(e->wfs, m->id);
-	snprintf(m->w->id, sizeof m->w->id, "%s", m->id);
-	if (!wf || wf->done) {
-		char *def = NULL;
-		int status = wf ? wf->status : -1, rc = BATON_OK;
-		baton_error err = {0};
-		if (!wf)
-			rc = store_find_workflow(e->st, m->id, &def, &status, &err);
-		free(def);
-		if (rc == BATON_ENOTFOUND)
-			eng_waiter_done(m->w, rc, 0, "no such workflow");
-		else if (rc)
-			eng_waiter_done(m->w, rc, 0, err.msg);
-		else if (status == WF_CANCELLED)
-			VEC_PUSH(e->replies, ((reply){m->w, BATON_OK, 0}));
-		else
-			eng_waiter_done(m->w, BATON_ECONFLICT, 0,
-					"the workflow has already finished");
-		return;
-	}
 	step_row *st = &wf->steps[wf->cur];
 	if (st->status == ST_WAITING) {
 		res_lock *l = eng_lock_of(e, wf->resource);
@@ -287,6 +272,37 @@ static void apply_cancel(baton_engine *e, msg *m, int64_t now)
 	event_sink ev = {eng_on_event, e};
 	eng_follow(e, wf, machine_cancel(wf, e->def, now, &ev), now);
 	task_cancelled(e, wf, now); /* an external step nobody claimed ends now */
+}
+
+static void apply_cancel(baton_engine *e, msg *m, int64_t now)
+{
+	wf_row *wf = strmap_get(e->wfs, m->id);
+	snprintf(m->w->id, sizeof m->w->id, "%s", m->id);
+	if (wf && wf->foreign) /* not stored yet */
+		wf = NULL;
+	if (!wf || wf->done) {
+		char *def = NULL;
+		int status = wf ? wf->status : -1, rc = BATON_OK;
+		baton_error err = {0};
+		if (!wf)
+			rc = store_find_workflow(e->st, m->id, &def, &status, &err);
+		free(def);
+		if (rc == BATON_OK && !wf && status <= WF_RUNNING && e->clustered) {
+			/* Another node drives it: the request is recorded for it. */
+			rc = e->st->ops->request_cancel(e->st, m->id, &err);
+			eng_waiter_done(m->w, rc, 0, rc ? err.msg : NULL);
+		} else if (rc == BATON_ENOTFOUND)
+			eng_waiter_done(m->w, rc, 0, "no such workflow");
+		else if (rc)
+			eng_waiter_done(m->w, rc, 0, err.msg);
+		else if (status == WF_CANCELLED)
+			VEC_PUSH(e->replies, ((reply){m->w, BATON_OK, 0}));
+		else
+			eng_waiter_done(m->w, BATON_ECONFLICT, 0,
+					"the workflow has already finished");
+		return;
+	}
+	eng_cancel_wf(e, wf, now);
 	reply r = {m->w, BATON_OK, 0};
 	VEC_PUSH(e->replies, r);
 }
@@ -347,6 +363,8 @@ void eng_grant_lock(baton_engine *e, res_lock *l, int64_t now)
 	event_sink ev = {eng_on_event, e};
 	int64_t waited;
 	wf_row *wf;
+	if (!eng_drives(e, l->row.name)) /* being handed over: its new owner grants */
+		return;
 	while ((wf = lock_grant_next(l, now, &waited))) {
 		machine_grant(wf, l->row.last_token, waited, now, &ev);
 		if (wf->lease) { /* held by an outside process: nothing runs here */
@@ -370,6 +388,12 @@ static void apply_outcome(baton_engine *e, msg *m, int64_t now)
 {
 	wf_row *wf = m->wf;
 	wf->in_flight = 0;
+	if (wf->lost) { /* its partition went to another node, which runs it again */
+		json_decref(m->out.result);
+		json_decref(m->out.detail);
+		wf_row_free(wf);
+		return;
+	}
 	if (m->out.aborted || wf->cur != m->idx || wf->steps[m->idx].attempts != m->attempt ||
 	    wf->steps[m->idx].status != ST_RUNNING) {
 		json_decref(m->out.result);
@@ -431,6 +455,8 @@ static msg *wait_for_work(baton_engine *e, int *stop)
 			wake = e->purge_at;
 		if (e->load_retry_at && e->load_retry_at < wake)
 			wake = e->load_retry_at;
+		if (e->clustered && !e->draining && e->inbox_at < wake)
+			wake = e->inbox_at;
 		if (wake == INT64_MAX) {
 			pthread_cond_wait(&e->cv, &e->mu);
 			continue;
@@ -467,9 +493,12 @@ static void *engine_main(void *arg)
 		int stop;
 		msg *m = wait_for_work(e, &stop);
 		int64_t now = e->now = now_ms();
+		members_round(e, now);
 		while (m) {
 			msg *next = m->next;
-			if (m->type == MSG_SUBMIT)
+			if (m->type == MSG_OWNERSHIP || m->type == MSG_INBOX)
+				members_apply(e, m, now);
+			else if (m->type == MSG_SUBMIT)
 				apply_submit(e, m, now);
 			else if (m->type == MSG_CANCEL)
 				apply_cancel(e, m, now);
@@ -487,6 +516,7 @@ static void *engine_main(void *arg)
 			}
 			m = next;
 		}
+		members_round(e, now); /* what the messages gained, a hinted inbox */
 		fire_timers(e, now);
 		if (e->no_new_work && !e->leases_stopped)
 			lease_stop(e);
@@ -554,7 +584,13 @@ int baton_engine_open(const baton_engine_config *cfg, baton_engine **out, baton_
 	if (rc == BATON_OK && cfg->cache_bytes)
 		store_set_cache_bytes(e->st, cfg->cache_bytes < 0 ? 0 : (size_t)cfg->cache_bytes);
 	if (rc == BATON_OK)
-		rc = eng_recover(e, err);
+		rc = members_join(e, cfg, err);
+	uint64_t parts = 0;
+	for (int p = 0; p < PARTS; p++)
+		if (!e->clustered || e->epoch[p])
+			parts |= (uint64_t)1 << p;
+	if (rc == BATON_OK)
+		rc = eng_recover(e, parts, 0, err);
 	if (rc == BATON_OK && !(e->pool = sched_new(cfg->threads)))
 		rc = err_set(err, BATON_EINTERNAL, "cannot start step threads");
 	if (rc == BATON_OK) {
@@ -595,6 +631,9 @@ void baton_engine_close(baton_engine *e, int64_t timeout_ms)
 		pthread_mutex_unlock(&e->mu);
 		pthread_join(e->thread, NULL);
 	}
+	/* Everything is committed: the partitions go to the other nodes at once. */
+	if (e->st && e->st->ops->leave)
+		e->st->ops->leave(e->st);
 	sched_free(e->pool);
 	for (msg *m = e->inbox, *next; m; m = next) {
 		next = m->next;
@@ -612,6 +651,10 @@ void baton_engine_close(baton_engine *e, int64_t timeout_ms)
 			if (m->type == MSG_LEASE)
 				wf_row_free(m->wf);
 		}
+		if (m->type == MSG_OUTCOME && m->wf->lost)
+			wf_row_free(m->wf);
+		if (m->type == MSG_OWNERSHIP)
+			free(m->own);
 		json_decref(m->out.result);
 		json_decref(m->out.detail);
 		free(m->id);

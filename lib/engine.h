@@ -13,7 +13,9 @@ enum msg_type {
 	MSG_CANCEL,
 	MSG_OUTCOME,
 	MSG_DELETE,
-	MSG_LEASE, /* from here on: leases and tasks */
+	MSG_OWNERSHIP, /* members.c: what the membership thread read */
+	MSG_INBOX,     /* members.c: another node stored work for this one */
+	MSG_LEASE,     /* from here on: leases and tasks */
 	MSG_LEASE_OP,
 	MSG_LEASE_STOP,
 	MSG_TASK_CLAIM,
@@ -55,6 +57,7 @@ typedef struct msg {
 	int64_t ttl_ms, wait_ms; /* LEASE, LEASE_OP, TASK_CLAIM */
 	char *worker, *resource; /* TASK_CLAIM: its filters (NULL: any) */
 	step_output out;	 /* OUTCOME */
+	store_ownership *own;	 /* OWNERSHIP (owned) */
 	struct msg *next;
 } msg;
 
@@ -170,6 +173,19 @@ struct baton_engine {
 	VEC(res_lock *) unloaded; /* their stored row could not be read yet */
 	int64_t load_retry_at;	  /* mono_ms of the next try; 0: none due */
 	int load_failing;	  /* logged once per outage */
+
+	/* A cluster (members.c). Without one (SQLite) this node drives every resource. */
+	int clustered;
+	char node_id[MAX_NAME + 1];
+	int64_t epoch[PARTS];		   /* the partitions this node drives, under which epoch */
+	int64_t released[PARTS];	   /* the epoch under which it gave each up */
+	unsigned char leaving[PARTS];	   /* being handed over: no new grants */
+	char owner[PARTS][MAX_NAME + 1];   /* every partition's owner, as last read */
+	int want;			   /* this node's fair share */
+	int inbox_due;			   /* under mu: a hint came */
+	int64_t inbox_at;		   /* mono_ms of the next poll of the inbox */
+	uint64_t parts_gained, parts_lost; /* metrics_mu */
+	int parts_held;			   /* metrics_mu */
 };
 
 /* engine.c */
@@ -212,6 +228,8 @@ void task_apply(baton_engine *e, msg *m, int64_t now);
 void task_stop(baton_engine *e);
 void task_free_all(baton_engine *e);
 
+/* idle.c: l leaves memory (its partition went to another node). */
+void eng_drop_lock(baton_engine *e, res_lock *l);
 /* idle.c: a resource's lock, from memory or read back from the store (unloaded when
  * the read failed: it queues but does not grant until eng_load_pending reads it). */
 res_lock *eng_lock_of(baton_engine *e, const char *name);
@@ -229,7 +247,26 @@ int eng_next_wf_seq(baton_engine *e, int64_t *seq, baton_error *err);
  * everything pending and schedules a retry. */
 void eng_flush(baton_engine *e);
 
-/* recover.c: loads every unfinished workflow and queues it again. */
-int eng_recover(baton_engine *e, baton_error *err);
+/* recover.c: loads the unfinished workflows of the partitions in parts and queues them
+ * again; inbox: only those another node stored for this one (members.c). */
+int eng_recover(baton_engine *e, uint64_t parts, int inbox, baton_error *err);
+
+/* engine.c: cancels a workflow in memory (not finished) */
+void eng_cancel_wf(baton_engine *e, wf_row *wf, int64_t now);
+
+/* members.c: the engine's side of a cluster */
+int members_join(baton_engine *e, const baton_engine_config *cfg, baton_error *err);
+/* 1 when this node drives the resource now (and grants it). */
+int eng_drives(const baton_engine *e, const char *resource);
+/* The partitions whose workflows this node drives, as a batch's fence needs them. */
+uint64_t members_parts(const baton_engine *e, const char *resource);
+void members_apply(baton_engine *e, msg *m, int64_t now);
+/* Each round, after the messages: the inbox, hand-overs. */
+void members_round(baton_engine *e, int64_t now);
+/* A write was refused because this node lost a partition: what it lost leaves memory.
+ * BATON_OK, or the store's error when it could not tell what it holds. */
+int members_fenced(baton_engine *e, baton_error *err);
+/* For a 503: who drives the resource. */
+void members_who(const baton_engine *e, const char *resource, char *out, size_t n);
 
 #endif

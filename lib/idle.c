@@ -127,6 +127,12 @@ void eng_load_pending(baton_engine *e)
 	e->load_failing = 0;
 }
 
+void eng_drop_lock(baton_engine *e, res_lock *l)
+{
+	unpark(e, l);
+	forget(e, l);
+}
+
 void eng_park(baton_engine *e, res_lock *l)
 {
 	if (l->parked || !lock_idle(l))

@@ -68,6 +68,7 @@ typedef struct step_row {
 	char *error;
 	json_t *result;
 	int queue_position; /* reads only: 1 = next to be granted, 0 = not waiting */
+	char *node;	    /* reads only: the cluster node that drove its latest attempt */
 	unsigned dirty : 1;
 	unsigned stored : 1; /* the row exists in the database (a pending step has none) */
 } step_row;
@@ -96,6 +97,10 @@ typedef struct wf_row {
 	 * (which the row stores only once the workflow ends; until then it is counted
 	 * from the step rows) */
 	unsigned dirty : 1, is_new : 1, done : 1, in_batch : 1, noted : 1;
+	/* Cluster (members.c). foreign: submitted here for a resource another node drives:
+	 * stored for that node to adopt, then dropped from memory. lost: its partition went to
+	 * another node while an attempt ran here; freed when the attempt's outcome comes. */
+	unsigned foreign : 1, lost : 1;
 	/* A lease (lease.c): a one-step workflow whose step an outside process holds until
 	 * it releases it or stops renewing it. In memory only: expires_at, the caller. */
 	unsigned lease : 1;
@@ -151,6 +156,13 @@ int err_set(baton_error *err, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4))); /* returns code */
 int random_id(char out[33]);		   /* 128 random bits as hex */
 uint32_t fnv1a(const char *s);
+/* A cluster's unit of ownership (members.c): every resource belongs to one of PARTS
+ * partitions, and one node at a time drives all the resources of a partition. */
+#define PARTS 64
+static inline int part_of(const char *resource)
+{
+	return (int)(fnv1a(resource) % PARTS);
+}
 char *xstrdup(const char *s); /* aborts on out of memory */
 void *xcalloc(size_t n, size_t size);
 

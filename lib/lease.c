@@ -286,6 +286,16 @@ static void apply_acquire(baton_engine *e, msg *m, int64_t now)
 		wf_row_free(wf);
 		return;
 	}
+	if (!eng_drives(e, wf->resource)) {
+		char who[MAX_NAME + 1], why[MAX_NAME * 2 + 128];
+		members_who(e, wf->resource, who, sizeof who);
+		snprintf(why, sizeof why,
+			 "resource \"%s\" is driven by node %s: ask that node for a lease",
+			 wf->resource, who);
+		eng_waiter_done(m->w, BATON_EBUSY, 0, why);
+		wf_row_free(wf);
+		return;
+	}
 	res_lock *l = strmap_get(e->locks, wf->resource);
 	if (m->wait_ms == 0 && busy_now(l)) { /* try once: nothing is recorded */
 		char why[512];

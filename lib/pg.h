@@ -28,10 +28,12 @@
 	X(PQexitPipelineMode)                                                                      \
 	X(PQfinish)                                                                                \
 	X(PQflush)                                                                                 \
+	X(PQfreemem)                                                                               \
 	X(PQgetResult)                                                                             \
 	X(PQgetisnull)                                                                             \
 	X(PQgetlength)                                                                             \
 	X(PQgetvalue)                                                                              \
+	X(PQnotifies)                                                                              \
 	X(PQntuples)                                                                               \
 	X(PQpipelineSync)                                                                          \
 	X(PQprepare)                                                                               \
@@ -40,6 +42,7 @@
 	X(PQresultStatus)                                                                          \
 	X(PQsendFlushRequest)                                                                      \
 	X(PQsendQueryPrepared)                                                                     \
+	X(PQsocket)                                                                                \
 	X(PQstatus)                                                                                \
 	X(PQtransactionStatus)
 #define PG_FUNC_FIELD(name) __typeof__(name) *name##_;
@@ -60,10 +63,12 @@ int pg_load_libpq(char *why, size_t n);
 #define PQexitPipelineMode   (pg_api.PQexitPipelineMode_)
 #define PQfinish	     (pg_api.PQfinish_)
 #define PQflush		     (pg_api.PQflush_)
+#define PQfreemem	     (pg_api.PQfreemem_)
 #define PQgetResult	     (pg_api.PQgetResult_)
 #define PQgetisnull	     (pg_api.PQgetisnull_)
 #define PQgetlength	     (pg_api.PQgetlength_)
 #define PQgetvalue	     (pg_api.PQgetvalue_)
+#define PQnotifies	     (pg_api.PQnotifies_)
 #define PQntuples	     (pg_api.PQntuples_)
 #define PQpipelineSync	     (pg_api.PQpipelineSync_)
 #define PQprepare	     (pg_api.PQprepare_)
@@ -72,6 +77,7 @@ int pg_load_libpq(char *why, size_t n);
 #define PQresultStatus	     (pg_api.PQresultStatus_)
 #define PQsendFlushRequest   (pg_api.PQsendFlushRequest_)
 #define PQsendQueryPrepared  (pg_api.PQsendQueryPrepared_)
+#define PQsocket	     (pg_api.PQsocket_)
 #define PQstatus	     (pg_api.PQstatus_)
 #define PQtransactionStatus  (pg_api.PQtransactionStatus_)
 
@@ -86,10 +92,10 @@ int pg_load_libpq(char *why, size_t n);
 	" AND s.status = 'completed') ELSE steps_completed END, result, error, retry"
 #define PG_STEP_COLS                                                                               \
 	"idx, worker, params, status, attempts, lock_seq, requested_at, fencing_token,"            \
-	" started_at, finished_at, duration_ms, next_attempt_at, error, result"
+	" started_at, finished_at, duration_ms, next_attempt_at, error, result, node"
 
 /* Parameters of one statement: ints as decimal text, strings as bytes with a length. */
-#define PG_MAX_PARAMS 32
+#define PG_MAX_PARAMS 34
 typedef struct pg_params {
 	const char *v[PG_MAX_PARAMS];
 	int len[PG_MAX_PARAMS];
@@ -103,7 +109,7 @@ void pg_text(pg_params *p, const char *s); /* NULL is NULL */
 void pg_bytes(pg_params *p, const char *s, size_t n);
 
 /* Rows for one unnest() statement: an array literal per column (pg_store.c). */
-#define PG_MAX_COLS 16
+#define PG_MAX_COLS 18
 typedef struct pg_rows {
 	textbuf col[PG_MAX_COLS];
 	int ncols, nrows;
@@ -125,6 +131,8 @@ enum {
 	PR_RESOURCES,
 	PR_WF_COUNTS,
 	PR_LIST,
+	PR_OWNER,
+	PR_NODES,
 	PR_NSTMT
 };
 
@@ -141,12 +149,13 @@ typedef struct pg_store {
 	char *url;   /* as given: may hold a password, never shown */
 	char *shown; /* the same with the password hidden, for messages */
 	const logger *log;
-	PGconn *w;	  /* the writer's connection (engine thread) */
-	int w_lost;	  /* the writer's connection broke and is not back yet (logged once) */
-	int64_t epoch;	  /* this process's ownership of the database (baton_meta) */
-	int64_t lock_seq; /* the highest stored, at open */
-	textbuf json[2];  /* the writer's JSON values being sent */
-	pg_rows rows[3];  /* the batch's steps, resources and events being built */
+	PGconn *w;  /* the writer's connection (engine thread) */
+	int w_lost; /* the writer's connection broke and is not back yet (logged once) */
+	char node_id[MAX_NAME + 1]; /* this node in the cluster, once joined */
+	struct pg_cluster *cluster; /* the membership thread and what it read (pg_cluster.c) */
+	int64_t lock_seq;	    /* the highest stored, at open */
+	textbuf json[2];	    /* the writer's JSON values being sent */
+	pg_rows rows[3];	    /* the batch's steps, resources and events being built */
 	pg_reader *readers;
 	int nreaders;
 	pthread_mutex_t pool_mu;
@@ -165,6 +174,8 @@ enum {
 	W_STEP,
 	W_RESOURCE,
 	W_EVENT,
+	W_FENCE,
+	W_NOTIFY,
 	W_DELETE_ONE,
 	W_DELETE_OLD,
 	W_NSTMT
@@ -193,6 +204,25 @@ wf_row *pg_read_wf(const PGresult *r, int row); /* a row of PG_WF_READ_COLS, ste
 int pg_read_steps(const PGresult *r, const char *definition, wf_row *wf);
 char *pg_col_str(const PGresult *r, int row, int col);	 /* NULL for SQL NULL */
 int64_t pg_col_int(const PGresult *r, int row, int col); /* 0 for SQL NULL */
+
+/* A set of partitions as an array literal for a parameter ("{1,5,9}"). */
+void pg_parts_text(uint64_t parts, char *out, size_t n);
+/* Reads the workflows that `where` selects (a condition on workflows, part = ANY($1)
+ * among it), their steps and definitions, one snapshot; fn owns each. */
+int pg_load_where(pg_store *s, const char *where, uint64_t parts, void (*fn)(void *ctx, wf_row *wf),
+		  void *ctx, baton_error *err);
+
+/* pg_cluster.c: the cluster operations of pg_store_ops */
+int pg_join(store *s, const char *node_id, int64_t lease_ms, const store_cluster_hooks *h,
+	    int64_t epochs[PARTS], baton_error *err);
+void pg_leave(store *s);
+int pg_owned(store *s, int64_t epochs[PARTS], baton_error *err);
+int pg_release(store *s, int part, int64_t epoch, baton_error *err);
+int pg_load_inbox(store *s, uint64_t parts, void (*wf_fn)(void *ctx, wf_row *wf), void *ctx,
+		  baton_error *err);
+int pg_request_cancel(store *s, const char *id, baton_error *err);
+int pg_list_nodes(store *s, store_node **out, int *n, baton_error *err);
+void pg_cluster_stats(store *s, store_cluster_stats *out);
 
 /* pg_batch.c: the write operation of pg_store_ops */
 int pg_write(store *s, const store_batch *b, store_write_failure *why, baton_error *err);

@@ -29,6 +29,7 @@ typedef struct pipeline {
 	int n;
 	int failed; /* a statement failed: baton's code */
 	const wf_row *culprit;
+	int fenced;	 /* baton_fence refused the batch */
 	int commit_sent; /* the sync that commits the batch was sent */
 	int at_commit;	 /* the failure came after every statement had succeeded */
 	baton_error *err;
@@ -47,8 +48,10 @@ static void drain(pipeline *p)
 		}
 		ExecStatusType st = PQresultStatus(r);
 		if (st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK && !p->failed) {
+			const char *state = PQresultErrorField(r, PG_DIAG_SQLSTATE);
 			p->failed = pg_fail(c, r, p->err, p->v[i].what);
 			p->culprit = p->v[i].wf;
+			p->fenced = state && strcmp(state, "BT003") == 0;
 		}
 		PQclear(r);
 		/* Each statement's results end with a NULL. */
@@ -108,12 +111,21 @@ static void send_workflow(pipeline *p, const wf_row *wf)
 		pg_text(&prm, wf->error);
 		char *retry = codec_retry_text(&wf->retry);
 		pg_text(&prm, retry);
+		pg_int(&prm, part_of(wf->resource));
+		pg_bool(&prm, !wf->foreign);
 		send_stmt(p, W_INS_WF, &prm, wf, "inserting a workflow");
 		free(retry);
 		prm.n = 0;
 		pg_int(&prm, wf->seq);
 		pg_text(&prm, wf->definition);
 		send_stmt(p, W_INS_DEF, &prm, wf, "inserting a definition");
+		if (wf->foreign) { /* its owner learns at once, not at its next poll */
+			char hint[16];
+			snprintf(hint, sizeof hint, "p%d", part_of(wf->resource));
+			prm.n = 0;
+			pg_text(&prm, hint);
+			send_stmt(p, W_NOTIFY, &prm, NULL, "waking the owner");
+		}
 	} else if (wf->dirty) {
 		pg_int(&prm, wf->seq);
 		pg_text(&prm, wf_status_name(wf->status));
@@ -246,6 +258,7 @@ static void add_step(pg_store *s, pg_rows *r, const wf_row *wf, const step_row *
 	cell_time(r, 13, st->next_attempt_at);
 	cell_text(r, 14, st->error);
 	cell_json(s, r, 15, st->result);
+	cell_text(r, 16, st->status == ST_RUNNING && s->node_id[0] ? s->node_id : NULL);
 }
 
 static void add_event_row(pg_rows *r, const store_event_row *e)
@@ -278,7 +291,7 @@ static void add_resource(pg_rows *r, const resource_row *res)
 
 static void rows_start_all(pg_rows rows[3])
 {
-	rows_start(&rows[0], 16);
+	rows_start(&rows[0], 17);
 	rows_start(&rows[1], 9);
 	rows_start(&rows[2], 6);
 }
@@ -307,6 +320,7 @@ static void send_step(pipeline *p, const wf_row *wf, const step_row *st)
 	pg_time(&prm, st->next_attempt_at);
 	pg_text(&prm, st->error);
 	pg_json(p->s, &prm, st->result, 1);
+	pg_text(&prm, st->status == ST_RUNNING && p->s->node_id[0] ? p->s->node_id : NULL);
 	send_stmt(p, W_STEP, &prm, wf, "writing a step");
 }
 
@@ -351,9 +365,29 @@ static void send_event(pipeline *p, const store_event_row *e)
  * names its workflow (pg_write falls back to it when the statement of many rows is
  * refused for good).
  */
+static void send_fence(pipeline *p, const store_batch *b)
+{
+	char parts[PARTS * 3 + 3], epochs[PARTS * 21 + 3];
+	size_t len = (size_t)snprintf(epochs, sizeof epochs, "{");
+	for (int i = 0; i < PARTS; i++)
+		if (b->parts >> i & 1)
+			len += (size_t)snprintf(epochs + len, sizeof epochs - len, "%s%lld",
+						len > 1 ? "," : "", (long long)b->epochs[i]);
+	snprintf(epochs + len, sizeof epochs - len, "}");
+	pg_parts_text(b->parts, parts, sizeof parts);
+	pg_params prm = {0};
+	pg_text(&prm, p->s->node_id);
+	pg_text(&prm, parts);
+	pg_text(&prm, epochs);
+	prm.fmt[1] = prm.fmt[2] = 0; /* array literals, as text (NUL-terminated) */
+	send_stmt(p, W_FENCE, &prm, NULL, "checking ownership");
+}
+
 static void send_batch(pipeline *p, const store_batch *b, int per_row)
 {
 	pg_store *s = p->s;
+	if (b->parts)
+		send_fence(p, b);
 	for (size_t i = 0; i < b->nwfs; i++)
 		send_workflow(p, b->wfs[i]);
 	size_t nrows = b->nresources + b->nevents;
@@ -433,14 +467,15 @@ static int write_once(pg_store *s, const store_batch *b, int per_row, store_writ
 	why->unknown = p.commit_sent && (broken || (p.at_commit && pg_transient(p.failed)));
 	why->permanent = !broken && !pg_transient(p.failed);
 	why->culprit = why->permanent ? p.culprit : NULL;
+	why->fenced = p.fenced;
 	return p.failed;
 }
 
 /*
- * Ownership: the writer's connection holds the session advisory lock for as long as it
- * lives, so a batch that commits was sent by the owner; a new connection takes the lock
- * again and checks the epoch first (writer). A batch refused for good in many-row
- * statements is tried at once one row per statement, which names the workflow refused.
+ * Ownership: a batch that writes a partition's workflows or resources starts with
+ * baton_fence (pg_store.c), so it commits only while this node still owns them. A batch
+ * refused for good in many-row statements is tried at once one row per statement, which
+ * names the workflow refused.
  */
 int pg_write(store *base, const store_batch *b, store_write_failure *why, baton_error *err)
 {
@@ -452,7 +487,7 @@ int pg_write(store *base, const store_batch *b, store_write_failure *why, baton_
 		return rc;
 	}
 	rc = write_once(s, b, 0, why, err);
-	if (rc && why->permanent && !why->culprit) {
+	if (rc && why->permanent && !why->culprit && !why->fenced) {
 		*why = (store_write_failure){0};
 		rc = write_once(s, b, 1, why, err);
 	}

@@ -43,6 +43,15 @@ static const char *const reader_sql[PR_NSTMT] = {
     [PR_LIST] = "SELECT " PG_WF_READ_COLS " FROM workflows WHERE seq < $1"
 		" AND ($2::text IS NULL OR status = $2) AND ($3::text IS NULL OR resource = $3)"
 		" ORDER BY seq DESC LIMIT $4",
+    [PR_OWNER] = "SELECT owner FROM partitions WHERE id=$1",
+    /* The live nodes (the database's clock judges), with what each drives. */
+    [PR_NODES] = "SELECT n.id, (extract(epoch FROM n.expires) * 1000)::bigint,"
+		 " (SELECT count(*) FROM partitions p WHERE p.owner = n.id),"
+		 " (SELECT count(DISTINCT w.resource) FROM workflows w"
+		 " WHERE w.status IN ('pending', 'running') AND w.part IN"
+		 " (SELECT p.id FROM partitions p WHERE p.owner = n.id)),"
+		 " (SELECT count(*) FROM steps s WHERE s.status = 'running' AND s.node = n.id)"
+		 " FROM nodes n WHERE n.expires > now() ORDER BY n.id",
 };
 
 int pg_readers_open(pg_store *s, int n)
@@ -411,6 +420,14 @@ int pg_read_resource(store *base, const char *name, int with_waiters, store_reso
 	if (q && rc == BATON_OK)
 		out->last_event_seq = pg_col_int(q, 0, 6);
 	PQclear(q);
+	if (rc == BATON_OK) {
+		p.n = 0;
+		pg_int(&p, part_of(name));
+		q = query(r, PR_OWNER, &p, &rc, err, "reading the resource's node");
+		if (q && PQntuples(q) == 1)
+			out->node = pg_col_str(q, 0, 0);
+		PQclear(q);
+	}
 	if (rc == BATON_OK)
 		rc = read_holder(r, name, &out->holder, err);
 	if (rc == BATON_OK)
@@ -478,4 +495,29 @@ int pg_ping(store *base, baton_error *err)
 	int rc = exec_simple(r, "SELECT 1", PGRES_TUPLES_OK, err);
 	reader_put(s, r);
 	return rc;
+}
+
+int pg_list_nodes(store *base, store_node **out, int *n, baton_error *err)
+{
+	pg_store *s = (pg_store *)base;
+	pg_reader *r = reader_get(s, err);
+	if (!r)
+		return err->code;
+	int rc;
+	PGresult *q = query(r, PR_NODES, NULL, &rc, err, "listing nodes");
+	reader_put(s, r);
+	if (!q)
+		return rc;
+	*n = PQntuples(q);
+	*out = xcalloc((size_t)*n + 1, sizeof **out);
+	for (int i = 0; i < *n; i++)
+		(*out)[i] = (store_node){
+		    .id = pg_col_str(q, i, 0),
+		    .lease_expires_at = pg_col_int(q, i, 1),
+		    .partitions = (int)pg_col_int(q, i, 2),
+		    .resources = pg_col_int(q, i, 3),
+		    .running_steps = pg_col_int(q, i, 4),
+		};
+	PQclear(q);
+	return BATON_OK;
 }

@@ -43,10 +43,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define PG_SCHEMA_VERSION 2
-/* Advisory lock keys: the schema migration (per transaction), the writer (per session). */
+#define PG_SCHEMA_VERSION 3
+/* Advisory lock key of the schema migration (per transaction). */
 #define LOCK_MIGRATE "7303122311001"
-#define LOCK_WRITER  "7303122311002"
 
 static const char schema_sql[] =
     "CREATE TABLE baton_meta (key text PRIMARY KEY, value bigint NOT NULL);"
@@ -86,6 +85,38 @@ static const char schema_sql[] =
     "CREATE TRIGGER resources_token_forward BEFORE UPDATE ON resources FOR EACH ROW"
     " WHEN (NEW.last_token < OLD.last_token) EXECUTE FUNCTION baton_token_backwards();";
 
+/*
+ * Schema 2 to 3: a cluster of nodes on one database (pg_cluster.c). nodes: each live
+ * node and when its lease ends (the database's clock); partitions: who owns each of the
+ * PARTS partitions, under which epoch (raised by every claim). A workflow records its
+ * partition and whether its owner has adopted it (one submitted on another node waits
+ * until then); a step, the node that drove its latest attempt. baton_fence() is the first
+ * statement of every batch: it locks the batch's partition rows against a claim until the
+ * batch commits, and refuses it (BT003) unless this node still owns every one of them
+ * under the epoch it holds. The parts of existing rows are set by migrate() (part_of()).
+ */
+static const char migrate_v2_sql[] =
+    "CREATE TABLE nodes (id text COLLATE \"C\" PRIMARY KEY, expires timestamptz NOT NULL,"
+    "  joined timestamptz NOT NULL DEFAULT clock_timestamp());"
+    "CREATE TABLE partitions (id integer PRIMARY KEY, owner text COLLATE \"C\","
+    "  epoch bigint NOT NULL DEFAULT 0);"
+    "INSERT INTO partitions (id) SELECT generate_series(0, 63);"
+    "ALTER TABLE workflows ADD COLUMN part integer NOT NULL DEFAULT 0,"
+    "  ADD COLUMN adopted boolean NOT NULL DEFAULT true;"
+    "ALTER TABLE steps ADD COLUMN node text;"
+    "CREATE INDEX workflows_open ON workflows(part) WHERE status IN ('pending', 'running');"
+    "CREATE INDEX workflows_inbox ON workflows(part) WHERE NOT adopted"
+    "  OR (cancel_requested AND status IN ('pending', 'running'));"
+    "CREATE INDEX steps_running ON steps(node) WHERE status = 'running';"
+    "CREATE FUNCTION baton_fence(me text, parts integer[], epochs bigint[]) RETURNS void"
+    " LANGUAGE plpgsql AS $$ BEGIN"
+    " PERFORM 1 FROM partitions WHERE id = ANY(parts) ORDER BY id FOR SHARE;"
+    " IF (SELECT count(*) FROM partitions p JOIN unnest(parts, epochs) AS x(id, epoch)"
+    "  ON p.id = x.id WHERE p.owner = me AND p.epoch = x.epoch) <> cardinality(parts) THEN"
+    "  RAISE EXCEPTION 'node % no longer owns every partition it writes', me"
+    "  USING ERRCODE = 'BT003'; END IF; END $$;"
+    "UPDATE baton_meta SET value = 3 WHERE key = 'schema'";
+
 /* Deletes the finished workflows that d picks, with everything that names them, in one
  * statement; the ids deleted come back. Event seqs and workflow seqs come from
  * baton_meta's counters, which deletes do not touch. */
@@ -104,7 +135,7 @@ static const char schema_sql[] =
 	" requested_at=excluded.requested_at, fencing_token=excluded.fencing_token,"               \
 	" started_at=excluded.started_at, finished_at=excluded.finished_at,"                       \
 	" duration_ms=excluded.duration_ms, next_attempt_at=excluded.next_attempt_at,"             \
-	" error=excluded.error, result=excluded.result"
+	" error=excluded.error, result=excluded.result, node=coalesce(excluded.node, steps.node)"
 #define RESOURCE_COLS                                                                              \
 	"name, last_token, grants, total_hold_ms, max_hold_ms, total_wait_ms, max_wait_ms,"        \
 	" holder_seq, holder_idx"
@@ -115,15 +146,18 @@ static const char schema_sql[] =
 	" max_wait_ms=excluded.max_wait_ms, holder_seq=excluded.holder_seq,"                       \
 	" holder_idx=excluded.holder_idx"
 
+/* A cancel requested on another node (request_cancel) is kept whatever the owner writes. */
 static const char *const writer_sql[W_NSTMT] = {
-    [W_INS_WF] = "INSERT INTO workflows (" PG_WF_COLS ") VALUES"
-		 " ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14)"
-		 " ON CONFLICT (seq) DO UPDATE SET status=$5, cancel_requested=$6,"
+    [W_INS_WF] = "INSERT INTO workflows (" PG_WF_COLS ", part, adopted) VALUES"
+		 " ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16)"
+		 " ON CONFLICT (seq) DO UPDATE SET status=$5,"
+		 " cancel_requested=workflows.cancel_requested OR $6,"
 		 " started_at=$8, finished_at=$9, steps_completed=$11, result=$12, error=$13",
     [W_INS_DEF] = "INSERT INTO definitions (workflow_seq, definition) VALUES ($1,$2)"
 		  " ON CONFLICT (workflow_seq) DO NOTHING",
-    [W_UPD_WF] = "UPDATE workflows SET status=$2, cancel_requested=$3, started_at=$4,"
-		 " finished_at=$5, steps_completed=$6, result=$7, error=$8 WHERE seq=$1",
+    [W_UPD_WF] = "UPDATE workflows SET status=$2, cancel_requested=cancel_requested OR $3,"
+		 " started_at=$4, finished_at=$5, steps_completed=$6, result=$7, error=$8,"
+		 " adopted=true WHERE seq=$1",
     [W_FIND] = "SELECT d.definition, w.status FROM workflows w"
 	       " JOIN definitions d ON d.workflow_seq = w.seq WHERE w.id=$1",
     [W_NEXT_ID] = "UPDATE baton_meta SET value = value + $2 WHERE key = $1 RETURNING value",
@@ -139,25 +173,28 @@ static const char *const writer_sql[W_NSTMT] = {
 	" SELECT * FROM unnest($1::bigint[], $2::text[], $3::int[], $4::text[],"
 	" $5::text[], $6::text[], $7::int[], $8::bigint[], $9::bigint[], $10::bigint[],"
 	" $11::bigint[], $12::bigint[], $13::bigint[], $14::bigint[], $15::text[],"
-	" $16::text[])" STEP_UPSERT " RETURNING 1),"
+	" $16::text[], $17::text[])" STEP_UPSERT " RETURNING 1),"
 	" r AS (INSERT INTO resources (" RESOURCE_COLS ")"
-	" SELECT * FROM unnest($17::text[], $18::bigint[], $19::bigint[], $20::bigint[],"
-	" $21::bigint[], $22::bigint[], $23::bigint[], $24::bigint[], $25::int[])" RESOURCE_UPSERT
+	" SELECT * FROM unnest($18::text[], $19::bigint[], $20::bigint[], $21::bigint[],"
+	" $22::bigint[], $23::bigint[], $24::bigint[], $25::bigint[], $26::int[])" RESOURCE_UPSERT
 	" RETURNING 1),"
 	" e AS (INSERT INTO events (seq, last_seq, workflow_seq, resource, lock, data)"
-	" SELECT * FROM unnest($26::bigint[], $27::bigint[], $28::bigint[], $29::text[],"
-	" $30::boolean[], $31::text[]) ON CONFLICT (seq) DO NOTHING RETURNING 1)"
+	" SELECT * FROM unnest($27::bigint[], $28::bigint[], $29::bigint[], $30::text[],"
+	" $31::boolean[], $32::text[]) ON CONFLICT (seq) DO NOTHING RETURNING 1)"
 	" SELECT (SELECT count(*) FROM s), (SELECT count(*) FROM r),"
 	" (SELECT count(*) FROM e)",
     /* The same rows one per statement, for small batches: W_ROWS's plan (three
      * data-modifying CTEs over unnest) costs the database about 0.1 ms to start, more than
      * a lone workflow's four single-row statements together (bench/README.md). */
     [W_STEP] = "INSERT INTO steps (workflow_seq, resource, " PG_STEP_COLS ") VALUES"
-	       " ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16)" STEP_UPSERT,
+	       " ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17)" STEP_UPSERT,
     [W_RESOURCE] = "INSERT INTO resources (" RESOURCE_COLS
 		   ") VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9)" RESOURCE_UPSERT,
     [W_EVENT] = "INSERT INTO events (seq, last_seq, workflow_seq, resource, lock, data)"
 		" VALUES ($1,$2,$3,$4,$5,$6) ON CONFLICT (seq) DO NOTHING",
+    [W_FENCE] = "SELECT baton_fence($1, $2::integer[], $3::bigint[])",
+    /* A hint to the owner of a partition that it has work (a submission from here). */
+    [W_NOTIFY] = "SELECT pg_notify('baton', $1)",
 };
 
 /* ---- parameters ---- */
@@ -325,6 +362,7 @@ int pg_read_steps(const PGresult *r, const char *definition, wf_row *wf)
 		st->next_attempt_at = pg_col_int(r, i, 11);
 		st->error = pg_col_str(r, i, 12);
 		st->result = pg_json_col(r, i, 13);
+		st->node = pg_col_str(r, i, 14);
 		st->stored = 1;
 	}
 	if (rows == wf->steps_total)
@@ -381,17 +419,46 @@ PGconn *pg_connect(pg_store *s, baton_error *err)
 static const char migrate_v1_sql[] = "DROP FUNCTION IF EXISTS baton_check_epoch(bigint);"
 				     "UPDATE baton_meta SET value = 2 WHERE key = 'schema'";
 
+/* Sets the partition of every stored workflow (schema 2 to 3): part_of() is baton's, so the
+ * rows are read here and written back one resource at a time. */
+static int migrate_parts(PGconn *c, baton_error *err)
+{
+	PGresult *r = PQexec(c, "SELECT DISTINCT resource FROM workflows");
+	if (PQresultStatus(r) != PGRES_TUPLES_OK) {
+		int rc = pg_fail(c, r, err, "reading resources");
+		PQclear(r);
+		return rc;
+	}
+	int rc = BATON_OK;
+	for (int i = 0; rc == BATON_OK && i < PQntuples(r); i++) {
+		pg_params prm = {0};
+		pg_text(&prm, PQgetvalue(r, i, 0));
+		pg_int(&prm, part_of(PQgetvalue(r, i, 0)));
+		PGresult *u = PQexecParams(c, "UPDATE workflows SET part = $2 WHERE resource = $1",
+					   prm.n, NULL, prm.v, prm.len, prm.fmt, 0);
+		if (PQresultStatus(u) != PGRES_COMMAND_OK)
+			rc = pg_fail(c, u, err, "setting partitions");
+		PQclear(u);
+	}
+	PQclear(r);
+	return rc;
+}
+
+/* Creates or migrates the schema, once, under a lock that a second batond waits for:
+ * an empty database gets schema 2 and is migrated like an old one. */
 static int migrate(pg_store *s, PGconn *c, baton_error *err)
 {
 	int rc = pg_exec_ok(c, "BEGIN; SELECT pg_advisory_xact_lock(" LOCK_MIGRATE ")", err,
 			    "locking the schema");
 	if (rc)
 		return rc;
+	int64_t version = 0;
 	PGresult *r = PQexec(c, "SELECT to_regclass('baton_meta') IS NULL");
 	if (PQresultStatus(r) != PGRES_TUPLES_OK) {
 		rc = pg_fail(c, r, err, "reading the schema");
 	} else if (PQgetvalue(r, 0, 0)[0] == 't') {
 		rc = pg_exec_ok(c, schema_sql, err, "creating the schema");
+		version = 2;
 	} else {
 		PQclear(r);
 		r = PQexec(c, "SELECT value FROM baton_meta WHERE key = 'schema'");
@@ -400,14 +467,24 @@ static int migrate(pg_store *s, PGconn *c, baton_error *err)
 				 ? pg_fail(c, r, err, "reading the schema version")
 				 : err_set(err, BATON_ECORRUPT,
 					   "%s: baton_meta has no schema version", s->shown);
-		else if (pg_col_int(r, 0, 0) == 1)
-			rc = pg_exec_ok(c, migrate_v1_sql, err, "migrating schema 1 to 2");
-		else if (pg_col_int(r, 0, 0) != PG_SCHEMA_VERSION)
-			rc = err_set(err, BATON_ECORRUPT,
-				     "%s: schema version %lld is not one this batond knows (%d)",
-				     s->shown, (long long)pg_col_int(r, 0, 0), PG_SCHEMA_VERSION);
+		else
+			version = pg_col_int(r, 0, 0);
 	}
 	PQclear(r);
+	if (rc == BATON_OK && version == 1) {
+		rc = pg_exec_ok(c, migrate_v1_sql, err, "migrating schema 1 to 2");
+		version = 2;
+	}
+	if (rc == BATON_OK && version == 2) {
+		rc = pg_exec_ok(c, migrate_v2_sql, err, "migrating schema 2 to 3");
+		if (rc == BATON_OK)
+			rc = migrate_parts(c, err);
+		version = 3;
+	}
+	if (rc == BATON_OK && version != PG_SCHEMA_VERSION)
+		rc = err_set(err, BATON_ECORRUPT,
+			     "%s: schema version %lld is not one this batond knows (%d)", s->shown,
+			     (long long)version, PG_SCHEMA_VERSION);
 	if (rc) {
 		pg_exec_ok(c, "ROLLBACK", NULL, "rollback");
 		return rc;
@@ -439,34 +516,6 @@ static PGresult *run(PGconn *c, int stmt, const pg_params *p)
 			      p ? p->fmt : NULL, 0);
 }
 
-/* Takes the writer's lock; at open also a new epoch, later checks it is still ours. */
-static int own(pg_store *s, PGconn *c, int first, baton_error *err)
-{
-	PGresult *r = PQexec(c, "SELECT pg_try_advisory_lock(" LOCK_WRITER ")");
-	int rc = PQresultStatus(r) == PGRES_TUPLES_OK
-		     ? BATON_OK
-		     : pg_fail(c, r, err, "taking the writer's lock");
-	if (rc == BATON_OK && PQgetvalue(r, 0, 0)[0] != 't')
-		rc = err_set(err, BATON_EBUSY,
-			     "%s is in use by another batond (one batond per database)", s->shown);
-	PQclear(r);
-	if (rc)
-		return rc;
-	r = PQexec(c, first ? "UPDATE baton_meta SET value = value + 1 WHERE key = 'epoch'"
-			      " RETURNING value"
-			    : "SELECT value FROM baton_meta WHERE key = 'epoch'");
-	if (PQresultStatus(r) != PGRES_TUPLES_OK || PQntuples(r) != 1)
-		rc = pg_fail(c, r, err, "reading the epoch");
-	else if (first)
-		s->epoch = pg_col_int(r, 0, 0);
-	else if (pg_col_int(r, 0, 0) != s->epoch)
-		rc = err_set(err, BATON_ECONFLICT,
-			     "another batond has taken over %s while this one was cut off",
-			     s->shown);
-	PQclear(r);
-	return rc;
-}
-
 /* The writer's connection, reconnected when it broke. Whatever the server said while the
  * connection was idle is read first: a server that shut down has closed it, and it is
  * better to learn that before a batch is sent (its outcome would be unknown) than after. */
@@ -485,8 +534,6 @@ int pg_writer(pg_store *s, baton_error *err)
 	int rc = c ? BATON_OK : err->code;
 	if (rc == BATON_OK)
 		rc = prepare_writer(c, err);
-	if (rc == BATON_OK)
-		rc = own(s, c, 0, err);
 	if (rc) {
 		PQfinish(c);
 		return rc;
@@ -527,6 +574,7 @@ static void pg_close(store *base)
 	pg_store *s = (pg_store *)base;
 	if (!s)
 		return;
+	pg_leave(&s->base);
 	pg_readers_close(s);
 	PQfinish(s->w);
 	free(s->json[0].v);
@@ -560,8 +608,6 @@ static int pg_open(const store_config *cfg, store **out, baton_error *err)
 		rc = migrate(s, c, err);
 	if (rc == BATON_OK)
 		rc = prepare_writer(c, err);
-	if (rc == BATON_OK)
-		rc = own(s, c, 1, err);
 	s->w = c;
 	if (rc == BATON_OK)
 		rc = pg_readers_open(s, cfg->readers);
@@ -636,14 +682,30 @@ static int pg_find_workflow(store *base, const char *id, char **def, int *status
 	return rc;
 }
 
-/* Every unfinished workflow, its steps and its definition, read in one snapshot. */
-static int load_unfinished(pg_store *s, void (*fn)(void *ctx, wf_row *wf), void *ctx,
-			   baton_error *err)
+void pg_parts_text(uint64_t parts, char *out, size_t n)
 {
-	PGresult *q = PQexec(s->w, "SELECT " PG_WF_READ_COLS ", (SELECT definition FROM"
-				   " definitions d WHERE d.workflow_seq = workflows.seq)"
-				   " FROM workflows WHERE status IN ('pending', 'running')"
-				   " ORDER BY seq");
+	size_t len = (size_t)snprintf(out, n, "{");
+	for (int p = 0; p < PARTS && len < n; p++)
+		if (parts >> p & 1)
+			len += (size_t)snprintf(out + len, n - len, "%s%d", len > 1 ? "," : "", p);
+	if (len < n)
+		snprintf(out + len, n - len, "}");
+}
+
+int pg_load_where(pg_store *s, const char *where, uint64_t parts, void (*fn)(void *ctx, wf_row *wf),
+		  void *ctx, baton_error *err)
+{
+	char sql[1024], arr[PARTS * 3 + 3];
+	snprintf(sql, sizeof sql,
+		 "SELECT " PG_WF_READ_COLS ", (SELECT definition FROM definitions d"
+		 " WHERE d.workflow_seq = workflows.seq), adopted FROM workflows WHERE %s"
+		 " ORDER BY seq",
+		 where);
+	pg_parts_text(parts, arr, sizeof arr);
+	pg_params prm = {0};
+	pg_text(&prm, arr);
+	prm.fmt[0] = 0;
+	PGresult *q = PQexecParams(s->w, sql, prm.n, NULL, prm.v, prm.len, prm.fmt, 0);
 	if (PQresultStatus(q) != PGRES_TUPLES_OK) {
 		int rc = pg_fail(s->w, q, err, "loading workflows");
 		PQclear(q);
@@ -653,7 +715,9 @@ static int load_unfinished(pg_store *s, void (*fn)(void *ctx, wf_row *wf), void 
 	for (int i = 0; rc == BATON_OK && i < PQntuples(q); i++) {
 		wf_row *wf = pg_read_wf(q, i);
 		wf->definition = PQgetisnull(q, i, 14) ? xstrdup("") : pg_col_str(q, i, 14);
-		pg_params prm = {0};
+		/* Submitted on another node: its first write here adopts it. */
+		wf->dirty = PQgetvalue(q, i, 15)[0] != 't';
+		prm.n = 0;
 		pg_int(&prm, wf->seq);
 		PGresult *st =
 		    PQexecParams(s->w,
@@ -675,22 +739,29 @@ static int load_unfinished(pg_store *s, void (*fn)(void *ctx, wf_row *wf), void 
 	return rc;
 }
 
-static int pg_load(store *base, void (*wf_fn)(void *ctx, wf_row *wf), void *ctx, int64_t *lock_seq,
-		   baton_error *err)
+static int pg_load(store *base, uint64_t parts, void (*wf_fn)(void *ctx, wf_row *wf), void *ctx,
+		   int64_t *lock_seq, baton_error *err)
 {
 	pg_store *s = (pg_store *)base;
-	int rc = pg_exec_ok(s->w, "BEGIN ISOLATION LEVEL REPEATABLE READ", err, "begin");
+	int rc = pg_writer(s, err);
 	if (rc)
 		return rc;
-	PGresult *r = PQexec(s->w, "SELECT coalesce(max(lock_seq), 0) FROM steps");
+	rc = pg_exec_ok(s->w, "BEGIN ISOLATION LEVEL REPEATABLE READ", err, "begin");
+	if (rc)
+		return rc;
+	PGresult *r = PQexec(s->w, "SELECT coalesce(max(lock_seq), 0) FROM steps"
+				   " WHERE status = 'waiting'");
 	if (PQresultStatus(r) == PGRES_TUPLES_OK)
 		*lock_seq = pg_col_int(r, 0, 0);
 	else
 		rc = pg_fail(s->w, r, err, "reading the lock queue");
 	PQclear(r);
 	if (rc == BATON_OK)
-		rc = load_unfinished(s, wf_fn, ctx, err);
+		rc = pg_load_where(s, "status IN ('pending', 'running') AND part = ANY($1)", parts,
+				   wf_fn, ctx, err);
 	pg_exec_ok(s->w, "COMMIT", NULL, "commit");
+	if (rc)
+		pg_writer_failed(s);
 	return rc;
 }
 
@@ -752,4 +823,12 @@ const store_ops pg_store_ops = {
     .ping = pg_ping,
     .delete_workflows = pg_delete_workflows,
     .backup = pg_backup,
+    .join = pg_join,
+    .leave = pg_leave,
+    .owned = pg_owned,
+    .release = pg_release,
+    .load_inbox = pg_load_inbox,
+    .request_cancel = pg_request_cancel,
+    .list_nodes = pg_list_nodes,
+    .cluster_stats = pg_cluster_stats,
 };

@@ -10,6 +10,8 @@
 
 typedef struct recovery {
 	baton_engine *e;
+	int inbox;
+	VEC(wf_row *) cancels;	   /* a cancel was requested on another node */
 	VEC(wf_row *) interrupted; /* held the resource when the process stopped */
 	VEC(wf_row *) waiting;	   /* were queued for it */
 } recovery;
@@ -19,6 +21,21 @@ static void recover_workflow(void *ctx, wf_row *wf)
 	recovery *rc = ctx;
 	baton_engine *e = rc->e;
 	event_sink ev = {eng_on_event, e};
+	wf_row *cur = strmap_get(e->wfs, wf->id);
+	if (cur) { /* in memory already: only a cancel requested elsewhere is news */
+		if (wf->cancel_requested && !cur->cancel_requested && !cur->done && !cur->foreign)
+			VEC_PUSH(rc->cancels, cur);
+		wf_row_free(wf);
+		return;
+	}
+	if (rc->inbox && !wf->dirty && !wf->cancel_requested) {
+		wf_row_free(wf); /* adopted meanwhile by this node's last round */
+		return;
+	}
+	/* Requested on another node and not carried out yet: carried out here, below. */
+	int cancel = e->clustered && wf->cancel_requested;
+	if (cancel)
+		wf->cancel_requested = 0;
 	wf->dirty_lo = wf->steps_total;
 	wf->results_bytes = wf_results_bytes(wf);
 	wf->cur = 0;
@@ -45,6 +62,8 @@ static void recover_workflow(void *ctx, wf_row *wf)
 		eng_request(e, wf, wf->cur, e->now);
 	}
 	eng_touch_wf(e, wf);
+	if (cancel)
+		VEC_PUSH(rc->cancels, wf);
 }
 
 static int by_lock_seq(const void *a, const void *b)
@@ -66,15 +85,25 @@ static void requeue(baton_engine *e, wf_row **v, size_t n)
 	free(v);
 }
 
-int eng_recover(baton_engine *e, baton_error *err)
+int eng_recover(baton_engine *e, uint64_t parts, int inbox, baton_error *err)
 {
-	recovery r = {.e = e};
+	recovery r = {.e = e, .inbox = inbox};
+	int64_t lock_seq = 0;
+	int first = !e->thread_started;
 	/* No resource row: a resource comes back into memory when a step asks for it
 	 * (idle.c), so only those with unfinished work do, below. */
-	int rc = store_load(e->st, recover_workflow, &r, &e->lock_seq, err);
+	int rc = inbox ? e->st->ops->load_inbox(e->st, parts, recover_workflow, &r, err)
+		       : store_load(e->st, parts, recover_workflow, &r, &lock_seq, err);
+	if (lock_seq > e->lock_seq)
+		e->lock_seq = lock_seq;
 	/* A step that held its resource gets it back before every later request. */
 	requeue(e, r.interrupted.v, r.interrupted.n);
 	requeue(e, r.waiting.v, r.waiting.n);
+	for (size_t i = 0; i < r.cancels.n; i++)
+		eng_cancel_wf(e, r.cancels.v[i], e->now);
+	free(r.cancels.v);
+	if (inbox || !first)
+		return rc;
 	if (rc == BATON_OK && strmap_len(e->wfs))
 		log_at(&e->log, BATON_LOG_INFO, NULL, "resuming %zu unfinished workflow%s",
 		       strmap_len(e->wfs), strmap_len(e->wfs) == 1 ? "" : "s");

@@ -715,10 +715,11 @@ static int load_unfinished(sqlite_store *s, void (*fn)(void *ctx, wf_row *wf), v
 	return rc == SQLITE_DONE ? BATON_OK : sql_fail(s->db, rc, err, "loading workflows");
 }
 
-static int sqlite_load(store *base, void (*wf_fn)(void *ctx, wf_row *wf), void *ctx,
+static int sqlite_load(store *base, uint64_t parts, void (*wf_fn)(void *ctx, wf_row *wf), void *ctx,
 		       int64_t *lock_seq, baton_error *err)
 {
 	sqlite_store *s = (sqlite_store *)base;
+	(void)parts; /* a SQLite store has one node: every partition is its */
 	*lock_seq = s->lock_seq;
 	return load_unfinished(s, wf_fn, ctx, err);
 }

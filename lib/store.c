@@ -22,11 +22,19 @@ void store_base_fini(store *s)
 	pthread_mutex_destroy(&s->finished_mu);
 }
 
+void store_nodes_free(store_node *v, int n)
+{
+	for (int i = 0; i < n; i++)
+		free(v[i].id);
+	free(v);
+}
+
 void store_resource_fini(store_resource *r)
 {
 	resource_row_fini(&r->row);
 	free(r->holder.wf_id);
 	free(r->holder.worker);
+	free(r->node);
 	for (size_t i = 0; i < r->nwaiters; i++) {
 		free(r->waiters[i].wf_id);
 		free(r->waiters[i].worker);
@@ -447,6 +455,7 @@ int store_get_resource(store *s, const char *name, json_t **out, baton_error *er
 	    json_pack("{s:s, s:I, s:I, s:o, s:o, s:o}", "name", name, "last_fencing_token",
 		      (json_int_t)r.row.last_token, "last_event_seq", (json_int_t)r.last_event_seq,
 		      "holder", holder_json(&r.holder), "waiters", waiters, "totals", totals);
+	json_object_set_new(*out, "node", r.node ? json_string(r.node) : json_null());
 	store_resource_fini(&r);
 	return BATON_OK;
 }

@@ -57,6 +57,12 @@ typedef struct store_batch {
 	size_t nresources;
 	const store_event_row *events;
 	size_t nevents;
+	/* Cluster: the partitions whose workflows and resources the batch writes (bit p), and
+	 * the epoch under which this node holds each; the store commits the batch only while
+	 * the database still shows this node as their owner under those epochs. 0: none
+	 * (SQLite; a batch of foreign submissions only). */
+	uint64_t parts;
+	const int64_t *epochs;
 } store_batch;
 
 /* Why a write failed, for the engine's choice of what to do next. */
@@ -68,6 +74,9 @@ typedef struct store_write_failure {
 	int permanent;
 	/* With permanent: the workflow whose row was refused, when the store could tell. */
 	const wf_row *culprit;
+	/* The database no longer shows this node as the owner of a partition of the batch
+	 * (another node took it over): nothing was written. */
+	int fenced;
 } store_write_failure;
 
 enum store_id_kind { STORE_ID_WORKFLOW, STORE_ID_EVENT, STORE_NIDS };
@@ -96,6 +105,7 @@ typedef struct store_resource {
 	resource_row row; /* name and totals */
 	store_holder holder;
 	int64_t queue_length;
+	char *node; /* read_resource: the cluster node that drives it (NULL: none, SQLite) */
 	/* read_resource: where the resource's history ends now (the last seq of its newest
 	 * event row; 0 when it has none): events after it are newer than the read. */
 	int64_t last_event_seq;
@@ -112,6 +122,39 @@ typedef struct store_list {
 
 /* Given the id of each workflow a delete removed, once the delete is committed. */
 typedef void (*store_deleted_fn)(void *ctx, const char *id);
+
+/* ---- a cluster of nodes on one database (PostgreSQL; members.c drives it) ---- */
+
+/* What the database says about the partitions, as the membership thread last read it. */
+typedef struct store_ownership {
+	int64_t epoch[PARTS];		 /* this node's, 0 where it holds none */
+	char owner[PARTS][MAX_NAME + 1]; /* every partition's owner, "" when none */
+	int want;			 /* this node's fair share of partitions */
+} store_ownership;
+
+/* Called on the membership thread: each time it has read the partitions (every third of
+ * the lease, and when another node hints that partitions were freed), and when another
+ * node hints that this node has new work (a submission or cancel it accepted). */
+typedef struct store_cluster_hooks {
+	void (*ownership)(void *ud, const store_ownership *o);
+	void (*inbox)(void *ud);
+	void *ud;
+} store_cluster_hooks;
+
+typedef struct store_node {
+	char *id;
+	int64_t lease_expires_at; /* ms since the epoch, the database's clock */
+	int partitions;
+	int64_t resources, running_steps;
+} store_node;
+
+typedef struct store_cluster_stats {
+	int joined;
+	int nodes;		  /* live, as last read */
+	int64_t lease_expires_at; /* this node's, as last renewed */
+	int64_t lease_left_ms;	  /* what is left of it now (this node's monotonic clock) */
+	uint64_t renew_failures;
+} store_cluster_stats;
 
 /* Where a backend comes from: the --db value and what every backend needs. */
 typedef struct store_config {
@@ -137,11 +180,35 @@ typedef struct store_ops {
 	int (*next_ids)(store *s, int kind, int64_t n, int64_t *first, baton_error *err);
 	/* A stored workflow's definition (malloc'd) and status; BATON_ENOTFOUND when none. */
 	int (*find_workflow)(store *s, const char *id, char **def, int *status, baton_error *err);
-	/* Every unfinished workflow with its steps (owned by fn; resources are read when
-	 * needed, with read_resource); *lock_seq: the highest lock-queue number stored (the engine
-	 * counts on from it). */
-	int (*load)(store *s, void (*wf_fn)(void *ctx, wf_row *wf), void *ctx, int64_t *lock_seq,
-		    baton_error *err);
+	/* Every unfinished workflow of the partitions in parts (bit p) with its steps (owned
+	 * by fn; resources are read when needed, with read_resource); *lock_seq: the highest
+	 * lock-queue number stored (the engine counts on from it). */
+	int (*load)(store *s, uint64_t parts, void (*wf_fn)(void *ctx, wf_row *wf), void *ctx,
+		    int64_t *lock_seq, baton_error *err);
+
+	/* Cluster operations: NULL where the store has no cluster (SQLite). */
+	/* Joins as node_id with a lease of lease_ms: this node's epochs of the partitions it
+	 * holds at once (those it held in an earlier life, taken again, and its fair share),
+	 * then the membership thread renews the lease, takes a share and calls hooks. */
+	int (*join)(store *s, const char *node_id, int64_t lease_ms, const store_cluster_hooks *h,
+		    int64_t epochs[PARTS], baton_error *err);
+	/* Stops the membership thread, gives up every partition and the node's row, and
+	 * wakes the other nodes to take them. Accepts a store that never joined. */
+	void (*leave)(store *s);
+	/* Engine thread. The partitions the database shows this node holding, now. */
+	int (*owned)(store *s, int64_t epochs[PARTS], baton_error *err);
+	/* Gives partition part up (when still held under epoch) and wakes the others. */
+	int (*release)(store *s, int part, int64_t epoch, baton_error *err);
+	/* The workflows of the partitions in parts that wait for their owner: submitted on
+	 * another node and not adopted yet, or with a cancel requested on another node. */
+	int (*load_inbox)(store *s, uint64_t parts, void (*wf_fn)(void *ctx, wf_row *wf), void *ctx,
+			  baton_error *err);
+	/* Any thread. Records a cancel request for a workflow another node drives and wakes
+	 * it; BATON_ENOTFOUND, or BATON_ECONFLICT when it has finished. */
+	int (*request_cancel)(store *s, const char *id, baton_error *err);
+	/* The live nodes, by id (malloc'd array, each id malloc'd). */
+	int (*list_nodes)(store *s, store_node **out, int *n, baton_error *err);
+	void (*cluster_stats)(store *s, store_cluster_stats *out);
 	/*
 	 * Deletes finished workflows with their steps, definitions and events, in one
 	 * transaction: the workflow `id` when id is set (BATON_ENOTFOUND when there is none,
@@ -235,11 +302,12 @@ static inline int store_find_workflow(store *s, const char *id, char **def, int 
 {
 	return s->ops->find_workflow(s, id, def, status, err);
 }
-static inline int store_load(store *s, void (*wf_fn)(void *ctx, wf_row *wf), void *ctx,
-			     int64_t *lock_seq, baton_error *err)
+static inline int store_load(store *s, uint64_t parts, void (*wf_fn)(void *ctx, wf_row *wf),
+			     void *ctx, int64_t *lock_seq, baton_error *err)
 {
-	return s->ops->load(s, wf_fn, ctx, lock_seq, err);
+	return s->ops->load(s, parts, wf_fn, ctx, lock_seq, err);
 }
+void store_nodes_free(store_node *v, int n);
 /* ops->delete_workflows, and the deleted workflows leave the cache of finished ones. */
 int store_delete_workflows(store *s, const char *id, int64_t before, int max, int *n,
 			   baton_error *err);

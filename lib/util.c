@@ -292,6 +292,7 @@ void wf_row_free(wf_row *wf)
 	for (int i = 0; wf->steps && i < wf->steps_total; i++) {
 		step_row *st = &wf->steps[i];
 		free(st->worker);
+		free(st->node);
 		json_decref(st->params);
 		free(st->error);
 		json_decref(st->result);

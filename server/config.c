@@ -9,6 +9,7 @@
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <ctype.h>
 #include <string.h>
 
 static const config defaults = {
@@ -24,6 +25,7 @@ static const config defaults = {
     .max_per_ip = 0,
     .conn_memory = 64 * 1024,
     .idle_resources = 1024,
+    .lease_ms = 10000,
     .cache_bytes = 64 * 1024 * 1024,
     .stream_buffer = 16 * 1024 * 1024,
 };
@@ -76,12 +78,29 @@ static void usage(FILE *f)
 		"  --stream-buffer N        bytes an event stream buffers at most; past it the\n"
 		"                           stream ends with an error event and the client\n"
 		"                           resumes (BATON_STREAM_BUFFER, default %lld)\n"
+		"  --node-id ID             this node's name in a cluster on PostgreSQL, unique\n"
+		"                           among its nodes (BATON_NODE_ID, default: the host\n"
+		"                           name and a random suffix)\n"
+		"  --lease-ms MS            how long a node's ownership lasts without renewal;\n"
+		"                           its work moves to the others that long after it\n"
+		"                           dies (BATON_LEASE_MS, default %lld)\n"
 		"  --help                   print this help\n"
 		"  --version                print the version\n",
 		defaults.listen, defaults.db, defaults.threads, defaults.http_threads,
 		(long long)defaults.shutdown_timeout_ms / 1000, defaults.max_connections,
 		defaults.conn_timeout_s, defaults.idle_resources, defaults.cache_bytes,
-		defaults.stream_buffer);
+		defaults.stream_buffer, (long long)defaults.lease_ms);
+}
+
+static int valid_node_id(const char *v)
+{
+	size_t n = strlen(v);
+	if (n < 1 || n > 64)
+		return 0;
+	for (size_t i = 0; i < n; i++)
+		if (!isalnum((unsigned char)v[i]) && !strchr("._-", v[i]))
+			return 0;
+	return 1;
 }
 
 static int parse_int(const char *what, const char *s, long lo, long hi, long *out)
@@ -296,6 +315,24 @@ static int set_option(config *c, const char *name, const char *v)
 		c->threads = (int)n;
 		return 0;
 	}
+	if (strcmp(name, "node-id") == 0) {
+		if (!valid_node_id(v)) {
+			fprintf(
+			    stderr,
+			    "batond: --node-id must be 1 to 64 letters, digits, '.', '_' or '-',"
+			    " not \"%s\"\n",
+			    v);
+			return -1;
+		}
+		snprintf(c->node_id, sizeof c->node_id, "%s", v);
+		return 0;
+	}
+	if (strcmp(name, "lease-ms") == 0) {
+		if (parse_int("--lease-ms", v, 500, 600000, &n))
+			return -1;
+		c->lease_ms = n;
+		return 0;
+	}
 	if (strcmp(name, "idle-resources") == 0) {
 		if (parse_int("--idle-resources", v, 1, 10000000, &n))
 			return -1;
@@ -393,6 +430,8 @@ static const char *const env_names[][2] = {
     {"idle-resources", "BATON_IDLE_RESOURCES"},
     {"cache-bytes", "BATON_CACHE_BYTES"},
     {"stream-buffer", "BATON_STREAM_BUFFER"},
+    {"node-id", "BATON_NODE_ID"},
+    {"lease-ms", "BATON_LEASE_MS"},
 };
 
 int config_load(config *c, int argc, char **argv)
@@ -415,6 +454,8 @@ int config_load(config *c, int argc, char **argv)
 	    {"idle-resources", required_argument, NULL, 0},
 	    {"cache-bytes", required_argument, NULL, 0},
 	    {"stream-buffer", required_argument, NULL, 0},
+	    {"node-id", required_argument, NULL, 0},
+	    {"lease-ms", required_argument, NULL, 0},
 	    {"help", no_argument, NULL, 'h'},
 	    {"version", no_argument, NULL, 'V'},
 	    {NULL, 0, NULL, 0},

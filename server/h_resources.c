@@ -1,5 +1,5 @@
 /*
- * h_resources.c - handlers of /resources and /healthz.
+ * h_resources.c - handlers of /resources, /nodes and /healthz.
  */
 #include "server.h"
 
@@ -92,4 +92,16 @@ int h_healthz(srv *s, const request *r, const char *const *p, response *out)
 	(void)r;
 	(void)p;
 	return reply_json(out, 200, json_pack("{s:s}", "status", "ok"));
+}
+
+/* The cluster's live nodes (this node alone on SQLite). */
+int h_nodes(srv *s, const request *r, const char *const *p, response *out)
+{
+	json_t *nodes;
+	baton_error err = {0};
+	(void)r;
+	(void)p;
+	if (baton_engine_nodes(s->engine, &nodes, &err))
+		return reply_error(out, &err);
+	return reply_json(out, 200, nodes);
 }

@@ -114,6 +114,8 @@ int main(int argc, char **argv)
 	    .retention_ms = cfg.retention_ms,
 	    .idle_resources = cfg.idle_resources,
 	    .cache_bytes = cfg.cache_bytes ? cfg.cache_bytes : -1,
+	    .node_id = cfg.node_id[0] ? cfg.node_id : NULL,
+	    .lease_ms = cfg.lease_ms,
 	};
 	srv s = {.cfg = &cfg,
 		 .conn_mu = PTHREAD_MUTEX_INITIALIZER,
@@ -126,7 +128,7 @@ int main(int argc, char **argv)
 			remove_database(file);
 		return 1;
 	}
-	if (srv_streams_start() != 0)
+	if (srv_streams_start(strstr(cfg.db, "://") ? 250 : 0) != 0)
 		snprintf(err.msg, sizeof err.msg, "cannot start the event-stream thread");
 	else if (srv_start(&s, &err))
 		srv_streams_close();

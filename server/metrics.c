@@ -215,6 +215,32 @@ static void http_metrics(buf *b)
 	put(b, "baton_event_streams %d\n", srv_streams_count());
 }
 
+/* This node's place in the cluster (one node alone on SQLite). */
+static void cluster_metrics(buf *b, baton_engine *e)
+{
+	json_t *c = baton_engine_cluster(e);
+	family(b, "baton_cluster_nodes", "gauge", "Live nodes on this database, as last read.");
+	put(b, "baton_cluster_nodes %lld\n",
+	    (long long)json_integer_value(json_object_get(c, "nodes")));
+	family(b, "baton_node_partitions", "gauge", "Partitions this node drives (of 64).");
+	put(b, "baton_node_partitions %lld\n",
+	    (long long)json_integer_value(json_object_get(c, "partitions")));
+	family(b, "baton_node_lease_expires_in_seconds", "gauge",
+	       "Time left on this node's lease (0 without a cluster).");
+	put(b, "baton_node_lease_expires_in_seconds %.3f\n",
+	    json_is_true(json_object_get(c, "clustered"))
+		? (double)json_integer_value(json_object_get(c, "lease_left_ms")) / 1000.0
+		: 0.0);
+	counter(b, "baton_node_partitions_gained_total", "Partitions this node took over.", c,
+		"partitions_gained");
+	counter(b, "baton_node_partitions_lost_total",
+		"Partitions taken from this node while its lease had run out.", c,
+		"partitions_lost");
+	counter(b, "baton_node_lease_renew_failures_total", "Lease renewals that failed.", c,
+		"renew_failures");
+	json_decref(c);
+}
+
 int h_metrics(srv *s, const request *r, const char *const *p, response *out)
 {
 	json_t *m;
@@ -225,6 +251,7 @@ int h_metrics(srv *s, const request *r, const char *const *p, response *out)
 		return reply_error(out, &err);
 	buf b = {0};
 	engine_metrics(&b, m);
+	cluster_metrics(&b, s->engine);
 	http_metrics(&b);
 	json_decref(m);
 	if (!b.p)

@@ -30,6 +30,7 @@ static const route_def routes[] = {
     {"POST", "/tasks/{id}/fail", h_task_fail},
     {"GET", "/healthz", h_healthz},
     {"GET", "/readyz", h_readyz},
+    {"GET", "/nodes", h_nodes},
     {"GET", "/metrics", h_metrics},
     {"GET", "/backup", h_backup},
 };

@@ -39,6 +39,8 @@ typedef struct config {
 	char token[512]; /* empty: no access control */
 	int log_json;
 	int idle_resources;	 /* free resources kept in memory */
+	char node_id[65];	 /* "" : the host name and a random suffix */
+	int64_t lease_ms;	 /* a cluster node's lease */
 	long long cache_bytes;	 /* finished workflows' text in memory; 0: no cache */
 	long long stream_buffer; /* bytes one event stream buffers at most */
 } config;
@@ -196,6 +198,7 @@ int h_resources_list(srv *s, const request *r, const char *const *p, response *o
 int h_resource_get(srv *s, const request *r, const char *const *p, response *out);
 int h_healthz(srv *s, const request *r, const char *const *p, response *out);
 int h_readyz(srv *s, const request *r, const char *const *p, response *out);
+int h_nodes(srv *s, const request *r, const char *const *p, response *out);
 int h_resource_events(srv *s, const request *r, const char *const *p, response *out);
 int h_metrics(srv *s, const request *r, const char *const *p, response *out);
 int h_lease_acquire(srv *s, const request *r, const char *const *p, response *out);
@@ -231,7 +234,8 @@ void srv_task_unsent(srv *s, request *r);
 
 /* ---- sse.c ---- */
 void srv_streams_notify(void *ud, const baton_change *changes, size_t n); /* baton_commit_fn */
-int srv_streams_start(void);
+/* poll_ms: streams also look at the store this often (0: only after this node's commits). */
+int srv_streams_start(int poll_ms);
 void srv_streams_close(void);
 int srv_streams_count(void);
 int srv_wants_stream(const request *r);

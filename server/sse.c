@@ -97,18 +97,31 @@ void srv_streams_notify(void *ud, const baton_change *changes, size_t n)
 	pthread_mutex_unlock(&hub.mu);
 }
 
+/* Streams look at the store this often, as well as when this node commits (0: only then).
+ * Another node of a cluster commits what this one streams: its commits wake nobody here. */
+static int poll_ms;
+
 static void *ticker_main(void *arg)
 {
 	(void)arg;
+	int period = poll_ms ? poll_ms : KEEPALIVE_MS, ticks = 0;
 	pthread_mutex_lock(&hub.mu);
 	while (!hub.closing) {
 		struct timespec ts;
 		clock_gettime(CLOCK_REALTIME, &ts);
-		ts.tv_sec += KEEPALIVE_MS / 1000;
+		ts.tv_sec += period / 1000;
+		ts.tv_nsec += (long)(period % 1000) * 1000000;
+		if (ts.tv_nsec >= 1000000000) {
+			ts.tv_sec++;
+			ts.tv_nsec -= 1000000000;
+		}
 		if (pthread_cond_timedwait(&hub.cv, &hub.mu, &ts) != ETIMEDOUT)
 			continue;
+		int keepalive = ++ticks * period >= KEEPALIVE_MS;
+		if (keepalive)
+			ticks = 0;
 		for (stream *st = hub.head; st; st = st->next) {
-			st->keepalive = 1;
+			st->keepalive |= keepalive;
 			wake_locked(st);
 		}
 	}
@@ -116,8 +129,9 @@ static void *ticker_main(void *arg)
 	return NULL;
 }
 
-int srv_streams_start(void)
+int srv_streams_start(int poll_every_ms)
 {
+	poll_ms = poll_every_ms;
 	if (pthread_create(&hub.ticker, NULL, ticker_main, NULL) != 0)
 		return -1;
 	hub.ticker_started = 1;

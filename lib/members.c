@@ -1,0 +1,469 @@
+/*
+ * members.c - the engine's side of a cluster: which resources this node drives, and what
+ * happens when that changes (pg_cluster.c is the database's side, and says how ownership
+ * is decided and fenced).
+ *
+ * A node drives the resources of the partitions it holds: their lock queues, grants and
+ * steps live in its memory, and its batches carry the epochs it holds them under. The
+ * membership thread posts what it read (MSG_OWNERSHIP); the engine thread compares:
+ *  - a partition it gained is loaded like a restart's recovery (recover.c): running
+ *    attempts run again as new attempts with a higher token, waiters queue in their order;
+ *    event seqs come from a fresh block, above every seq its earlier owner used, so that
+ *    event cursors never skip one;
+ *  - a partition it lost (another node took it while this one was paused or cut off)
+ *    leaves memory at once: its workflows, resources, pending answers; an attempt still
+ *    running here finishes on its step thread and its outcome is thrown away (the new
+ *    owner runs it again under a higher fencing token, which the resource can check);
+ *  - above its fair share (a node joined), it hands partitions over: no new grants there,
+ *    and once nothing of one runs here, it gives it back in the database, leaves memory,
+ *    and the other nodes are woken to take it.
+ * A write refused by the fence (store_write_failure.fenced) says the same as a lost
+ * partition, earlier: members_fenced() reads what the database shows and drops the rest.
+ *
+ * Work for a resource this node does not drive: a submission is stored as "not adopted"
+ * and its owner is woken (a NOTIFY hint); a cancel is recorded in the workflow's row. The
+ * owner looks at its inbox on each hint and once a second (eng_recover with inbox).
+ */
+#include "engine.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define INBOX_POLL_MS	 1000
+#define DEFAULT_LEASE_MS 10000
+
+static void post_ownership(void *ud, const store_ownership *o)
+{
+	baton_engine *e = ud;
+	msg *m = xcalloc(1, sizeof *m);
+	m->type = MSG_OWNERSHIP;
+	m->own = xcalloc(1, sizeof *m->own);
+	*m->own = *o;
+	eng_post(e, m);
+}
+
+static void post_inbox(void *ud)
+{
+	baton_engine *e = ud;
+	msg *m = xcalloc(1, sizeof *m);
+	m->type = MSG_INBOX;
+	eng_post(e, m);
+}
+
+/* The count of held partitions for metrics (other threads read it). */
+static void count_held(baton_engine *e)
+{
+	int n = 0;
+	for (int p = 0; p < PARTS; p++)
+		n += e->epoch[p] != 0;
+	pthread_mutex_lock(&e->metrics_mu);
+	e->parts_held = n;
+	pthread_mutex_unlock(&e->metrics_mu);
+}
+
+int members_join(baton_engine *e, const baton_engine_config *cfg, baton_error *err)
+{
+	if (!e->st->ops->join)
+		return BATON_OK;
+	if (cfg->node_id && cfg->node_id[0]) {
+		snprintf(e->node_id, sizeof e->node_id, "%s", cfg->node_id);
+	} else {
+		char host[64] = "node", rnd[33] = "0000";
+		if (gethostname(host, sizeof host) != 0 || !host[0])
+			snprintf(host, sizeof host, "node");
+		host[sizeof host - 1] = 0;
+		random_id(rnd);
+		snprintf(e->node_id, sizeof e->node_id, "%s-%.4s", host, rnd);
+	}
+	store_cluster_hooks h = {post_ownership, post_inbox, e};
+	int64_t lease = cfg->lease_ms > 0 ? cfg->lease_ms : DEFAULT_LEASE_MS;
+	int rc = e->st->ops->join(e->st, e->node_id, lease, &h, e->epoch, err);
+	if (rc == BATON_OK)
+		e->clustered = 1;
+	count_held(e);
+	return rc;
+}
+
+static int loaded_part(const baton_engine *e, int p)
+{
+	return e->epoch[p] != 0 && !(e->released[p] < 0);
+}
+
+int eng_drives(const baton_engine *e, const char *resource)
+{
+	if (!e->clustered)
+		return 1;
+	int p = part_of(resource);
+	return loaded_part(e, p) && !e->leaving[p];
+}
+
+void members_who(const baton_engine *e, const char *resource, char *out, size_t n)
+{
+	const char *o = e->clustered ? e->owner[part_of(resource)] : "";
+	snprintf(out, n, "%s", o[0] ? o : "no node yet");
+}
+
+/* ---- leaving memory ---- */
+
+typedef struct collect {
+	baton_engine *e;
+	uint64_t mask;
+	VEC(void *) v;
+} collect;
+
+static int in_mask(uint64_t mask, const char *resource)
+{
+	return (int)(mask >> part_of(resource) & 1);
+}
+
+static void collect_wf(void *ctx, void *value)
+{
+	collect *c = ctx;
+	wf_row *wf = value;
+	if (!wf->foreign && in_mask(c->mask, wf->resource))
+		VEC_PUSH(c->v, wf);
+}
+
+static void collect_lock(void *ctx, void *value)
+{
+	collect *c = ctx;
+	res_lock *l = value;
+	if (in_mask(c->mask, l->row.name))
+		VEC_PUSH(c->v, l);
+}
+
+static int dropping(uint64_t mask, const wf_row *wf)
+{
+	return !wf->foreign && in_mask(mask, wf->resource);
+}
+
+/* Everything of the partitions in mask leaves memory and this round's batch. */
+static void drop_parts(baton_engine *e, uint64_t mask, const char *why)
+{
+	size_t k = 0;
+	for (size_t i = 0; i < e->events.n; i++) {
+		if (dropping(mask, e->events.v[i].wf))
+			json_decref(e->events.v[i].data);
+		else
+			e->events.v[k++] = e->events.v[i];
+	}
+	e->events.n = k;
+	k = 0;
+	for (size_t i = 0; i < e->dirty_wfs.n; i++) {
+		if (dropping(mask, e->dirty_wfs.v[i]))
+			e->dirty_wfs.v[i]->in_batch = 0;
+		else
+			e->dirty_wfs.v[k++] = e->dirty_wfs.v[i];
+	}
+	e->dirty_wfs.n = k;
+	k = 0;
+	for (size_t i = 0; i < e->dispatches.n; i++)
+		if (!dropping(mask, e->dispatches.v[i].wf))
+			e->dispatches.v[k++] = e->dispatches.v[i];
+	e->dispatches.n = k;
+	k = 0;
+	for (size_t i = 0; i < e->finished.n; i++)
+		if (!dropping(mask, e->finished.v[i]))
+			e->finished.v[k++] = e->finished.v[i];
+	e->finished.n = k;
+	k = 0;
+	for (size_t i = 0; i < e->replies.n; i++) {
+		reply *r = &e->replies.v[i];
+		wf_row *wf = r->created ? strmap_get(e->wfs, r->w->id) : NULL;
+		if (wf && dropping(mask, wf))
+			eng_waiter_done(r->w, BATON_EBUSY, 0, why);
+		else
+			e->replies.v[k++] = *r;
+	}
+	e->replies.n = k;
+	k = 0;
+	for (size_t i = 0; i < e->tasks_ready.n; i++) {
+		wf_row *wf = strmap_get(e->wfs, e->tasks_ready.v[i]);
+		if (wf && dropping(mask, wf))
+			free(e->tasks_ready.v[i]);
+		else
+			e->tasks_ready.v[k++] = e->tasks_ready.v[i];
+	}
+	e->tasks_ready.n = k;
+
+	collect c = {e, mask, {0}};
+	strmap_each(e->wfs, collect_wf, &c);
+	for (size_t i = 0; i < c.v.n; i++) {
+		wf_row *wf = c.v.v[i];
+		if (wf->lease_w) {
+			eng_waiter_done(wf->lease_w, BATON_EBUSY, 0, why);
+			wf->lease_w = NULL;
+		}
+		strmap_del(e->wfs, wf->id);
+		if (wf->in_flight)
+			wf->lost = 1; /* freed when its attempt's outcome comes */
+		else
+			wf_row_free(wf);
+	}
+	c.v.n = 0;
+	strmap_each(e->locks, collect_lock, &c);
+	for (size_t i = 0; i < c.v.n; i++) {
+		res_lock *l = c.v.v[i];
+		k = 0;
+		for (size_t j = 0; j < e->dirty_locks.n; j++)
+			if (e->dirty_locks.v[j] != l)
+				e->dirty_locks.v[k++] = e->dirty_locks.v[j];
+		e->dirty_locks.n = k;
+		k = 0;
+		for (size_t j = 0; j < e->unloaded.n; j++)
+			if (e->unloaded.v[j] != l)
+				e->unloaded.v[k++] = e->unloaded.v[j];
+		e->unloaded.n = k;
+		while (lock_pop(l)) /* its waiters were freed above */
+			;
+		l->holder = NULL;
+		eng_drop_lock(e, l);
+	}
+	free(c.v.v);
+}
+
+static int count_parts(uint64_t mask)
+{
+	int n = 0;
+	for (int p = 0; p < PARTS; p++)
+		n += (int)(mask >> p & 1);
+	return n;
+}
+
+static void lose(baton_engine *e, uint64_t lost)
+{
+	if (!lost)
+		return;
+	char why[MAX_NAME + 96];
+	snprintf(why, sizeof why, "this node (%s) no longer drives the resource; try again",
+		 e->node_id);
+	drop_parts(e, lost, why);
+	for (int p = 0; p < PARTS; p++)
+		if (lost >> p & 1) {
+			e->epoch[p] = 0;
+			e->leaving[p] = 0;
+			e->released[p] = 0;
+		}
+	pthread_mutex_lock(&e->metrics_mu);
+	e->parts_lost += (uint64_t)count_parts(lost);
+	pthread_mutex_unlock(&e->metrics_mu);
+	log_at(&e->log, BATON_LOG_WARN, NULL,
+	       "node %s lost %d partition%s to another node (its lease ran out); their work "
+	       "goes on there",
+	       e->node_id, count_parts(lost), count_parts(lost) == 1 ? "" : "s");
+}
+
+/* ---- gaining ---- */
+
+/* Loads the partitions in mask that were gained and are not loaded yet (released[p] < 0
+ * marks them); those that cannot be read now are tried again next second. */
+static void load_gained(baton_engine *e)
+{
+	uint64_t mask = 0;
+	for (int p = 0; p < PARTS; p++)
+		if (e->epoch[p] && e->released[p] < 0)
+			mask |= (uint64_t)1 << p;
+	if (!mask)
+		return;
+	/* Above every event seq an earlier owner of these workflows used. */
+	e->event_seq = e->event_seq_end;
+	baton_error err = {0};
+	size_t before = strmap_len(e->wfs);
+	if (eng_recover(e, mask, 0, &err) != BATON_OK) {
+		log_at(&e->log, BATON_LOG_WARN, NULL,
+		       "cannot load the work of gained partitions yet (%s); retrying", err.msg);
+		return;
+	}
+	for (int p = 0; p < PARTS; p++)
+		if (mask >> p & 1)
+			e->released[p] = 0;
+	pthread_mutex_lock(&e->metrics_mu);
+	e->parts_gained += (uint64_t)count_parts(mask);
+	pthread_mutex_unlock(&e->metrics_mu);
+	log_at(&e->log, BATON_LOG_INFO, NULL,
+	       "node %s now drives %d more partition%s (%zu unfinished workflow%s)", e->node_id,
+	       count_parts(mask), count_parts(mask) == 1 ? "" : "s", strmap_len(e->wfs) - before,
+	       strmap_len(e->wfs) - before == 1 ? "" : "s");
+}
+
+static void gain(baton_engine *e, int p, int64_t epoch)
+{
+	/* Whatever this node knew of the partition's resources is stale. */
+	drop_parts(e, (uint64_t)1 << p, "the resource moved");
+	e->epoch[p] = epoch;
+	e->leaving[p] = 0;
+	e->released[p] = -1; /* gained, not loaded yet */
+}
+
+void members_apply(baton_engine *e, msg *m, int64_t now)
+{
+	(void)now;
+	if (m->type == MSG_INBOX) {
+		e->inbox_due = 1;
+		return;
+	}
+	store_ownership *o = m->own;
+	e->want = o->want;
+	memcpy(e->owner, o->owner, sizeof e->owner);
+	uint64_t lost = 0;
+	for (int p = 0; p < PARTS; p++) {
+		if (e->epoch[p] && o->epoch[p] != e->epoch[p])
+			lost |= (uint64_t)1 << p;
+		else if (!e->epoch[p] && o->epoch[p] && o->epoch[p] > e->released[p])
+			gain(e, p, o->epoch[p]);
+	}
+	lose(e, lost);
+	count_held(e);
+	free(o);
+	m->own = NULL;
+}
+
+int members_fenced(baton_engine *e, baton_error *err)
+{
+	int64_t now_held[PARTS];
+	int rc = e->st->ops->owned(e->st, now_held, err);
+	if (rc)
+		return rc;
+	uint64_t lost = 0;
+	for (int p = 0; p < PARTS; p++)
+		if (e->epoch[p] && now_held[p] != e->epoch[p])
+			lost |= (uint64_t)1 << p;
+	if (!lost)
+		return err_set(err, BATON_EBUSY, "the ownership check failed; retrying");
+	lose(e, lost);
+	count_held(e);
+	return BATON_OK;
+}
+
+/* ---- handing over ---- */
+
+typedef struct part_use {
+	int wfs[PARTS];
+	int busy[PARTS]; /* something runs or is held here */
+} part_use;
+
+static void count_use(void *ctx, void *value)
+{
+	part_use *u = ctx;
+	wf_row *wf = value;
+	if (wf->foreign)
+		return;
+	int p = part_of(wf->resource);
+	u->wfs[p]++;
+	const step_row *st = wf->cur < wf->steps_total ? &wf->steps[wf->cur] : NULL;
+	if (wf->in_flight || wf->task_claimed || (st && st->status == ST_RUNNING))
+		u->busy[p] = 1;
+}
+
+static void hand_over(baton_engine *e)
+{
+	int held = 0, leaving = 0;
+	for (int p = 0; p < PARTS; p++) {
+		held += e->epoch[p] != 0;
+		leaving += e->leaving[p];
+	}
+	if (!leaving && held <= e->want)
+		return;
+	part_use u;
+	memset(&u, 0, sizeof u);
+	strmap_each(e->wfs, count_use, &u);
+	/* The least loaded go first. */
+	for (int more = held - leaving - e->want; more > 0; more--) {
+		int best = -1;
+		for (int p = 0; p < PARTS; p++)
+			if (e->epoch[p] && !e->leaving[p] && (best < 0 || u.wfs[p] < u.wfs[best]))
+				best = p;
+		if (best < 0)
+			break;
+		e->leaving[best] = 1;
+	}
+	for (int p = 0; p < PARTS; p++) {
+		if (!e->leaving[p] || u.busy[p])
+			continue;
+		baton_error err = {0};
+		if (e->st->ops->release(e->st, p, e->epoch[p], &err) != BATON_OK)
+			return; /* the database is away: next round */
+		drop_parts(e, (uint64_t)1 << p, "the resource moved to another node; try again");
+		e->released[p] = e->epoch[p];
+		e->epoch[p] = 0;
+		e->leaving[p] = 0;
+		log_at(&e->log, BATON_LOG_DEBUG, NULL, "node %s handed partition %d over",
+		       e->node_id, p);
+		count_held(e);
+	}
+}
+
+void members_round(baton_engine *e, int64_t now)
+{
+	(void)now;
+	if (!e->clustered || e->no_new_work)
+		return;
+	load_gained(e);
+	uint64_t driven = 0;
+	for (int p = 0; p < PARTS; p++)
+		if (loaded_part(e, p) && !e->leaving[p])
+			driven |= (uint64_t)1 << p;
+	if (driven && (e->inbox_due || mono_ms() >= e->inbox_at)) {
+		baton_error err = {0};
+		e->inbox_due = 0;
+		e->inbox_at = mono_ms() + INBOX_POLL_MS;
+		if (eng_recover(e, driven, 1, &err) != BATON_OK)
+			log_at(&e->log, BATON_LOG_DEBUG, NULL, "cannot read the inbox: %s",
+			       err.msg);
+	}
+	/* Only between committed rounds: what is handed over must be in the database. */
+	if (!e->faulty && !e->dirty_wfs.n && !e->dirty_locks.n && !e->events.n && !e->replies.n)
+		hand_over(e);
+}
+
+/* ---- reads ---- */
+
+int baton_engine_nodes(baton_engine *e, json_t **out, baton_error *err)
+{
+	json_t *list = json_array();
+	if (!e->clustered || !e->st->ops->list_nodes) {
+		json_array_append_new(list, json_pack("{s:s, s:b, s:n, s:i, s:n, s:n}", "id",
+						      e->node_id[0] ? e->node_id : "local", "self",
+						      1, "lease_expires_at", "partitions", PARTS,
+						      "resources", "running_steps"));
+		*out = json_pack("{s:o}", "nodes", list);
+		return BATON_OK;
+	}
+	store_node *v = NULL;
+	int n = 0;
+	int rc = e->st->ops->list_nodes(e->st, &v, &n, err);
+	if (rc) {
+		json_decref(list);
+		return rc;
+	}
+	for (int i = 0; i < n; i++) {
+		json_t *j = json_pack("{s:s, s:b, s:o, s:i, s:I, s:I}", "id", v[i].id, "self",
+				      strcmp(v[i].id, e->node_id) == 0, "lease_expires_at",
+				      time_json(v[i].lease_expires_at), "partitions",
+				      v[i].partitions, "resources", (json_int_t)v[i].resources,
+				      "running_steps", (json_int_t)v[i].running_steps);
+		json_array_append_new(list, j);
+	}
+	store_nodes_free(v, n);
+	*out = json_pack("{s:o}", "nodes", list);
+	return BATON_OK;
+}
+
+json_t *baton_engine_cluster(baton_engine *e)
+{
+	store_cluster_stats st = {0};
+	if (e->clustered && e->st->ops->cluster_stats)
+		e->st->ops->cluster_stats(e->st, &st);
+	pthread_mutex_lock(&e->metrics_mu);
+	uint64_t gained = e->parts_gained, lost = e->parts_lost;
+	int held = e->clustered ? e->parts_held : PARTS;
+	pthread_mutex_unlock(&e->metrics_mu);
+	return json_pack("{s:s, s:b, s:i, s:i, s:I, s:I, s:I, s:I, s:I}", "node_id",
+			 e->node_id[0] ? e->node_id : "local", "clustered", e->clustered, "nodes",
+			 e->clustered ? st.nodes : 1, "partitions", held, "lease_expires_at",
+			 (json_int_t)st.lease_expires_at, "lease_left_ms",
+			 (json_int_t)st.lease_left_ms, "partitions_gained", (json_int_t)gained,
+			 "partitions_lost", (json_int_t)lost, "renew_failures",
+			 (json_int_t)st.renew_failures);
+}

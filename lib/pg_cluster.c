@@ -1,0 +1,466 @@
+/*
+ * pg_cluster.c - several batond nodes on one PostgreSQL database: membership, leases and
+ * the ownership of partitions (members.c is the engine's side of it).
+ *
+ * Design. The database is the only authority, and its clock the only clock: a node's
+ * lease is a row of `nodes` whose `expires` the node pushes forward (clock_timestamp()
+ * plus the lease) every third of the lease, and a node is live while expires > now() as
+ * the database sees it. Work is cut into PARTS partitions (a resource's is part_of() its
+ * name); a row of `partitions` names its owner and an epoch that every claim raises. A
+ * node claims partitions that are free or whose owner is not live, up to its fair share
+ * (PARTS divided by the live nodes, rounded up), with one conditional UPDATE that skips
+ * rows another transaction has locked; a node above its share hands partitions back
+ * (members.c picks idle ones). Every batch a node commits starts with baton_fence(), which
+ * holds its partitions' rows FOR SHARE until the commit and refuses the batch unless the
+ * rows still show this node under the epochs it claimed them with: a claim by another
+ * node waits for that commit, then raises the epoch, and from then on nothing the old
+ * owner sends can commit. So a node paused past its lease, or cut off from the database,
+ * finds out at its next commit, and no two nodes ever commit for one resource.
+ *
+ * The membership thread has a connection of its own, so that a long batch does not delay
+ * the lease. It LISTENs on channel "baton" for hints: "free" (a node gave partitions up:
+ * take a share now) and "p<N>" (another node stored a submission or cancel for partition
+ * N: its owner looks now rather than at its next poll). Hints carry no data and may be
+ * lost; members.c polls once a second as well.
+ *
+ * After the database was unreachable, every lease may have run out while no node could
+ * renew it; a node that reconnects first waits one lease before it takes partitions that
+ * belong to others, so that they can renew theirs instead of losing their work to it.
+ */
+#include "pg.h"
+
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+typedef struct pg_cluster {
+	pg_store *s;
+	store_cluster_hooks hooks;
+	int64_t lease_ms;
+	PGconn *c;	  /* the membership thread's (join's, before it starts) */
+	int stop_pipe[2]; /* written to stop the thread */
+	pthread_t thread;
+	int started;
+	int lost;	       /* the database is unreachable (logged once) */
+	int64_t grace_until;   /* mono_ms: others' partitions are not claimed before */
+	int64_t backoff_ms;    /* between reconnection attempts */
+	store_ownership owner; /* as last read */
+	pthread_mutex_t mu;    /* guards stats and renewed_at */
+	store_cluster_stats stats;
+	int64_t renewed_at; /* mono_ms when the last renewal was sent */
+} pg_cluster;
+
+static const char renew_sql[] =
+    "INSERT INTO nodes (id, expires) VALUES ($1, clock_timestamp() + $2 * interval '1 ms')"
+    " ON CONFLICT (id) DO UPDATE SET expires = excluded.expires"
+    " RETURNING (extract(epoch FROM expires) * 1000)::bigint,"
+    " (SELECT count(*) FROM nodes WHERE expires > now() AND id <> $1) + 1";
+static const char read_sql[] = "SELECT id, epoch, coalesce(owner, '') FROM partitions ORDER BY id";
+/* Free partitions first, then (with $3) those whose owner is not live. */
+static const char claim_sql[] =
+    "UPDATE partitions p SET owner = $1, epoch = p.epoch + 1 FROM (SELECT id FROM partitions q"
+    " WHERE q.owner IS NULL OR ($3 AND q.owner <> $1 AND NOT EXISTS (SELECT 1 FROM nodes n"
+    " WHERE n.id = q.owner AND n.expires > now())) ORDER BY q.owner IS NOT NULL, q.id"
+    " LIMIT $2 FOR UPDATE SKIP LOCKED) w WHERE p.id = w.id RETURNING p.id, p.epoch";
+
+static PGresult *exec(PGconn *c, const char *sql, const pg_params *p)
+{
+	return PQexecParams(c, sql, p ? p->n : 0, NULL, p ? p->v : NULL, p ? p->len : NULL,
+			    p ? p->fmt : NULL, 0);
+}
+
+/* Runs sql expecting rows or success; BATON_OK or the failure in err. */
+static int run_ok(PGconn *c, const char *sql, const pg_params *p, PGresult **out, baton_error *err,
+		  const char *what)
+{
+	PGresult *r = exec(c, sql, p);
+	ExecStatusType st = PQresultStatus(r);
+	if (st != PGRES_TUPLES_OK && st != PGRES_COMMAND_OK) {
+		int rc = pg_fail(c, r, err, what);
+		PQclear(r);
+		return rc;
+	}
+	if (out)
+		*out = r;
+	else
+		PQclear(r);
+	return BATON_OK;
+}
+
+/* Pushes this node's lease forward; *live: the live nodes, this one included. */
+static int renew(pg_cluster *cl, int *live, baton_error *err)
+{
+	pg_params p = {0};
+	pg_text(&p, cl->s->node_id);
+	pg_int(&p, cl->lease_ms);
+	PGresult *r;
+	int64_t t0 = mono_ms();
+	int rc = run_ok(cl->c, renew_sql, &p, &r, err, "renewing the lease");
+	if (rc)
+		return rc;
+	*live = (int)pg_col_int(r, 0, 1);
+	pthread_mutex_lock(&cl->mu);
+	cl->stats.lease_expires_at = pg_col_int(r, 0, 0);
+	cl->stats.nodes = *live;
+	cl->renewed_at = t0; /* the lease runs from before the statement was sent */
+	pthread_mutex_unlock(&cl->mu);
+	PQclear(r);
+	return BATON_OK;
+}
+
+static int read_owners(pg_cluster *cl, baton_error *err)
+{
+	PGresult *r;
+	int rc = run_ok(cl->c, read_sql, NULL, &r, err, "reading partitions");
+	if (rc)
+		return rc;
+	memset(cl->owner.epoch, 0, sizeof cl->owner.epoch);
+	for (int i = 0; i < PQntuples(r); i++) {
+		int id = (int)pg_col_int(r, i, 0);
+		if (id < 0 || id >= PARTS)
+			continue;
+		snprintf(cl->owner.owner[id], sizeof cl->owner.owner[id], "%s",
+			 PQgetvalue(r, i, 2));
+		if (strcmp(cl->owner.owner[id], cl->s->node_id) == 0)
+			cl->owner.epoch[id] = pg_col_int(r, i, 1);
+	}
+	PQclear(r);
+	return BATON_OK;
+}
+
+static int held(const pg_cluster *cl)
+{
+	int n = 0;
+	for (int i = 0; i < PARTS; i++)
+		n += cl->owner.epoch[i] != 0;
+	return n;
+}
+
+/* Claims up to n partitions; others: also those of nodes that are not live. */
+static int claim(pg_cluster *cl, int n, int others, baton_error *err)
+{
+	pg_params p = {0};
+	pg_text(&p, cl->s->node_id);
+	pg_int(&p, n);
+	pg_bool(&p, others);
+	PGresult *r;
+	int rc = run_ok(cl->c, claim_sql, &p, &r, err, "claiming partitions");
+	if (rc)
+		return rc;
+	for (int i = 0; i < PQntuples(r); i++) {
+		int id = (int)pg_col_int(r, i, 0);
+		if (id < 0 || id >= PARTS)
+			continue;
+		cl->owner.epoch[id] = pg_col_int(r, i, 1);
+		snprintf(cl->owner.owner[id], sizeof cl->owner.owner[id], "%s", cl->s->node_id);
+	}
+	PQclear(r);
+	return BATON_OK;
+}
+
+/* One round of membership: renew, read, take a share. */
+static int tick(pg_cluster *cl, baton_error *err)
+{
+	int live = 1;
+	int rc = renew(cl, &live, err);
+	if (rc == BATON_OK)
+		rc = read_owners(cl, err);
+	if (rc)
+		return rc;
+	cl->owner.want = (PARTS + live - 1) / live;
+	int have = held(cl);
+	if (have < cl->owner.want)
+		rc = claim(cl, cl->owner.want - have, mono_ms() >= cl->grace_until, err);
+	return rc;
+}
+
+static PGconn *connect_listening(pg_cluster *cl, baton_error *err)
+{
+	PGconn *c = pg_connect(cl->s, err);
+	if (c && pg_exec_ok(c, "LISTEN baton", err, "listening for hints")) {
+		PQfinish(c);
+		c = NULL;
+	}
+	return c;
+}
+
+/* Waits up to ms for a hint or the stop; 1 when the thread must stop. *now_due: a hint
+ * said partitions are free. */
+static int wait_hints(pg_cluster *cl, int64_t ms, int *now_due)
+{
+	struct pollfd fds[2] = {{cl->stop_pipe[0], POLLIN, 0}, {-1, POLLIN, 0}};
+	int sock = cl->c ? PQsocket(cl->c) : -1;
+	fds[1].fd = sock;
+	int rc = poll(fds, sock >= 0 ? 2 : 1, ms > 0 ? (int)ms : 0);
+	if (rc > 0 && fds[0].revents)
+		return 1;
+	if (rc <= 0 || sock < 0 || !fds[1].revents)
+		return 0;
+	if (!PQconsumeInput(cl->c)) { /* the connection broke: reconnect */
+		PQfinish(cl->c);
+		cl->c = NULL;
+		return 0;
+	}
+	PGnotify *n;
+	while ((n = PQnotifies(cl->c)) != NULL) {
+		if (strcmp(n->extra, "free") == 0) {
+			*now_due = 1;
+		} else if (n->extra[0] == 'p') {
+			int part = atoi(n->extra + 1);
+			if (part >= 0 && part < PARTS && cl->owner.epoch[part] && cl->hooks.inbox)
+				cl->hooks.inbox(cl->hooks.ud);
+		}
+		PQfreemem(n);
+	}
+	return 0;
+}
+
+static void *member_main(void *arg)
+{
+	pg_cluster *cl = arg;
+	pthread_setname_np(pthread_self(), "baton-members");
+	int64_t period = cl->lease_ms / 3;
+	for (;;) {
+		baton_error err = {0};
+		int rc = BATON_OK;
+		if (!cl->c) {
+			cl->c = connect_listening(cl, &err);
+			rc = cl->c ? BATON_OK : BATON_EIO;
+			if (cl->c && cl->lost) /* the others may not have renewed yet */
+				cl->grace_until = mono_ms() + cl->lease_ms;
+		}
+		if (rc == BATON_OK)
+			rc = tick(cl, &err);
+		if (rc) {
+			if (!cl->lost)
+				log_at(cl->s->log, BATON_LOG_ERROR, NULL,
+				       "node %s cannot renew its lease (%s); retrying",
+				       cl->s->node_id, err.msg);
+			cl->lost = 1;
+			pthread_mutex_lock(&cl->mu);
+			cl->stats.renew_failures++;
+			pthread_mutex_unlock(&cl->mu);
+			if (cl->c && PQstatus(cl->c) != CONNECTION_OK) {
+				PQfinish(cl->c);
+				cl->c = NULL;
+			}
+			cl->backoff_ms = cl->backoff_ms ? cl->backoff_ms * 2 : 100;
+			if (cl->backoff_ms > period)
+				cl->backoff_ms = period;
+			int ignored = 0;
+			if (wait_hints(cl, cl->backoff_ms, &ignored))
+				break;
+			continue;
+		}
+		if (cl->lost)
+			log_at(cl->s->log, BATON_LOG_WARN, NULL, "node %s renews its lease again",
+			       cl->s->node_id);
+		cl->lost = 0;
+		cl->backoff_ms = 0;
+		if (cl->hooks.ownership)
+			cl->hooks.ownership(cl->hooks.ud, &cl->owner);
+		int64_t next = mono_ms() + period;
+		int due = 0, stop = 0;
+		while (!due && cl->c && !(stop = wait_hints(cl, next - mono_ms(), &due)) &&
+		       mono_ms() < next)
+			;
+		if (stop)
+			break;
+	}
+	return NULL;
+}
+
+int pg_join(store *base, const char *node_id, int64_t lease_ms, const store_cluster_hooks *h,
+	    int64_t epochs[PARTS], baton_error *err)
+{
+	pg_store *s = (pg_store *)base;
+	pg_cluster *cl = xcalloc(1, sizeof *cl);
+	cl->s = s;
+	cl->hooks = *h;
+	cl->lease_ms = lease_ms;
+	cl->stop_pipe[0] = cl->stop_pipe[1] = -1;
+	pthread_mutex_init(&cl->mu, NULL);
+	snprintf(s->node_id, sizeof s->node_id, "%s", node_id);
+	s->cluster = cl;
+	int rc =
+	    pipe(cl->stop_pipe) ? err_set(err, BATON_EINTERNAL, "cannot make a pipe") : BATON_OK;
+	if (rc == BATON_OK && !(cl->c = connect_listening(cl, err)))
+		rc = err->code;
+	/* What this node id held in an earlier life is its own again, under a new epoch: a
+	 * process of that life still running would be refused from now on. */
+	pg_params p = {0};
+	pg_text(&p, node_id);
+	int live = 1;
+	if (rc == BATON_OK)
+		rc = renew(cl, &live, err);
+	if (rc == BATON_OK)
+		rc = run_ok(cl->c, "UPDATE partitions SET epoch = epoch + 1 WHERE owner = $1", &p,
+			    NULL, err, "taking back partitions");
+	if (rc == BATON_OK)
+		rc = tick(cl, err);
+	if (rc == BATON_OK)
+		memcpy(epochs, cl->owner.epoch, sizeof cl->owner.epoch);
+	if (rc == BATON_OK && pthread_create(&cl->thread, NULL, member_main, cl) != 0)
+		rc = err_set(err, BATON_EINTERNAL, "cannot start the membership thread");
+	if (rc) {
+		pg_leave(base);
+		return rc;
+	}
+	cl->started = 1;
+	pthread_mutex_lock(&cl->mu);
+	cl->stats.joined = 1;
+	pthread_mutex_unlock(&cl->mu);
+	int n = 0;
+	for (int i = 0; i < PARTS; i++)
+		n += epochs[i] != 0;
+	log_at(s->log, BATON_LOG_INFO, NULL,
+	       "node %s joined the cluster (%d node%s live, %d of %d partitions, lease %lld ms)",
+	       node_id, live, live == 1 ? "" : "s", n, PARTS, (long long)lease_ms);
+	return BATON_OK;
+}
+
+void pg_leave(store *base)
+{
+	pg_store *s = (pg_store *)base;
+	pg_cluster *cl = s ? s->cluster : NULL;
+	if (!cl)
+		return;
+	if (cl->started) {
+		ssize_t w = write(cl->stop_pipe[1], "x", 1);
+		(void)w;
+		pthread_join(cl->thread, NULL);
+	}
+	/* Everything this node held goes back, and the others hear of it at once. */
+	baton_error err = {0};
+	if (cl->started && !cl->c)
+		cl->c = pg_connect(s, &err);
+	if (cl->started && cl->c) {
+		pg_params p = {0};
+		pg_text(&p, s->node_id);
+		int rc = pg_exec_ok(cl->c, "BEGIN", &err, "begin");
+		if (rc == BATON_OK)
+			rc = run_ok(cl->c, "UPDATE partitions SET owner = NULL WHERE owner = $1",
+				    &p, NULL, &err, "giving partitions back");
+		if (rc == BATON_OK)
+			rc = run_ok(cl->c, "DELETE FROM nodes WHERE id = $1", &p, NULL, &err,
+				    "leaving");
+		if (rc == BATON_OK)
+			rc = pg_exec_ok(cl->c, "NOTIFY baton, 'free'; COMMIT", &err, "commit");
+		if (rc)
+			log_at(s->log, BATON_LOG_WARN, NULL,
+			       "node %s could not give its partitions back (%s); the others take "
+			       "them when its lease ends",
+			       s->node_id, err.msg);
+		else
+			log_at(s->log, BATON_LOG_INFO, NULL, "node %s left the cluster",
+			       s->node_id);
+	}
+	PQfinish(cl->c);
+	for (int i = 0; i < 2; i++)
+		if (cl->stop_pipe[i] >= 0)
+			close(cl->stop_pipe[i]);
+	pthread_mutex_destroy(&cl->mu);
+	free(cl);
+	s->cluster = NULL;
+}
+
+/* ---- the engine's side (its writer connection) ---- */
+
+/* Runs a statement on the writer's connection, reconnecting first when it broke. */
+static int writer_ok(pg_store *s, const char *sql, const pg_params *p, PGresult **out,
+		     baton_error *err, const char *what)
+{
+	int rc = pg_writer(s, err);
+	if (rc == BATON_OK)
+		rc = run_ok(s->w, sql, p, out, err, what);
+	if (rc)
+		pg_writer_failed(s);
+	return rc;
+}
+
+int pg_owned(store *base, int64_t epochs[PARTS], baton_error *err)
+{
+	pg_store *s = (pg_store *)base;
+	pg_params p = {0};
+	pg_text(&p, s->node_id);
+	PGresult *r;
+	int rc = writer_ok(s, "SELECT id, epoch FROM partitions WHERE owner = $1", &p, &r, err,
+			   "reading partitions");
+	if (rc)
+		return rc;
+	memset(epochs, 0, PARTS * sizeof *epochs);
+	for (int i = 0; i < PQntuples(r); i++) {
+		int id = (int)pg_col_int(r, i, 0);
+		if (id >= 0 && id < PARTS)
+			epochs[id] = pg_col_int(r, i, 1);
+	}
+	PQclear(r);
+	return BATON_OK;
+}
+
+int pg_release(store *base, int part, int64_t epoch, baton_error *err)
+{
+	pg_store *s = (pg_store *)base;
+	pg_params p = {0};
+	pg_int(&p, part);
+	pg_text(&p, s->node_id);
+	pg_int(&p, epoch);
+	return writer_ok(
+	    s,
+	    "WITH u AS (UPDATE partitions SET owner = NULL WHERE id = $1 AND owner = $2"
+	    " AND epoch = $3 RETURNING 1) SELECT pg_notify('baton', 'free') FROM u",
+	    &p, NULL, err, "giving a partition back");
+}
+
+int pg_load_inbox(store *base, uint64_t parts, void (*wf_fn)(void *ctx, wf_row *wf), void *ctx,
+		  baton_error *err)
+{
+	pg_store *s = (pg_store *)base;
+	int rc = pg_writer(s, err);
+	if (rc == BATON_OK)
+		rc = pg_load_where(s,
+				   "part = ANY($1) AND status IN ('pending', 'running') AND"
+				   " (NOT adopted OR cancel_requested)",
+				   parts, wf_fn, ctx, err);
+	if (rc)
+		pg_writer_failed(s);
+	return rc;
+}
+
+int pg_request_cancel(store *base, const char *id, baton_error *err)
+{
+	pg_store *s = (pg_store *)base;
+	pg_params p = {0};
+	pg_text(&p, id);
+	PGresult *r;
+	int rc =
+	    writer_ok(s,
+		      "WITH w AS (SELECT seq, status, part FROM workflows WHERE id = $1),"
+		      " u AS (UPDATE workflows SET cancel_requested = true WHERE seq ="
+		      " (SELECT seq FROM w) AND status IN ('pending', 'running') RETURNING part)"
+		      " SELECT w.status, (SELECT pg_notify('baton', 'p' || part) FROM u)"
+		      " FROM w",
+		      &p, &r, err, "requesting a cancel");
+	if (rc)
+		return rc;
+	if (PQntuples(r) == 0)
+		rc = err_set(err, BATON_ENOTFOUND, "no such workflow");
+	else if (wf_status_parse(PQgetvalue(r, 0, 0)) > WF_RUNNING)
+		rc = err_set(err, BATON_ECONFLICT, "the workflow has already finished");
+	PQclear(r);
+	return rc;
+}
+
+void pg_cluster_stats(store *base, store_cluster_stats *out)
+{
+	pg_store *s = (pg_store *)base;
+	memset(out, 0, sizeof *out);
+	pg_cluster *cl = s->cluster;
+	if (!cl)
+		return;
+	pthread_mutex_lock(&cl->mu);
+	*out = cl->stats;
+	out->lease_left_ms = cl->lease_ms - (mono_ms() - cl->renewed_at);
+	pthread_mutex_unlock(&cl->mu);
+}
