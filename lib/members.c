@@ -404,11 +404,13 @@ void members_round(baton_engine *e, int64_t now)
 	for (int p = 0; p < PARTS; p++)
 		if (loaded_part(e, p) && !e->leaving[p])
 			driven |= (uint64_t)1 << p;
-	if (driven && (e->inbox_due || mono_ms() >= e->inbox_at)) {
+	/* The poll's next time moves on even when nothing is driven: the engine's wait sleeps
+	 * until it (engine.c), and a time in the past would never let it sleep. */
+	if (e->inbox_due || mono_ms() >= e->inbox_at) {
 		baton_error err = {0};
 		e->inbox_due = 0;
 		e->inbox_at = mono_ms() + INBOX_POLL_MS;
-		if (eng_recover(e, driven, 1, &err) != BATON_OK)
+		if (driven && eng_recover(e, driven, 1, &err) != BATON_OK)
 			log_at(&e->log, BATON_LOG_DEBUG, NULL, "cannot read the inbox: %s",
 			       err.msg);
 	}
