@@ -573,7 +573,7 @@ int baton_engine_open(const baton_engine_config *cfg, baton_engine **out, baton_
 	e->locks = strmap_new();
 	e->idle_max = cfg->idle_resources > 0 ? (size_t)cfg->idle_resources : 1024;
 	pthread_mutex_init(&e->mu, NULL);
-	pthread_cond_init(&e->cv, NULL);
+	cond_init_monotonic(&e->cv); /* wait_for_work times its waits by mono_ms() */
 	char no_curl[256];
 	int rc =
 	    cfg->allow_call && cfg->allow_call[0] && call_load(no_curl, sizeof no_curl)

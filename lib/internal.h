@@ -150,6 +150,8 @@ void resource_row_fini(resource_row *r);
 /* ---- util.c ---- */
 int64_t now_ms(void);
 int64_t mono_ms(void);
+/* A condition variable whose timed waits take CLOCK_MONOTONIC deadlines (mono_ms). */
+void cond_init_monotonic(pthread_cond_t *c);
 void format_time(int64_t ms, char buf[32]);
 json_t *time_json(int64_t ms); /* new reference: string or null */
 int err_set(baton_error *err, int code, const char *fmt, ...)

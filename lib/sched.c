@@ -58,15 +58,6 @@ static void *thread_main(void *arg)
 	return NULL;
 }
 
-static void cond_init_monotonic(pthread_cond_t *c)
-{
-	pthread_condattr_t a;
-	pthread_condattr_init(&a);
-	pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
-	pthread_cond_init(c, &a);
-	pthread_condattr_destroy(&a);
-}
-
 sched *sched_new(int threads)
 {
 	sched *s = xcalloc(1, sizeof *s);

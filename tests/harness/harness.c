@@ -398,6 +398,33 @@ void hs_kill(hs_server *s)
 	s->pid = 0;
 }
 
+int hs_pid(const hs_server *s)
+{
+	return s->pid > 0 ? (int)s->pid : 0;
+}
+
+int64_t hs_cpu_ms(const hs_server *s)
+{
+	if (s->pid <= 0)
+		return -1;
+	char path[64], buf[1024];
+	snprintf(path, sizeof path, "/proc/%d/stat", (int)s->pid);
+	FILE *f = fopen(path, "r");
+	if (!f)
+		return -1;
+	size_t n = fread(buf, 1, sizeof buf - 1, f);
+	fclose(f);
+	buf[n] = 0;
+	/* Fields 14 and 15 (utime, stime, in clock ticks) follow the ")" that ends the name. */
+	const char *p = strrchr(buf, ')');
+	unsigned long long ut, st;
+	if (!p ||
+	    sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut, &st) != 2)
+		return -1;
+	long hz = sysconf(_SC_CLK_TCK);
+	return (int64_t)((ut + st) * 1000 / (unsigned long long)(hz > 0 ? hz : 100));
+}
+
 int hs_signal(const hs_server *s, int sig)
 {
 	return s->pid > 0 ? kill(s->pid, sig) : -1;

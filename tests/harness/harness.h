@@ -114,6 +114,11 @@ int hs_wait_exit(hs_server *s, int timeout_ms);
 int hs_close(hs_server *s);
 
 int hs_port(const hs_server *s);
+/* The server's process id, or 0 when it does not run. */
+int hs_pid(const hs_server *s);
+/* CPU time (user + system, ms) the running server has used so far, from /proc; -1 when
+ * it does not run or /proc cannot be read. */
+int64_t hs_cpu_ms(const hs_server *s);
 /* Whether the server process was started and has not been stopped or killed by us. */
 bool hs_running(const hs_server *s);
 /* Whether the process still lives (reaps it, and returns false, when it died). */

@@ -522,6 +522,31 @@ static void test_retry_backoff_schedule(void **state)
 }
 
 /*
+ * A retry wait is slept through: while the only thing due is a step's next attempt, 3 s
+ * away, batond uses a small part of one core (an engine that timed its waits on the wrong
+ * clock woke at once, again and again, and used all of it until the attempt).
+ */
+static void test_retry_wait_is_slept_through(void **state)
+{
+	hs_server *s = *state;
+	json_t *body =
+	    json_pack("{s:s, s:s, s:[{s:s, s:i, s:i}], s:{s:i, s:i}}", "id", "sleepy", "resource",
+		      "printer", "workers", "name", "flaky", "work_ms", 0, "fail_attempts", 1,
+		      "retry", "max_attempts", 2, "initial_delay_ms", 3000);
+	json_decref(hs_create_workflow(s, body));
+	json_decref(hs_wait_step(s, "sleepy", 0, "retrying", WAIT_MS));
+	int64_t cpu0 = hs_cpu_ms(s), t0 = hs_mono_ms();
+	assert_true(cpu0 >= 0);
+	json_decref(hs_wait_workflow(s, "sleepy", "completed", WAIT_MS));
+	int64_t cpu = hs_cpu_ms(s) - cpu0, wall = hs_mono_ms() - t0;
+	/* The wait, polled by this test every HS_POLL_MS, costs batond little; a spin costs
+	 * about the whole wall time. */
+	if (cpu * 2 > wall)
+		fail_msg("batond used %lld ms of CPU in a %lld ms retry wait", (long long)cpu,
+			 (long long)wall);
+}
+
+/*
  * SIGTERM while a step runs: batond shuts down cleanly (exit 0, checked by the harness
  * as well) and, started again, finishes the workflow with every step completed once.
  */
@@ -700,6 +725,8 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_restart_during_retry_wait_keeps_schedule, hs_setup,
 					    hs_teardown),
 	    cmocka_unit_test_setup_teardown(test_retry_backoff_schedule, hs_setup, hs_teardown),
+	    cmocka_unit_test_setup_teardown(test_retry_wait_is_slept_through, hs_setup,
+					    hs_teardown),
 	    cmocka_unit_test_setup_teardown(test_sigterm_mid_step_is_clean, hs_setup, hs_teardown),
 	    cmocka_unit_test_setup_teardown(test_long_event_history_is_complete, hs_setup,
 					    hs_teardown),
