@@ -81,6 +81,8 @@ int members_join(baton_engine *e, const baton_engine_config *cfg, baton_error *e
 	int rc = e->st->ops->join(e->st, e->node_id, lease, &h, e->epoch, err);
 	if (rc == BATON_OK)
 		e->clustered = 1;
+	/* Until the membership thread says what a fair share is, what was claimed is kept. */
+	e->want = PARTS;
 	count_held(e);
 	return rc;
 }
