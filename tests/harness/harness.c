@@ -53,6 +53,7 @@ struct hs_server {
 	pid_t pid;		    /* 0 when not running */
 	int port;
 	int starts;
+	int shares_db; /* hs_open_node: the database is another server's, not dropped here */
 };
 
 /* ---- small utilities ------------------------------------------------------------- */
@@ -270,7 +271,19 @@ static int open_store(hs_server *s)
 	return pg_db_create(s->pg_name);
 }
 
+static hs_server *open_on(const hs_server *first, const char *const *extra_args);
+
 hs_server *hs_open(const char *const *extra_args)
+{
+	return open_on(NULL, extra_args);
+}
+
+hs_server *hs_open_node(const hs_server *first, const char *const *extra_args)
+{
+	return first ? open_on(first, extra_args) : NULL;
+}
+
+static hs_server *open_on(const hs_server *first, const char *const *extra_args)
 {
 	pthread_once(&global_once, global_init);
 	hs_server *s = calloc(1, sizeof *s);
@@ -283,7 +296,11 @@ hs_server *hs_open(const char *const *extra_args)
 		free(s);
 		return NULL;
 	}
-	if (open_store(s) != 0) {
+	if (first) {
+		snprintf(s->db, sizeof s->db, "%s", first->db);
+		snprintf(s->pg_name, sizeof s->pg_name, "%s", first->pg_name);
+		s->shares_db = 1;
+	} else if (open_store(s) != 0) {
 		hs_close(s);
 		return NULL;
 	}
@@ -534,7 +551,7 @@ int hs_close(hs_server *s)
 	} else {
 		if (s->dir[0])
 			nftw(s->dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
-		if (s->pg_name[0] && pg_db_drop(s->pg_name) != 0)
+		if (s->pg_name[0] && !s->shares_db && pg_db_drop(s->pg_name) != 0)
 			rc = -1;
 	}
 	for (int i = 0; s->extra[i]; i++)

@@ -65,6 +65,11 @@ void hs_filters_from_env(void);
  * HS_START_TIMEOUT_MS.
  */
 hs_server *hs_open(const char *const *extra_args);
+/* Like hs_open, but the new server uses the database of `first` (a cluster node on
+ * PostgreSQL; on SQLite the second batond on one file, which batond refuses). Its own
+ * directory, log and port; hs_close leaves the database to `first`'s hs_close, so close
+ * the nodes before `first`. NULL on failure. */
+hs_server *hs_open_node(const hs_server *first, const char *const *extra_args);
 
 /* cmocka fixtures for the common case: state is an hs_server from hs_open(NULL). */
 int hs_setup(void **state);
