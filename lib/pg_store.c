@@ -97,7 +97,8 @@ static const char schema_sql[] =
  */
 static const char migrate_v2_sql[] =
     "CREATE TABLE nodes (id text COLLATE \"C\" PRIMARY KEY, expires timestamptz NOT NULL,"
-    "  joined timestamptz NOT NULL DEFAULT clock_timestamp());"
+    "  joined timestamptz NOT NULL DEFAULT clock_timestamp(),"
+    "  incarnation text NOT NULL DEFAULT '');"
     "CREATE TABLE partitions (id integer PRIMARY KEY, owner text COLLATE \"C\","
     "  epoch bigint NOT NULL DEFAULT 0);"
     "INSERT INTO partitions (id) SELECT generate_series(0, 63);"
