@@ -312,6 +312,14 @@ int pg_join(store *base, const char *node_id, int64_t lease_ms, const store_clus
 	snprintf(s->node_id, sizeof s->node_id, "%s", node_id);
 	random_id(cl->incarnation);
 	s->cluster = cl;
+	/* A session stuck in a transaction ends within a lease (pg_connect); the writer's,
+	 * opened before the join, is set here. */
+	s->idle_tx_ms = lease_ms < 60000 ? lease_ms : 60000;
+	char set[96];
+	snprintf(set, sizeof set, "SET idle_in_transaction_session_timeout = %lld",
+		 (long long)s->idle_tx_ms);
+	if (s->w && PQstatus(s->w) == CONNECTION_OK)
+		pg_exec_ok(s->w, set, NULL, "setting the session's timeout");
 	int rc =
 	    pipe(cl->stop_pipe) ? err_set(err, BATON_EINTERNAL, "cannot make a pipe") : BATON_OK;
 	if (rc == BATON_OK && !(cl->c = connect_listening(cl, err)))
