@@ -503,5 +503,6 @@ void pg_cluster_stats(store *base, store_cluster_stats *out)
 	pthread_mutex_lock(&cl->mu);
 	*out = cl->stats;
 	out->lease_left_ms = cl->lease_ms - (mono_ms() - cl->renewed_at);
+	out->lease_ms = cl->lease_ms;
 	pthread_mutex_unlock(&cl->mu);
 }
