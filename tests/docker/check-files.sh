@@ -3,7 +3,8 @@
 # container engine (fast: part of `make test`; tests/docker/run.sh tests the image):
 #  - docker/compose.yaml passes every BATON_* variable of batond (server/config.c's
 #    table) through from the environment, and keeps the image's listen address and
-#    database path when they are unset;
+#    database path when they are unset; its cluster profile (postgres, batond-1..3) is
+#    wired as documented there;
 #  - the Dockerfile ships baton and its HEALTHCHECK is `baton ... health`; that very
 #    command, run here by sh against a real batond, passes, and fails when nothing
 #    listens on the port of BATON_LISTEN.
@@ -41,6 +42,45 @@ grep -qx 'BATON_LISTEN=${BATON_LISTEN:-0.0.0.0:8080}' "$work/compose" &&
 	grep -qx 'BATON_DB=${BATON_DB:-/data/baton.db}' "$work/compose" &&
 	ok "compose keeps the image's listen address and database when unset" ||
 	bad "compose's BATON_LISTEN / BATON_DB defaults"
+
+# The cluster (profile "cluster"): PostgreSQL built from docker/postgres.Dockerfile,
+# three nodes with their own BATON_NODE_ID, BATON_DB at the postgres service with the
+# password PostgreSQL was given, every other BATON_* variable passed through as for the
+# lone batond, and nothing published but the nodes' ports on 127.0.0.1.
+python3 - docker/compose.yaml "$work/want" >"$work/cluster" 2>&1 <<'PY' &&
+import sys, yaml
+doc = yaml.safe_load(open(sys.argv[1]))
+want = open(sys.argv[2]).read().split()
+svc = doc["services"]
+one = svc["batond"]["environment"]
+pg = svc["postgres"]
+assert pg.get("profiles") == ["cluster"], "postgres is not in profile cluster"
+assert pg["build"] == {"context": ".", "dockerfile": "postgres.Dockerfile"}, pg["build"]
+assert "ports" not in pg, "postgres publishes a port"
+pw = pg["environment"]["POSTGRES_PASSWORD"]
+ids = set()
+for n in (1, 2, 3):
+    node = svc[f"batond-{n}"]
+    env = node["environment"]
+    assert node.get("profiles") == ["cluster"], f"batond-{n} is not in profile cluster"
+    assert node["build"] == svc["batond"]["build"], f"batond-{n} builds another image"
+    assert node["depends_on"]["postgres"]["condition"] == "service_healthy"
+    ids.add(env["BATON_NODE_ID"])
+    assert env["BATON_DB"] == f"postgresql://baton:{pw}@postgres:5432/baton", env["BATON_DB"]
+    assert env["BATON_LISTEN"] == "0.0.0.0:8080", env["BATON_LISTEN"]
+    for v in want:
+        if v not in ("BATON_NODE_ID", "BATON_DB", "BATON_LISTEN"):
+            assert env.get(v) == one[v], f"batond-{n}: {v} is not passed through as for batond"
+    assert node["ports"] == [f"127.0.0.1:{8080 + n}:8080"], node["ports"]
+assert ids == {"node-1", "node-2", "node-3"}, ids
+print("ok")
+PY
+	ok "compose's cluster: postgres unpublished, node-1..3 on 127.0.0.1:8081..8083, BATON_DB at postgres" ||
+	bad "compose's cluster profile: $(tail -n 3 "$work/cluster")"
+grep -q '^FROM debian:bookworm-slim$' docker/postgres.Dockerfile &&
+	grep -q 'postgresql-15' docker/postgres.Dockerfile &&
+	ok "docker/postgres.Dockerfile: Debian's postgresql-15 on debian:bookworm-slim" ||
+	bad "docker/postgres.Dockerfile is not Debian's postgresql-15 on debian:bookworm-slim"
 
 grep -q '^COPY --from=build .*/bin/baton ' docker/Dockerfile && ok "the image ships baton" ||
 	bad "the image does not ship baton"

@@ -3,7 +3,16 @@
 # README says: it serves on its published port, runs a workflow, stops cleanly on
 # SIGTERM (exit 0, running step drained), keeps its workflows on the /data volume across
 # a restart and a brand-new container, runs as non-root, ships baton, and its
-# HEALTHCHECK (baton health) works.
+# HEALTHCHECK (baton health) works. Then the cluster of docker/compose.yaml (profile
+# "cluster"): docker/postgres.Dockerfile built and started, three batond nodes on it,
+# GET /nodes shows the three, a workflow posted to node 1, the node that drives its
+# resource killed (SIGKILL) in the middle of a step, and the workflow finished by
+# another node, read through the survivors. With no compose tool here, the containers
+# are started as the compose file describes them (tests/docker/compose-args.py reads
+# it), on a network of their own (the nodes find postgres through --add-host, see
+# start_nodes), with BATON_LEASE_MS=3000 so that the takeover takes seconds; only the
+# nodes' ports are published, on 127.0.0.1. The cluster adds about 20 s with a warm
+# build cache (the first build of the PostgreSQL image, about 35 s more).
 #
 #   bash tests/docker/run.sh            (as root where only podman can be set up)
 #
@@ -18,8 +27,8 @@
 # Skips (exit 0, "0 passed, 0 failed, 1 skipped") only when container tooling cannot
 # start here: container-check's exit 3, or no engine and no container-check at all.
 # A failed build or check is a failure. All traffic goes to 127.0.0.1, every wait is
-# bounded, and the container, the volume and the image are removed at the end, also on
-# failure (trap). Last line: "N passed, N failed"; exit status non-zero on any failure.
+# bounded, and the containers, the volumes, the network and the images are removed at
+# the end, also on failure (trap). Last line: "N passed, N failed"; exit status non-zero on any failure.
 
 set -uo pipefail
 
@@ -33,9 +42,23 @@ TOKEN=dtest-$RANDOM$RANDOM$RANDOM
 CPORT=8080
 STOP_TIMEOUT=40 # > batond's 30 s shutdown timeout: SIGTERM must never become SIGKILL
 STOP_LIMIT=15   # the longest step here is 2.5 s: a clean stop takes far less than this
+# The cluster: containers $RUN_ID-postgres and $RUN_ID-batond-1..3, named as the
+# services of docker/compose.yaml, on the network $NET; volume $RUN_ID-baton-pg-data.
+COMPOSE=$ROOT/docker/compose.yaml
+NET=$RUN_ID-net
+PG_IMAGE=localhost/baton-dtest-pg:$RUN_ID
+PG_CTR=$RUN_ID-postgres
+PG_VOL=$RUN_ID-baton-pg-data
+PG_PASSWORD=dtest${RANDOM}x$RANDOM
+NODES=(1 2 3)
+LEASE_MS=3000 # batond's minimum is 500; 3 s keeps a takeover short and lease renewal
+# (every second) safe on a loaded CI machine
 TMP=$(mktemp -d)
-ENG="" IMAGE_OURS=0 PORT="" CLEANED=0
+ENG="" IMAGE_OURS=0 PG_IMAGE_OURS=0 PORT="" CLEANED=0
+declare -A NPORT=() # node number -> its published port on 127.0.0.1
 pass=0 fail=0
+NODE_CTRS=()
+for n in "${NODES[@]}"; do NODE_CTRS+=("$RUN_ID-batond-$n"); done
 T0=$(date +%s.%N)
 
 say() { printf '[docker-test %(%H:%M:%S)T] %s\n' -1 "$*"; }
@@ -80,8 +103,13 @@ skip() {
 remove_all() {
 	[[ -n $ENG ]] || return 0
 	eng rm -f -v "$CTR" "$CTR-2" >/dev/null 2>&1
-	eng volume rm -f "$VOL" >/dev/null 2>&1
-	((IMAGE_OURS)) && eng rmi -f "$IMAGE" >/dev/null 2>&1
+	eng rm -f -v -t 0 "${NODE_CTRS[@]}" "$PG_CTR" >/dev/null 2>&1 ||
+		eng rm -f -v "${NODE_CTRS[@]}" "$PG_CTR" >/dev/null 2>&1
+	eng volume rm -f "$VOL" "$PG_VOL" >/dev/null 2>&1
+	eng network rm "$NET" >/dev/null 2>&1
+	# --no-prune: the tags go, the layers stay as the engine's build cache.
+	((IMAGE_OURS)) && eng rmi -f --no-prune "$IMAGE" >/dev/null 2>&1
+	((PG_IMAGE_OURS)) && eng rmi -f --no-prune "$PG_IMAGE" >/dev/null 2>&1
 	return 0
 }
 
@@ -193,6 +221,15 @@ api() {
 
 running() { [[ $(eng inspect -f '{{.State.Running}}' "$1" 2>/dev/null) == true ]]; }
 
+# wait_stopped CTR SECONDS: the container is no longer running.
+wait_stopped() {
+	local deadline=$(($(date +%s) + $2))
+	while running "$1"; do
+		(($(date +%s) < deadline)) || return 1
+		sleep 0.1
+	done
+}
+
 show_logs() {
 	echo "    --- last lines of $1's log:"
 	eng logs --tail 30 "$1" 2>&1 | sed 's/^/    /'
@@ -247,12 +284,13 @@ jq_true() { jq -e "$@" >/dev/null 2>&1; }
 # The HEALTHCHECK the container got from the image, run inside it with extra exec args.
 # (Read from the container: podman's Docker-compatible API leaves it out of image
 # inspect.)
+# HC_JSON names the file that holds it ($TMP/hc.json by default).
 run_healthcheck() {
 	local ctr=$1
 	shift
-	local kind cmd=()
-	kind=$(jq -r '.Test[0]' "$TMP/hc.json" 2>/dev/null)
-	mapfile -t cmd < <(jq -r '.Test[1:][]' "$TMP/hc.json" 2>/dev/null)
+	local kind cmd=() hc=${HC_JSON:-$TMP/hc.json}
+	kind=$(jq -r '.Test[0]' "$hc" 2>/dev/null)
+	mapfile -t cmd < <(jq -r '.Test[1:][]' "$hc" 2>/dev/null)
 	case $kind in
 	CMD) eng exec "$@" "$ctr" "${cmd[@]}" ;;
 	CMD-SHELL) eng exec "$@" "$ctr" /bin/sh -c "${cmd[0]}" ;;
@@ -446,15 +484,290 @@ new_container_same_volume() {
 	stop_clean "$CTR-2" "new container"
 }
 
+# ------------------------------------------------------------------ the cluster
+# docker/postgres.Dockerfile, built as docker/compose.yaml's postgres service builds it
+# (context docker/).
+build_pg_image() {
+	local t log=$TMP/pg-build.log args=()
+	t=$(date +%s.%N)
+	case $KIND in
+	container-check) args=(--format docker --pull=never --network host) ;;
+	podman) args=(--format docker) ;;
+	esac
+	say "building: $ENG build ${args[*]}${args[*]:+ }-f docker/postgres.Dockerfile -t $PG_IMAGE $ROOT/docker"
+	PG_IMAGE_OURS=1
+	if ! timeout 1800 "$ENG" build "${args[@]}" -f "$ROOT/docker/postgres.Dockerfile" \
+		-t "$PG_IMAGE" "$ROOT/docker" >"$log" 2>&1; then
+		tail -n 40 "$log" | sed 's/^/    /'
+		not_ok "the PostgreSQL image builds ($ENG build docker/postgres.Dockerfile)"
+		return 1
+	fi
+	ok "the PostgreSQL image builds (docker/postgres.Dockerfile, $(secs "$t")s)"
+}
+
+# run_service SERVICE CONTAINER [RUN-ARGS...]: `run -d` the compose service as
+# compose.yaml says.
+run_service() {
+	local args=()
+	if ! mapfile -d '' args < <(python3 "$ROOT/tests/docker/compose-args.py" \
+		--set "BATON_TOKEN=$TOKEN" --set "BATON_LEASE_MS=$LEASE_MS" \
+		--set "BATON_PG_PASSWORD=$PG_PASSWORD" --volume-prefix "$RUN_ID-" \
+		--image "docker/Dockerfile=$IMAGE" --image "docker/postgres.Dockerfile=$PG_IMAGE" \
+		"$COMPOSE" "$1") || ((${#args[@]} == 0)); then
+		echo "    could not read service $1 of docker/compose.yaml"
+		return 1
+	fi
+	local svc=$1 ctr=$2
+	shift 2
+	quiet run -d --name "$ctr" --network "$NET" "$@" "${args[@]}"
+}
+
+# The image's own HEALTHCHECK (pg_isready on 127.0.0.1: the real server, not the one
+# the first start sets up on the Unix socket only), until it passes.
+pg_ready() {
+	local deadline=$(($(date +%s) + $1))
+	eng container inspect -f '{{json .Config.Healthcheck}}' "$PG_CTR" >"$TMP/pg-hc.json" 2>/dev/null
+	while (($(date +%s) < deadline)); do
+		running "$PG_CTR" || return 1
+		HC_JSON=$TMP/pg-hc.json run_healthcheck "$PG_CTR" >/dev/null 2>&1 && return 0
+		sleep 0.3
+	done
+	return 1
+}
+
+# pg_sql SQL [URL]: psql inside the PostgreSQL container, as postgres on its socket, or
+# over TCP with URL (as batond connects).
+pg_sql() { eng exec "$PG_CTR" psql -X -A -t -q -c "$1" ${2:+"$2"} 2>&1; }
+
+start_postgres() {
+	local t settings
+	t=$(date +%s.%N)
+	if ! quiet network create "$NET"; then
+		not_ok "network $NET created"
+		return 1
+	fi
+	if ! quiet volume create "$PG_VOL" || ! run_service postgres "$PG_CTR"; then
+		not_ok "the postgres service starts (volume $PG_VOL, network $NET)"
+		return 1
+	fi
+	if ! pg_ready 90; then
+		not_ok "postgres: its HEALTHCHECK (pg_isready on 127.0.0.1:5432) passes within 90 s"
+		show_logs "$PG_CTR"
+		return 1
+	fi
+	ok "postgres up: initdb on its volume, HEALTHCHECK passes ($(secs "$t")s)"
+	check "postgres: the cluster lives on the volume (PG_VERSION 15)" \
+		[ "$(eng exec "$PG_CTR" cat /var/lib/postgresql/data/PG_VERSION 2>/dev/null)" = 15 ]
+	settings=$(pg_sql "SELECT concat_ws(' ', current_setting('fsync'),
+		current_setting('synchronous_commit'), current_setting('full_page_writes'),
+		current_setting('listen_addresses'))")
+	check "postgres: fsync, synchronous_commit, full_page_writes on; listens on * ($settings)" \
+		[ "$settings" = "on on on *" ]
+	check "postgres: baton logs in over TCP with its password (scram-sha-256)" \
+		[ "$(pg_sql 'SELECT current_user' "postgresql://baton:$PG_PASSWORD@127.0.0.1:5432/baton")" = baton ]
+	check "postgres: a wrong password is refused" \
+		grep -q 'password authentication failed' \
+		<<<"$(pg_sql 'SELECT 1' "postgresql://baton:wrong$PG_PASSWORD@127.0.0.1:5432/baton")"
+	check "postgres: the superuser cannot log in over TCP" \
+		grep -q 'rejects connection' \
+		<<<"$(pg_sql 'SELECT 1' 'postgresql://postgres@127.0.0.1:5432/postgres')"
+	check "postgres: no port published (got: $(eng port "$PG_CTR" 2>/dev/null | tr '\n' ' '))" \
+		[ -z "$(eng port "$PG_CTR" 2>/dev/null)" ]
+}
+
+# The nodes find postgres by name, as in compose, but through /etc/hosts: podman 4.3's
+# aardvark-dns drops lookups while containers join or leave the network (a lookup of
+# postgres then takes 20-40 s of resolver timeouts), and batond connects lazily, on its
+# engine thread, which that stalls (no inbox poll, no hand-over) for as long.
+start_nodes() {
+	local n t ctr ports pg_ip
+	t=$(date +%s.%N)
+	pg_ip=$(eng inspect -f '{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}' "$PG_CTR" 2>/dev/null)
+	if [[ ! $pg_ip =~ ^[0-9.]+$ ]]; then
+		not_ok "postgres has an address on $NET (got '$pg_ip')"
+		return 1
+	fi
+	for n in "${NODES[@]}"; do
+		ctr=$RUN_ID-batond-$n
+		if ! run_service "batond-$n" "$ctr" --add-host "postgres:$pg_ip" ||
+			! wait_healthy "$ctr" 60; then
+			not_ok "batond-$n starts on PostgreSQL, /healthz 200 within 60 s"
+			show_logs "$ctr"
+			return 1
+		fi
+		NPORT[$n]=$PORT
+	done
+	ok "three nodes up on PostgreSQL, /healthz 200 on 127.0.0.1:${NPORT[*]} ($(secs "$t")s)"
+	ports=$(for n in "${NODES[@]}"; do eng port "$RUN_ID-batond-$n"; done 2>/dev/null)
+	check "the nodes publish only 8080/tcp, only on 127.0.0.1" \
+		awk 'NF { n++; if ($0 !~ /^8080\/tcp -> 127\.0\.0\.1:[0-9]+$/) bad = 1 }
+			END { exit bad || n != 3 }' <<<"$ports"
+}
+
+# nodes_are N "IDS" SECONDS: GET /nodes through node N lists exactly IDS (sorted, space
+# separated), whose partitions add up to all 64, each node at its fair share
+# (ceil(64 / nodes)) or below.
+nodes_are() {
+	local deadline=$(($(date +%s) + $3))
+	PORT=${NPORT[$1]}
+	while (($(date +%s) < deadline)); do
+		api GET /nodes
+		[[ $CODE == 200 ]] && jq_true --arg ids "$2" \
+			'([.nodes[].id] | sort | join(" ")) == $ids and ([.nodes[].partitions] | add) == 64
+			and ((64 + (.nodes | length) - 1) / (.nodes | length) | floor) as $share
+			| all(.nodes[]; .partitions <= $share)' \
+			"$TMP/body" && return 0
+		sleep 0.2
+	done
+	echo "    GET /nodes on node $1: HTTP $CODE $(jq -c '[.nodes[]? | [.id, .partitions]]' "$TMP/body" 2>/dev/null)"
+	return 1
+}
+
+# What the cluster looked like, for a failed check: each live node's view of the nodes,
+# the resource and the workflow, the partitions table, and the nodes' logs.
+cluster_diag() {
+	local n
+	echo "    --- cluster state ($1)"
+	for n in "${NODES[@]}"; do
+		running "$RUN_ID-batond-$n" || continue
+		PORT=${NPORT[$n]}
+		api GET /nodes
+		echo "    node-$n GET /nodes: $(jq -c '[.nodes[]? | [.id, .partitions, .resources, .running_steps]]' "$TMP/body" 2>/dev/null)"
+		api GET /resources/cluster-ledger
+		echo "    node-$n GET /resources/cluster-ledger: $(jq -c '{node, holder, waiters}' "$TMP/body" 2>/dev/null)"
+		api GET /workflows/docker-cluster-wf
+		echo "    node-$n GET /workflows/docker-cluster-wf: $(jq -c '[.status, [.steps[]? | [.status, .attempts, .fencing_token, .node]]]' "$TMP/body" 2>/dev/null)"
+	done
+	echo "    partitions (id:owner:epoch): $(pg_sql 'SELECT string_agg(id || $$:$$ || coalesce(owner, $$-$$) || $$:$$ || epoch, $$ $$ ORDER BY id) FROM partitions' "postgresql://baton:$PG_PASSWORD@127.0.0.1:5432/baton")"
+	for n in "${NODES[@]}"; do show_logs "$RUN_ID-batond-$n"; done
+}
+
+WF3='{"id": "docker-cluster-wf", "resource": "cluster-ledger",
+      "workers": [{"name": "step-0", "work_ms": 1500}, {"name": "step-1", "work_ms": 1500},
+                  {"name": "step-2", "work_ms": 1500}, {"name": "step-3", "work_ms": 1500}]}'
+
+# The workflow as the database holds it when the node that drove it died, and at the end:
+# steps done before the kill are kept as they were; the step that was running runs again,
+# as a new attempt with a higher fencing token, on a node that is alive; so does the rest.
+FAILOVER_OK='($before[0]) as $b
+	| ($b.steps | map(.status == "running") | index(true)) as $k
+	| def kept: [.[] | {worker, attempts, fencing_token, node}];
+	.status == "completed" and ([.steps[].status] | all(. == "completed"))
+	and ([.steps[].fencing_token] as $f | [range(1; $f | length) | $f[.] > $f[. - 1]] | all)
+	and $k != null
+	and (.steps[:$k] | kept) == ($b.steps[:$k] | kept)
+	and .steps[$k].attempts == $b.steps[$k].attempts + 1
+	and .steps[$k].fencing_token > $b.steps[$k].fencing_token
+	and ([.steps[$k:][].node] | all(. != $victim and . != null))'
+
+cluster_failover() {
+	local t k victim survivor other n
+	PORT=${NPORT[1]}
+	api POST /workflows "$WF3"
+	check "POST the cluster workflow (4 steps of 1.5 s) to node 1 answers 201 (got $CODE)" \
+		[ "$CODE" = 201 ]
+	if ! wait_step_running docker-cluster-wf 1 30; then
+		not_ok "the cluster workflow's step-1 is running within 30 s (read on node 1)"
+		cluster_diag "step-1 not running"
+		return 1
+	fi
+	api GET /resources/cluster-ledger
+	victim=$(jq -r '.node // empty' "$TMP/body" 2>/dev/null)
+	k=${victim#node-}
+	if [[ ! " ${NODES[*]} " == *" $k "* ]]; then
+		not_ok "GET /resources/cluster-ledger names the node that drives it (got ${victim:-none})"
+		return 1
+	fi
+	api GET /workflows/docker-cluster-wf
+	check "step-1 runs on $victim, the node GET /resources/cluster-ledger names" \
+		jq_true --arg v "$victim" '.steps[1].node == $v' "$TMP/body"
+	t=$(date +%s.%N)
+	quiet kill "$RUN_ID-batond-$k"
+	if ! wait_stopped "$RUN_ID-batond-$k" 20; then
+		not_ok "podman kill stops $victim (batond-$k)"
+		return 1
+	fi
+	ok "$victim (batond-$k, drives cluster-ledger, step-1 running) killed with SIGKILL"
+	survivor="" other=""
+	for n in "${NODES[@]}"; do
+		((n == k)) && continue
+		if [[ -z $survivor ]]; then survivor=$n; else other=$n; fi
+	done
+	PORT=${NPORT[$survivor]}
+	api GET /workflows/docker-cluster-wf
+	cp "$TMP/body" "$TMP/wf3.before"
+	if wait_workflow docker-cluster-wf 90 &&
+		jq_true --slurpfile before "$TMP/wf3.before" --arg victim "$victim" \
+			"$FAILOVER_OK" "$TMP/body"; then
+		ok "the workflow completed on node-$survivor/node-$other $(secs "$t")s after the kill:" \
+			"steps done before it kept, the running one re-run with a higher fencing token"
+	else
+		not_ok "the workflow completed after the kill: steps done before it kept, the" \
+			"running one re-run with a higher fencing token on a live node"
+		echo "    at the kill: $(jq -c '[.steps[] | [.worker, .status, .attempts, .fencing_token, .node]]' "$TMP/wf3.before" 2>/dev/null)"
+		echo "    now:         $(jq -c '[.status, [.steps[] | [.worker, .status, .attempts, .fencing_token, .node]]]' "$TMP/body" 2>/dev/null)"
+		cluster_diag "after the kill of $victim"
+	fi
+	jq -S . "$TMP/body" >"$TMP/wf3.survivor" 2>/dev/null
+	PORT=${NPORT[$other]}
+	api GET /workflows/docker-cluster-wf
+	check "node-$other reads the same finished workflow as node-$survivor" \
+		diff <(jq -S . "$TMP/body" 2>/dev/null) "$TMP/wf3.survivor"
+	api GET /resources/cluster-ledger
+	check "GET /resources/cluster-ledger names a live node ($(jq -r .node "$TMP/body" 2>/dev/null))" \
+		jq_true --arg v "$victim" '.node != null and .node != $v' "$TMP/body"
+	check "GET /nodes on node-$survivor: the two live nodes share all 64 partitions (32 each)" \
+		nodes_are "$survivor" "node-$survivor node-$other" 30
+}
+
+# SIGTERM for the nodes (exit 0, running steps drained), SIGINT (the image's STOPSIGNAL,
+# a fast shutdown) for PostgreSQL, with the nodes gone or not.
+stop_cluster() {
+	local n code el t
+	for n in "${NODES[@]}"; do
+		running "$RUN_ID-batond-$n" && stop_clean "$RUN_ID-batond-$n" "batond-$n"
+	done
+	t=$(date +%s.%N)
+	eng stop -t 30 "$PG_CTR" >/dev/null 2>&1
+	el=$(secs "$t")
+	code=$(eng inspect -f '{{.State.ExitCode}}' "$PG_CTR" 2>/dev/null)
+	check "postgres: stop (SIGINT, fast shutdown) exits 0 within ${STOP_LIMIT}s (exit ${code:-?}, ${el}s)" \
+		test "${code:-x}" = 0 -a "${el%.*}" -lt "$STOP_LIMIT"
+}
+
+cluster_checks() {
+	local t
+	t=$(date +%s.%N)
+	build_pg_image || return 1
+	start_postgres || return 1
+	start_nodes || return 1
+	if nodes_are 1 "node-1 node-2 node-3" 60; then
+		ok "GET /nodes on node-1 lists node-1, node-2, node-3, sharing all 64 partitions (<= 22 each)"
+	else
+		not_ok "GET /nodes on node-1 lists node-1, node-2, node-3, sharing all 64 partitions (<= 22 each)"
+		cluster_diag "three nodes started"
+	fi
+	cluster_failover
+	stop_cluster
+	say "cluster checks took $(secs "$t")s"
+}
+
 cleanup_checks() {
 	remove_all
 	CLEANED=1
 	local left=()
 	eng container inspect "$CTR" >/dev/null 2>&1 && left+=("$CTR")
 	eng container inspect "$CTR-2" >/dev/null 2>&1 && left+=("$CTR-2")
+	local c
+	for c in "${NODE_CTRS[@]}" "$PG_CTR"; do
+		eng container inspect "$c" >/dev/null 2>&1 && left+=("$c")
+	done
 	eng volume inspect "$VOL" >/dev/null 2>&1 && left+=("$VOL")
+	eng volume inspect "$PG_VOL" >/dev/null 2>&1 && left+=("$PG_VOL")
+	eng network inspect "$NET" >/dev/null 2>&1 && left+=("$NET")
 	eng image inspect "$IMAGE" >/dev/null 2>&1 && left+=("$IMAGE")
-	check "cleanup removed the containers, the volume and the image${left:+ (left: ${left[*]})}" \
+	eng image inspect "$PG_IMAGE" >/dev/null 2>&1 && left+=("$PG_IMAGE")
+	check "cleanup removed the containers, volumes, network and images${left:+ (left: ${left[*]})}" \
 		[ ${#left[@]} = 0 ]
 }
 
@@ -494,6 +807,7 @@ main() {
 		run_workflow
 		restart_same_container && new_container_same_volume
 	fi
+	cluster_checks
 	cleanup_checks
 	summary
 }
