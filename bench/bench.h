@@ -86,6 +86,10 @@ int server_wait_listening(server *s, double timeout_s);
 /* SIGTERM, then SIGKILL after a few seconds; reaps the process. On PostgreSQL, also
  * waits until its connections are gone (and have reported their statistics). */
 void server_stop(server *s);
+/* SIGTERM to all n at once, then SIGKILL to those still there after a few seconds;
+ * reaps them. On PostgreSQL (the nodes of one cluster share their database), also waits
+ * until their connections are gone. */
+void servers_stop(server *v, int n);
 /* SIGKILL at once; reaps the process. */
 void server_kill9(server *s);
 /* VmRSS of the process in KiB, -1 when unreadable; its anonymous part (heap, stacks)
@@ -177,6 +181,9 @@ const char *pg_version(void); /* "PostgreSQL 150018, libpq 150018" (static) */
 int pg_db_new(char *url, size_t len);
 /* Waits until no backend is connected to the database of url. */
 int pg_wait_idle(const char *url, double timeout_s);
+/* The backends connected to the database of url: their pids and application_names (up
+ * to max); how many, or -1. */
+int pg_backends(const char *url, pid_t *pid, char (*app)[64], int max);
 /* The floor on PostgreSQL: single-row INSERTs over libpq, each its own transaction
  * (autocommit, one round trip), synchronous_commit=on, on opt.pg_url's database. */
 int pg_floor_measure(int runs, long max_commits, double max_seconds, floor_result *out);
@@ -260,7 +267,7 @@ typedef struct row {
 	char ratio[32];
 	char target[48];
 	enum verdict verdict;
-	char note[560];
+	char note[720];
 } row;
 
 void table_add(const row *r);
@@ -279,6 +286,7 @@ int bench_http_read(void);
 int bench_memory(void);
 int bench_recovery(void);
 int bench_http_steps(void); /* calls.c */
+int bench_cluster(void);    /* cluster.c, PostgreSQL only */
 
 /* A row for a benchmark that could not run; counted in table_errors(). */
 void table_fail(const char *what, const char *why);

@@ -251,6 +251,32 @@ void server_stop(server *s)
 		pg_wait_idle(s->db, 10);
 }
 
+void servers_stop(server *v, int n)
+{
+	for (int i = 0; i < n; i++)
+		if (v[i].pid > 0)
+			kill(v[i].pid, SIGTERM);
+	double until = now_s() + 10;
+	for (int i = 0; i < n; i++) {
+		if (v[i].pid <= 0)
+			continue;
+		int gone;
+		while (!(gone = child_gone(v[i].pid)) && now_s() < until)
+			sleep_ms(5);
+		if (!gone) {
+			kill(v[i].pid, SIGKILL);
+			waitpid(v[i].pid, NULL, 0);
+		}
+	}
+	int any = 0;
+	for (int i = 0; i < n; i++) {
+		any |= v[i].pid > 0;
+		v[i].pid = 0;
+	}
+	if (any && n > 0 && opt.store == STORE_POSTGRES)
+		pg_wait_idle(v[0].db, 10);
+}
+
 void server_kill9(server *s)
 {
 	stop_pid(s->pid, SIGKILL, 10);

@@ -6,13 +6,13 @@
  *                [--store sqlite|postgres|both] [--pg URL] [NAME...]
  *
  * NAME is any of floor, steps, group, contended, accept, read, memory, recovery, calls,
- * leases
- * (default: all, in that order). Every benchmark starts its own batond on 127.0.0.1:0
- * with a fresh database under PARENT (default $TMPDIR or /tmp) and removes it after.
- * With --store postgres (or both: SQLite first), the benchmarks that have a PostgreSQL
- * form run again on the PostgreSQL server at URL (bench/run.sh starts a throwaway one
- * with bench/pg.sh): the floor over libpq on that server, and batond on a new database
- * of it for every run.
+ * leases, cluster (default: all, in that order; cluster runs on PostgreSQL only). Every
+ * benchmark starts its own batond on 127.0.0.1:0 with a fresh database under PARENT
+ * (default $TMPDIR or /tmp) and removes it after. With --store postgres (or both: SQLite
+ * first), the benchmarks that have a PostgreSQL form run again on the PostgreSQL server
+ * at URL (bench/run.sh starts a throwaway one with bench/pg.sh): the floor over libpq on
+ * that server, and batond on a new database of it for every run (cluster: N batond nodes
+ * on one new database).
  * Exit status: 0 when everything ran and (without --smoke) every target was met; 1 when
  * a target was missed; 2 when a benchmark could not run or on a usage error.
  */
@@ -76,17 +76,20 @@ int bench_floor(void)
 	return 0;
 }
 
-/* pg: the benchmark has a PostgreSQL form (memory and recovery are SQLite's own). */
+/* The stores a benchmark runs on: memory and recovery are SQLite's own, cluster is
+ * PostgreSQL's (several nodes on one database). */
+enum { ON_SQLITE = 1 << STORE_SQLITE, ON_PG = 1 << STORE_POSTGRES, ON_BOTH = ON_SQLITE | ON_PG };
 static const struct {
 	const char *name;
 	int (*fn)(void);
-	int pg;
+	int on;
 } benches[] = {
-    {"floor", bench_floor, 1},	      {"steps", bench_step_overhead, 1},
-    {"group", bench_group_commit, 1}, {"contended", bench_contended, 1},
-    {"accept", bench_http_accept, 1}, {"read", bench_http_read, 1},
-    {"memory", bench_memory, 0},      {"recovery", bench_recovery, 0},
-    {"calls", bench_http_steps, 1},   {"leases", bench_leases, 1},
+    {"floor", bench_floor, ON_BOTH},	    {"steps", bench_step_overhead, ON_BOTH},
+    {"group", bench_group_commit, ON_BOTH}, {"contended", bench_contended, ON_BOTH},
+    {"accept", bench_http_accept, ON_BOTH}, {"read", bench_http_read, ON_BOTH},
+    {"memory", bench_memory, ON_SQLITE},    {"recovery", bench_recovery, ON_SQLITE},
+    {"calls", bench_http_steps, ON_BOTH},   {"leases", bench_leases, ON_BOTH},
+    {"cluster", bench_cluster, ON_PG},
 };
 #define NBENCH (sizeof benches / sizeof benches[0])
 
@@ -96,7 +99,7 @@ static void usage(FILE *f)
 		   "                  [--threads N] [--http-threads N] [--keep]\n"
 		   "                  [--store sqlite|postgres|both] [--pg URL] [NAME...]\n"
 		   "NAME: floor steps group contended accept read memory recovery calls leases "
-		   "(default: all)\n");
+		   "cluster (default: all)\n");
 }
 
 static void on_signal(int sig)
@@ -197,8 +200,9 @@ static int run_store(int store, const int *want)
 	for (size_t k = 0; k < NBENCH; k++) {
 		if (!want[k])
 			continue;
-		if (store == STORE_POSTGRES && !benches[k].pg) {
-			printf("\n== %s: SQLite only\n", benches[k].name);
+		if (!(benches[k].on & (1 << store))) {
+			printf("\n== %s: %s only\n", benches[k].name,
+			       store == STORE_POSTGRES ? "SQLite" : "PostgreSQL");
 			continue;
 		}
 		benches[k].fn();

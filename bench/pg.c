@@ -156,6 +156,28 @@ int pg_wait_idle(const char *url, double timeout_s)
 	return -1;
 }
 
+/* The backends connected to the database of url, with their application_name. */
+int pg_backends(const char *url, pid_t *pid, char (*app)[64], int max)
+{
+	const char *name = strrchr(url, '/');
+	char sql[256];
+	snprintf(sql, sizeof sql,
+		 "SELECT pid, application_name FROM pg_stat_activity WHERE datname = '%.*s'",
+		 (int)strcspn(name ? name + 1 : "", "?"), name ? name + 1 : "");
+	PGresult *r = PQexec(admin, sql);
+	int n = -1;
+	if (PQresultStatus(r) == PGRES_TUPLES_OK) {
+		for (n = 0; n < PQntuples(r) && n < max; n++) {
+			pid[n] = (pid_t)atoi(PQgetvalue(r, n, 0));
+			snprintf(app[n], 64, "%s", PQgetvalue(r, n, 1));
+		}
+	} else {
+		fprintf(stderr, "bench: PostgreSQL: %s: %s", sql, PQerrorMessage(admin));
+	}
+	PQclear(r);
+	return n;
+}
+
 /* ---- what the server did ---- */
 
 /* utime, stime and (with children) cutime, cstime of /proc/PID/stat in seconds. */

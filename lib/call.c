@@ -333,6 +333,12 @@ void call_run(const step_input *in, step_output *out)
 		out->retryable = 1; /* nothing was sent */
 		snprintf(out->error, sizeof out->error, "%s",
 			 c ? refused : "curl_easy_init failed");
+	} else if (in->send_by && mono_ms() >= in->send_by) {
+		/* This node was stopped or starved past its lease: another node may hold the
+		 * resource now, so nothing is sent (the call would reach it with an old token). */
+		out->retryable = 1;
+		snprintf(out->error, sizeof out->error,
+			 "not sent: this node's lease may have run out since the grant");
 	} else {
 		perform(c, in, url, &b, out);
 	}

@@ -65,6 +65,7 @@ typedef struct step_job {
 	wf_row *wf;
 	int idx, attempt;
 	int64_t token;
+	int64_t send_by; /* step_input's */
 } step_job;
 
 static int sleep_on_pool(void *ctx, int64_t ms)
@@ -94,6 +95,7 @@ static void run_step_job(void *arg, sched *pool)
 	    .sleep_ms = sleep_on_pool,
 	    .aborted = pool_aborted,
 	    .sleep_ctx = pool,
+	    .send_by = j->send_by,
 	};
 	msg *m = xcalloc(1, sizeof *m);
 	m->type = MSG_OUTCOME;
@@ -182,10 +184,11 @@ static void effects(baton_engine *e, double commit_seconds)
 {
 	/* What others wait for goes first: granted steps, then answers; the bookkeeping
 	 * below runs while they do. */
+	int64_t send_by = e->dispatches.n ? members_send_by(e) : 0;
 	for (size_t i = 0; i < e->dispatches.n; i++) {
 		dispatch *d = &e->dispatches.v[i];
 		step_job *j = xcalloc(1, sizeof *j);
-		*j = (step_job){e, d->wf, d->idx, d->attempt, d->token};
+		*j = (step_job){e, d->wf, d->idx, d->attempt, d->token, send_by};
 		sched_submit(e->pool, run_step_job, j);
 	}
 	e->dispatches.n = 0;

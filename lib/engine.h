@@ -266,6 +266,9 @@ void members_round(baton_engine *e, int64_t now);
 /* A write was refused because this node lost a partition: what it lost leaves memory.
  * BATON_OK, or the store's error when it could not tell what it holds. */
 int members_fenced(baton_engine *e, baton_error *err);
+/* When a step granted now must not send its call any more (step_input.send_by), 0 without
+ * a cluster. Engine thread. */
+int64_t members_send_by(baton_engine *e);
 /* For a 503: who drives the resource. */
 void members_who(const baton_engine *e, const char *resource, char *out, size_t n);
 

@@ -230,6 +230,9 @@ typedef struct step_input {
 	int (*sleep_ms)(void *ctx, int64_t ms); /* returns non-zero when aborted */
 	int (*aborted)(void *ctx);		/* non-zero once the engine stops */
 	void *sleep_ctx;
+	/* mono_ms() after which an HTTP call must not be sent, 0 for no limit: in a cluster,
+	 * when this node's lease may have run out and another node may run the step. */
+	int64_t send_by;
 } step_input;
 
 typedef struct step_output {

@@ -421,6 +421,18 @@ void members_round(baton_engine *e, int64_t now)
 		hand_over(e);
 }
 
+int64_t members_send_by(baton_engine *e)
+{
+	if (!e->clustered || !e->st->ops->cluster_stats)
+		return 0;
+	store_cluster_stats st;
+	e->st->ops->cluster_stats(e->st, &st);
+	/* No other node claims this node's partitions before its lease ends by the database's
+	 * clock, at least lease_ms after the renewal was sent; a tenth of the lease is left
+	 * for the machines' clocks running at slightly different rates. */
+	return mono_ms() + st.lease_left_ms - st.lease_ms / 10;
+}
+
 /* ---- reads ---- */
 
 int baton_engine_nodes(baton_engine *e, json_t **out, baton_error *err)

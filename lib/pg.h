@@ -152,6 +152,7 @@ typedef struct pg_store {
 	PGconn *w;  /* the writer's connection (engine thread) */
 	int w_lost; /* the writer's connection broke and is not back yet (logged once) */
 	char node_id[MAX_NAME + 1]; /* this node in the cluster, once joined */
+	int64_t idle_tx_ms;	    /* idle_in_transaction_session_timeout of new sessions */
 	struct pg_cluster *cluster; /* the membership thread and what it read (pg_cluster.c) */
 	int64_t lock_seq;	    /* the highest stored, at open */
 	textbuf json[2];	    /* the writer's JSON values being sent */

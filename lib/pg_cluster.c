@@ -49,11 +49,22 @@ typedef struct pg_cluster {
 	pthread_mutex_t mu;    /* guards stats and renewed_at */
 	store_cluster_stats stats;
 	int64_t renewed_at; /* mono_ms when the last renewal was sent */
+	char incarnation[33];
+	int joined; /* the row is this process's: renewals are conditional from now on */
 } pg_cluster;
 
+/* A node's row belongs to the process that joined last under its id (its incarnation): a
+ * second batond started with the same --node-id takes the row over, and the first one's
+ * next renewal finds nothing to renew and stops. */
+static const char join_sql[] =
+    "INSERT INTO nodes (id, expires, incarnation) VALUES ($1, clock_timestamp() + $2 *"
+    " interval '1 ms', $3) ON CONFLICT (id) DO UPDATE SET expires = excluded.expires,"
+    " incarnation = excluded.incarnation"
+    " RETURNING (extract(epoch FROM expires) * 1000)::bigint,"
+    " (SELECT count(*) FROM nodes WHERE expires > now() AND id <> $1) + 1";
 static const char renew_sql[] =
-    "INSERT INTO nodes (id, expires) VALUES ($1, clock_timestamp() + $2 * interval '1 ms')"
-    " ON CONFLICT (id) DO UPDATE SET expires = excluded.expires"
+    "UPDATE nodes SET expires = clock_timestamp() + $2 * interval '1 ms'"
+    " WHERE id = $1 AND incarnation = $3"
     " RETURNING (extract(epoch FROM expires) * 1000)::bigint,"
     " (SELECT count(*) FROM nodes WHERE expires > now() AND id <> $1) + 1";
 static const char read_sql[] = "SELECT id, epoch, coalesce(owner, '') FROM partitions ORDER BY id";
@@ -94,11 +105,21 @@ static int renew(pg_cluster *cl, int *live, baton_error *err)
 	pg_params p = {0};
 	pg_text(&p, cl->s->node_id);
 	pg_int(&p, cl->lease_ms);
+	pg_text(&p, cl->incarnation);
 	PGresult *r;
 	int64_t t0 = mono_ms();
-	int rc = run_ok(cl->c, renew_sql, &p, &r, err, "renewing the lease");
+	int rc =
+	    run_ok(cl->c, cl->joined ? renew_sql : join_sql, &p, &r, err, "renewing the lease");
 	if (rc)
 		return rc;
+	if (PQntuples(r) != 1) {
+		PQclear(r);
+		return err_set(err, BATON_ECONFLICT,
+			       "another batond joined as node %s; this one drives nothing more"
+			       " (give each batond its own --node-id)",
+			       cl->s->node_id);
+	}
+	cl->joined = 1;
 	*live = (int)pg_col_int(r, 0, 1);
 	pthread_mutex_lock(&cl->mu);
 	cl->stats.lease_expires_at = pg_col_int(r, 0, 0);
@@ -232,6 +253,13 @@ static void *member_main(void *arg)
 		}
 		if (rc == BATON_OK)
 			rc = tick(cl, &err);
+		if (rc == BATON_ECONFLICT) { /* replaced: everything goes, for good */
+			log_at(cl->s->log, BATON_LOG_ERROR, NULL, "%s", err.msg);
+			memset(&cl->owner, 0, sizeof cl->owner);
+			if (cl->hooks.ownership)
+				cl->hooks.ownership(cl->hooks.ud, &cl->owner);
+			break;
+		}
 		if (rc) {
 			if (!cl->lost)
 				log_at(cl->s->log, BATON_LOG_ERROR, NULL,
@@ -282,7 +310,16 @@ int pg_join(store *base, const char *node_id, int64_t lease_ms, const store_clus
 	cl->stop_pipe[0] = cl->stop_pipe[1] = -1;
 	pthread_mutex_init(&cl->mu, NULL);
 	snprintf(s->node_id, sizeof s->node_id, "%s", node_id);
+	random_id(cl->incarnation);
 	s->cluster = cl;
+	/* A session stuck in a transaction ends within a lease (pg_connect); the writer's,
+	 * opened before the join, is set here. */
+	s->idle_tx_ms = lease_ms < 60000 ? lease_ms : 60000;
+	char set[96];
+	snprintf(set, sizeof set, "SET idle_in_transaction_session_timeout = %lld",
+		 (long long)s->idle_tx_ms);
+	if (s->w && PQstatus(s->w) == CONNECTION_OK)
+		pg_exec_ok(s->w, set, NULL, "setting the session's timeout");
 	int rc =
 	    pipe(cl->stop_pipe) ? err_set(err, BATON_EINTERNAL, "cannot make a pipe") : BATON_OK;
 	if (rc == BATON_OK && !(cl->c = connect_listening(cl, err)))
@@ -338,13 +375,17 @@ void pg_leave(store *base)
 	if (cl->started && cl->c) {
 		pg_params p = {0};
 		pg_text(&p, s->node_id);
+		pg_text(&p, cl->incarnation);
+		/* Only while the row is still this process's: a batond that took the node id
+		 * over keeps what it holds. */
 		int rc = pg_exec_ok(cl->c, "BEGIN", &err, "begin");
 		if (rc == BATON_OK)
-			rc = run_ok(cl->c, "UPDATE partitions SET owner = NULL WHERE owner = $1",
-				    &p, NULL, &err, "giving partitions back");
-		if (rc == BATON_OK)
-			rc = run_ok(cl->c, "DELETE FROM nodes WHERE id = $1", &p, NULL, &err,
-				    "leaving");
+			rc = run_ok(
+			    cl->c,
+			    "WITH me AS (DELETE FROM nodes WHERE id = $1 AND incarnation = $2"
+			    " RETURNING 1) UPDATE partitions SET owner = NULL WHERE owner = $1"
+			    " AND EXISTS (SELECT 1 FROM me)",
+			    &p, NULL, &err, "giving partitions back");
 		if (rc == BATON_OK)
 			rc = pg_exec_ok(cl->c, "NOTIFY baton, 'free'; COMMIT", &err, "commit");
 		if (rc)
@@ -462,5 +503,6 @@ void pg_cluster_stats(store *base, store_cluster_stats *out)
 	pthread_mutex_lock(&cl->mu);
 	*out = cl->stats;
 	out->lease_left_ms = cl->lease_ms - (mono_ms() - cl->renewed_at);
+	out->lease_ms = cl->lease_ms;
 	pthread_mutex_unlock(&cl->mu);
 }

@@ -97,7 +97,8 @@ static const char schema_sql[] =
  */
 static const char migrate_v2_sql[] =
     "CREATE TABLE nodes (id text COLLATE \"C\" PRIMARY KEY, expires timestamptz NOT NULL,"
-    "  joined timestamptz NOT NULL DEFAULT clock_timestamp());"
+    "  joined timestamptz NOT NULL DEFAULT clock_timestamp(),"
+    "  incarnation text NOT NULL DEFAULT '');"
     "CREATE TABLE partitions (id integer PRIMARY KEY, owner text COLLATE \"C\","
     "  epoch bigint NOT NULL DEFAULT 0);"
     "INSERT INTO partitions (id) SELECT generate_series(0, 63);"
@@ -400,13 +401,15 @@ PGconn *pg_connect(pg_store *s, baton_error *err)
 		return NULL;
 	}
 	/* Durable at every commit whatever the server's default; a session the database
-	 * sees idle inside a transaction (a batond paused mid-write) is ended by it. */
-	if (pg_exec_ok(
-		c,
-		"SET synchronous_commit = on; SET idle_in_transaction_session_timeout = '60s';"
-		" SET plan_cache_mode = force_generic_plan;"
-		" SET client_min_messages = warning",
-		err, "setting up the session")) {
+	 * sees idle inside a transaction (a batond paused mid-write, which holds its
+	 * partitions' rows) is ended by it: after 60 s, or in a cluster after one lease, so
+	 * that the other nodes can take over on time. */
+	char setup[256];
+	snprintf(setup, sizeof setup,
+		 "SET synchronous_commit = on; SET idle_in_transaction_session_timeout = %lld;"
+		 " SET plan_cache_mode = force_generic_plan; SET client_min_messages = warning",
+		 (long long)(s->idle_tx_ms > 0 ? s->idle_tx_ms : 60000));
+	if (pg_exec_ok(c, setup, err, "setting up the session")) {
 		PQfinish(c);
 		return NULL;
 	}

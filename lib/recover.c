@@ -32,6 +32,11 @@ static void recover_workflow(void *ctx, wf_row *wf)
 		wf_row_free(wf); /* adopted meanwhile by this node's last round */
 		return;
 	}
+	/* Adopted from another node's submission, whose events took seqs from that node's
+	 * block: this node's next events come from a fresh block, above those, so that the
+	 * workflow's event cursor never goes back. */
+	if (rc->inbox)
+		e->event_seq = e->event_seq_end;
 	/* Requested on another node and not carried out yet: carried out here, below. */
 	int cancel = e->clustered && wf->cancel_requested;
 	if (cancel)

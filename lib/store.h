@@ -153,6 +153,7 @@ typedef struct store_cluster_stats {
 	int nodes;		  /* live, as last read */
 	int64_t lease_expires_at; /* this node's, as last renewed */
 	int64_t lease_left_ms;	  /* what is left of it now (this node's monotonic clock) */
+	int64_t lease_ms;	  /* the lease it renews */
 	uint64_t renew_failures;
 } store_cluster_stats;
 

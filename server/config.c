@@ -11,6 +11,8 @@
 #include <stdlib.h>
 #include <ctype.h>
 #include <string.h>
+#include <stdint.h>
+#include <unistd.h>
 
 static const config defaults = {
     .listen = "127.0.0.1:8080",
@@ -80,7 +82,7 @@ static void usage(FILE *f)
 		"                           resumes (BATON_STREAM_BUFFER, default %lld)\n"
 		"  --node-id ID             this node's name in a cluster on PostgreSQL, unique\n"
 		"                           among its nodes (BATON_NODE_ID, default: the host\n"
-		"                           name and a random suffix)\n"
+		"                           name and a suffix made from --listen)\n"
 		"  --lease-ms MS            how long a node's ownership lasts without renewal;\n"
 		"                           its work moves to the others that long after it\n"
 		"                           dies (BATON_LEASE_MS, default %lld)\n"
@@ -101,6 +103,32 @@ static int valid_node_id(const char *v)
 		if (!isalnum((unsigned char)v[i]) && !strchr("._-", v[i]))
 			return 0;
 	return 1;
+}
+
+/*
+ * The default --node-id: the host name and four hex digits of a hash of the host name and
+ * --listen. It is the same each time this batond starts, so that a node restarted after a
+ * crash takes back its own partitions at once (a new name would wait for the old one's
+ * lease to run out), and differs between nodes that share a host on different addresses.
+ */
+static void default_node_id(config *c)
+{
+	char host[48] = "";
+	if (gethostname(host, sizeof host) != 0)
+		host[0] = 0;
+	host[sizeof host - 1] = 0;
+	size_t k = 0;
+	for (size_t i = 0; host[i]; i++)
+		if (isalnum((unsigned char)host[i]) || strchr("._-", host[i]))
+			host[k++] = host[i];
+	host[k] = 0;
+	uint32_t h = 2166136261u; /* FNV-1a */
+	for (const char *p = host; *p; p++)
+		h = (h ^ (unsigned char)*p) * 16777619u;
+	for (const char *p = c->listen; *p; p++)
+		h = (h ^ (unsigned char)*p) * 16777619u;
+	snprintf(c->node_id, sizeof c->node_id, "%s-%04x", host[0] ? host : "node",
+		 (unsigned)(h & 0xffff));
 }
 
 static int parse_int(const char *what, const char *s, long lo, long hi, long *out)
@@ -503,5 +531,7 @@ int config_load(config *c, int argc, char **argv)
 		fprintf(stderr, "batond: unexpected argument \"%s\"\n", argv[optind]);
 		return -1;
 	}
+	if (!c->node_id[0])
+		default_node_id(c);
 	return 0;
 }

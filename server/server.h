@@ -39,7 +39,7 @@ typedef struct config {
 	char token[512]; /* empty: no access control */
 	int log_json;
 	int idle_resources;	 /* free resources kept in memory */
-	char node_id[65];	 /* "" : the host name and a random suffix */
+	char node_id[65];	 /* default: the host name and a suffix from listen */
 	int64_t lease_ms;	 /* a cluster node's lease */
 	long long cache_bytes;	 /* finished workflows' text in memory; 0: no cache */
 	long long stream_buffer; /* bytes one event stream buffers at most */

@@ -281,7 +281,7 @@ static void test_pg_password_never_shown(void **state)
 }
 
 /* Starts batond on url with its output in log (an open file); returns its pid. */
-static pid_t spawn_batond(const char *url, int log)
+static pid_t spawn_batond(const char *url, const char *node_id, int log)
 {
 	pid_t pid = fork();
 	assert_true(pid >= 0);
@@ -289,7 +289,7 @@ static pid_t spawn_batond(const char *url, int log)
 		dup2(log, 1);
 		dup2(log, 2);
 		execl(getenv("BATOND"), "batond", "--listen", "127.0.0.1:0", "--db", url,
-		      (char *)NULL);
+		      "--node-id", node_id, (char *)NULL);
 		_exit(127);
 	}
 	return pid;
@@ -306,8 +306,20 @@ static int reap(pid_t pid, int timeout_ms, int *status)
 	return -1;
 }
 
+/* Whether the log file at path holds text. */
+static int log_has(const char *path, const char *text)
+{
+	char buf[8192];
+	FILE *f = fopen(path, "r");
+	size_t n = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
+	buf[n] = 0;
+	if (f)
+		fclose(f);
+	return strstr(buf, text) != NULL;
+}
+
 /* Two batonds starting at once on an empty database: the schema is made once (under the
- * migration lock), one serves and the other says the database is in use. */
+ * migration lock), and both serve, as the two nodes of one cluster. */
 static void test_pg_two_start_on_empty_database(void **state)
 {
 	PG_ONLY();
@@ -323,43 +335,37 @@ static void test_pg_two_start_on_empty_database(void **state)
 		assert_true(fd[i] >= 0);
 	}
 	for (int i = 0; i < 2; i++)
-		pid[i] = spawn_batond(url, fd[i]);
-	/* One of them exits: the one that found the other holding the database. */
-	int status = 0, exited = -1;
+		pid[i] = spawn_batond(url, i ? "two-b" : "two-a", fd[i]);
+	int status = 0, exited = -1, listening = 0;
 	int64_t end = hs_mono_ms() + WAIT_MS;
-	while (exited < 0 && hs_mono_ms() < end) {
-		for (int i = 0; i < 2 && exited < 0; i++)
+	while (exited < 0 && listening < 2 && hs_mono_ms() < end) {
+		listening = 0;
+		for (int i = 0; i < 2 && exited < 0; i++) {
 			if (waitpid(pid[i], &status, WNOHANG) == pid[i])
 				exited = i;
+			listening += log_has(logs[i], "listening on");
+		}
 		hs_pause_ms(20);
 	}
-	int other = 1 - exited;
-	int other_status = 0;
-	int other_gone = exited >= 0 ? reap(pid[other], 2000, &other_status) == 0 : 1;
+	long long nodes = exited < 0 ? atoll(sql_on(db, "SELECT count(*) FROM nodes")) : -1;
+	int clean = 1;
 	for (int i = 0; i < 2; i++)
-		if (exited != i && !(i == other && other_gone)) {
+		if (exited != i) {
 			kill(pid[i], SIGTERM);
-			reap(pid[i], 30000, &other_status);
+			clean &= reap(pid[i], 30000, &status) == 0 && WIFEXITED(status) &&
+				 WEXITSTATUS(status) == 0;
 		}
-	char text[4096] = "";
-	if (exited >= 0) {
-		FILE *f = fopen(logs[exited], "r");
-		size_t n = f ? fread(text, 1, sizeof text - 1, f) : 0;
-		text[n] = 0;
-		if (f)
-			fclose(f);
-	}
 	for (int i = 0; i < 2; i++) {
 		close(fd[i]);
 		unlink(logs[i]);
 	}
-	assert_true(exited >= 0);
-	assert_false(other_gone); /* the other one served until told to stop */
-	assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 1);
-	assert_non_null(strstr(text, "in use by another batond"));
+	assert_int_equal(exited, -1);
+	assert_int_equal(listening, 2);
+	assert_int_equal(nodes, 2);
+	assert_true(clean);
 	assert_string_equal(sql_on(db, "SELECT count(*) FROM baton_meta WHERE key = 'schema'"),
 			    "1");
-	assert_string_equal(sql_on(db, "SELECT value FROM baton_meta WHERE key = 'schema'"), "2");
+	assert_string_equal(sql_on(db, "SELECT value FROM baton_meta WHERE key = 'schema'"), "3");
 	drop_database(db);
 }
 
@@ -386,7 +392,7 @@ static char *fixture(const char *name)
 
 /*
  * A database of schema 1, left by the batond of that schema killed while a step ran
- * (fixtures/pg-schema-v1.sql), opened by this batond: migrated to schema 2 in place, the
+ * (fixtures/pg-schema-v1.sql), opened by this batond: migrated to schema 3 in place, the
  * finished workflow left as it was, the interrupted step run again as attempt 2 with a
  * higher token, the waiter after it, every step once.
  */
@@ -404,7 +410,7 @@ static void test_pg_schema_1_migrates(void **state)
 	const char *args[] = {"--db", url, NULL};
 	hs_server *s = hs_open(args);
 	assert_non_null(s);
-	assert_string_equal(sql_on(db, "SELECT value FROM baton_meta WHERE key = 'schema'"), "2");
+	assert_string_equal(sql_on(db, "SELECT value FROM baton_meta WHERE key = 'schema'"), "3");
 	assert_string_equal(
 	    sql_on(db, "SELECT count(*) FROM pg_proc WHERE proname = 'baton_check_epoch'"), "0");
 	json_t *done = hs_get_workflow(s, "v1-done");
@@ -435,6 +441,9 @@ static void test_pg_newer_schema_refused(void **state)
 	assert_int_equal(hs_stop(s), 0);
 	const char *url = hs_db_url(s);
 	const char *db = strrchr(url, '/') + 1;
+	char was[32];
+	snprintf(was, sizeof was, "%s",
+		 sql_on(db, "SELECT value FROM baton_meta WHERE key = 'schema'"));
 	sql_on(db, "UPDATE baton_meta SET value = 99 WHERE key = 'schema'");
 	char out[4096];
 	const char *args[] = {"--listen", "127.0.0.1:0", "--db", url, NULL};
@@ -443,7 +452,10 @@ static void test_pg_newer_schema_refused(void **state)
 	assert_int_equal(WEXITSTATUS(st), 1);
 	assert_non_null(strstr(out, "schema version 99"));
 	assert_string_equal(sql_on(db, "SELECT value FROM baton_meta WHERE key = 'schema'"), "99");
-	sql_on(db, "UPDATE baton_meta SET value = 2 WHERE key = 'schema'");
+	char restore[96];
+	snprintf(restore, sizeof restore, "UPDATE baton_meta SET value = %s WHERE key = 'schema'",
+		 was);
+	sql_on(db, restore);
 	assert_int_equal(hs_start(s), 0);
 }
 
