@@ -113,9 +113,13 @@ static void cluster_up(ctx *c, int lease_ms, const char *const *extra)
 		args[k++] = extra[i];
 	args[k] = NULL;
 	assert_int_equal(cl_open(&c->cl, NODES, lease_ms, args), 0);
-	if (!cl_wait_balanced(&c->cl, 0, ALL_NODES, WAIT_MS)) {
+	/* A node learns of a join at its next renewal (every third of the lease), and a
+	 * partition handed back whose hint was missed waits for the next one: so the bound
+	 * grows with the lease (about 20 s of waiting with a 60 s lease). */
+	int balance_ms = WAIT_MS + lease_ms;
+	if (!cl_wait_balanced(&c->cl, 0, ALL_NODES, balance_ms)) {
 		dump_nodes(c, 0);
-		fail_msg("the three nodes did not share the partitions within %d ms", WAIT_MS);
+		fail_msg("the three nodes did not share the partitions within %d ms", balance_ms);
 	}
 	unsigned long long used = 0;
 	for (int r = 0; r < NRES; r++) {
@@ -215,19 +219,34 @@ static int attempt_of(const fragile_record *rec)
  * attempt with that token); every step of every workflow on r completed, its
  * Idempotency-Key applied exactly once, with the token of its last request and as many
  * attempts as grants. With `once`, nothing ran twice: one request per step, attempt 1.
+ * With `stale_refused`, the resource may have seen stale tokens (from a node that was
+ * paused past its lease), provided it refused them: then only the requests it accepted
+ * must carry growing tokens.
  */
-static void assert_resource(const ctx *c, int r, int via, bool once)
+static void check_resource(const ctx *c, int r, int via, bool once, bool stale_refused)
 {
-	calls_assert_sound(c->res[r]);
+	fragile_stats sound;
+	fragile_get_stats(c->res[r], &sound);
+	if (!stale_refused)
+		calls_assert_sound(c->res[r]);
+	else if (sound.overlaps || sound.bad)
+		fail_msg("%s: %zu overlaps, %zu bad requests", c->name[r], sound.overlaps,
+			 sound.bad);
 	size_t n;
 	fragile_record *rec = fragile_records(c->res[r], &n);
 	size_t keys = 0;
+	long long high = -1;
 	for (size_t i = 0; i < n; i++) {
-		if (i > 0 && rec[i].token <= rec[i - 1].token) {
+		if (rec[i].outcome == FRAGILE_STALE) {
+			assert_int_equal(rec[i].status, 409); /* refused: only with stale_refused */
+			continue;
+		}
+		if (rec[i].token <= high) {
 			calls_dump_records(rec, n);
 			fail_msg("%s: request %zu carries token %lld after %lld", c->name[r], i,
-				 rec[i].token, rec[i - 1].token);
+				 rec[i].token, high);
 		}
+		high = rec[i].token;
 		if (i > 0 && rec[i].arrived_ms < rec[i - 1].finished_ms) {
 			calls_dump_records(rec, n);
 			fail_msg("%s: request %zu arrived before request %zu was over", c->name[r],
@@ -256,6 +275,8 @@ static void assert_resource(const ctx *c, int r, int via, bool once)
 					continue;
 				requests++;
 				applied += rec[i].applied;
+				if (rec[i].outcome == FRAGILE_STALE)
+					continue; /* refused, see above */
 				last = &rec[i];
 				json_t *grant =
 				    hs_event_find(events, "lock_acquired", s, attempt_of(&rec[i]));
@@ -294,6 +315,11 @@ static void assert_resource(const ctx *c, int r, int via, bool once)
 	if (st.applied != keys)
 		fail_msg("%s: %zu operations applied, %zu steps", c->name[r], st.applied, keys);
 	fragile_records_free(rec, n);
+}
+
+static void assert_resource(const ctx *c, int r, int via, bool once)
+{
+	check_resource(c, r, via, once, false);
 }
 
 static void assert_all_resources(const ctx *c, int via, const bool once[NRES])
@@ -422,8 +448,9 @@ static bool lost_some(void *arg)
 /*
  * node1 is paused (SIGSTOP) while resource 0 holds one of its calls, and stays paused
  * until node0 no longer lists it and resource 0's partition has another owner, which runs
- * the step again; then it resumes (SIGCONT). Resource 0 saw no overlap and no stale token
- * (the resumed node sent nothing for what it lost); the resumed node noticed (its
+ * the step again; then it resumes (SIGCONT). The resources saw no overlap and accepted
+ * no stale token (what the resumed node may still send for what it lost is refused); the
+ * step answered while node1 was paused was applied once; the resumed node noticed (its
  * partitions_lost counter) and goes on serving requests, a new submission included; every
  * workflow completes.
  */
@@ -458,8 +485,9 @@ static void test_pause_past_lease(void **state)
 	submit(c, 1, "pause-after", 0, 2);
 	submit(c, 1, "pause-after-2", 2, 2);
 	wait_all_completed(c, 1, hs_mono_ms() + 2 * WAIT_MS, "after node1 resumed");
-	static const bool once[NRES] = {false, true, true, false};
-	assert_all_resources(c, 1, once);
+	/* What node1 drove may have seen a stale token from it after it resumed, refused. */
+	for (int r = 0; r < NRES; r++)
+		check_resource(c, r, 1, c->owner[r] != 1, c->owner[r] == 1);
 	fragile_stats st;
 	fragile_get_stats(c->res[0], &st);
 	assert_true(st.duplicates >= 1); /* the step answered while node1 was paused */
