@@ -776,13 +776,30 @@ static void read_on(const hs_server *s, const char *id, cursor *cur)
 	}
 }
 
+/* A client that read live's stream up to its fourth event resumes on node1 (which does
+ * not drive it either) with Last-Event-ID: it gets exactly the rest. */
+static void resume_elsewhere(CURLM *m, const hs_server *s, const json_t *full)
+{
+	assert_true(json_array_size(full) > 4);
+	char hdr[64];
+	snprintf(hdr, sizeof hdr, "Last-Event-ID: %lld",
+		 (long long)hs_int(json_array_get(full, 3), "seq"));
+	const char *const headers[] = {SSE_ACCEPT, hdr, NULL};
+	sse *st = sse_open(m, s, "/workflows/live/events", headers);
+	if (!sse_pump_until(m, sse_is_done, st, WAIT_MS))
+		fail_msg("the resumed stream on node1 did not end (%zu events)", sse_count(st));
+	sse_assert_ok(st, "live resumed on node1");
+	sse_assert_is(st, full, 4, "live resumed on node1");
+	sse_close(m, st);
+}
+
 /*
  * Workflows on resources driven by node0 (live) and node1 (six), read while they run by a
  * reader on node2, which drives none of them, with ?after=SEQ paging (3 events a page):
  * each workflow's events arrive exactly once and in order, the same as its full history
  * read at the end on node2 and on its driver. A stream opened on node2 for a workflow
  * that node0 runs shows each step's grant live, while the step's call is still held, and
- * holds the full history.
+ * holds the full history; resumed on node1 with Last-Event-ID, it gets exactly the rest.
  */
 static void test_event_cursors_across_nodes(void **state)
 {
@@ -852,8 +869,10 @@ static void test_event_cursors_across_nodes(void **state)
 				 json_dumps(cur[w].got, JSON_COMPACT),
 				 json_dumps(full, JSON_COMPACT));
 		assert_true(json_equal(full, driver));
-		if (strcmp(id, "live") == 0)
+		if (strcmp(id, "live") == 0) {
 			sse_assert_is(live, full, 0, "node2's stream of live");
+			resume_elsewhere(m, c->cl.node[1], full);
+		}
 		json_decref(full);
 		json_decref(driver);
 		json_decref(cur[w].got);
