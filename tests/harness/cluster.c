@@ -1,0 +1,196 @@
+/*
+ * cluster.c - several batond nodes on one PostgreSQL database (see cluster.h).
+ */
+#include "cluster.h"
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+
+#define MAX_EXTRA 12
+
+int cl_open(cluster *c, int n, int lease_ms, const char *const *extra)
+{
+	memset(c, 0, sizeof *c);
+	if (n < 1 || n > CL_MAX_NODES) {
+		fprintf(stderr, "cluster: %d nodes asked, 1 to %d possible\n", n, CL_MAX_NODES);
+		return -1;
+	}
+	c->lease_ms = lease_ms;
+	char lease[16];
+	snprintf(lease, sizeof lease, "%d", lease_ms);
+	for (int i = 0; i < n; i++) {
+		snprintf(c->id[i], sizeof c->id[i], "node%d", i);
+		const char *args[5 + MAX_EXTRA] = {"--node-id", c->id[i], "--lease-ms", lease};
+		int k = 4;
+		for (int j = 0; extra && extra[j]; j++) {
+			if (j == MAX_EXTRA) {
+				fprintf(stderr, "cluster: more than %d extra arguments\n",
+					MAX_EXTRA);
+				cl_close(c);
+				return -1;
+			}
+			args[k++] = extra[j];
+		}
+		args[k] = NULL;
+		c->node[i] = i == 0 ? hs_open(args) : hs_open_node(c->node[0], args);
+		c->n = i + 1;
+		if (!c->node[i]) {
+			fprintf(stderr, "cluster: node %d did not start\n", i);
+			cl_close(c);
+			return -1;
+		}
+	}
+	return 0;
+}
+
+int cl_close(cluster *c)
+{
+	int rc = 0;
+	for (int i = 0; i < c->n; i++)
+		if (c->node[i])
+			hs_signal(c->node[i], SIGCONT);
+	for (int i = c->n - 1; i >= 0; i--) {
+		if (hs_close(c->node[i]) != 0) {
+			fprintf(stderr, "cluster: closing node %d (%s) failed\n", i, c->id[i]);
+			rc = -1;
+		}
+		c->node[i] = NULL;
+	}
+	c->n = 0;
+	return rc;
+}
+
+int cl_index(const cluster *c, const char *id)
+{
+	for (int i = 0; id && i < c->n; i++)
+		if (strcmp(c->id[i], id) == 0)
+			return i;
+	return -1;
+}
+
+int cl_part_of(const char *resource)
+{
+	uint32_t h = 2166136261u;
+	for (const unsigned char *p = (const unsigned char *)resource; *p; p++) {
+		h ^= *p;
+		h *= 16777619u;
+	}
+	return (int)(h % CL_PARTS);
+}
+
+/* The database is node 0's; its URL stays usable after node 0 was killed or stopped. */
+static long long db_value(const cluster *c, const char *sql)
+{
+	return c->node[0] ? hs_db_count(c->node[0], sql) : -1;
+}
+
+int cl_part_owner(const cluster *c, int p)
+{
+	char sql[512];
+	int len = snprintf(sql, sizeof sql, "SELECT COALESCE((SELECT CASE owner");
+	for (int i = 0; i < c->n; i++)
+		len += snprintf(sql + len, sizeof sql - (size_t)len, " WHEN '%s' THEN %d", c->id[i],
+				i);
+	snprintf(sql + len, sizeof sql - (size_t)len,
+		 " ELSE 1000 END FROM partitions WHERE id = %d), 1000)", p);
+	long long v = db_value(c, sql);
+	if (v < 0)
+		return -2;
+	return v == 1000 ? -1 : (int)v;
+}
+
+int cl_free_parts(const cluster *c)
+{
+	return (int)db_value(c, "SELECT count(*) FROM partitions WHERE owner IS NULL");
+}
+
+/* GET /nodes on node `via`; NULL when it did not answer 200 with a "nodes" array. */
+static json_t *nodes_of(const cluster *c, int via)
+{
+	hs_response r;
+	json_t *nodes = NULL;
+	if (hs_get(c->node[via], "/nodes", &r) == 0 && r.status == 200 &&
+	    json_is_array(json_object_get(r.json, "nodes")))
+		nodes = json_incref(json_object_get(r.json, "nodes"));
+	hs_response_fini(&r);
+	return nodes;
+}
+
+bool cl_balanced(const cluster *c, int via, unsigned live)
+{
+	json_t *nodes = nodes_of(c, via);
+	if (!nodes)
+		return false;
+	int want = __builtin_popcount(live), share = (CL_PARTS + want - 1) / want, sum = 0;
+	unsigned seen = 0;
+	bool ok = (int)json_array_size(nodes) == want;
+	size_t i;
+	json_t *n;
+	json_array_foreach(nodes, i, n)
+	{
+		int who = cl_index(c, json_string_value(json_object_get(n, "id")));
+		json_int_t parts = json_integer_value(json_object_get(n, "partitions"));
+		if (who < 0 || !(live >> who & 1) || parts < 1 || parts > share)
+			ok = false;
+		else
+			seen |= 1u << who;
+		sum += (int)parts;
+	}
+	json_decref(nodes);
+	return ok && seen == live && sum == CL_PARTS && cl_free_parts(c) == 0;
+}
+
+bool cl_wait_balanced(const cluster *c, int via, unsigned live, int timeout_ms)
+{
+	int64_t deadline = hs_mono_ms() + timeout_ms;
+	while (!cl_balanced(c, via, live)) {
+		if (hs_mono_ms() >= deadline)
+			return false;
+		hs_pause_ms(50);
+	}
+	return true;
+}
+
+bool cl_lists(const cluster *c, int via, int who)
+{
+	json_t *nodes = nodes_of(c, via);
+	bool found = false;
+	size_t i;
+	json_t *n;
+	json_array_foreach(nodes, i, n)
+	{
+		if (cl_index(c, json_string_value(json_object_get(n, "id"))) == who)
+			found = true;
+	}
+	json_decref(nodes);
+	return found;
+}
+
+void cl_pick_resource(const cluster *c, int owner, const char *prefix, unsigned long long *avoid,
+		      char *out, size_t size)
+{
+	int owners[CL_PARTS];
+	for (int p = 0; p < CL_PARTS; p++)
+		owners[p] = -3; /* not read yet */
+	for (int k = 0; k < 10000; k++) {
+		snprintf(out, size, "%s-%d", prefix, k);
+		int p = cl_part_of(out);
+		if (avoid && (*avoid >> p & 1))
+			continue;
+		if (owners[p] == -3)
+			owners[p] = cl_part_owner(c, p);
+		if (owners[p] == owner) {
+			if (avoid)
+				*avoid |= 1ull << p;
+			return;
+		}
+	}
+	fail_msg("no resource %s-K below 10000 is in a partition of %s", prefix, c->id[owner]);
+}
