@@ -50,7 +50,8 @@ typedef struct pg_cluster {
 	store_cluster_stats stats;
 	int64_t renewed_at; /* mono_ms when the last renewal was sent */
 	char incarnation[33];
-	int joined; /* the row is this process's: renewals are conditional from now on */
+	int free_parts; /* partitions with no owner, as last read */
+	int joined;	/* the row is this process's: renewals are conditional from now on */
 } pg_cluster;
 
 /* A node's row belongs to the process that joined last under its id (its incarnation): a
@@ -137,7 +138,9 @@ static int read_owners(pg_cluster *cl, baton_error *err)
 	if (rc)
 		return rc;
 	memset(cl->owner.epoch, 0, sizeof cl->owner.epoch);
+	cl->free_parts = 0;
 	for (int i = 0; i < PQntuples(r); i++) {
+		cl->free_parts += PQgetvalue(r, i, 2)[0] == 0;
 		int id = (int)pg_col_int(r, i, 0);
 		if (id < 0 || id >= PARTS)
 			continue;
@@ -208,8 +211,31 @@ static PGconn *connect_listening(pg_cluster *cl, baton_error *err)
 
 /* Waits up to ms for a hint or the stop; 1 when the thread must stop. *now_due: a hint
  * said partitions are free. */
+/* Acts on the hints libpq has read; *now_due: one said that shares change ("free": a node
+ * gave partitions up; "join": a node joined, so the others' shares shrink). */
+static void take_hints(pg_cluster *cl, int *now_due)
+{
+	PGnotify *n;
+	while ((n = PQnotifies(cl->c)) != NULL) {
+		if (strcmp(n->extra, "free") == 0 || strcmp(n->extra, "join") == 0) {
+			*now_due = 1;
+		} else if (n->extra[0] == 'p') {
+			int part = atoi(n->extra + 1);
+			if (part >= 0 && part < PARTS && cl->owner.epoch[part] && cl->hooks.inbox)
+				cl->hooks.inbox(cl->hooks.ud);
+		}
+		PQfreemem(n);
+	}
+}
+
 static int wait_hints(pg_cluster *cl, int64_t ms, int *now_due)
 {
+	/* Hints that arrived with the answers of the last round's statements are already
+	 * read: the socket would not wake for them. */
+	if (cl->c)
+		take_hints(cl, now_due);
+	if (*now_due)
+		return 0;
 	struct pollfd fds[2] = {{cl->stop_pipe[0], POLLIN, 0}, {-1, POLLIN, 0}};
 	int sock = cl->c ? PQsocket(cl->c) : -1;
 	fds[1].fd = sock;
@@ -223,17 +249,7 @@ static int wait_hints(pg_cluster *cl, int64_t ms, int *now_due)
 		cl->c = NULL;
 		return 0;
 	}
-	PGnotify *n;
-	while ((n = PQnotifies(cl->c)) != NULL) {
-		if (strcmp(n->extra, "free") == 0) {
-			*now_due = 1;
-		} else if (n->extra[0] == 'p') {
-			int part = atoi(n->extra + 1);
-			if (part >= 0 && part < PARTS && cl->owner.epoch[part] && cl->hooks.inbox)
-				cl->hooks.inbox(cl->hooks.ud);
-		}
-		PQfreemem(n);
-	}
+	take_hints(cl, now_due);
 	return 0;
 }
 
@@ -288,7 +304,11 @@ static void *member_main(void *arg)
 		cl->backoff_ms = 0;
 		if (cl->hooks.ownership)
 			cl->hooks.ownership(cl->hooks.ud, &cl->owner);
-		int64_t next = mono_ms() + period;
+		/* Below its share, a node looks again soon: the partitions it lacks are being
+		 * handed over by nodes above theirs (free ones were seen), and a hint that says
+		 * so may be lost. */
+		int soon = held(cl) < cl->owner.want && cl->free_parts > 0 && period > 1000;
+		int64_t next = mono_ms() + (soon ? 1000 : period);
 		int due = 0, stop = 0;
 		while (!due && cl->c && !(stop = wait_hints(cl, next - mono_ms(), &due)) &&
 		       mono_ms() < next)
@@ -336,6 +356,8 @@ int pg_join(store *base, const char *node_id, int64_t lease_ms, const store_clus
 			    NULL, err, "taking back partitions");
 	if (rc == BATON_OK)
 		rc = tick(cl, err);
+	if (rc == BATON_OK) /* the others' shares shrink: they hand over now, not at their tick */
+		pg_exec_ok(cl->c, "NOTIFY baton, 'join'", NULL, "announcing the join");
 	if (rc == BATON_OK)
 		memcpy(epochs, cl->owner.epoch, sizeof cl->owner.epoch);
 	if (rc == BATON_OK && pthread_create(&cl->thread, NULL, member_main, cl) != 0)
