@@ -140,7 +140,7 @@ torture: $(BATOND) $(TORTURE_BIN)
 	@BATOND=$(abspath $(BATOND)) TORTURE_KILLS=$(TORTURE_KILLS) \
 	  TORTURE_ROUNDS=$(TORTURE_ROUNDS) STORE=$(STORE) sh scripts/test-stores.sh -- ./$(TORTURE_BIN)
 torture-ci: $(BATOND) $(TORTURE_BIN)
-	@BATOND=$(abspath $(BATOND)) TORTURE_KILLS=20 TORTURE_ROUNDS=12 STORE=$(STORE) \
+	@BATOND=$(abspath $(BATOND)) TORTURE_KILLS=20 TORTURE_ROUNDS=20 STORE=$(STORE) \
 	  sh scripts/test-stores.sh -- ./$(TORTURE_BIN)
 
 # Benchmarks (bench/README.md): each figure beside its floor measured in the same run.

@@ -28,7 +28,8 @@
  * counts the checks of both.
  *
  * Usage: torture [KILLS]   (or TORTURE_KILLS; default 20). TORTURE_ROUNDS: the cluster's
- * fault rounds (default 16; 0: no cluster). TORTURE_SEED=N repeats the workload, the
+ * fault rounds (default 16; 0: no cluster); TORTURE_FAULTS: which faults it draws ("kill",
+ * "stop", "term" or a list of them; default all). TORTURE_SEED=N repeats the workload, the
  * scripts, the kill delays and the cluster's choice of faults (the interleaving still
  * varies).
  * TORTURE_TIMEOUTS=1 adds answers slower than the calls' timeout (see the note at

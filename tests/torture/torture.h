@@ -93,6 +93,7 @@ typedef struct run {
 	atomic_int node_port[NNODES];
 	char node_id[NNODES][32];
 	int faults[3];		  /* rounds done: SIGKILL, SIGSTOP past the lease, SIGTERM */
+	unsigned fault_mask;	  /* the kinds drawn (TORTURE_FAULTS), a bit each as above */
 	int term_bad;		  /* SIGTERMs that did not end in exit status 0 */
 	int stop_waits_timed_out; /* SIGSTOPs after which the lease did not visibly expire */
 	int64_t stop_max_ms;	  /* longest SIGSTOP */
