@@ -40,6 +40,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define CLUSTER_LEASE_MS "1500"
 #define SETTLE_MS	 3000  /* for the resources to finish with a killed node */
@@ -623,15 +624,23 @@ void cluster_torture(uint64_t seed, int rounds, int *passed, int *failed)
 	    {.name = "10. cluster: all nodes live at the end, every partition owned, fair shares"},
 	};
 	r.fault_mask = parse_faults();
+	struct timespec real;
+	clock_gettime(CLOCK_REALTIME, &real);
+	r.real_offset = (int64_t)real.tv_sec * 1000 + real.tv_nsec / 1000000 - mono_ms();
 	r.killed_at = calloc((size_t)rounds, sizeof *r.killed_at);
 	r.up_at = calloc((size_t)rounds, sizeof *r.up_at);
 	r.fault_what = calloc((size_t)rounds, sizeof *r.fault_what);
 	pthread_mutex_init(&r.mu, NULL);
+	char kinds[32] = "";
+	static const char *const names[] = {"SIGKILL", "SIGSTOP", "SIGTERM"};
+	for (int k = 0; k < 3; k++)
+		if (r.fault_mask >> k & 1)
+			snprintf(kinds + strlen(kinds), sizeof kinds - strlen(kinds), "%s%s",
+				 kinds[0] ? " " : "", names[k]);
 	printf("torture: cluster of %d nodes (--lease-ms %s), seed %llu (TORTURE_SEED=%llu"
-	       " repeats it), %d rounds of faults (%s%s%s)\n",
+	       " repeats it), %d rounds of faults (%s)\n",
 	       NNODES, CLUSTER_LEASE_MS, (unsigned long long)seed, (unsigned long long)seed, rounds,
-	       r.fault_mask & 1 ? "SIGKILL " : "", r.fault_mask & 2 ? "SIGSTOP " : "",
-	       r.fault_mask & 4 ? "SIGTERM" : "");
+	       kinds);
 	if (open_cluster(&r, &checks[6]) != 0) {
 		violation(&checks[6], "the cluster could not be set up");
 	} else {

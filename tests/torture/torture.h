@@ -83,6 +83,7 @@ typedef struct run {
 	int kills_done, restarts_failed, settle_waits, settle_timeouts;
 	int db_restarts;	    /* PostgreSQL restarted under the running batond */
 	int64_t t0;		    /* CLOCK_MONOTONIC ms at the start, as fragile's times */
+	int64_t real_offset;	    /* cluster: CLOCK_REALTIME - CLOCK_MONOTONIC, ms */
 	int64_t *killed_at, *up_at; /* per kill: SIGKILL sent, batond listening again */
 	int64_t settle_max_ms;
 	/* The cluster torture (cluster.c): nodes > 0. srv is node[0], whose database the
