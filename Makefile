@@ -123,10 +123,13 @@ $(OLDCURL): tests/http/oldcurl.c | $(DEPS_STAMP)
 	$(CC) -std=c11 $(WARN) -g -fPIC -shared -Wl,-soname,libcurl.so.4 $(PKG_CFLAGS) $< -o $@
 $(BUILD)/tests/http/test_call_policy: | $(OLDCURL)
 
-# Crash torture: many workflows while batond is SIGKILLed and restarted at random moments.
-TORTURE_SRC   := $(wildcard tests/torture/*.c)
-TORTURE_BIN   := $(BUILD)/tests/torture/torture
-TORTURE_KILLS ?= 200
+# Crash torture: many workflows while batond is SIGKILLed and restarted at random moments;
+# on PostgreSQL then a cluster of 3 nodes, one of them SIGKILLed, SIGSTOPped past its lease
+# or SIGTERMed each round (TORTURE_ROUNDS). TORTURE_SEED=N replays a run's workload.
+TORTURE_SRC    := $(wildcard tests/torture/*.c)
+TORTURE_BIN    := $(BUILD)/tests/torture/torture
+TORTURE_KILLS  ?= 200
+TORTURE_ROUNDS ?= 60
 # Which stores the HTTP suites and the torture run on: sqlite, postgres or both
 # (scripts/test-stores.sh starts and stops the PostgreSQL server).
 STORE ?= both
@@ -134,10 +137,10 @@ $(TORTURE_BIN): $(call obj,$(TORTURE_SRC)) $(call obj,$(HARNESS_SRC) $(COMMON_SR
 	@mkdir -p $(@D)
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(LIBS_ALL) $(PQ_LIBS) $(CMOCKA_LIBS)
 torture: $(BATOND) $(TORTURE_BIN)
-	@BATOND=$(abspath $(BATOND)) TORTURE_KILLS=$(TORTURE_KILLS) STORE=$(STORE) \
-	  sh scripts/test-stores.sh -- ./$(TORTURE_BIN)
+	@BATOND=$(abspath $(BATOND)) TORTURE_KILLS=$(TORTURE_KILLS) \
+	  TORTURE_ROUNDS=$(TORTURE_ROUNDS) STORE=$(STORE) sh scripts/test-stores.sh -- ./$(TORTURE_BIN)
 torture-ci: $(BATOND) $(TORTURE_BIN)
-	@BATOND=$(abspath $(BATOND)) TORTURE_KILLS=20 STORE=$(STORE) \
+	@BATOND=$(abspath $(BATOND)) TORTURE_KILLS=20 TORTURE_ROUNDS=20 STORE=$(STORE) \
 	  sh scripts/test-stores.sh -- ./$(TORTURE_BIN)
 
 # Benchmarks (bench/README.md): each figure beside its floor measured in the same run.

@@ -34,7 +34,8 @@ void violation(check *c, const char *fmt, ...)
 
 const char *res_name(int i)
 {
-	static const char *const names[NRES] = {"torture-0", "torture-1", "torture-2"};
+	static const char *const names[NRES] = {"torture-0", "torture-1", "torture-2",
+						"torture-3", "torture-4", "torture-5"};
 	return names[i];
 }
 
@@ -138,6 +139,40 @@ static size_t first_with_key(fragile_record **v, size_t n, const char *key)
 	return lo;
 }
 
+/* When the history shows attempt `attempt` of `step` interrupted (its node lost the
+ * resource: killed, or stopped past its lease; another attempt took over): the time of
+ * that event (ms since the epoch). 0 when it was not. */
+static int64_t interrupted(const wf *w, int step, int attempt)
+{
+	for (size_t k = 0; k < w->nev; k++)
+		if (w->ev[k].type == E_INT && w->ev[k].step == step && w->ev[k].attempt == attempt)
+			return w->ev[k].ts > 0 ? w->ev[k].ts : 1;
+	return 0;
+}
+
+/* In the cluster, a call the resource refused (stale token, overlap) that came from an
+ * attempt taken over meanwhile: the node that lost the resource made it late, and it
+ * changed nothing. check_resources judges it; the per-step order leaves it out. */
+static int refused_late(const run *r, const wf *w, int s, const fragile_record *rec)
+{
+	return r->nodes && (rec->outcome == FRAGILE_STALE || rec->outcome == FRAGILE_OVERLAP) &&
+	       rec->attempt && interrupted(w, s, atoi(rec->attempt)) != 0;
+}
+
+/* In the cluster, a call the resource accepted from an attempt that had been taken over
+ * when it arrived (more than TS_SLACK_MS after the step_interrupted event): the node that
+ * lost the resource called before the new holder did, so its token was still the
+ * highest the resource had seen. Fencing cannot refuse such a call; the Idempotency-Key
+ * makes the new holder's call of the same step a duplicate. Counted, not a violation. */
+static int accepted_late(const run *r, const wf *w, int s, const fragile_record *rec)
+{
+	if (!r->nodes || !rec->attempt || rec->outcome == FRAGILE_STALE ||
+	    rec->outcome == FRAGILE_OVERLAP || rec->outcome == FRAGILE_BAD)
+		return 0;
+	int64_t cut = interrupted(w, s, atoi(rec->attempt));
+	return cut > 0 && rec->arrived_ms + r->real_offset > cut + TS_SLACK_MS;
+}
+
 static int64_t granted_token(const wf *w, int step, int attempt)
 {
 	for (size_t k = 0; k < w->nev; k++)
@@ -154,9 +189,10 @@ static void print_nearest_kill(const run *r, int64_t t)
 		if (best < 0 || llabs(r->killed_at[k] - t) < llabs(r->killed_at[best] - t))
 			best = k;
 	if (best >= 0)
-		printf(
-		    "         nearest kill: #%d SIGKILL at %+lld ms, listening again at %+lld ms\n",
-		    best + 1, (long long)r->killed_at[best], (long long)r->up_at[best]);
+		printf("         nearest %s: #%d %s at %+lld ms, serving again at %+lld ms\n",
+		       r->nodes ? "fault" : "kill", best + 1,
+		       r->nodes ? r->fault_what[best] : "SIGKILL", (long long)r->killed_at[best],
+		       (long long)r->up_at[best]);
 }
 
 static void print_record(const run *r, const fragile_record *rec)
@@ -190,6 +226,8 @@ static void check_call_step(const run *r, const wf *w, int s, fragile_record **v
 	for (; i < nv && strcmp(key_of(v[i]), key) == 0; i++, n++) {
 		const fragile_record *rec = v[i];
 		used[i] = 1;
+		if (refused_late(r, w, s, rec))
+			continue;
 		int a = rec->attempt ? atoi(rec->attempt) : 0;
 		if (a > w->attempts[s])
 			violation(c,
@@ -232,7 +270,7 @@ void check_no_rerun(run *r, check *c, check *fc)
 	fragile_record **sorted[NRES];
 	unsigned char *used[NRES];
 	size_t nrec[NRES];
-	for (int i = 0; i < NRES; i++) {
+	for (int i = 0; i < r->nres; i++) {
 		recs[i] = fragile_records(r->res[i], &nrec[i]);
 		sorted[i] = calloc(nrec[i] + 1, sizeof *sorted[i]);
 		used[i] = calloc(nrec[i] + 1, 1);
@@ -251,7 +289,7 @@ void check_no_rerun(run *r, check *c, check *fc)
 			check_call_step(r, w, s, sorted[w->res], nrec[w->res], used[w->res], c, fc);
 		}
 	}
-	for (int i = 0; i < NRES; i++) {
+	for (int i = 0; i < r->nres; i++) {
 		for (size_t k = 0; k < nrec[i]; k++)
 			if (!used[i][k])
 				violation(c, "%s: a call with key \"%s\" of no acknowledged step",
@@ -568,7 +606,7 @@ void check_database(run *r, check *c, const int64_t last_token[NRES], const int6
 		violation(c, "%zu workflows stored, %zu acknowledged", k.stored, k.acked);
 	free(k.ids);
 	/* The resources' high-water marks agree with the history. */
-	for (int i = 0; i < NRES; i++) {
+	for (int i = 0; i < r->nres; i++) {
 		k.found = 0;
 		reader_rows(&d, c, "SELECT last_token, grants FROM resources WHERE name=$1",
 			    res_name(i), 2, on_resource, &k);
@@ -590,17 +628,63 @@ void check_database(run *r, check *c, const int64_t last_token[NRES], const int6
 
 /* ---- check 6: the resources never saw a stale token, an overlap or a bad call --- */
 
+/* The workflow of Idempotency-Key "<id>/<step>", and the step; NULL when none. */
+static const wf *wf_of_key(const run *r, const char *key, int *step)
+{
+	const char *slash = key ? strrchr(key, '/') : NULL;
+	for (size_t i = 0; slash && i < r->n; i++)
+		if (strlen(r->wfs[i]->id) == (size_t)(slash - key) &&
+		    strncmp(r->wfs[i]->id, key, (size_t)(slash - key)) == 0) {
+			*step = atoi(slash + 1);
+			return r->wfs[i];
+		}
+	return NULL;
+}
+
+/*
+ * The cluster: the stale tokens the resource refused, each of which must come from an
+ * attempt the history shows interrupted (its node had lost the resource: a node stopped
+ * past its lease that woke up). A refusal of the current holder is a violation; so is,
+ * in the cluster too, any overlap. The count of refusals goes to *late.
+ */
+static size_t check_stale(const run *r, int i, check *c, size_t *late, size_t *accepted)
+{
+	size_t n, holder = 0;
+	fragile_record *recs = fragile_records(r->res[i], &n);
+	for (size_t k = 0; k < n; k++) {
+		int s = -1;
+		const wf *w = wf_of_key(r, recs[k].idempotency_key, &s);
+		if (w && accepted_late(r, w, s, &recs[k]))
+			(*accepted)++;
+		if (recs[k].outcome != FRAGILE_STALE)
+			continue;
+		if (w && refused_late(r, w, s, &recs[k])) {
+			(*late)++;
+			continue;
+		}
+		holder++;
+		violation(c,
+			  "%s: call of %s attempt %s refused as stale (token %lld), but the"
+			  " history shows that attempt not taken over",
+			  res_name(i), recs[k].idempotency_key ? recs[k].idempotency_key : "-",
+			  recs[k].attempt ? recs[k].attempt : "-", recs[k].token);
+	}
+	fragile_records_free(recs, n);
+	return holder;
+}
+
 void check_resources(run *r, check *c)
 {
-	size_t total = 0, dup = 0, gone = 0, dropped = 0;
-	for (int i = 0; i < NRES; i++) {
+	size_t total = 0, dup = 0, gone = 0, dropped = 0, late = 0, accepted = 0;
+	for (int i = 0; i < r->nres; i++) {
 		fragile_stats st;
 		fragile_get_stats(r->res[i], &st);
 		total += st.requests;
 		dup += st.duplicates;
 		gone += st.client_gone;
 		dropped += st.dropped;
-		if (st.stale)
+		size_t stale = r->nodes ? check_stale(r, i, c, &late, &accepted) : st.stale;
+		if (stale && !r->nodes)
 			violation(c, "%s: %zu calls with a stale token (409)", res_name(i),
 				  st.stale);
 		if (st.overlaps)
@@ -609,7 +693,7 @@ void check_resources(run *r, check *c)
 		if (st.bad)
 			violation(c, "%s: %zu calls without key or token", res_name(i), st.bad);
 		c->examined += st.requests;
-		if (!st.stale && !st.overlaps)
+		if (!stale && !st.overlaps)
 			continue;
 		size_t n;
 		fragile_record *recs = fragile_records(r->res[i], &n);
@@ -625,6 +709,13 @@ void check_resources(run *r, check *c)
 		fragile_records_free(recs, n);
 	}
 	snprintf(c->note, sizeof c->note,
-		 "%zu calls, %zu answered as duplicates, %zu answers dropped, %zu abandoned", total,
-		 dup, dropped, gone);
+		 "%zu calls, %zu answered as duplicates, %zu answers dropped, %zu abandoned%s",
+		 total, dup, dropped, gone, "");
+	if (r->nodes) {
+		size_t len = strlen(c->note);
+		snprintf(c->note + len, sizeof c->note - len,
+			 "; calls of attempts already taken over: %zu refused by their stale token,"
+			 " %zu accepted before the new holder called (absorbed as duplicates)",
+			 late, accepted);
+	}
 }

@@ -23,8 +23,15 @@
  * Afterwards every acknowledged workflow must finish, the checks run, each prints
  * pass/fail with its first violations, and the run closes with "N passed, N failed".
  *
- * Usage: torture [KILLS]   (or TORTURE_KILLS; default 20). TORTURE_SEED=N repeats the
- * workload, the scripts and the kill delays (the interleaving still varies).
+ * On PostgreSQL the same workload then runs on a cluster of nodes on one database, whose
+ * nodes are killed, paused and stopped at random moments (cluster.c); one closing line
+ * counts the checks of both.
+ *
+ * Usage: torture [KILLS]   (or TORTURE_KILLS; default 20). TORTURE_ROUNDS: the cluster's
+ * fault rounds (default 16; 0: no cluster); TORTURE_FAULTS: which faults it draws ("kill",
+ * "stop", "term" or a list of them; default all). TORTURE_SEED=N repeats the workload, the
+ * scripts, the kill delays and the cluster's choice of faults (the interleaving still
+ * varies).
  * TORTURE_TIMEOUTS=1 adds answers slower than the calls' timeout (see the note at
  * script_resource). BATOND is the server (default ./server/batond); BATON_TEST_KEEP
  * keeps the temporary directory, as it is kept anyway when a check fails.
@@ -51,7 +58,7 @@
 
 /* ---- small utilities ------------------------------------------------------------- */
 
-static uint64_t splitmix(uint64_t *s)
+uint64_t splitmix(uint64_t *s)
 {
 	uint64_t z = (*s += 0x9e3779b97f4a7c15ULL);
 	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
@@ -59,20 +66,19 @@ static uint64_t splitmix(uint64_t *s)
 	return z ^ (z >> 31);
 }
 
-/* Uniform in [lo, hi]. */
-static int rnd(uint64_t *s, int lo, int hi)
+int rnd(uint64_t *s, int lo, int hi)
 {
 	return lo + (int)(splitmix(s) % (uint64_t)(hi - lo + 1));
 }
 
-static int64_t mono_ms(void)
+int64_t mono_ms(void)
 {
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-static void sleep_ms(int ms)
+void sleep_ms(int ms)
 {
 	struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
 	while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
@@ -81,16 +87,35 @@ static void sleep_ms(int ms)
 
 /* ---- a small HTTP client (its own, so that the port can change under it) ----- */
 
-typedef struct client {
-	CURL *c; /* kept between requests: one connection while batond lives */
-} client;
-
-/* One request to batond. 0 when an answer arrived (*status, *json: new reference or
- * NULL), -1 when none did (batond down, killed meanwhile, or too slow). */
-static int api(run *r, client *cl, const char *method, const char *path, const char *body,
-	       long *status, json_t **json)
+/* The port of batond, or in the cluster of the next live node after the last one asked;
+ * 0 when none is up. */
+static int pick_port(run *r, client *cl)
 {
-	int port = atomic_load(&r->port);
+	if (!r->nodes)
+		return atomic_load(&r->port);
+	for (int i = 0; i < r->nodes; i++) {
+		int k = (cl->next + i) % r->nodes, port = atomic_load(&r->node_port[k]);
+		if (port) {
+			cl->next = (k + 1) % r->nodes;
+			return port;
+		}
+	}
+	return 0;
+}
+
+void client_fini(client *cl)
+{
+	if (cl->c)
+		curl_easy_cleanup(cl->c);
+	cl->c = NULL;
+}
+
+/* 0 when an answer arrived, -1 when none did (batond down, killed meanwhile, or too
+ * slow). */
+int api(run *r, client *cl, const char *method, const char *path, const char *body, long *status,
+	json_t **json)
+{
+	int port = pick_port(r, cl);
 	if (json)
 		*json = NULL;
 	if (!port)
@@ -182,8 +207,9 @@ static json_t *sim_worker(int i, int work_ms, int fail_attempts)
 static wf *make_workflow(run *r, uint64_t *rng, size_t n)
 {
 	wf *w = calloc(1, sizeof *w);
-	snprintf(w->id, sizeof w->id, "t%llu-%zu", (unsigned long long)(r->seed % 1000000), n);
-	w->res = rnd(rng, 0, NRES - 1);
+	snprintf(w->id, sizeof w->id, "%s%llu-%zu", r->nodes ? "c" : "t",
+		 (unsigned long long)(r->seed % 1000000), n);
+	w->res = rnd(rng, 0, r->nres - 1);
 	int k = rnd(rng, 0, 99);
 	w->kind = k < 60 ? K_CALL : k < 92 ? K_SIM : K_FAIL;
 	w->n = rnd(rng, 3, MAX_STEPS);
@@ -250,7 +276,7 @@ static void submit(run *r, client *cl, wf *w)
 	violation(&r->submit, "%s: no answer to POST within %d ms", w->id, POST_DEADLINE_MS);
 }
 
-static void *submitter(void *arg)
+void *submitter(void *arg)
 {
 	run *r = arg;
 	client cl = {0};
@@ -272,8 +298,7 @@ static void *submitter(void *arg)
 		r->wfs[r->n++] = w;
 		pthread_mutex_unlock(&r->mu);
 	}
-	if (cl.c)
-		curl_easy_cleanup(cl.c);
+	client_fini(&cl);
 	return NULL;
 }
 
@@ -287,7 +312,7 @@ static void *submitter(void *arg)
  * overlap (seen with seeds 547858870 and 525836085: the next request arrives in the very
  * millisecond the timed-out one is marked "client gone").
  */
-static void script_resource(fragile *f, uint64_t *rng, int timeouts)
+void script_resource(fragile *f, uint64_t *rng, int timeouts)
 {
 	for (int i = 0; i < SCRIPT_LEN; i++) {
 		int k = rnd(rng, 0, 99);
@@ -330,7 +355,7 @@ static int pending_connections(const run *r)
 		unsigned local, remote, state;
 		if (sscanf(line, " %*d: %*8x:%x %*8x:%x %x", &local, &remote, &state) != 3)
 			continue;
-		for (int i = 0; i < NRES; i++) {
+		for (int i = 0; i < r->nres; i++) {
 			unsigned port = (unsigned)fragile_port(r->res[i]);
 			for (int k = 0; k < 3; k++)
 				n += (remote == port && state == client_states[k]) ||
@@ -349,7 +374,7 @@ static void settle(run *r)
 	int waited = 0;
 	for (;;) {
 		size_t busy = 0;
-		for (int i = 0; i < NRES; i++) {
+		for (int i = 0; i < r->nres; i++) {
 			fragile_stats st;
 			fragile_get_stats(r->res[i], &st);
 			busy += st.in_flight;
@@ -436,7 +461,7 @@ static int ev_type(const char *t)
 }
 
 /* Reads the workflow and its whole history. 0, or -1 when batond did not answer. */
-static int collect(run *r, client *cl, wf *w)
+int collect(run *r, client *cl, wf *w)
 {
 	char path[256];
 	snprintf(path, sizeof path, "/workflows/%s", w->id);
@@ -451,6 +476,8 @@ static int collect(run *r, client *cl, wf *w)
 		const char *st = json_string_value(json_object_get(s, "status"));
 		snprintf(w->step_status[i], sizeof w->step_status[i], "%s", st ? st : "?");
 		w->attempts[i] = (int)json_integer_value(json_object_get(s, "attempts"));
+		const char *node = json_string_value(json_object_get(s, "node"));
+		snprintf(w->node[i], sizeof w->node[i], "%s", node ? node : "");
 	}
 	json_decref(j);
 	int64_t after = 0;
@@ -544,46 +571,52 @@ static int private_tmpdir(char dir[PATH_MAX])
 	return 0;
 }
 
-static hs_server *open_server(run *r)
+hs_server *open_batond(run *r, const hs_server *first, const char *const *more)
 {
-	const char *args[2 * NRES + 1] = {0};
+	const char *args[2 * NRES + 16] = {0};
 	char *prefixes[NRES];
-	for (int i = 0; i < NRES; i++) {
+	int n = 0;
+	for (int i = 0; i < r->nres; i++) {
 		prefixes[i] = fragile_url(r->res[i], "/");
-		args[2 * i] = "--allow-call";
-		args[2 * i + 1] = prefixes[i];
+		args[n++] = "--allow-call";
+		args[n++] = prefixes[i];
 	}
-	hs_server *s = hs_open(args);
-	for (int i = 0; i < NRES; i++)
+	for (int i = 0; more && more[i] && n < (int)(sizeof args / sizeof *args) - 1; i++)
+		args[n++] = more[i];
+	hs_server *s = first ? hs_open_node(first, args) : hs_open(args);
+	for (int i = 0; i < r->nres; i++)
 		free(prefixes[i]);
 	return s;
 }
 
 /* Waits until no acknowledged workflow is unfinished; the time it took, -1 on timeout. */
-static int64_t drain(run *r, client *cl)
+int64_t drain(run *r, client *cl)
 {
 	int64_t t0 = mono_ms();
 	while (mono_ms() - t0 < DRAIN_MS) {
 		if (unfinished(r, cl) == 0)
 			return mono_ms() - t0;
-		if (!hs_alive(r->srv))
-			return -1;
+		for (int i = 0; i < (r->nodes ? r->nodes : 1); i++)
+			if (!hs_alive(r->nodes ? r->node[i] : r->srv))
+				return -1;
 		sleep_ms(100);
 	}
 	return -1;
 }
 
 /* Opens the resources and batond; 0, or -1 after printing why. */
-static int setup(run *r, int timeouts)
+int setup(run *r, int timeouts)
 {
 	uint64_t rng = r->seed ^ 0xf4a61eULL;
-	for (int i = 0; i < NRES; i++) {
+	for (int i = 0; i < r->nres; i++) {
 		if (!(r->res[i] = fragile_open()))
 			return -1;
 		r->op_url[i] = fragile_url(r->res[i], "/op");
 		script_resource(r->res[i], &rng, timeouts);
 	}
-	if (!(r->srv = open_server(r)))
+	if (r->nodes) /* the cluster opens its nodes itself */
+		return 0;
+	if (!(r->srv = open_batond(r, NULL, NULL)))
 		return -1;
 	atomic_store(&r->port, hs_port(r->srv));
 	return 0;
@@ -612,8 +645,7 @@ static void chaos(run *r, check *restarts)
 		if (w->acked && !(reachable && (reachable = collect(r, &cl, w) == 0)))
 			snprintf(w->final, sizeof w->final, "(no answer)");
 	}
-	if (cl.c)
-		curl_easy_cleanup(cl.c);
+	client_fini(&cl);
 	printf("torture: %zu workflows acknowledged (%zu POSTs, %zu without answer, %zu busy;"
 	       " re-POSTed after a lost answer: %zu had been stored (200), %zu not (201))\n",
 	       acked, r->posts, r->no_answer, r->busy, r->reposted_200, r->reposted_201);
@@ -645,18 +677,21 @@ static void audit(run *r, check *checks)
 		 r->db_restarts, r->restarts_failed);
 }
 
-static void teardown(run *r, const char *tmpdir, check *restarts, int failing)
+static void teardown(run *r, check *restarts, int failing)
 {
 	if (failing)
 		setenv("BATON_TEST_KEEP", "1", 0); /* hs_close says where */
 	if (hs_close(r->srv) != 0)
 		violation(restarts, "batond's logs hold a sanitizer report or a bad start");
-	for (int i = 0; i < NRES; i++) {
+	run_free(r);
+}
+
+void run_free(run *r)
+{
+	for (int i = 0; i < r->nres; i++) {
 		fragile_close(r->res[i]);
 		free(r->op_url[i]);
 	}
-	if (!getenv("BATON_TEST_KEEP"))
-		rmdir(tmpdir);
 	for (size_t i = 0; i < r->n; i++) {
 		free(r->wfs[i]->body);
 		free(r->wfs[i]->ev);
@@ -668,10 +703,25 @@ static void teardown(run *r, const char *tmpdir, check *restarts, int failing)
 	pthread_mutex_destroy(&r->mu);
 }
 
-int main(int argc, char **argv)
+/* TORTURE_ROUNDS: the cluster torture's fault rounds (0: none; default 16). */
+static int parse_rounds(void)
 {
-	setvbuf(stdout, NULL, _IOLBF, 0);
-	run r = {.kills = parse_kills(argc, argv), .seed = parse_seed(), .t0 = mono_ms()};
+	const char *v = getenv("TORTURE_ROUNDS");
+	if (!v || !*v)
+		return 16;
+	char *end;
+	long k = strtol(v, &end, 10);
+	if (*end || k < 0 || k > 100000) {
+		fprintf(stderr, "torture: TORTURE_ROUNDS is 0..100000\n");
+		exit(2);
+	}
+	return (int)k;
+}
+
+/* The single-node torture: adds its checks' counts to *passed and *failed. */
+static void single_torture(uint64_t seed, int kills, int *passed, int *failed)
+{
+	run r = {.kills = kills, .seed = seed, .nres = 3, .t0 = mono_ms()};
 	r.submit.name = "8. every POST answered 201, or 200/201 when re-POSTed after a lost answer";
 	check checks[] = {
 	    {.name = "1. every acknowledged workflow finished as expected"},
@@ -684,37 +734,55 @@ int main(int argc, char **argv)
 	};
 	const char *t = getenv("TORTURE_TIMEOUTS");
 	int timeouts = t && *t && strcmp(t, "0") != 0;
-	char tmpdir[PATH_MAX];
 	r.killed_at = calloc((size_t)r.kills, sizeof *r.killed_at);
 	r.up_at = calloc((size_t)r.kills, sizeof *r.up_at);
 	pthread_mutex_init(&r.mu, NULL);
-	curl_global_init(CURL_GLOBAL_DEFAULT);
 	printf("torture: seed %llu (TORTURE_SEED=%llu repeats it), %d kills, %d resources%s\n",
-	       (unsigned long long)r.seed, (unsigned long long)r.seed, r.kills, NRES,
+	       (unsigned long long)r.seed, (unsigned long long)r.seed, r.kills, r.nres,
 	       timeouts ? ", 2% of the answers after the call's timeout" : "");
-	if (find_batond() != 0 || private_tmpdir(tmpdir) != 0)
-		return 2;
 	if (setup(&r, timeouts) != 0) {
-		teardown(&r, tmpdir, &checks[6], 0);
-		printf("0 passed, 1 failed\n");
-		return 2;
+		teardown(&r, &checks[6], 0);
+		(*failed)++;
+		return;
 	}
 	chaos(&r, &checks[6]);
 	audit(&r, checks);
 	int failing = r.submit.violations > 0;
 	for (size_t i = 0; i < sizeof checks / sizeof checks[0]; i++)
 		failing |= checks[i].violations > 0;
-	teardown(&r, tmpdir, &checks[6], failing);
+	teardown(&r, &checks[6], failing);
 
-	int passed = 0, failed = 0;
+	int p = 0, f = 0;
 	for (size_t i = 0; i < sizeof checks / sizeof checks[0]; i++)
-		report(&checks[i]) ? passed++ : failed++;
-	report(&r.submit) ? passed++ : failed++;
-	if (failed)
+		report(&checks[i]) ? p++ : f++;
+	report(&r.submit) ? p++ : f++;
+	if (f)
 		printf("torture: repeat with TORTURE_SEED=%llu TORTURE_KILLS=%d (the interleaving"
 		       " varies)\n",
 		       (unsigned long long)r.seed, r.kills);
-	printf("torture: %.1f s in all\n", (double)(mono_ms() - r.t0) / 1000.0);
+	printf("torture: single node, %.1f s\n", (double)(mono_ms() - r.t0) / 1000.0);
+	*passed += p;
+	*failed += f;
+}
+
+int main(int argc, char **argv)
+{
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	int64_t t0 = mono_ms();
+	int kills = parse_kills(argc, argv), rounds = parse_rounds();
+	uint64_t seed = parse_seed();
+	char tmpdir[PATH_MAX];
+	curl_global_init(CURL_GLOBAL_DEFAULT);
+	if (find_batond() != 0 || private_tmpdir(tmpdir) != 0)
+		return 2;
+	int passed = 0, failed = 0;
+	single_torture(seed, kills, &passed, &failed);
+	/* On PostgreSQL, then the same workload on a cluster of nodes (cluster.c). */
+	if (hs_store_is_pg() && rounds > 0)
+		cluster_torture(seed, rounds, &passed, &failed);
+	if (!getenv("BATON_TEST_KEEP") && !failed)
+		rmdir(tmpdir);
+	printf("torture: %.1f s in all\n", (double)(mono_ms() - t0) / 1000.0);
 	printf("%d passed, %d failed\n", passed, failed);
 	curl_global_cleanup();
 	return failed ? 1 : 0;
