@@ -160,9 +160,12 @@ static void drop_parts(baton_engine *e, uint64_t mask, const char *why)
 	}
 	e->dirty_wfs.n = k;
 	k = 0;
-	for (size_t i = 0; i < e->dispatches.n; i++)
+	for (size_t i = 0; i < e->dispatches.n; i++) {
 		if (!dropping(mask, e->dispatches.v[i].wf))
 			e->dispatches.v[k++] = e->dispatches.v[i];
+		else /* granted in this round, never sent to a step thread: no outcome comes */
+			e->dispatches.v[i].wf->in_flight = 0;
+	}
 	e->dispatches.n = k;
 	k = 0;
 	for (size_t i = 0; i < e->finished.n; i++)
