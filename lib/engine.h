@@ -128,7 +128,8 @@ struct baton_engine {
 	const workflow_def *def;
 	const char *const *allow_call;
 	pthread_t thread;
-	int thread_started;
+	int thread_started; /* the main thread's: set once the engine thread runs */
+	int recovered;	    /* eng_recover ran once (at open, before the engine thread) */
 
 	pthread_mutex_t mu; /* guards the inbox and the flags below */
 	pthread_cond_t cv;

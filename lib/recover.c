@@ -94,7 +94,8 @@ int eng_recover(baton_engine *e, uint64_t parts, int inbox, baton_error *err)
 {
 	recovery r = {.e = e, .inbox = inbox};
 	int64_t lock_seq = 0;
-	int first = !e->thread_started;
+	int first = !e->recovered;
+	e->recovered = 1;
 	/* No resource row: a resource comes back into memory when a step asks for it
 	 * (idle.c), so only those with unfinished work do, below. */
 	int rc = inbox ? e->st->ops->load_inbox(e->st, parts, recover_workflow, &r, err)
