@@ -122,6 +122,9 @@ static timer timer_pop(baton_engine *e)
 void eng_on_event(void *ctx, const wf_row *wf, const char *type, json_t *data)
 {
 	baton_engine *e = ctx;
+	/* In a cluster every grant is recorded with the node that made it. */
+	if (e->clustered && json_is_object(data) && strcmp(type, "lock_acquired") == 0)
+		json_object_set_new(data, "node", json_string(e->node_id));
 	/* Every event of a round carries the round's time, the time its transitions used. */
 	pending_event ev = {.ts = e->now, .wf = (wf_row *)wf, .type = type, .data = data};
 	VEC_PUSH(e->events, ev);
