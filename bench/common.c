@@ -8,6 +8,7 @@
  */
 #include "../common/batond.h"
 #include "../common/curl_req.h"
+#include "../common/proc_cpu.h"
 #include "../common/rfc3339.h"
 #include "bench.h"
 
@@ -305,30 +306,12 @@ long proc_rss_kib(pid_t pid, long *anon_kib)
 	return kib;
 }
 
-/* utime + stime of /proc/.../stat, in seconds; -1 when unreadable. */
-static double stat_cpu(const char *path)
-{
-	char buf[1024];
-	FILE *f = fopen(path, "r");
-	if (!f)
-		return -1;
-	size_t n = fread(buf, 1, sizeof buf - 1, f);
-	fclose(f);
-	buf[n] = 0;
-	char *p = strrchr(buf, ')'); /* the command name may hold spaces */
-	unsigned long long ut = 0, st = 0;
-	if (!p ||
-	    sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut, &st) != 2)
-		return -1;
-	return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
-}
-
 void cpu_take(pid_t pid, cpu_snap *out)
 {
 	char path[128];
 	memset(out, 0, sizeof *out);
 	snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-	out->total_s = stat_cpu(path);
+	out->total_s = proc_cpu_seconds(path);
 	snprintf(path, sizeof path, "/proc/%d/task", (int)pid);
 	DIR *d = opendir(path);
 	struct dirent *de;
@@ -338,7 +321,7 @@ void cpu_take(pid_t pid, cpu_snap *out)
 		char tpath[300];
 		snprintf(tpath, sizeof tpath, "/proc/%d/task/%s/stat", (int)pid, de->d_name);
 		out->tid[out->n] = atoi(de->d_name);
-		out->s[out->n++] = stat_cpu(tpath);
+		out->s[out->n++] = proc_cpu_seconds(tpath);
 	}
 	if (d)
 		closedir(d);

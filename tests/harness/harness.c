@@ -38,6 +38,7 @@
 
 #include "../../common/batond.h"
 #include "pg.h"
+#include "../../common/proc_cpu.h"
 
 #define MAX_EXTRA_ARGS 16
 #define LISTEN_MARK    BATOND_LISTEN_MARK
@@ -424,22 +425,10 @@ int64_t hs_cpu_ms(const hs_server *s)
 {
 	if (s->pid <= 0)
 		return -1;
-	char path[64], buf[1024];
+	char path[64];
 	snprintf(path, sizeof path, "/proc/%d/stat", (int)s->pid);
-	FILE *f = fopen(path, "r");
-	if (!f)
-		return -1;
-	size_t n = fread(buf, 1, sizeof buf - 1, f);
-	fclose(f);
-	buf[n] = 0;
-	/* Fields 14 and 15 (utime, stime, in clock ticks) follow the ")" that ends the name. */
-	const char *p = strrchr(buf, ')');
-	unsigned long long ut, st;
-	if (!p ||
-	    sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut, &st) != 2)
-		return -1;
-	long hz = sysconf(_SC_CLK_TCK);
-	return (int64_t)((ut + st) * 1000 / (unsigned long long)(hz > 0 ? hz : 100));
+	double cpu = proc_cpu_seconds(path);
+	return cpu < 0 ? -1 : (int64_t)(cpu * 1000);
 }
 
 int hs_signal(const hs_server *s, int sig)
