@@ -29,7 +29,7 @@ typedef struct pipeline {
 	int n;
 	int failed; /* a statement failed: baton's code */
 	const wf_row *culprit;
-	int fenced;	 /* baton_fence refused the batch */
+	int fenced;	 /* the ownership check refused the batch (BT003) */
 	int commit_sent; /* the sync that commits the batch was sent */
 	int at_commit;	 /* the failure came after every statement had succeeded */
 	baton_error *err;
@@ -298,30 +298,55 @@ static void rows_start_all(pg_rows rows[3])
 
 /* ---- one row per statement ---- */
 
-static void send_step(pipeline *p, const wf_row *wf, const step_row *st)
+/* A step row's 17 parameters; its JSON values go in the writer's slots slot and slot + 1. */
+static void step_params(pg_store *s, pg_params *prm, const wf_row *wf, const step_row *st, int slot)
+{
+	pg_int(prm, wf->seq);
+	pg_text(prm, wf->resource);
+	pg_int(prm, st->index);
+	pg_text(prm, st->worker);
+	pg_json(s, prm, st->params, slot);
+	pg_text(prm, step_status_name(st->status));
+	pg_int(prm, st->attempts);
+	pg_time(prm, st->lock_seq);
+	pg_time(prm, st->requested_at);
+	pg_time(prm, st->token);
+	pg_time(prm, st->started_at);
+	pg_time(prm, st->finished_at);
+	if (st->duration_ms >= 0)
+		pg_int(prm, st->duration_ms);
+	else
+		pg_time(prm, 0);
+	pg_time(prm, st->next_attempt_at);
+	pg_text(prm, st->error);
+	pg_json(s, prm, st->result, slot + 1);
+	pg_text(prm, st->status == ST_RUNNING && s->node_id[0] ? s->node_id : NULL);
+}
+
+/* The dirty steps of a batch, two rows per statement (W_STEP2), an odd one alone. A step
+ * row refused names its workflow only when it is alone in its statement (one_each). */
+static void send_steps(pipeline *p, const store_batch *b, int one_each)
 {
 	pg_params prm = {0};
-	pg_int(&prm, wf->seq);
-	pg_text(&prm, wf->resource);
-	pg_int(&prm, st->index);
-	pg_text(&prm, st->worker);
-	pg_json(p->s, &prm, st->params, 0);
-	pg_text(&prm, step_status_name(st->status));
-	pg_int(&prm, st->attempts);
-	pg_time(&prm, st->lock_seq);
-	pg_time(&prm, st->requested_at);
-	pg_time(&prm, st->token);
-	pg_time(&prm, st->started_at);
-	pg_time(&prm, st->finished_at);
-	if (st->duration_ms >= 0)
-		pg_int(&prm, st->duration_ms);
-	else
-		pg_time(&prm, 0);
-	pg_time(&prm, st->next_attempt_at);
-	pg_text(&prm, st->error);
-	pg_json(p->s, &prm, st->result, 1);
-	pg_text(&prm, st->status == ST_RUNNING && p->s->node_id[0] ? p->s->node_id : NULL);
-	send_stmt(p, W_STEP, &prm, wf, "writing a step");
+	const wf_row *first = NULL;
+	for (size_t i = 0; i < b->nwfs; i++) {
+		const wf_row *wf = b->wfs[i];
+		for (int k = wf->dirty_lo; k < wf->dirty_hi; k++) {
+			if (!wf->steps[k].dirty)
+				continue;
+			step_params(p->s, &prm, wf, &wf->steps[k], first ? 2 : 0);
+			if (!first && !one_each) {
+				first = wf;
+				continue;
+			}
+			send_stmt(p, first ? W_STEP2 : W_STEP, &prm,
+				  first == wf || !first ? wf : NULL, "writing steps");
+			prm.n = 0;
+			first = NULL;
+		}
+	}
+	if (first)
+		send_stmt(p, W_STEP, &prm, first, "writing a step");
 }
 
 static void send_resource(pipeline *p, const resource_row *res)
@@ -395,12 +420,7 @@ static void send_batch(pipeline *p, const store_batch *b, int per_row)
 		for (int k = b->wfs[i]->dirty_lo; k < b->wfs[i]->dirty_hi; k++)
 			nrows += b->wfs[i]->steps[k].dirty != 0;
 	if (per_row || nrows <= ROWS_ONE_BY_ONE) {
-		for (size_t i = 0; i < b->nwfs; i++) {
-			const wf_row *wf = b->wfs[i];
-			for (int k = wf->dirty_lo; k < wf->dirty_hi; k++)
-				if (wf->steps[k].dirty)
-					send_step(p, wf, &wf->steps[k]);
-		}
+		send_steps(p, b, per_row);
 		for (size_t i = 0; i < b->nresources; i++)
 			send_resource(p, b->resources[i]);
 		for (size_t i = 0; i < b->nevents; i++)
@@ -473,9 +493,9 @@ static int write_once(pg_store *s, const store_batch *b, int per_row, store_writ
 
 /*
  * Ownership: a batch that writes a partition's workflows or resources starts with
- * baton_fence (pg_store.c), so it commits only while this node still owns them. A batch
- * refused for good in many-row statements is tried at once one row per statement, which
- * names the workflow refused.
+ * the ownership check (W_FENCE, pg_store.c), so it commits only while this node still owns them. A
+ * batch refused for good in many-row statements is tried at once one row per statement, which names
+ * the workflow refused.
  */
 int pg_write(store *base, const store_batch *b, store_write_failure *why, baton_error *err)
 {

@@ -10,12 +10,13 @@
  * node claims partitions that are free or whose owner is not live, up to its fair share
  * (PARTS divided by the live nodes, rounded up), with one conditional UPDATE that skips
  * rows another transaction has locked; a node above its share hands partitions back
- * (members.c picks idle ones). Every batch a node commits starts with baton_fence(), which
- * holds its partitions' rows FOR SHARE until the commit and refuses the batch unless the
- * rows still show this node under the epochs it claimed them with: a claim by another
- * node waits for that commit, then raises the epoch, and from then on nothing the old
- * owner sends can commit. So a node paused past its lease, or cut off from the database,
- * finds out at its next commit, and no two nodes ever commit for one resource.
+ * (members.c picks idle ones). Every batch a node commits starts with the ownership check
+ * (W_FENCE, pg_store.c), which holds its partitions' rows FOR SHARE until the commit and
+ * refuses the batch unless the rows still show this node under the epochs it claimed
+ * them with: a claim by another node waits for that commit, then raises the epoch, and
+ * from then on nothing the old owner sends can commit. So a node paused past its lease,
+ * or cut off from the database, finds out at its next commit, and no two nodes ever
+ * commit for one resource.
  *
  * The membership thread has a connection of its own, so that a long batch does not delay
  * the lease. It LISTENs on channel "baton" for hints: "free" (a node gave partitions up:

@@ -33,7 +33,8 @@
  * lost, a token going backwards) BATON_ECONFLICT, XX (internal, corruption)
  * BATON_ECORRUPT, anything else BATON_EINTERNAL: a retry cannot help those.
  *
- * Schema (baton_meta 'schema' = 2; a database of schema 1 is migrated when opened): the
+ * Schema (baton_meta 'schema' = 4; a database of an older schema is migrated when opened,
+ * one version at a time, under a lock): the
  * same tables and columns as the SQLite store's, so that operators can read either with
  * the same SQL, with boolean columns where SQLite has integers, and counters for ids in
  * baton_meta.
@@ -43,7 +44,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define PG_SCHEMA_VERSION 3
+#define PG_SCHEMA_VERSION 4
 /* Advisory lock key of the schema migration (per transaction). */
 #define LOCK_MIGRATE "7303122311001"
 
@@ -118,6 +119,15 @@ static const char migrate_v2_sql[] =
     "  USING ERRCODE = 'BT003'; END IF; END $$;"
     "UPDATE baton_meta SET value = 3 WHERE key = 'schema'";
 
+/* Schema 3 to 4: the ownership check is one statement (W_FENCE), which calls
+ * baton_refuse() only to refuse a batch. baton_fence() stays for nodes of schema 3 that
+ * still run during an upgrade. */
+static const char migrate_v3_sql[] =
+    "CREATE FUNCTION baton_refuse(me text) RETURNS void LANGUAGE plpgsql AS $$ BEGIN"
+    " RAISE EXCEPTION 'node % no longer owns every partition it writes', me"
+    " USING ERRCODE = 'BT003'; END $$;"
+    "UPDATE baton_meta SET value = 4 WHERE key = 'schema'";
+
 /* Deletes the finished workflows that d picks, with everything that names them, in one
  * statement; the ids deleted come back. Event seqs and workflow seqs come from
  * baton_meta's counters, which deletes do not touch. */
@@ -189,11 +199,25 @@ static const char *const writer_sql[W_NSTMT] = {
      * a lone workflow's four single-row statements together (bench/README.md). */
     [W_STEP] = "INSERT INTO steps (workflow_seq, resource, " PG_STEP_COLS ") VALUES"
 	       " ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17)" STEP_UPSERT,
+    /* Two step rows (a lone workflow's round: the step finished and the one granted). */
+    [W_STEP2] =
+	"INSERT INTO steps (workflow_seq, resource, " PG_STEP_COLS ") VALUES"
+	" ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17),"
+	" ($18,$19,$20,$21,$22,$23,$24,$25,$26,$27,$28,$29,$30,$31,$32,$33,$34)" STEP_UPSERT,
     [W_RESOURCE] = "INSERT INTO resources (" RESOURCE_COLS
 		   ") VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9)" RESOURCE_UPSERT,
     [W_EVENT] = "INSERT INTO events (seq, last_seq, workflow_seq, resource, lock, data)"
 		" VALUES ($1,$2,$3,$4,$5,$6) ON CONFLICT (seq) DO NOTHING",
-    [W_FENCE] = "SELECT baton_fence($1, $2::integer[], $3::bigint[])",
+    /* Ownership in one statement (schema 4): the batch's partition rows are locked FOR
+     * SHARE, which waits for a claim in flight and then reads the row as that claim left
+     * it, and the batch is refused (BT003) if any of them names another owner or epoch
+     * ($2 and $3 are aligned). MATERIALIZED keeps the check above the lock: pushed below
+     * it, only the rows that fail it would be locked. baton_refuse runs only to refuse,
+     * so a batch pays for no PL/pgSQL call. */
+    [W_FENCE] = "WITH p AS MATERIALIZED (SELECT id, owner, epoch FROM partitions"
+		" WHERE id = ANY($2::integer[]) ORDER BY id FOR SHARE)"
+		" SELECT baton_refuse($1) FROM p WHERE p.owner IS DISTINCT FROM $1"
+		" OR p.epoch <> ($3::bigint[])[array_position($2::integer[], p.id)]",
     /* A hint to the owner of a partition that it has work (a submission from here). */
     [W_NOTIFY] = "SELECT pg_notify('baton', $1)",
 };
@@ -484,6 +508,10 @@ static int migrate(pg_store *s, PGconn *c, baton_error *err)
 			rc = migrate_parts(c, err);
 		version = 3;
 	}
+	if (rc == BATON_OK && version == 3) {
+		rc = pg_exec_ok(c, migrate_v3_sql, err, "migrating schema 3 to 4");
+		version = 4;
+	}
 	if (rc == BATON_OK && version != PG_SCHEMA_VERSION)
 		rc = err_set(err, BATON_ECORRUPT,
 			     "%s: schema version %lld is not one this batond knows (%d)", s->shown,
@@ -580,8 +608,8 @@ static void pg_close(store *base)
 	pg_leave(&s->base);
 	pg_readers_close(s);
 	PQfinish(s->w);
-	free(s->json[0].v);
-	free(s->json[1].v);
+	for (int i = 0; i < 4; i++)
+		free(s->json[i].v);
 	for (int t = 0; t < 3; t++)
 		for (int i = 0; i < PG_MAX_COLS; i++)
 			free(s->rows[t].col[i].v);

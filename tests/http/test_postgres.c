@@ -365,7 +365,7 @@ static void test_pg_two_start_on_empty_database(void **state)
 	assert_true(clean);
 	assert_string_equal(sql_on(db, "SELECT count(*) FROM baton_meta WHERE key = 'schema'"),
 			    "1");
-	assert_string_equal(sql_on(db, "SELECT value FROM baton_meta WHERE key = 'schema'"), "3");
+	assert_string_equal(sql_on(db, "SELECT value FROM baton_meta WHERE key = 'schema'"), "4");
 	drop_database(db);
 }
 
@@ -391,46 +391,67 @@ static char *fixture(const char *name)
 }
 
 /*
- * A database of schema 1, left by the batond of that schema killed while a step ran
- * (fixtures/pg-schema-v1.sql), opened by this batond: migrated to schema 3 in place, the
- * finished workflow left as it was, the interrupted step run again as attempt 2 with a
- * higher token, the waiter after it, every step once.
+ * A database of an older schema (tests/http/fixtures/pg-schema-vN.sql), left by the batond
+ * of that schema killed while a step ran, opened by this batond: migrated to schema 4 in
+ * place, the finished workflow left as it was, the interrupted step run again as attempt
+ * 2 with a token above the one it had (token), the waiter after it, every step once.
+ * Workflow ids start with prefix ("v1-").
  */
-static void test_pg_schema_1_migrates(void **state)
+static void migrates_from(const char *file, const char *version, const char *prefix, int token)
 {
-	PG_ONLY();
-	(void)state;
-	char db[64], url[512];
+	char db[64], url[512], id[32];
 	fresh_database(db, sizeof db, NULL);
-	char *sql = fixture("pg-schema-v1.sql");
+	char *sql = fixture(file);
 	sql_on(db, sql);
 	free(sql);
-	assert_string_equal(sql_on(db, "SELECT value FROM baton_meta WHERE key = 'schema'"), "1");
+	assert_string_equal(sql_on(db, "SELECT value FROM baton_meta WHERE key = 'schema'"),
+			    version);
 	url_for(db, url, sizeof url);
 	const char *args[] = {"--db", url, NULL};
 	hs_server *s = hs_open(args);
 	assert_non_null(s);
-	assert_string_equal(sql_on(db, "SELECT value FROM baton_meta WHERE key = 'schema'"), "3");
+	assert_string_equal(sql_on(db, "SELECT value FROM baton_meta WHERE key = 'schema'"), "4");
 	assert_string_equal(
 	    sql_on(db, "SELECT count(*) FROM pg_proc WHERE proname = 'baton_check_epoch'"), "0");
-	json_t *done = hs_get_workflow(s, "v1-done");
+	assert_string_equal(
+	    sql_on(db, "SELECT count(*) FROM pg_proc WHERE proname = 'baton_refuse'"), "1");
+	snprintf(id, sizeof id, "%sdone", prefix);
+	json_t *done = hs_get_workflow(s, id);
 	assert_string_equal(hs_str(done, "status"), "completed");
 	json_decref(done);
-	json_t *ran = hs_wait_workflow(s, "v1-running", "completed", WAIT_MS);
+	snprintf(id, sizeof id, "%srunning", prefix);
+	json_t *ran = hs_wait_workflow(s, id, "completed", WAIT_MS);
 	json_t *slow = hs_step_at(ran, 1);
 	assert_int_equal(hs_int(slow, "attempts"), 2);
-	assert_true(hs_int(slow, "fencing_token") > 4);
+	assert_true(hs_int(slow, "fencing_token") > token);
 	assert_int_equal(hs_int(hs_step_at(ran, 0), "attempts"), 1);
 	assert_int_equal(hs_int(hs_step_at(ran, 2), "attempts"), 1);
-	json_t *events = hs_get_events(s, "v1-running");
+	json_t *events = hs_get_events(s, id);
 	assert_int_equal(hs_event_count(events, "step_interrupted", 1, 1), 1);
 	for (int k = 0; k < 3; k++)
 		assert_int_equal(hs_event_count(events, "step_completed", k, -1), 1);
 	json_decref(events);
 	json_decref(ran);
-	json_decref(hs_wait_workflow(s, "v1-waiting", "completed", WAIT_MS));
+	snprintf(id, sizeof id, "%swaiting", prefix);
+	json_decref(hs_wait_workflow(s, id, "completed", WAIT_MS));
 	assert_int_equal(hs_close(s), 0);
 	drop_database(db);
+}
+
+/* Schema 1: the first released one, before the cluster. */
+static void test_pg_schema_1_migrates(void **state)
+{
+	PG_ONLY();
+	(void)state;
+	migrates_from("pg-schema-v1.sql", "1", "v1-", 4);
+}
+
+/* Schema 3, the previous one: a cluster's tables, its node dead (its lease long past). */
+static void test_pg_schema_3_migrates(void **state)
+{
+	PG_ONLY();
+	(void)state;
+	migrates_from("pg-schema-v3.sql", "3", "v3-", 5);
 }
 
 /* A database whose schema is newer than this batond's is refused, untouched. */
@@ -512,6 +533,7 @@ int main(void)
 	    cmocka_unit_test(test_pg_two_start_on_empty_database),
 	    cmocka_unit_test_setup_teardown(test_pg_newer_schema_refused, setup, teardown),
 	    cmocka_unit_test(test_pg_schema_1_migrates),
+	    cmocka_unit_test(test_pg_schema_3_migrates),
 	    cmocka_unit_test(test_pg_runs_without_superuser),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

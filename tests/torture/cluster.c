@@ -23,7 +23,7 @@
  * database itself: a trigger of its own on `steps` (installed once the schema exists,
  * before any workflow) appends to torture_attempts, in batond's own transaction, every
  * row written as running (an attempt's grant) with its node and the owner of the
- * workflow's partition at that moment. Rows of a batch refused by baton_fence roll back
+ * workflow's partition at that moment. Rows of a batch refused by the ownership check roll back
  * with it, so the table holds exactly the committed grants.
  * Checks beyond the single-node ones: each attempt was granted by a cluster node that
  * owned the resource's partition when it committed the grant, each step's `node` is its
