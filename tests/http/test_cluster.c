@@ -976,6 +976,62 @@ static void test_nodes_listing(void **state)
 		assert_resource_node(c, via, 1, now);
 }
 
+/* ---- 9. the ownership check of every batch -------------------------------------------- */
+
+static bool node0_lost_some(void *arg)
+{
+	return partitions_lost(arg, 0) > 0;
+}
+
+/*
+ * The check that stops a stale node, alone: one node with a long lease (its membership
+ * thread reads the partitions every 20 s, so it does not learn of the change in time)
+ * runs a workflow whose first call the resource holds for a second. Meanwhile its
+ * partition passes, in the database, to another node that the database shows as live
+ * (as a claim leaves it: a new owner, the epoch raised). The batch that would record the
+ * step's end is refused: the step stays running in the database, the second step is never
+ * called, and the node counts the partition as lost.
+ */
+static void test_stale_batch_refused(void **state)
+{
+	SKIP_UNLESS_PG();
+	ctx *c = *state;
+	c->res[0] = fragile_open();
+	assert_non_null(c->res[0]);
+	c->url[0] = fragile_url(c->res[0], "/op");
+	c->allow[0] = fragile_url(c->res[0], "/");
+	const char *args[] = {"--allow-call", c->allow[0], NULL};
+	assert_int_equal(cl_open(&c->cl, 1, LONG_LEASE_MS, args), 0);
+	assert_true(cl_wait_balanced(&c->cl, 0, 1u, WAIT_MS));
+	unsigned long long used = 0;
+	cl_pick_resource(&c->cl, 0, "fence", &used, c->name[0], sizeof c->name[0]);
+	fragile_push(c->res[0], (fragile_action){.status = 200, .delay_ms = 1000});
+	json_decref(hs_create_workflow(c->cl.node[0], call_workflow(c, "fence-1", 0, 2)));
+	assert_true(fragile_wait_held(c->res[0], 1, WAIT_MS));
+
+	char sql[512];
+	snprintf(sql, sizeof sql,
+		 "WITH n AS (INSERT INTO nodes (id, expires) VALUES ('elsewhere',"
+		 " now() + interval '1 hour') RETURNING 1), p AS (UPDATE partitions SET"
+		 " owner = 'elsewhere', epoch = epoch + 1 WHERE id = %d RETURNING 1)"
+		 " SELECT (SELECT count(*) FROM n) + (SELECT count(*) FROM p)",
+		 cl_part_of(c->name[0]));
+	assert_int_equal(hs_db_count(c->cl.node[0], sql), 2);
+	if (!hs_wait_until(node0_lost_some, c, WAIT_MS)) {
+		hs_dump_log(c->cl.node[0], 4000);
+		fail_msg("node0's baton_node_partitions_lost_total stayed %g",
+			 partitions_lost(c, 0));
+	}
+	assert_int_equal(hs_db_count(c->cl.node[0],
+				     "SELECT count(*) FROM steps s JOIN workflows w ON"
+				     " w.seq = s.workflow_seq WHERE w.id = 'fence-1' AND s.idx = 0"
+				     " AND s.status = 'running'"),
+			 1);
+	fragile_stats st;
+	fragile_get_stats(c->res[0], &st);
+	assert_int_equal(st.requests, 1);
+}
+
 int main(void)
 {
 	hs_filters_from_env();
@@ -988,6 +1044,7 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_same_submission_two_nodes, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_event_cursors_across_nodes, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_nodes_listing, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_stale_batch_refused, setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
