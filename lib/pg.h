@@ -155,7 +155,7 @@ typedef struct pg_store {
 	int64_t idle_tx_ms;	    /* idle_in_transaction_session_timeout of new sessions */
 	struct pg_cluster *cluster; /* the membership thread and what it read (pg_cluster.c) */
 	int64_t lock_seq;	    /* the highest stored, at open */
-	textbuf json[4];	    /* the writer's JSON values being sent */
+	textbuf json[4];	    /* the writer's JSON values being sent (two step rows') */
 	pg_rows rows[3];	    /* the batch's steps, resources and events being built */
 	pg_reader *readers;
 	int nreaders;

@@ -493,9 +493,9 @@ static int write_once(pg_store *s, const store_batch *b, int per_row, store_writ
 
 /*
  * Ownership: a batch that writes a partition's workflows or resources starts with
- * the ownership check (W_FENCE, pg_store.c), so it commits only while this node still owns them. A
- * batch refused for good in many-row statements is tried at once one row per statement, which names
- * the workflow refused.
+ * the ownership check (W_FENCE, pg_store.c), so it commits only while this node still owns
+ * them. A batch refused for good in many-row statements is tried at once one row per
+ * statement, which names the workflow refused.
  */
 int pg_write(store *base, const store_batch *b, store_write_failure *why, baton_error *err)
 {

@@ -34,10 +34,9 @@
  * BATON_ECORRUPT, anything else BATON_EINTERNAL: a retry cannot help those.
  *
  * Schema (baton_meta 'schema' = 4; a database of an older schema is migrated when opened,
- * one version at a time, under a lock): the
- * same tables and columns as the SQLite store's, so that operators can read either with
- * the same SQL, with boolean columns where SQLite has integers, and counters for ids in
- * baton_meta.
+ * one version at a time, under a lock): the same tables and columns as the SQLite
+ * store's, so that operators can read either with the same SQL, with boolean columns
+ * where SQLite has integers, and counters for ids in baton_meta.
  */
 #include "pg.h"
 
@@ -608,7 +607,7 @@ static void pg_close(store *base)
 	pg_leave(&s->base);
 	pg_readers_close(s);
 	PQfinish(s->w);
-	for (int i = 0; i < 4; i++)
+	for (size_t i = 0; i < sizeof s->json / sizeof s->json[0]; i++)
 		free(s->json[i].v);
 	for (int t = 0; t < 3; t++)
 		for (int i = 0; i < PG_MAX_COLS; i++)
