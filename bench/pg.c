@@ -14,6 +14,7 @@
  * connections ask for their report with pg_stat_force_next_flush().
  */
 #include "bench.h"
+#include "../common/proc_cpu.h"
 
 #include <dirent.h>
 #include <libpq-fe.h>
@@ -67,15 +68,9 @@ static pid_t parent_of(pid_t pid)
 {
 	char path[64], buf[512];
 	snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-	FILE *f = fopen(path, "r");
-	if (!f)
-		return -1;
-	size_t n = fread(buf, 1, sizeof buf - 1, f);
-	fclose(f);
-	buf[n] = 0;
-	char *p = strrchr(buf, ')');
+	const char *p = proc_stat_fields(path, buf, sizeof buf);
 	int ppid = -1;
-	if (!p || sscanf(p + 2, "%*c %d", &ppid) != 1)
+	if (!p || sscanf(p, "%*c %d", &ppid) != 1)
 		return -1;
 	return ppid;
 }
@@ -185,16 +180,10 @@ static double proc_cpu(pid_t pid, int children)
 {
 	char path[64], buf[1024];
 	snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-	FILE *f = fopen(path, "r");
-	if (!f)
-		return 0;
-	size_t n = fread(buf, 1, sizeof buf - 1, f);
-	fclose(f);
-	buf[n] = 0;
-	char *p = strrchr(buf, ')');
+	const char *p = proc_stat_fields(path, buf, sizeof buf);
 	unsigned long long ut = 0, st = 0, cut = 0, cst = 0;
-	if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu %llu %llu",
-			 &ut, &st, &cut, &cst) != 4)
+	if (!p || sscanf(p, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu %llu %llu", &ut,
+			 &st, &cut, &cst) != 4)
 		return 0;
 	return (double)(ut + st + (children ? cut + cst : 0)) / (double)sysconf(_SC_CLK_TCK);
 }

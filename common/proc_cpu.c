@@ -7,21 +7,26 @@
 #include <string.h>
 #include <unistd.h>
 
+const char *proc_stat_fields(const char *stat_path, char *buf, size_t size)
+{
+	FILE *f = fopen(stat_path, "r");
+	if (!f)
+		return NULL;
+	size_t n = fread(buf, 1, size - 1, f);
+	fclose(f);
+	buf[n] = 0;
+	/* The command name ends at the last ")". */
+	const char *p = strrchr(buf, ')');
+	return p && p[1] == ' ' ? p + 2 : NULL;
+}
+
 double proc_cpu_seconds(const char *stat_path)
 {
 	char buf[1024];
-	FILE *f = fopen(stat_path, "r");
-	if (!f)
-		return -1;
-	size_t n = fread(buf, 1, sizeof buf - 1, f);
-	fclose(f);
-	buf[n] = 0;
-	/* Fields 14 and 15 (utime, stime, in clock ticks) follow the ")" that ends the
-	 * command name, which may hold spaces. */
-	const char *p = strrchr(buf, ')');
+	const char *p = proc_stat_fields(stat_path, buf, sizeof buf);
+	/* Fields 14 and 15: utime and stime, in clock ticks. */
 	unsigned long long ut = 0, st = 0;
-	if (!p ||
-	    sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut, &st) != 2)
+	if (!p || sscanf(p, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut, &st) != 2)
 		return -1;
 	long hz = sysconf(_SC_CLK_TCK);
 	return (double)(ut + st) / (double)(hz > 0 ? hz : 100);
