@@ -89,8 +89,9 @@ void sched_submit(sched *s, sched_job_fn fn, void *arg)
 	else
 		s->head = j;
 	s->tail = j;
-	pthread_cond_signal(&s->work);
 	pthread_mutex_unlock(&s->mu);
+	/* After the unlock, as eng_post: a step thread woken does not block on the mutex. */
+	pthread_cond_signal(&s->work);
 }
 
 static struct timespec deadline_after(int64_t ms)
