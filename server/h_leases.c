@@ -178,6 +178,18 @@ static int answered(srv *s, request *r, void *data, response *out)
 	return reply_json(out, a->acquire && a->created ? 201 : 200, lease);
 }
 
+/* The answer dropped unsent (its connection closed first): a lease granted to nobody is
+ * given back at once, as answered does for a client that left. */
+static void dropped(srv *s, void *data)
+{
+	lease_answer *a = data;
+	const char *id = json_string_value(json_object_get(a->lease, "id"));
+	if (!a->rc && a->acquire && a->created && id)
+		baton_lease_abandon(s->engine, id, 1);
+	json_decref(a->lease);
+	a->lease = NULL;
+}
+
 void srv_lease_unsent(srv *s, request *r)
 {
 	if (r->lease_granted[0])
@@ -194,6 +206,7 @@ static lease_answer *begin(srv *s, request *r, int acquire, response *out)
 	a->acquire = acquire;
 	if (srv_wait_begin(s, r, a, answered, out))
 		return NULL;
+	srv_wait_on_discard(r, dropped);
 	return a;
 }
 

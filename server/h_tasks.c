@@ -56,6 +56,21 @@ static int answered(srv *s, request *r, void *data, response *out)
 	return reply_json(out, 200, task);
 }
 
+/* The answer dropped unsent (its connection closed first): a task claimed for nobody is
+ * given back at once, as answered does for a worker that left. */
+static void dropped(srv *s, void *data)
+{
+	task_answer *a = data;
+	const char *id = json_string_value(json_object_get(a->task, "id"));
+	if (!a->rc && a->claim && id) {
+		baton_error err;
+		baton_task_report(s->engine, id, BATON_TASK_UNCLAIM, NULL, NULL, 0, NULL, NULL,
+				  &err);
+	}
+	json_decref(a->task);
+	a->task = NULL;
+}
+
 void srv_task_unsent(srv *s, request *r)
 {
 	baton_error err;
@@ -72,7 +87,10 @@ static task_answer *begin(srv *s, request *r, int claim, response *out)
 		return NULL;
 	}
 	a->claim = claim;
-	return srv_wait_begin(s, r, a, answered, out) ? NULL : a;
+	if (srv_wait_begin(s, r, a, answered, out))
+		return NULL;
+	srv_wait_on_discard(r, dropped);
+	return a;
 }
 
 int h_task_claim(srv *s, const request *cr, const char *const *p, response *out)

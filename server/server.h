@@ -84,6 +84,7 @@ struct request;
 struct response;
 /* Builds the answer of a request that waited, from its data (wait.c); returns the status. */
 typedef int (*wait_finish_fn)(srv *s, struct request *r, void *data, struct response *out);
+typedef void (*wait_discard_fn)(srv *s, void *data);
 enum { WAIT_NONE, WAIT_ENGINE, WAIT_ANSWERED };
 /* A request's wait for the engine (wait.c; state and suspended under srv.wait_mu). */
 typedef struct srv_wait {
@@ -92,7 +93,8 @@ typedef struct srv_wait {
 	int suspended;
 	void *data; /* malloc'd by the handler, filled by the engine's callback, freed here */
 	wait_finish_fn finish;
-	const char *route; /* the matched pattern, for the answer's metrics */
+	wait_discard_fn discard; /* the engine's answer dropped unsent (NULL: nothing to do) */
+	const char *route;	 /* the matched pattern, for the answer's metrics */
 } srv_wait;
 
 typedef struct request {
@@ -162,6 +164,9 @@ int srv_wait_answered(srv *s, request *r);
 int srv_wait_finish(srv *s, request *r, response *out);
 /* NOTIFY_COMPLETED: a request that ends with an answer it never sent. */
 void srv_wait_abandoned(srv *s, request *r);
+/* What srv_wait_abandoned calls on data that the engine answered into when the connection
+ * closed before finish ran: to release what the answer holds. */
+void srv_wait_on_discard(request *r, wait_discard_fn discard);
 /* Stops taking waiting requests and waits until every one with the engine is answered. */
 void srv_waits_drain(srv *s);
 

@@ -45,6 +45,11 @@ int srv_wait_begin(srv *s, request *r, void *data, wait_finish_fn finish, respon
 	return 0;
 }
 
+void srv_wait_on_discard(request *r, wait_discard_fn discard)
+{
+	r->wait.discard = discard;
+}
+
 void srv_wait_cancel(srv *s, request *r)
 {
 	pthread_mutex_lock(&s->wait_mu);
@@ -107,9 +112,13 @@ int srv_wait_finish(srv *s, request *r, response *out)
 void srv_wait_abandoned(srv *s, request *r)
 {
 	pthread_mutex_lock(&s->wait_mu);
+	int answered = r->wait.state == WAIT_ANSWERED;
 	if (r->wait.state) /* answered, but the connection closed before it was sent */
 		done_locked(s, r);
 	pthread_mutex_unlock(&s->wait_mu);
+	/* What the engine handed over with its answer (a lease, a task) is given back. */
+	if (answered && r->wait.data && r->wait.discard)
+		r->wait.discard(s, r->wait.data);
 	free(r->wait.data);
 	r->wait.data = NULL;
 }
