@@ -164,11 +164,14 @@ check: test
 
 # The HTTP suites once more with batond under valgrind (memory errors, definite leaks).
 # SQLite only (STORE does not apply): at valgrind's speed the suites run once, on the
-# default store.
+# default store. One test is left out: test_limits' 17 results of 1 MB each take valgrind
+# about 230 s, more than any whole suite, through the same allocations as results of any
+# size; the sanitizers' runs keep it (ASan's leak check included).
+VALGRIND_SKIP ?= test_results_past_the_workflow_cap_fail_the_step
 valgrind-test: all $(HTTP_BIN)
 	@BATOND=$(abspath scripts/valgrind-batond.sh) VALGRIND_BATOND=$(abspath $(BATOND)) \
 	  BATON_CLIENT=$(abspath $(CLIENT)) BATON_TEST_PG= BATON_TEST_PG_DIR= JOBS=2 \
-	  sh scripts/run-tests.sh $(HTTP_BIN)
+	  BATON_TEST_SKIP=$(VALGRIND_SKIP) sh scripts/run-tests.sh $(HTTP_BIN)
 
 demo:
 	@$(MAKE) -s all >/dev/null
