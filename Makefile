@@ -111,6 +111,12 @@ $(BUILD)/tests/unit/%: $(BUILD)/obj/tests/unit/%.o $(LIBBATON)
 	@mkdir -p $(@D)
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(LIBS_ALL) $(CMOCKA_LIBS)
 
+# test_wait tests server/wait.c, so it links the server's objects (but its main).
+$(BUILD)/tests/unit/test_wait: $(BUILD)/obj/tests/unit/test_wait.o \
+  $(call obj,$(filter-out server/main.c,$(SERVER_SRC))) $(LIBBATON)
+	@mkdir -p $(@D)
+	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(BATOND_LIBS) $(CMOCKA_LIBS)
+
 $(BUILD)/tests/http/%: $(BUILD)/obj/tests/http/%.o $(call obj,$(HARNESS_SRC) $(COMMON_SRC)) $(LIBBATON)
 	@mkdir -p $(@D)
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(LIBS_ALL) $(PQ_LIBS) $(CMOCKA_LIBS)
