@@ -28,6 +28,13 @@ static void on_task(void *ud, int rc, int created, json_t *task, const char *why
 	srv_wait_done(r);
 }
 
+/* Gives a claimed task back to its queue: its worker will never see the claim. */
+static void unclaim(srv *s, const char *id)
+{
+	baton_error err;
+	baton_task_report(s->engine, id, BATON_TASK_UNCLAIM, NULL, NULL, 0, NULL, NULL, &err);
+}
+
 static int answered(srv *s, request *r, void *data, response *out)
 {
 	task_answer *a = data;
@@ -46,9 +53,7 @@ static int answered(srv *s, request *r, void *data, response *out)
 	const char *id = json_string_value(json_object_get(task, "id"));
 	if (a->claim && id) {
 		if (srv_peer_gone(srv_conn_fd(r->conn))) {
-			baton_error err;
-			baton_task_report(s->engine, id, BATON_TASK_UNCLAIM, NULL, NULL, 0, NULL,
-					  NULL, &err);
+			unclaim(s, id);
 		} else {
 			snprintf(r->task_claimed, sizeof r->task_claimed, "%s", id);
 		}
@@ -62,21 +67,16 @@ static void dropped(srv *s, void *data)
 {
 	task_answer *a = data;
 	const char *id = json_string_value(json_object_get(a->task, "id"));
-	if (!a->rc && a->claim && id) {
-		baton_error err;
-		baton_task_report(s->engine, id, BATON_TASK_UNCLAIM, NULL, NULL, 0, NULL, NULL,
-				  &err);
-	}
+	if (!a->rc && a->claim && id)
+		unclaim(s, id);
 	json_decref(a->task);
 	a->task = NULL;
 }
 
 void srv_task_unsent(srv *s, request *r)
 {
-	baton_error err;
 	if (r->task_claimed[0])
-		baton_task_report(s->engine, r->task_claimed, BATON_TASK_UNCLAIM, NULL, NULL, 0,
-				  NULL, NULL, &err);
+		unclaim(s, r->task_claimed);
 }
 
 static task_answer *begin(srv *s, request *r, int claim, response *out)
