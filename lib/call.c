@@ -187,8 +187,9 @@ static size_t on_header(char *ptr, size_t size, size_t n, void *ud)
 			b->retry_after_ms = (int64_t)secs * 1000;
 		} else {
 			time_t when = cu.getdate(v, NULL);
-			if (when > 0 && (int64_t)when * 1000 > now_ms())
-				b->retry_after_ms = (int64_t)when * 1000 - now_ms();
+			int64_t wall = wall_ms();
+			if (when > 0 && (int64_t)when * 1000 > wall)
+				b->retry_after_ms = (int64_t)when * 1000 - wall;
 		}
 		if (b->retry_after_ms > 3600 * 1000)
 			b->retry_after_ms = 3600 * 1000;

@@ -148,8 +148,17 @@ static inline void wf_clear_dirty(wf_row *wf)
 void resource_row_fini(resource_row *r);
 
 /* ---- util.c ---- */
+/*
+ * baton's clock, in ms since the epoch: the wall clock as it read at the first call, carried
+ * on by CLOCK_MONOTONIC. Every timer, expiry, wait and timestamp of the engine reads it, so
+ * a step of the wall clock while batond runs (an NTP step, a VM resumed) moves none of
+ * them; the timestamps it shows stay a wall time that ignores steps since the start. Thread
+ * safe.
+ */
 int64_t now_ms(void);
 int64_t mono_ms(void);
+/* The wall clock itself (CLOCK_REALTIME), for what another machine dated: an HTTP date. */
+int64_t wall_ms(void);
 /* A condition variable whose timed waits take CLOCK_MONOTONIC deadlines (mono_ms). */
 void cond_init_monotonic(pthread_cond_t *c);
 void format_time(int64_t ms, char buf[32]);

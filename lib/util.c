@@ -11,11 +11,25 @@
 #include <sys/random.h>
 #include <time.h>
 
-int64_t now_ms(void)
+int64_t wall_ms(void)
 {
 	struct timespec ts;
 	clock_gettime(CLOCK_REALTIME, &ts);
 	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static pthread_once_t clock_once = PTHREAD_ONCE_INIT;
+static int64_t wall_minus_mono; /* set once, by the first now_ms() */
+
+static void clock_base(void)
+{
+	wall_minus_mono = wall_ms() - mono_ms();
+}
+
+int64_t now_ms(void)
+{
+	pthread_once(&clock_once, clock_base);
+	return mono_ms() + wall_minus_mono;
 }
 
 void cond_init_monotonic(pthread_cond_t *c)

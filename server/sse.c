@@ -108,7 +108,7 @@ static void *ticker_main(void *arg)
 	pthread_mutex_lock(&hub.mu);
 	while (!hub.closing) {
 		struct timespec ts;
-		clock_gettime(CLOCK_REALTIME, &ts);
+		clock_gettime(CLOCK_MONOTONIC, &ts);
 		ts.tv_sec += period / 1000;
 		ts.tv_nsec += (long)(period % 1000) * 1000000;
 		if (ts.tv_nsec >= 1000000000) {
@@ -132,6 +132,14 @@ static void *ticker_main(void *arg)
 int srv_streams_start(int poll_every_ms)
 {
 	poll_ms = poll_every_ms;
+	/* The ticker's waits run on CLOCK_MONOTONIC: a step of the wall clock neither stalls
+	 * the keep-alives nor bunches them. */
+	pthread_condattr_t a;
+	pthread_condattr_init(&a);
+	pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
+	pthread_cond_destroy(&hub.cv);
+	pthread_cond_init(&hub.cv, &a);
+	pthread_condattr_destroy(&a);
 	if (pthread_create(&hub.ticker, NULL, ticker_main, NULL) != 0)
 		return -1;
 	hub.ticker_started = 1;
