@@ -354,6 +354,12 @@ static int fail_unwritable(baton_engine *e, wf_row *wf, int code, const char *wh
 	return 1;
 }
 
+void eng_reply(baton_engine *e, waiter *w, int rc, int created, const char *resource)
+{
+	reply r = {w, rc, created, resource ? part_of(resource) : -1};
+	VEC_PUSH(e->replies, r);
+}
+
 /* Commits the round; on failure keeps everything pending and schedules a retry. */
 void eng_flush(baton_engine *e)
 {

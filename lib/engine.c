@@ -231,8 +231,7 @@ static void apply_submit(baton_engine *e, msg *m, int64_t now)
 		 * the one that stores the first POST. */
 		snprintf(m->w->id, sizeof m->w->id, "%s", wf->id);
 		if (rc == BATON_OK) {
-			reply r = {m->w, BATON_OK, 0};
-			VEC_PUSH(e->replies, r);
+			eng_reply(e, m->w, BATON_OK, 0, wf->resource);
 		} else {
 			eng_waiter_done(m->w, rc, 0, detail);
 		}
@@ -262,8 +261,7 @@ static void apply_submit(baton_engine *e, msg *m, int64_t now)
 		VEC_PUSH(e->finished, wf);
 	}
 	eng_touch_wf(e, wf);
-	reply r = {m->w, BATON_OK, 1};
-	VEC_PUSH(e->replies, r);
+	eng_reply(e, m->w, BATON_OK, 1, wf->resource);
 }
 
 void eng_cancel_wf(baton_engine *e, wf_row *wf, int64_t now)
@@ -302,15 +300,14 @@ static void apply_cancel(baton_engine *e, msg *m, int64_t now)
 		else if (rc)
 			eng_waiter_done(m->w, rc, 0, err.msg);
 		else if (status == WF_CANCELLED)
-			VEC_PUSH(e->replies, ((reply){m->w, BATON_OK, 0}));
+			eng_reply(e, m->w, BATON_OK, 0, NULL);
 		else
 			eng_waiter_done(m->w, BATON_ECONFLICT, 0,
 					"the workflow has already finished");
 		return;
 	}
 	eng_cancel_wf(e, wf, now);
-	reply r = {m->w, BATON_OK, 0};
-	VEC_PUSH(e->replies, r);
+	eng_reply(e, m->w, BATON_OK, 0, wf->resource);
 }
 
 static void count_deleted(baton_engine *e, int n)

@@ -98,10 +98,17 @@ typedef struct dispatch {
 	int64_t token;
 } dispatch;
 
+/*
+ * An answer owed once this round commits (eng_reply). `created`: the answer is a 201 (a new
+ * workflow stored, a lease granted). `part`: the partition of the resource the answer is
+ * about, -1 for none; when the ownership check refuses the round and that partition leaves
+ * memory, the answer becomes a 503, since what it reports was not written.
+ */
 typedef struct reply {
 	waiter *w;
 	int rc;
 	int created;
+	int part;
 } reply;
 
 /* Metrics of one resource, read by other threads under metrics_mu. */
@@ -270,6 +277,23 @@ int members_fenced(baton_engine *e, baton_error *err);
 /* When a step granted now must not send its call any more (step_input.send_by), 0 without
  * a cluster. Engine thread. */
 int64_t members_send_by(baton_engine *e);
+/*
+ * May this node tell a client "you hold it" (a renewal, a heartbeat, a held lease or claim
+ * answered from memory) for `resource` now? Only while it drives the resource's partition
+ * and, in a cluster, its node lease as the database last confirmed it has not run out by
+ * this node's monotonic clock, less a tenth for clock-rate drift (members_send_by): until
+ * then no other node can claim the partition, and one that claims it later counts every
+ * lease's ttl again from its claim, after any expiry promised here. BATON_OK, or
+ * BATON_EBUSY (503) with why in err. Every answer path that promises from memory calls
+ * it; what is answered after a commit is proven by the commit's ownership check. Engine
+ * thread.
+ */
+int eng_may_promise(baton_engine *e, const char *resource, baton_error *err);
+/* Whether the node lease is fresh enough to call this node ready (/readyz): false from half
+ * a lease without a confirmed renewal, before eng_may_promise refuses. Any thread. */
+int members_ready(baton_engine *e);
+/* Owes w the answer rc once this round commits (see reply); resource may be NULL. */
+void eng_reply(baton_engine *e, waiter *w, int rc, int created, const char *resource);
 /* For a 503: who drives the resource. */
 void members_who(const baton_engine *e, const char *resource, char *out, size_t n);
 

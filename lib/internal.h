@@ -70,7 +70,8 @@ typedef struct step_row {
 	int queue_position; /* reads only: 1 = next to be granted, 0 = not waiting */
 	char *node;	    /* reads only: the cluster node that drove its latest attempt */
 	unsigned dirty : 1;
-	unsigned stored : 1; /* the row exists in the database (a pending step has none) */
+	unsigned stored : 1;	   /* the row exists in the database (a pending step has none) */
+	unsigned params_dirty : 1; /* params changed since the row was stored (a lease's ttl) */
 } step_row;
 
 typedef struct wf_row {
@@ -138,6 +139,7 @@ static inline void wf_clear_dirty(wf_row *wf)
 {
 	for (int i = wf->dirty_lo; i < wf->dirty_hi; i++) {
 		wf->steps[i].stored |= wf->steps[i].dirty;
+		wf->steps[i].params_dirty &= !wf->steps[i].dirty;
 		wf->steps[i].dirty = 0;
 	}
 	wf->dirty_lo = wf->steps_total;

@@ -8,9 +8,10 @@
  * by the same code as every workflow; its history (lock_requested, lock_acquired,
  * lock_released, lease_expired) is the workflow's and the resource's.
  *
- * What only a lease has lives in memory, on its wf_row: when it expires (renewals need
- * no commit, since a restart counts the whole ttl again from the restart), how long its
- * caller waits for it, and that caller. Every change happens on the engine thread, so a
+ * What only a lease has lives in memory, on its wf_row: when it expires (a renewal that
+ * keeps the ttl needs no commit, since a restart, or another node that takes the lease
+ * over, counts the whole stored ttl again from then; one that changes the ttl is answered
+ * once the new ttl is durable), how long its caller waits for it, and that caller. Every change happens on the engine thread, so a
  * grant and the end of the wait (timeout, the client went away) are ordered: a lease
  * whose caller gave up before the grant leaves the queue; one granted to a caller that
  * can no longer be answered is released (baton_lease_abandon with release).
@@ -64,15 +65,28 @@ static json_t *lease_json(const wf_row *wf)
 	return o;
 }
 
-/* A lease that is no longer in memory, from its stored workflow (new reference). */
+/* Whether a stored workflow has not ended: another node drives it (this one would hold it in
+ * memory). */
+static int stored_unfinished(const json_t *wf)
+{
+	const char *s = json_string_value(json_object_get(wf, "status"));
+	return s && (strcmp(s, "pending") == 0 || strcmp(s, "running") == 0);
+}
+
+/* A lease that is not in this node's memory, from its stored workflow (new reference): one
+ * that ended, or one that another node drives (held or waiting there; its expiry is in that
+ * node's memory). */
 static json_t *stored_lease_json(const json_t *wf)
 {
 	const json_t *st = json_array_get(json_object_get(wf, "steps"), 0);
 	const char *status = json_string_value(json_object_get(st, "status"));
+	int live = stored_unfinished(wf);
 	const char *state = !status			       ? "abandoned"
 			    : strcmp(status, "completed") == 0 ? "released"
 			    : strcmp(status, "failed") == 0    ? "expired"
-							       : "abandoned";
+			    : live && strcmp(status, "running") == 0 ? "held"
+			    : live				     ? "waiting"
+								     : "abandoned";
 	return json_pack(
 	    "{s:O, s:O, s:O, s:s, s:O, s:O, s:n, s:O, s:O}", "id", json_object_get(wf, "id"),
 	    "resource", json_object_get(wf, "resource"), "holder", json_object_get(st, "worker"),
@@ -85,6 +99,19 @@ static void set_expiry(baton_engine *e, wf_row *wf, int64_t now)
 {
 	wf->lease_expires_at = now + wf->lease_ttl_ms;
 	eng_timer_push(e, wf->lease_expires_at, wf->id);
+}
+
+/* A renewal gave the lease another ttl: it is written with this round, and the renewal is
+ * answered once it is durable, since a restart or another node counts the stored ttl again
+ * from its start and must not end the lease before the holder was told it would. */
+static void change_ttl(baton_engine *e, wf_row *wf, int64_t ttl_ms)
+{
+	step_row *st = &wf->steps[0];
+	wf->lease_ttl_ms = ttl_ms;
+	json_object_set_new(st->params, "ttl_ms", json_integer(ttl_ms));
+	st->params_dirty = 1;
+	wf_mark_step(wf, 0);
+	eng_touch_wf(e, wf);
 }
 
 static void count(baton_engine *e, uint64_t *counter)
@@ -120,8 +147,7 @@ static void give_up(baton_engine *e, wf_row *wf, const char *what, int64_t now)
 	if (w) { /* answered once its leaving the queue is durable */
 		w->lease = busy_json(l, w->msg, sizeof w->msg, what);
 		count(e, &e->leases_refused);
-		reply r = {w, BATON_ECONFLICT, 0};
-		VEC_PUSH(e->replies, r);
+		eng_reply(e, w, BATON_ECONFLICT, 0, wf->resource);
 	}
 	event_sink ev = {eng_on_event, e};
 	eng_follow(e, wf, machine_cancel(wf, e->def, now, &ev), now);
@@ -164,8 +190,7 @@ void lease_granted(baton_engine *e, wf_row *wf, int64_t now)
 	if (!w)
 		return;
 	w->lease = lease_json(wf);
-	reply r = {w, BATON_OK, 1};
-	VEC_PUSH(e->replies, r); /* answered once the grant is durable */
+	eng_reply(e, w, BATON_OK, 1, wf->resource); /* answered once the grant is durable */
 }
 
 void lease_timer(baton_engine *e, wf_row *wf, int64_t now)
@@ -239,6 +264,12 @@ static void answer_stored(baton_engine *e, waiter *w, const char *id)
 		eng_waiter_done(w, rc, 0, err.msg);
 		return;
 	}
+	if (stored_unfinished(wf)) { /* another node drives it: only it can say what it holds */
+		eng_may_promise(e, json_string_value(json_object_get(wf, "resource")), &err);
+		json_decref(wf);
+		eng_waiter_done(w, err.code ? err.code : BATON_EBUSY, 0, err.msg);
+		return;
+	}
 	w->lease = stored_lease_json(wf);
 	json_decref(wf);
 	eng_waiter_done(w, BATON_OK, 0, NULL);
@@ -268,8 +299,12 @@ static void apply_acquire(baton_engine *e, msg *m, int64_t now)
 		else if (!cur) /* it has ended */
 			answer_stored(e, m->w, wf->id);
 		else if (cur->steps[0].status == ST_RUNNING) {
-			m->w->lease = lease_json(cur);
-			eng_waiter_done(m->w, BATON_OK, 0, NULL);
+			if (eng_may_promise(e, cur->resource, &err) != BATON_OK) {
+				eng_waiter_done(m->w, err.code, 0, err.msg);
+			} else {
+				m->w->lease = lease_json(cur);
+				eng_waiter_done(m->w, BATON_OK, 0, NULL);
+			}
 		} else if (cur->steps[0].status == ST_WAITING) {
 			/* The first caller's answer was lost; the retry waits in its place. */
 			if (cur->lease_w)
@@ -345,10 +380,17 @@ static void stored_op(baton_engine *e, msg *m)
 		return;
 	}
 	json_t *lease = stored_lease_json(wf);
+	int live = stored_unfinished(wf);
 	json_decref(wf);
 	const char *state = json_string_value(json_object_get(lease, "state"));
 	if (!m->w) {
 		json_decref(lease);
+		return;
+	}
+	if (live && m->idx != LEASE_GET) { /* another node drives it: it alone can change it */
+		eng_may_promise(e, json_string_value(json_object_get(lease, "resource")), &err);
+		json_decref(lease);
+		eng_waiter_done(m->w, err.code ? err.code : BATON_EBUSY, 0, err.msg);
 		return;
 	}
 	if (m->idx != LEASE_GET && strcmp(state, "expired") == 0) {
@@ -392,8 +434,18 @@ static void apply_op(baton_engine *e, msg *m, int64_t now)
 			eng_waiter_done(m->w, BATON_ECONFLICT, 0, "the lease is not held yet");
 			return;
 		}
-		if (m->ttl_ms > 0)
-			wf->lease_ttl_ms = m->ttl_ms;
+		baton_error err = {0};
+		if (eng_may_promise(e, wf->resource, &err) != BATON_OK) {
+			eng_waiter_done(m->w, err.code, 0, err.msg);
+			return;
+		}
+		if (m->ttl_ms > 0 && m->ttl_ms != wf->lease_ttl_ms) {
+			change_ttl(e, wf, m->ttl_ms);
+			set_expiry(e, wf, now);
+			m->w->lease = lease_json(wf);
+			eng_reply(e, m->w, BATON_OK, 0, wf->resource); /* once the ttl is durable */
+			return;
+		}
 		set_expiry(e, wf, now);
 		m->w->lease = lease_json(wf);
 		eng_waiter_done(m->w, BATON_OK, 0, NULL);
@@ -409,8 +461,7 @@ static void apply_op(baton_engine *e, msg *m, int64_t now)
 			give_up(e, wf, "released while it waited", now);
 		if (m->w) {
 			m->w->lease = lease_json(wf);
-			reply r = {m->w, BATON_OK, 0};
-			VEC_PUSH(e->replies, r); /* answered once durable */
+			eng_reply(e, m->w, BATON_OK, 0, wf->resource); /* once durable */
 		}
 	}
 }

@@ -175,8 +175,7 @@ static void drop_parts(baton_engine *e, uint64_t mask, const char *why)
 	k = 0;
 	for (size_t i = 0; i < e->replies.n; i++) {
 		reply *r = &e->replies.v[i];
-		wf_row *wf = r->created ? strmap_get(e->wfs, r->w->id) : NULL;
-		if (wf && dropping(mask, wf))
+		if (r->part >= 0 && (mask >> r->part & 1))
 			eng_waiter_done(r->w, BATON_EBUSY, 0, why);
 		else
 			e->replies.v[k++] = *r;
@@ -434,6 +433,33 @@ int64_t members_send_by(baton_engine *e)
 	 * clock, at least lease_ms after the renewal was sent; a tenth of the lease is left
 	 * for the machines' clocks running at slightly different rates. */
 	return mono_ms() + st.lease_left_ms - st.lease_ms / 10;
+}
+
+int eng_may_promise(baton_engine *e, const char *resource, baton_error *err)
+{
+	if (!eng_drives(e, resource)) {
+		char who[MAX_NAME + 1];
+		members_who(e, resource, who, sizeof who);
+		return err_set(err, BATON_EBUSY,
+			       "resource \"%s\" is driven by node %s: ask that node", resource, who);
+	}
+	if (e->clustered && members_send_by(e) <= mono_ms())
+		return err_set(err, BATON_EBUSY,
+			       "node %s cannot prove that it still drives resource \"%s\": its lease"
+			       " in the database was not confirmed in time; try again shortly",
+			       e->node_id, resource);
+	return BATON_OK;
+}
+
+int members_ready(baton_engine *e)
+{
+	if (!e->clustered || !e->st->ops->cluster_stats)
+		return 1;
+	store_cluster_stats st;
+	e->st->ops->cluster_stats(e->st, &st);
+	/* Renewals go every third of the lease: half a lease without one is a node that is
+	 * about to lose its proof (eng_may_promise), told before it does. */
+	return st.lease_left_ms > st.lease_ms / 2;
 }
 
 /* ---- reads ---- */

@@ -145,7 +145,8 @@ static const char migrate_v3_sql[] =
 	" requested_at=excluded.requested_at, fencing_token=excluded.fencing_token,"               \
 	" started_at=excluded.started_at, finished_at=excluded.finished_at,"                       \
 	" duration_ms=excluded.duration_ms, next_attempt_at=excluded.next_attempt_at,"             \
-	" error=excluded.error, result=excluded.result, node=coalesce(excluded.node, steps.node)"
+	" error=excluded.error, result=excluded.result, params=excluded.params,"                   \
+	" node=coalesce(excluded.node, steps.node)"
 #define RESOURCE_COLS                                                                              \
 	"name, last_token, grants, total_hold_ms, max_hold_ms, total_wait_ms, max_wait_ms,"        \
 	" holder_seq, holder_idx"

@@ -78,6 +78,8 @@ int baton_engine_ready(baton_engine *e)
 	pthread_mutex_lock(&e->mu);
 	int ready = !e->faulty && !e->draining;
 	pthread_mutex_unlock(&e->mu);
+	if (!members_ready(e))
+		return 0;
 	baton_error err;
 	return ready && store_ping(e->st, &err) == BATON_OK;
 }

@@ -122,7 +122,7 @@ static const char *const writer_sql[W_NSTMT] = {
 		   ") VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
     [W_UPD_STEP] = "UPDATE steps SET status=?4, attempts=?5, lock_seq=?6, requested_at=?7,"
 		   " fencing_token=?8, started_at=?9, finished_at=?10, duration_ms=?11,"
-		   " next_attempt_at=?12, error=?13, result=?14"
+		   " next_attempt_at=?12, error=?13, result=?14, params=coalesce(?15, params)"
 		   " WHERE workflow_seq=?1 AND idx=?2",
     [W_INS_EVENT] = "INSERT INTO events (seq, last_seq, workflow_seq, resource, lock, data)"
 		    " VALUES (?,?,?,?,?,?)",
@@ -528,6 +528,8 @@ static int put_step(sqlite_store *s, const wf_row *wf, const step_row *r, baton_
 		sqlite3_bind_int64(st, 1, wf->seq);
 		sqlite3_bind_int(st, 2, r->index);
 		bind_step_state(s, st, 4, r);
+		if (r->params_dirty) /* else NULL: the stored params stay */
+			bind_json(s, st, 15, r->params, 0);
 		return exec_stmt(s->db, st, err, "updating a step");
 	}
 	st = s->stmt[W_INS_STEP];

@@ -15,7 +15,35 @@
 
 #define MAX_EXTRA 12
 
+static int open_nodes(cluster *c, int n, int lease_ms, const char *const *extra, int proxied);
+
 int cl_open(cluster *c, int n, int lease_ms, const char *const *extra)
+{
+	return open_nodes(c, n, lease_ms, extra, 0);
+}
+
+int cl_open_proxied(cluster *c, int n, int lease_ms, const char *const *extra)
+{
+	return open_nodes(c, n, lease_ms, extra, 1);
+}
+
+/* Node i's server, through its own proxy when proxied; started. NULL after printing why. */
+static hs_server *start_node(cluster *c, int i, const char *const *args, int proxied)
+{
+	if (!proxied)
+		return i == 0 ? hs_open(args) : hs_open_node(c->node[0], args);
+	int pg = hs_pg_port();
+	if (pg <= 0 || !(c->px[i] = hs_proxy_open(pg)))
+		return NULL;
+	hs_server *s = hs_new(i == 0 ? NULL : c->node[0], args);
+	if (s && (hs_route_db(s, hs_proxy_port(c->px[i])) != 0 || hs_start(s) != 0)) {
+		hs_close(s);
+		s = NULL;
+	}
+	return s;
+}
+
+static int open_nodes(cluster *c, int n, int lease_ms, const char *const *extra, int proxied)
 {
 	memset(c, 0, sizeof *c);
 	if (n < 1 || n > CL_MAX_NODES) {
@@ -39,7 +67,7 @@ int cl_open(cluster *c, int n, int lease_ms, const char *const *extra)
 			args[k++] = extra[j];
 		}
 		args[k] = NULL;
-		c->node[i] = i == 0 ? hs_open(args) : hs_open_node(c->node[0], args);
+		c->node[i] = start_node(c, i, args, proxied);
 		c->n = i + 1;
 		if (!c->node[i]) {
 			fprintf(stderr, "cluster: node %d did not start\n", i);
@@ -53,9 +81,12 @@ int cl_open(cluster *c, int n, int lease_ms, const char *const *extra)
 int cl_close(cluster *c)
 {
 	int rc = 0;
-	for (int i = 0; i < c->n; i++)
+	for (int i = 0; i < c->n; i++) {
+		if (c->px[i] && hs_proxy_heal(c->px[i]) != 0)
+			fprintf(stderr, "cluster: node %d's proxy cannot listen again\n", i);
 		if (c->node[i])
 			hs_signal(c->node[i], SIGCONT);
+	}
 	for (int i = c->n - 1; i >= 0; i--) {
 		if (hs_close(c->node[i]) != 0) {
 			fprintf(stderr, "cluster: closing node %d (%s) failed\n", i, c->id[i]);
@@ -63,8 +94,24 @@ int cl_close(cluster *c)
 		}
 		c->node[i] = NULL;
 	}
+	for (int i = 0; i < CL_MAX_NODES; i++) {
+		hs_proxy_close(c->px[i]);
+		c->px[i] = NULL;
+	}
 	c->n = 0;
 	return rc;
+}
+
+void cl_cut(cluster *c, int i)
+{
+	assert_non_null(c->px[i]);
+	hs_proxy_cut(c->px[i]);
+}
+
+void cl_heal(cluster *c, int i)
+{
+	assert_non_null(c->px[i]);
+	assert_int_equal(hs_proxy_heal(c->px[i]), 0);
 }
 
 int cl_index(const cluster *c, const char *id)

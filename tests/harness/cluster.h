@@ -19,6 +19,7 @@
 #include <jansson.h>
 
 #include "harness.h"
+#include "proxy.h"
 
 #define CL_MAX_NODES 4
 #define CL_PARTS     64 /* lib/internal.h PARTS */
@@ -28,6 +29,7 @@ typedef struct cluster {
 	int lease_ms;
 	hs_server *node[CL_MAX_NODES]; /* NULL once closed (or never started) */
 	char id[CL_MAX_NODES][32];
+	hs_proxy *px[CL_MAX_NODES]; /* cl_open_proxied: node i reaches PostgreSQL through px[i] */
 } cluster;
 
 /*
@@ -37,8 +39,17 @@ typedef struct cluster {
  */
 int cl_open(cluster *c, int n, int lease_ms, const char *const *extra);
 
+/* Like cl_open, but each node reaches PostgreSQL through a proxy of its own (proxy.h), so that
+ * cl_cut can partition it from the database while its clients still reach it. */
+int cl_open_proxied(cluster *c, int n, int lease_ms, const char *const *extra);
+/* Cuts node i off PostgreSQL (every connection dropped, new ones refused) / lets it back. They
+ * fail the running test on a cluster that is not proxied, or a port that cannot be bound. */
+void cl_cut(cluster *c, int i);
+void cl_heal(cluster *c, int i);
+
 /*
- * Resumes every node (SIGCONT: one may have been left paused by a failed test), closes
+ * Heals every proxy, resumes every node (SIGCONT: one may have been left paused by a failed
+ * test), closes
  * nodes n-1 .. 1 and then node 0 (whose database it is) with hs_close. Returns 0, or -1
  * when one of the hs_close failed (its exit status, its log). Accepts an empty cluster.
  */

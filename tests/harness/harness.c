@@ -272,19 +272,60 @@ static int open_store(hs_server *s)
 	return pg_db_create(s->pg_name);
 }
 
-static hs_server *open_on(const hs_server *first, const char *const *extra_args);
+static hs_server *open_on(const hs_server *first, const char *const *extra_args, int start);
 
 hs_server *hs_open(const char *const *extra_args)
 {
-	return open_on(NULL, extra_args);
+	return open_on(NULL, extra_args, 1);
 }
 
 hs_server *hs_open_node(const hs_server *first, const char *const *extra_args)
 {
-	return first ? open_on(first, extra_args) : NULL;
+	return first ? open_on(first, extra_args, 1) : NULL;
 }
 
-static hs_server *open_on(const hs_server *first, const char *const *extra_args)
+hs_server *hs_new(const hs_server *first, const char *const *extra_args)
+{
+	return open_on(first, extra_args, 0);
+}
+
+/* Where the port of a postgresql://[user@]host:port/... URL starts, or NULL. */
+static const char *url_port(const char *url)
+{
+	const char *sep = strstr(url, "://");
+	if (!sep)
+		return NULL;
+	const char *host = sep + 3, *end = host + strcspn(host, "/?");
+	const char *colon = NULL;
+	for (const char *q = host; q < end; q++)
+		if (*q == ':')
+			colon = q;
+	return colon ? colon + 1 : NULL;
+}
+
+int hs_pg_port(void)
+{
+	const char *url = getenv("BATON_TEST_PG");
+	const char *port = url ? url_port(url) : NULL;
+	return port ? atoi(port) : -1;
+}
+
+int hs_route_db(hs_server *s, int port)
+{
+	const char *at = s->pg_name[0] ? url_port(s->db) : NULL;
+	if (!at)
+		return -1;
+	char out[PG_URL_MAX];
+	size_t head = (size_t)(at - s->db);
+	int n = snprintf(out, sizeof out, "%.*s%d%s", (int)head, s->db, port,
+			 at + strspn(at, "0123456789"));
+	if (n < 0 || (size_t)n >= sizeof out)
+		return -1;
+	memcpy(s->db, out, (size_t)n + 1);
+	return 0;
+}
+
+static hs_server *open_on(const hs_server *first, const char *const *extra_args, int start)
 {
 	pthread_once(&global_once, global_init);
 	hs_server *s = calloc(1, sizeof *s);
@@ -313,7 +354,7 @@ static hs_server *open_on(const hs_server *first, const char *const *extra_args)
 		}
 		s->extra[i] = strdup(extra_args[i]);
 	}
-	if (hs_start(s) != 0) {
+	if (start && hs_start(s) != 0) {
 		hs_close(s);
 		return NULL;
 	}

@@ -71,6 +71,15 @@ hs_server *hs_open(const char *const *extra_args);
  * the nodes before `first`. NULL on failure. */
 hs_server *hs_open_node(const hs_server *first, const char *const *extra_args);
 
+/* Like hs_open (first NULL) or hs_open_node, but nothing is started yet: set what the server
+ * needs (hs_set_env, hs_route_db), then hs_start it. NULL after printing why. */
+hs_server *hs_new(const hs_server *first, const char *const *extra_args);
+/* For the next starts: the PostgreSQL URL batond gets reaches the server through `port` on
+ * 127.0.0.1 (a proxy in front of it, proxy.h). 0, or -1 on SQLite. */
+int hs_route_db(hs_server *s, int port);
+/* The port of the PostgreSQL server of BATON_TEST_PG, or -1 without one. */
+int hs_pg_port(void);
+
 /* cmocka fixtures for the common case: state is an hs_server from hs_open(NULL). */
 int hs_setup(void **state);
 int hs_teardown(void **state);

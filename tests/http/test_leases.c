@@ -374,6 +374,31 @@ static void test_kill9_keeps_a_held_lease(void **state)
 	json_decref(a);
 }
 
+/* A renewal's new ttl is durable before it is answered: after kill -9 the lease keeps it, and
+ * does not end on the shorter ttl it was granted with. */
+static void test_kill9_keeps_a_renewed_ttl(void **state)
+{
+	hs_server *s = *state;
+	json_t *a = acquire_ok(s, "db", "{\"holder\": \"a\", \"ttl_ms\": 1000}");
+	const char *id = hs_str(a, "id");
+	json_t *ren;
+	assert_int_equal(lease_call(s, "POST", id, "/renew", "{\"ttl_ms\": 60000}", &ren), 200);
+	json_decref(ren);
+	hs_kill(s);
+	assert_int_equal(hs_start(s), 0);
+	/* b waits 4 s, four times the old ttl: the lease must outlast it */
+	long status;
+	json_t *b = acquire(s, "db", "{\"holder\": \"b\", \"wait_ms\": 4000}", &status);
+	assert_int_equal(status, 409);
+	json_decref(b);
+	json_t *got;
+	assert_int_equal(lease_call(s, "GET", id, "", NULL, &got), 200);
+	assert_string_equal(hs_str(got, "state"), "held");
+	assert_int_equal(hs_int(got, "ttl_ms"), 60000);
+	json_decref(got);
+	json_decref(a);
+}
+
 static void test_bad_input_changes_nothing(void **state)
 {
 	hs_server *s = *state;
@@ -473,6 +498,7 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_request_id_returns_same_lease, hs_setup,
 					    hs_teardown),
 	    cmocka_unit_test_setup_teardown(test_kill9_keeps_a_held_lease, hs_setup, hs_teardown),
+	    cmocka_unit_test_setup_teardown(test_kill9_keeps_a_renewed_ttl, hs_setup, hs_teardown),
 	    cmocka_unit_test_setup_teardown(test_bad_input_changes_nothing, hs_setup, hs_teardown),
 	    cmocka_unit_test_setup_teardown(test_metrics_count_leases, hs_setup, hs_teardown),
 	    cmocka_unit_test_setup_teardown(test_stream_shows_grants_releases_expiries, hs_setup,

@@ -1,0 +1,27 @@
+/*
+ * proxy.h - a TCP proxy on loopback that a test can cut, for partitions between one batond
+ * node and PostgreSQL while the node's own clients still reach it.
+ *
+ * It listens on 127.0.0.1 (port 0: the kernel picks), and pipes each connection it accepts
+ * to 127.0.0.1:target_port, both ways. "Cut" closes every piped connection (both sides see
+ * them end) and stops listening, so new connections are refused; "heal" listens on the
+ * same port again. One thread runs it; the calls are thread-safe and return once the
+ * thread has done what they ask.
+ */
+#ifndef BATON_TEST_PROXY_H
+#define BATON_TEST_PROXY_H
+
+typedef struct hs_proxy hs_proxy;
+
+/* Starts a proxy to 127.0.0.1:target_port. NULL after printing why. */
+hs_proxy *hs_proxy_open(int target_port);
+/* The port it listens on (also while cut: heal listens there again). */
+int hs_proxy_port(const hs_proxy *p);
+/* Drops every piped connection and refuses new ones. */
+void hs_proxy_cut(hs_proxy *p);
+/* Accepts connections again. 0, or -1 when the port could not be bound again. */
+int hs_proxy_heal(hs_proxy *p);
+/* Stops the thread and closes everything; accepts NULL. */
+void hs_proxy_close(hs_proxy *p);
+
+#endif

@@ -1,0 +1,228 @@
+/*
+ * test_partition.c - a node cut off from PostgreSQL while its clients still reach it: what
+ * it may still tell them. Two nodes, each reaching the database through a proxy of its own
+ * (tests/harness/proxy.h) that the test cuts. PostgreSQL only (a cluster shares one
+ * database); on SQLite the tests skip.
+ *
+ * The safety property, as a holder sees it: a renewal answered 200 promises the holder its
+ * lease until the renewal's send + ttl (that is how `baton lock` counts). No other holder may
+ * be granted the resource before that. So every 200 the cut node gives must come while it
+ * can still prove its ownership (before its node lease runs out, as last confirmed before
+ * the cut), and the other node's grant must come after every such promise has ended.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../harness/cluster.h"
+#include "../harness/harness.h"
+
+#define WAIT_MS	 60000
+#define LEASE_MS 3000 /* the nodes' --lease-ms */
+#define TTL_MS	 6000 /* the holder's lease */
+#define POLL_MS	 200
+
+#define SKIP_UNLESS_PG()                                                                           \
+	do {                                                                                       \
+		if (!hs_store_is_pg())                                                             \
+			skip(); /* a cluster shares one PostgreSQL database */                     \
+	} while (0)
+
+static int setup(void **state)
+{
+	*state = calloc(1, sizeof(cluster));
+	return *state ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+	cluster *c = *state;
+	int rc = cl_close(c);
+	free(c);
+	return rc;
+}
+
+/* One request; its status (0 when no answer came) and JSON (new reference, or NULL). */
+static long call(const hs_server *s, const char *method, const char *path, const char *body,
+		 json_t **out)
+{
+	hs_request req = {.method = method,
+			  .path = path,
+			  .content_type = body ? "application/json" : NULL,
+			  .body = body,
+			  .body_len = body ? strlen(body) : 0};
+	hs_response r;
+	long status = hs_send(s, &req, &r) == 0 ? r.status : 0;
+	if (out)
+		*out = status ? json_incref(r.json) : NULL;
+	hs_response_fini(&r);
+	return status;
+}
+
+/* A holder renews through the node that was cut while another holder tries the other node:
+ * no 200 after the cut node's lease ran out, /readyz 503 before it does, and the other
+ * node's grant after every promise made. */
+static void test_cut_node_promises_nothing_it_cannot_keep(void **state)
+{
+	SKIP_UNLESS_PG();
+	cluster *c = *state;
+	assert_int_equal(cl_open_proxied(c, 2, LEASE_MS, NULL), 0);
+	assert_true(cl_wait_balanced(c, 0, 3, WAIT_MS));
+	unsigned long long avoid = 0;
+	char res[64], path[200], body[128];
+	cl_pick_resource(c, 0, "cut", &avoid, res, sizeof res);
+
+	snprintf(path, sizeof path, "/resources/%s/leases", res);
+	snprintf(body, sizeof body, "{\"holder\": \"first\", \"ttl_ms\": %d}", TTL_MS);
+	json_t *first;
+	assert_int_equal(call(c->node[0], "POST", path, body, &first), 201);
+	char renew[200];
+	snprintf(renew, sizeof renew, "/leases/%s/renew", hs_str(first, "id"));
+
+	int64_t cut = hs_mono_ms();
+	cl_cut(c, 0);
+	int64_t last_ok = -1, first_refused = -1, unready = -1, last_ready = -1, granted = -1;
+	json_t *second = NULL;
+	while (hs_mono_ms() < cut + WAIT_MS && granted < 0) {
+		int64_t sent = hs_mono_ms();
+		long st = call(c->node[0], "POST", renew, NULL, NULL);
+		if (st == 200)
+			last_ok = sent;
+		else if (st == 503 && first_refused < 0)
+			first_refused = sent;
+		sent = hs_mono_ms();
+		long ready = call(c->node[0], "GET", "/readyz", NULL, NULL);
+		if (ready == 200)
+			last_ready = sent;
+		else if (ready == 503 && unready < 0)
+			unready = sent;
+		snprintf(body, sizeof body, "{\"holder\": \"second\", \"wait_ms\": 0}");
+		if (call(c->node[1], "POST", path, body, &second) == 201)
+			granted = hs_mono_ms();
+		else {
+			json_decref(second);
+			second = NULL;
+			hs_pause_ms(POLL_MS);
+		}
+	}
+	print_message("cut at 0 ms: last renewal answered 200 sent at %lld, first 503 at %lld,"
+		      " /readyz last 200 at %lld, first 503 at %lld, the other node granted at"
+		      " %lld\n",
+		      (long long)(last_ok < 0 ? -1 : last_ok - cut),
+		      (long long)(first_refused < 0 ? -1 : first_refused - cut),
+		      (long long)(last_ready < 0 ? -1 : last_ready - cut),
+		      (long long)(unready < 0 ? -1 : unready - cut),
+		      (long long)(granted < 0 ? -1 : granted - cut));
+	/* live: the other node takes the resource over, at a higher token */
+	assert_true(granted > 0);
+	assert_true(hs_int(second, "fencing_token") > hs_int(first, "fencing_token"));
+	/* the cut node stops promising before its node lease can have run out, and says so:
+	 * 503 to the holder, and /readyz 503 (never ready again while cut) */
+	assert_true(last_ok < cut + LEASE_MS);
+	assert_true(first_refused > last_ok);
+	assert_true(unready > 0);
+	assert_true(last_ready < cut + LEASE_MS && last_ready < unready);
+	/* one holder: the second grant comes after every promise the first holder was given */
+	assert_true(last_ok + TTL_MS <= granted);
+	json_decref(first);
+	json_decref(second);
+}
+
+/* Moves partition p, in the database, to a live node "elsewhere" (as its claim would leave
+ * it: a new owner, the epoch raised); node0 learns it at its next commit or read. */
+static void steal(cluster *c, int p)
+{
+	char sql[512];
+	snprintf(sql, sizeof sql,
+		 "WITH n AS (INSERT INTO nodes (id, expires) VALUES ('elsewhere',"
+		 " now() + interval '1 hour') ON CONFLICT (id) DO UPDATE SET expires ="
+		 " excluded.expires RETURNING 1), p AS (UPDATE partitions SET owner = 'elsewhere',"
+		 " epoch = epoch + 1 WHERE id = %d RETURNING 1)"
+		 " SELECT (SELECT count(*) FROM n) + (SELECT count(*) FROM p)",
+		 p);
+	assert_int_equal(hs_db_count(c->node[0], sql), 2);
+}
+
+/* A change that the ownership check refused, or that this node no longer drives, is not
+ * answered as done: a lease DELETE, a task's complete and a cancel get 503, and the database
+ * shows that none of them happened. */
+static void test_refused_changes_are_not_answered_done(void **state)
+{
+	SKIP_UNLESS_PG();
+	cluster *c = *state;
+	assert_int_equal(cl_open(c, 1, 10000, NULL), 0);
+	assert_true(cl_wait_balanced(c, 0, 1, WAIT_MS));
+	unsigned long long avoid = 0;
+	char lres[64], tres[64], wres[64], path[256], body[512];
+	cl_pick_resource(c, 0, "lease", &avoid, lres, sizeof lres);
+	cl_pick_resource(c, 0, "task", &avoid, tres, sizeof tres);
+	cl_pick_resource(c, 0, "wf", &avoid, wres, sizeof wres);
+
+	json_t *lease;
+	snprintf(path, sizeof path, "/resources/%s/leases", lres);
+	assert_int_equal(call(c->node[0], "POST", path, "{\"holder\": \"h\"}", &lease), 201);
+	snprintf(body, sizeof body,
+		 "{\"id\": \"ext\", \"resource\": \"%s\", \"workers\": [{\"name\": \"x\","
+		 " \"external\": true}]}",
+		 tres);
+	assert_int_equal(call(c->node[0], "POST", "/workflows", body, NULL), 201);
+	json_t *task;
+	assert_int_equal(call(c->node[0], "POST", "/tasks/claim",
+			      "{\"worker\": \"x\", \"wait_ms\": 60000}", &task),
+			 200);
+	snprintf(body, sizeof body,
+		 "{\"id\": \"slow\", \"resource\": \"%s\", \"workers\": [{\"name\": \"y\","
+		 " \"external\": true}]}",
+		 wres);
+	assert_int_equal(call(c->node[0], "POST", "/workflows", body, NULL), 201);
+
+	steal(c, cl_part_of(lres));
+	steal(c, cl_part_of(tres));
+	steal(c, cl_part_of(wres));
+	/* The first of these meets the ownership check's refusal, or finds the partition gone
+	 * if node0 read the owners first; either way the answer must be the truth. */
+	long cancelled = call(c->node[0], "POST", "/workflows/slow/cancel", NULL, NULL);
+	snprintf(path, sizeof path, "/leases/%s", hs_str(lease, "id"));
+	long released = call(c->node[0], "DELETE", path, NULL, NULL);
+	snprintf(path, sizeof path, "/tasks/%s/complete", hs_str(task, "id"));
+	long completed = call(c->node[0], "POST", path, "{\"result\": 1}", NULL);
+	print_message("after the steal: cancel %ld, DELETE %ld, complete %ld\n", cancelled,
+		      released, completed);
+	assert_int_equal(released, 503);
+	assert_int_equal(completed, 503);
+	/* the lease is still held and the task still claimed in the database */
+	snprintf(body, sizeof body,
+		 "SELECT count(*) FROM steps s JOIN workflows w ON w.seq = s.workflow_seq"
+		 " WHERE w.id IN ('%s', 'ext') AND s.status = 'running'",
+		 hs_str(lease, "id"));
+	assert_int_equal(hs_db_count(c->node[0], body), 2);
+	/* a cancel answered 200 was recorded for the owner to carry out; one answered 503 was
+	 * not recorded at all */
+	long long asked = hs_db_count(c->node[0], "SELECT count(*) FROM workflows WHERE id ="
+						  " 'slow' AND (cancel_requested OR status ="
+						  " 'cancelled')");
+	if (cancelled == 200)
+		assert_int_equal(asked, 1);
+	else
+		assert_true(cancelled == 503 && asked == 0);
+	json_decref(lease);
+	json_decref(task);
+}
+
+int main(void)
+{
+	hs_filters_from_env();
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test_setup_teardown(test_cut_node_promises_nothing_it_cannot_keep, setup,
+					    teardown),
+	    cmocka_unit_test_setup_teardown(test_refused_changes_are_not_answered_done, setup,
+					    teardown),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
