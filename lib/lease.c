@@ -11,10 +11,11 @@
  * What only a lease has lives in memory, on its wf_row: when it expires (a renewal that
  * keeps the ttl needs no commit, since a restart, or another node that takes the lease
  * over, counts the whole stored ttl again from then; one that changes the ttl is answered
- * once the new ttl is durable), how long its caller waits for it, and that caller. Every change happens on the engine thread, so a
- * grant and the end of the wait (timeout, the client went away) are ordered: a lease
- * whose caller gave up before the grant leaves the queue; one granted to a caller that
- * can no longer be answered is released (baton_lease_abandon with release).
+ * once the new ttl is durable), how long its caller waits for it, and that caller. Every
+ * change happens on the engine thread, so a grant and the end of the wait (timeout, the
+ * client went away) are ordered: a lease whose caller gave up before the grant leaves the
+ * queue; one granted to a caller that can no longer be answered is released
+ * (baton_lease_abandon with release).
  *
  * States as the API shows them: waiting, held, released (its step completed), expired
  * (its step failed with lease_expired), abandoned (it left the queue ungranted).
@@ -81,9 +82,9 @@ static json_t *stored_lease_json(const json_t *wf)
 	const json_t *st = json_array_get(json_object_get(wf, "steps"), 0);
 	const char *status = json_string_value(json_object_get(st, "status"));
 	int live = stored_unfinished(wf);
-	const char *state = !status			       ? "abandoned"
-			    : strcmp(status, "completed") == 0 ? "released"
-			    : strcmp(status, "failed") == 0    ? "expired"
+	const char *state = !status				     ? "abandoned"
+			    : strcmp(status, "completed") == 0	     ? "released"
+			    : strcmp(status, "failed") == 0	     ? "expired"
 			    : live && strcmp(status, "running") == 0 ? "held"
 			    : live				     ? "waiting"
 								     : "abandoned";

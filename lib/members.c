@@ -441,13 +441,15 @@ int eng_may_promise(baton_engine *e, const char *resource, baton_error *err)
 		char who[MAX_NAME + 1];
 		members_who(e, resource, who, sizeof who);
 		return err_set(err, BATON_EBUSY,
-			       "resource \"%s\" is driven by node %s: ask that node", resource, who);
+			       "resource \"%s\" is driven by node %s: ask that node", resource,
+			       who);
 	}
 	if (e->clustered && members_send_by(e) <= mono_ms())
-		return err_set(err, BATON_EBUSY,
-			       "node %s cannot prove that it still drives resource \"%s\": its lease"
-			       " in the database was not confirmed in time; try again shortly",
-			       e->node_id, resource);
+		return err_set(
+		    err, BATON_EBUSY,
+		    "node %s cannot prove that it still drives resource \"%s\": its lease"
+		    " in the database was not confirmed in time; try again shortly",
+		    e->node_id, resource);
 	return BATON_OK;
 }
 
