@@ -134,6 +134,23 @@ void eng_on_event(void *ctx, const wf_row *wf, const char *type, json_t *data)
 }
 
 /* Adds a workflow to this round's batch (once). */
+void eng_set_param(baton_engine *e, wf_row *wf, int idx, const char *key, json_t *value)
+{
+	step_row *st = &wf->steps[idx];
+	if (!value && !json_object_get(st->params, key))
+		return;
+	json_t *p = json_copy(st->params);
+	if (value)
+		json_object_set_new(p, key, value);
+	else
+		json_object_del(p, key);
+	json_decref(st->params);
+	st->params = p;
+	st->params_dirty = 1;
+	wf_mark_step(wf, idx);
+	eng_touch_wf(e, wf);
+}
+
 void eng_touch_wf(baton_engine *e, wf_row *wf)
 {
 	if (wf->in_batch)

@@ -218,6 +218,9 @@ void lease_timer(baton_engine *e, wf_row *wf, int64_t now);
 void lease_cancelled(baton_engine *e, wf_row *wf);
 /* Recovery: a stored lease step; 1 when it was taken care of. */
 int lease_recover(baton_engine *e, wf_row *wf);
+/* At recovery: an external step that was claimed stays claimed (1), for its stored ttl
+ * counted from now; 0 when wf's step is not such a claim. */
+int task_recover(baton_engine *e, wf_row *wf);
 /* Every lease caller still waiting is answered (the engine is closing). */
 void lease_stop(baton_engine *e);
 
@@ -292,6 +295,10 @@ int eng_may_promise(baton_engine *e, const char *resource, baton_error *err);
 /* Whether the node lease is fresh enough to call this node ready (/readyz): false from half
  * a lease without a confirmed renewal, before eng_may_promise refuses. Any thread. */
 int members_ready(baton_engine *e);
+/* Sets (value: stolen) or removes (NULL) a key of step idx's params, which are written with
+ * this round (step_row.params_dirty): what a lease or a claim must keep across a restart or
+ * a failover. The params object is copied first: it may be shared. */
+void eng_set_param(baton_engine *e, wf_row *wf, int idx, const char *key, json_t *value);
 /* Owes w the answer rc once this round commits (see reply); resource may be NULL. */
 void eng_reply(baton_engine *e, waiter *w, int rc, int created, const char *resource);
 /* For a 503: who drives the resource. */

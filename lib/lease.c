@@ -107,12 +107,8 @@ static void set_expiry(baton_engine *e, wf_row *wf, int64_t now)
  * from its start and must not end the lease before the holder was told it would. */
 static void change_ttl(baton_engine *e, wf_row *wf, int64_t ttl_ms)
 {
-	step_row *st = &wf->steps[0];
 	wf->lease_ttl_ms = ttl_ms;
-	json_object_set_new(st->params, "ttl_ms", json_integer(ttl_ms));
-	st->params_dirty = 1;
-	wf_mark_step(wf, 0);
-	eng_touch_wf(e, wf);
+	eng_set_param(e, wf, 0, "ttl_ms", json_integer(ttl_ms));
 }
 
 static void count(baton_engine *e, uint64_t *counter)

@@ -1,7 +1,8 @@
 /*
  * recover.c - start-up: every unfinished workflow is loaded and resumes. Steps that were
  * running when the process stopped run again as a new attempt and get their resource
- * back before any later request; steps waiting for a resource queue again in their
+ * back before any later request (a held lease and a claimed external step keep theirs,
+ * with their ttl counted from now); steps waiting for a resource queue again in their
  * original order; retry waits keep their persisted time.
  */
 #include "engine.h"
@@ -56,6 +57,8 @@ static void recover_workflow(void *ctx, wf_row *wf)
 	step_row *st = &wf->steps[wf->cur];
 	if (lease_recover(e, wf)) {
 		/* held: still held, with its ttl counted from now; waiting: nobody waits */
+	} else if (task_recover(e, wf)) {
+		/* claimed: still claimed by the same attempt, its ttl counted from now */
 	} else if (st->status == ST_RUNNING) {
 		machine_interrupted(wf, &ev);
 		VEC_PUSH(rc->interrupted, wf);

@@ -12,10 +12,15 @@
  * retried under the workflow's policy with a new token.
  *
  * A task's id names its attempt: "<workflow id>.<step>.<attempt>". A heartbeat or an
- * outcome for an attempt that is not the current claimed one (it expired, or batond
- * restarted: the step then runs again as a new attempt) answers BATON_EGONE and changes
- * nothing. Claims live in memory: after a restart, a step that was claimed is granted
- * again as a new attempt and waits for a new claim.
+ * outcome for an attempt that is not the current claimed one (it expired or was given
+ * back) answers BATON_EGONE and changes nothing.
+ *
+ * A claim is stored with the round that answers it: its ttl goes into the step's params
+ * ("claim_ttl_ms", removed when the attempt ends). After a restart, or on the node that takes
+ * the resource over, the step stays claimed by the same attempt, its ttl counted again from
+ * then, as a lease's is: its worker may still be at work, so nobody else is given the step
+ * before that worker could know it lost it, and it heartbeats and completes as before. A
+ * step that was granted but not claimed runs again as a new attempt and waits for a claim.
  */
 #include "engine.h"
 
@@ -70,20 +75,21 @@ static void claim_done(msg *claim)
 /* Gives wf's step to claim; answered once durable (the grant may be this round's). */
 static void assign(baton_engine *e, wf_row *wf, msg *claim, int64_t now)
 {
+	eng_set_param(e, wf, wf->cur, "claim_ttl_ms", json_integer(claim->ttl_ms));
 	wf->task_claimed = 1;
 	wf->task_ttl_ms = claim->ttl_ms;
 	wf->task_expires_at = now + claim->ttl_ms;
 	eng_timer_push(e, wf->task_expires_at, wf->id);
 	waiter *w = claim->w;
 	w->lease = task_json(wf);
-	reply r = {w, BATON_OK, 0};
-	VEC_PUSH(e->replies, r);
+	eng_reply(e, w, BATON_OK, 0, wf->resource);
 	claim_done(claim);
 }
 
 void task_ready(baton_engine *e, wf_row *wf, int64_t now)
 {
 	wf->task_claimed = 0;
+	eng_set_param(e, wf, wf->cur, "claim_ttl_ms", NULL);
 	for (size_t i = 0; i < e->claims.n; i++) {
 		msg *c = e->claims.v[i];
 		if (!matches(c, wf))
@@ -103,6 +109,7 @@ static void outcome(baton_engine *e, wf_row *wf, step_output *out, int64_t now)
 {
 	event_sink ev = {eng_on_event, e};
 	wf->task_claimed = 0;
+	eng_set_param(e, wf, wf->cur, "claim_ttl_ms", NULL);
 	eng_follow(e, wf, machine_outcome(wf, out, e->def, now, &ev), now);
 	if (!e->no_new_work)
 		eng_grant_lock(e, eng_lock_of(e, wf->resource), now);
@@ -119,6 +126,20 @@ int task_timer(baton_engine *e, wf_row *wf, int64_t now)
 	log_at(&e->log, BATON_LOG_WARN, wf->id, "step %d (%s): %s", st->index, st->worker,
 	       out.error);
 	outcome(e, wf, &out, now);
+	return 1;
+}
+
+int task_recover(baton_engine *e, wf_row *wf)
+{
+	step_row *st = &wf->steps[wf->cur];
+	json_int_t ttl = json_integer_value(json_object_get(st->params, "claim_ttl_ms"));
+	if (st->status != ST_RUNNING || !task_is_external(st) || ttl <= 0)
+		return 0;
+	lock_restore(eng_lock_of(e, wf->resource), wf, st->started_at);
+	wf->task_claimed = 1;
+	wf->task_ttl_ms = ttl;
+	wf->task_expires_at = e->now + ttl;
+	eng_timer_push(e, wf->task_expires_at, wf->id);
 	return 1;
 }
 
@@ -230,6 +251,16 @@ static void apply_op(baton_engine *e, msg *m, int64_t now)
 		int known =
 		    wf || (parse_task_id(m->id, wf_id, sizeof wf_id, &step, &attempt) == 0 &&
 			   store_find_workflow(e->st, wf_id, &def, &status, &err) == BATON_OK);
+		if (!wf && known && e->clustered && status <= WF_RUNNING) {
+			/* Another node drives the workflow: only it can tell whether the attempt
+			 * still runs, and only it can record its end. */
+			json_t *d = json_loads(def, 0, NULL);
+			eng_may_promise(e, json_string_value(json_object_get(d, "resource")), &err);
+			json_decref(d);
+			free(def);
+			eng_waiter_done(m->w, err.code ? err.code : BATON_EBUSY, 0, err.msg);
+			return;
+		}
 		free(def);
 		if (known)
 			eng_waiter_done(m->w, BATON_EGONE, 0,
@@ -240,6 +271,11 @@ static void apply_op(baton_engine *e, msg *m, int64_t now)
 		return;
 	}
 	if (m->idx == TASK_HEARTBEAT) {
+		baton_error err = {0};
+		if (eng_may_promise(e, wf->resource, &err) != BATON_OK) {
+			eng_waiter_done(m->w, err.code, 0, err.msg);
+			return;
+		}
 		wf->task_expires_at = now + wf->task_ttl_ms;
 		eng_timer_push(e, wf->task_expires_at, wf->id);
 		m->w->lease = task_json(wf);
@@ -258,8 +294,7 @@ static void apply_op(baton_engine *e, msg *m, int64_t now)
 			    json_string(m->idx == TASK_COMPLETE ? "completed" : "failed"));
 	json_decref(m->out.result);
 	m->w->lease = answer;
-	reply r = {m->w, BATON_OK, 0};
-	VEC_PUSH(e->replies, r); /* once the outcome is durable */
+	eng_reply(e, m->w, BATON_OK, 0, wf->resource); /* once the outcome is durable */
 }
 
 void task_apply(baton_engine *e, msg *m, int64_t now)

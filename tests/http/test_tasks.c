@@ -194,18 +194,40 @@ static void test_fail_retryable_or_not(void **state)
 	json_decref(t);
 }
 
-static void test_kill9_while_claimed(void **state)
+/* A claim survives kill -9 as a lease does: its worker may still be at work, so nobody else
+ * is given the step while the claim lives (its ttl counted again from the restart), and the
+ * worker heartbeats and completes it under the same id. */
+static void test_kill9_keeps_a_claim(void **state)
 {
 	hs_server *s = *state;
 	json_decref(submit(s, "w1", "db", "reindex", 3));
-	json_t *t1 = claim_ok(s, "{\"wait_ms\": 60000}");
+	json_t *t1 = claim_ok(s, "{\"wait_ms\": 60000, \"ttl_ms\": 30000}");
 	hs_kill(s);
 	assert_int_equal(hs_start(s), 0);
-	/* the attempt that ran when batond died is over; the step runs again */
-	assert_int_equal(task_call(s, hs_str(t1, "id"), "complete", "{\"result\": 1}"), 410);
+	long status;
+	json_decref(claim(s, "{\"wait_ms\": 3000}", &status));
+	assert_int_equal(status, 204);
+	assert_int_equal(task_call(s, hs_str(t1, "id"), "heartbeat", NULL), 200);
+	assert_int_equal(task_call(s, hs_str(t1, "id"), "complete", "{\"result\": 1}"), 200);
+	json_t *wf = hs_wait_workflow(s, "w1", "completed", WAIT_MS);
+	assert_int_equal(hs_int(hs_step_at(wf, 1), "attempts"), 1);
+	json_decref(wf);
+	json_decref(t1);
+}
+
+/* A claim whose worker died with batond ends after its ttl, counted from the restart; the
+ * step is then claimed again as a new attempt with a higher token, and the old id is gone. */
+static void test_kill9_claim_expires_after_restart(void **state)
+{
+	hs_server *s = *state;
+	json_decref(submit(s, "w1", "db", "reindex", 3));
+	json_t *t1 = claim_ok(s, "{\"wait_ms\": 60000, \"ttl_ms\": 2000}");
+	hs_kill(s);
+	assert_int_equal(hs_start(s), 0);
 	json_t *t2 = claim_ok(s, "{\"wait_ms\": 60000}");
 	assert_int_equal(hs_int(t2, "attempt"), 2);
 	assert_true(hs_int(t2, "fencing_token") > hs_int(t1, "fencing_token"));
+	assert_int_equal(task_call(s, hs_str(t1, "id"), "complete", "{\"result\": 1}"), 410);
 	assert_int_equal(task_call(s, hs_str(t2, "id"), "complete", "{\"result\": 2}"), 200);
 	json_decref(hs_wait_workflow(s, "w1", "completed", WAIT_MS));
 	json_decref(t1);
@@ -282,7 +304,9 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_expired_claim_is_retried_with_new_token, hs_setup,
 					    hs_teardown),
 	    cmocka_unit_test_setup_teardown(test_fail_retryable_or_not, hs_setup, hs_teardown),
-	    cmocka_unit_test_setup_teardown(test_kill9_while_claimed, hs_setup, hs_teardown),
+	    cmocka_unit_test_setup_teardown(test_kill9_keeps_a_claim, hs_setup, hs_teardown),
+	    cmocka_unit_test_setup_teardown(test_kill9_claim_expires_after_restart, hs_setup,
+					    hs_teardown),
 	    cmocka_unit_test_setup_teardown(test_unclaimed_step_holds_the_resource, hs_setup,
 					    hs_teardown),
 	    cmocka_unit_test_setup_teardown(test_cancel_of_an_unclaimed_step, hs_setup,
