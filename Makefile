@@ -142,9 +142,14 @@ STORE ?= both
 $(TORTURE_BIN): $(call obj,$(TORTURE_SRC)) $(call obj,$(HARNESS_SRC) $(COMMON_SRC))
 	@mkdir -p $(@D)
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(LIBS_ALL) $(PQ_LIBS) $(CMOCKA_LIBS)
-torture: $(BATOND) $(TORTURE_BIN)
-	@BATOND=$(abspath $(BATOND)) TORTURE_KILLS=$(TORTURE_KILLS) \
-	  TORTURE_ROUNDS=$(TORTURE_ROUNDS) STORE=$(STORE) sh scripts/test-stores.sh -- ./$(TORTURE_BIN)
+# The lock's fault-injection suite (tests/http/test_lockfaults.c) runs each fault once in
+# make test; here LOCKFAULTS_ROUNDS faults chosen at random (LOCKFAULTS_SEED=N replays).
+LOCKFAULTS_ROUNDS ?= 24
+LOCKFAULTS_BIN := $(BUILD)/tests/http/test_lockfaults
+torture: $(BATOND) $(CLIENT) $(TORTURE_BIN) $(LOCKFAULTS_BIN)
+	@BATOND=$(abspath $(BATOND)) BATON_CLIENT=$(abspath $(CLIENT)) TORTURE_KILLS=$(TORTURE_KILLS) \
+	  TORTURE_ROUNDS=$(TORTURE_ROUNDS) LOCKFAULTS_ROUNDS=$(LOCKFAULTS_ROUNDS) STORE=$(STORE) \
+	  sh scripts/test-stores.sh -- ./$(TORTURE_BIN) ./$(LOCKFAULTS_BIN)
 torture-ci: $(BATOND) $(TORTURE_BIN)
 	@BATOND=$(abspath $(BATOND)) TORTURE_KILLS=20 TORTURE_ROUNDS=20 STORE=$(STORE) \
 	  sh scripts/test-stores.sh -- ./$(TORTURE_BIN)

@@ -97,7 +97,7 @@ if [ "$store" != sqlite ] && [ $# -gt 0 ]; then
 		alone=""
 		for t in "$@"; do
 			case ${t##*/} in
-			test_faults | test_postgres | test_cluster | torture) alone="$alone $t" ;;
+			test_faults | test_postgres | test_cluster | test_lockfaults | torture) alone="$alone $t" ;;
 			*) shared="$shared $t" ;;
 			esac
 		done

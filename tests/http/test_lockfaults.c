@@ -1,0 +1,368 @@
+/*
+ * test_lockfaults.c - the lock under faults, as its users see it: `baton lock` commands on
+ * one resource of a three-node cluster while one fault at a time strikes, then a check of
+ * what really ran. PostgreSQL only (a cluster shares one database); on SQLite it skips.
+ *
+ * Cluster: three nodes, each reaching PostgreSQL through a proxy of its own that the test
+ * can cut (tests/harness/proxy.h), --lease-ms LEASE_MS.
+ * Clients: CLIENTS threads, each running `baton lock` again and again on the resource,
+ * through the node that drives it (asked before each command). The command is a small
+ * Python program that writes the lease's fencing token, then a CLOCK_MONOTONIC stamp every
+ * 10 ms, to a file of its own, for 50 to 1500 ms. A command that is killed stops stamping,
+ * so a run (first stamp to last) is what really ran under the lease.
+ * Faults, one at a time, chosen by a seeded generator (LOCKFAULTS_SEED replays a run; the
+ * seed is printed): the driving node (or another) cut off from the database for 2.5 to 4.5
+ * node leases; paused (SIGSTOP) past its lease; killed (SIGKILL) and started again; the
+ * PostgreSQL server restarted. The short form (make test) strikes each kind once in a
+ * seeded order; LOCKFAULTS_ROUNDS=N (make torture) strikes N faults chosen at random.
+ * Checks: no two runs overlap; fencing tokens strictly increase in the order the runs
+ * started; the lock stays live (a command completes after the last fault).
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <errno.h>
+#include <limits.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "../harness/cluster.h"
+#include "../harness/harness.h"
+
+#define NODES	    3
+#define LEASE_MS    2000
+#define CLIENTS	    3
+#define MAX_RUNS    4096
+#define LIVE_MS	    60000  /* after the last fault, a command must complete within this */
+#define COMMAND_CAP 120000 /* a baton lock still running after this is killed (a hang) */
+#define RESOURCE    "lockfaults"
+
+enum fault { F_CUT, F_PAUSE, F_KILL, F_PG_RESTART, F_KINDS };
+static const char *const fault_name[F_KINDS] = {"cut off the database", "paused",
+						"killed and restarted", "PostgreSQL restarted"};
+
+static const char stamper[] =
+    "import os, sys, time\n"
+    "f = open(sys.argv[1], 'w')\n"
+    "f.write('token %s\\n' % os.environ.get('BATON_FENCING_TOKEN', '0'))\n"
+    "end = time.monotonic() + int(sys.argv[2]) / 1000.0\n"
+    "while True:\n"
+    "    f.write('%d\\n' % time.monotonic_ns())\n"
+    "    f.flush()\n"
+    "    if time.monotonic() >= end:\n"
+    "        break\n"
+    "    time.sleep(0.01)\n";
+
+typedef struct suite {
+	cluster cl;
+	char dir[PATH_MAX];
+	pthread_t clients[CLIENTS];
+	int started;
+	atomic_int stop;
+	atomic_int runs;       /* commands started (files named run-N) */
+	atomic_int completed;  /* commands that exited 0 */
+	atomic_int exits[256]; /* how commands exited */
+	pid_t child[CLIENTS];  /* the running baton lock of each client, 0 for none */
+	pthread_mutex_t mu;    /* guards child[] and the cluster's node pointers' use */
+	unsigned seed;
+} suite;
+
+static suite *the; /* for the client threads */
+
+static int64_t mono(void)
+{
+	return hs_mono_ms();
+}
+
+/* The port of the node that drives RESOURCE, as the database says, else of a live node;
+ * 0 when no node runs. */
+static int owner_port(suite *t, unsigned *rnd)
+{
+	int who = cl_part_owner(&t->cl, cl_part_of(RESOURCE));
+	pthread_mutex_lock(&t->mu);
+	int port = 0;
+	if (who >= 0 && t->cl.node[who] && hs_running(t->cl.node[who]))
+		port = hs_port(t->cl.node[who]);
+	for (int k = 0, start = (int)(rand_r(rnd) % NODES); k < NODES && !port; k++) {
+		hs_server *s = t->cl.node[(start + k) % NODES];
+		if (s && hs_running(s))
+			port = hs_port(s);
+	}
+	pthread_mutex_unlock(&t->mu);
+	return port;
+}
+
+static void *client_main(void *arg)
+{
+	suite *t = the;
+	int me = (int)(intptr_t)arg;
+	unsigned rnd = t->seed * 31u + (unsigned)me;
+	while (!atomic_load(&t->stop)) {
+		int port = owner_port(t, &rnd);
+		if (!port) {
+			hs_pause_ms(100);
+			continue;
+		}
+		int n = atomic_fetch_add(&t->runs, 1);
+		if (n >= MAX_RUNS)
+			break;
+		char url[64], file[PATH_MAX + 32], ms[16], holder[16];
+		snprintf(url, sizeof url, "http://127.0.0.1:%d", port);
+		snprintf(file, sizeof file, "%s/run-%d", t->dir, n);
+		snprintf(ms, sizeof ms, "%u", 50 + rand_r(&rnd) % 1450);
+		snprintf(holder, sizeof holder, "client-%d", me);
+		pid_t pid = fork();
+		if (pid == 0) {
+			const char *bin = getenv("BATON_CLIENT");
+			execl(bin, bin, "--server", url, "lock", RESOURCE, "--ttl", "6s", "--wait",
+			      "20s", "--holder", holder, "--", "python3", "-c", stamper, file, ms,
+			      (char *)NULL);
+			_exit(127);
+		}
+		if (pid < 0)
+			break;
+		pthread_mutex_lock(&t->mu);
+		t->child[me] = pid;
+		pthread_mutex_unlock(&t->mu);
+		int status = 0;
+		int64_t deadline = mono() + COMMAND_CAP;
+		while (waitpid(pid, &status, WNOHANG) == 0) {
+			if (mono() > deadline) {
+				kill(pid, SIGKILL);
+				waitpid(pid, &status, 0);
+				break;
+			}
+			hs_pause_ms(20);
+		}
+		pthread_mutex_lock(&t->mu);
+		t->child[me] = 0;
+		pthread_mutex_unlock(&t->mu);
+		int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+		atomic_fetch_add(&t->exits[code & 255], 1);
+		if (code == 0)
+			atomic_fetch_add(&t->completed, 1);
+	}
+	return NULL;
+}
+
+static int setup(void **state)
+{
+	suite *t = calloc(1, sizeof *t);
+	if (!t)
+		return -1;
+	pthread_mutex_init(&t->mu, NULL);
+	const char *tmp = getenv("TMPDIR");
+	snprintf(t->dir, sizeof t->dir, "%s/baton-lockfaults-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+	if (!mkdtemp(t->dir)) {
+		free(t);
+		return -1;
+	}
+	*state = t;
+	return 0;
+}
+
+/* Stops the clients (their running commands by pid), then the nodes and proxies. */
+static int teardown(void **state)
+{
+	suite *t = *state;
+	atomic_store(&t->stop, 1);
+	pthread_mutex_lock(&t->mu);
+	for (int i = 0; i < CLIENTS; i++)
+		if (t->child[i] > 0)
+			kill(t->child[i], SIGTERM);
+	pthread_mutex_unlock(&t->mu);
+	for (int i = 0; i < t->started; i++)
+		pthread_join(t->clients[i], NULL);
+	int rc = cl_close(&t->cl);
+	if (!getenv("BATON_TEST_KEEP")) {
+		char cmd[PATH_MAX + 16];
+		snprintf(cmd, sizeof cmd, "rm -rf '%s'", t->dir);
+		if (system(cmd) != 0)
+			fprintf(stderr, "lockfaults: cannot remove %s\n", t->dir);
+	}
+	pthread_mutex_destroy(&t->mu);
+	free(t);
+	return rc;
+}
+
+/* The node to strike: most often the one that drives the resource. */
+static int target(suite *t, unsigned *rnd)
+{
+	int port = owner_port(t, rnd);
+	for (int i = 0; i < NODES; i++)
+		if (port && t->cl.node[i] && hs_port(t->cl.node[i]) == port && rand_r(rnd) % 4)
+			return i;
+	return (int)(rand_r(rnd) % NODES);
+}
+
+static void strike(suite *t, enum fault f, unsigned *rnd)
+{
+	int k = target(t, rnd);
+	int ms;
+	switch (f) {
+	case F_CUT:
+		ms = LEASE_MS * 5 / 2 + (int)(rand_r(rnd) % (2 * LEASE_MS));
+		print_message("lockfaults: node%d %s for %d ms\n", k, fault_name[f], ms);
+		cl_cut(&t->cl, k);
+		hs_pause_ms(ms);
+		cl_heal(&t->cl, k);
+		break;
+	case F_PAUSE:
+		ms = LEASE_MS * 3 / 2 + (int)(rand_r(rnd) % LEASE_MS);
+		print_message("lockfaults: node%d %s for %d ms\n", k, fault_name[f], ms);
+		assert_int_equal(hs_signal(t->cl.node[k], SIGSTOP), 0);
+		hs_pause_ms(ms);
+		assert_int_equal(hs_signal(t->cl.node[k], SIGCONT), 0);
+		break;
+	case F_KILL:
+		ms = 200 + (int)(rand_r(rnd) % 2000);
+		print_message("lockfaults: node%d %s after %d ms\n", k, fault_name[f], ms);
+		pthread_mutex_lock(&t->mu);
+		hs_kill(t->cl.node[k]);
+		pthread_mutex_unlock(&t->mu);
+		hs_pause_ms(ms);
+		pthread_mutex_lock(&t->mu);
+		int rc = hs_start(t->cl.node[k]);
+		pthread_mutex_unlock(&t->mu);
+		assert_int_equal(rc, 0);
+		break;
+	default:
+		print_message("lockfaults: %s\n", fault_name[f]);
+		assert_int_equal(hs_pg_restart(), 0);
+	}
+}
+
+typedef struct run {
+	long long token;
+	long long first, last; /* ns, CLOCK_MONOTONIC */
+	int n;
+} run;
+
+static int by_first(const void *a, const void *b)
+{
+	const run *x = a, *y = b;
+	return (x->first > y->first) - (x->first < y->first);
+}
+
+/* Reads every run's file; returns how many ran (stamped at least once). */
+static int read_runs(const suite *t, run *out)
+{
+	int nr = 0, total = atomic_load(&t->runs);
+	for (int i = 0; i < total && i < MAX_RUNS; i++) {
+		char file[PATH_MAX + 32];
+		snprintf(file, sizeof file, "%s/run-%d", t->dir, i);
+		FILE *f = fopen(file, "r");
+		if (!f)
+			continue; /* never granted, or its command never started */
+		run r = {0};
+		char line[64];
+		if (fgets(line, sizeof line, f) && sscanf(line, "token %lld", &r.token) == 1) {
+			long long v;
+			while (fgets(line, sizeof line, f))
+				if (sscanf(line, "%lld", &v) == 1) {
+					if (!r.n++)
+						r.first = v;
+					r.last = v;
+				}
+		}
+		fclose(f);
+		if (r.n)
+			out[nr++] = r;
+	}
+	return nr;
+}
+
+static void check_runs(suite *t)
+{
+	static run runs[MAX_RUNS];
+	int n = read_runs(t, runs);
+	qsort(runs, (size_t)n, sizeof *runs, by_first);
+	long long last_end = 0, last_token = 0;
+	for (int i = 0; i < n; i++) {
+		if (i && runs[i].first <= last_end)
+			fail_msg(
+			    "runs overlap: token %lld ran from %lld, before token %lld ended at"
+			    " %lld (ns, CLOCK_MONOTONIC; seed %u)",
+			    runs[i].token, runs[i].first, last_token, last_end, t->seed);
+		if (i && runs[i].token <= last_token)
+			fail_msg("token %lld ran after token %lld (seed %u)", runs[i].token,
+				 last_token, t->seed);
+		last_end = runs[i].last;
+		last_token = runs[i].token;
+	}
+	print_message("lockfaults: %d runs checked, %d commands completed; exits:", n,
+		      atomic_load(&t->completed));
+	for (int c = 0; c < 256; c++)
+		if (atomic_load(&t->exits[c]))
+			print_message(" %d x%d", c, atomic_load(&t->exits[c]));
+	print_message("\n");
+}
+
+static void test_lock_under_faults(void **state)
+{
+	if (!hs_store_is_pg())
+		skip(); /* a cluster shares one PostgreSQL database */
+	suite *t = *state;
+	const char *s = getenv("LOCKFAULTS_SEED");
+	t->seed =
+	    s && *s ? (unsigned)strtoul(s, NULL, 10) : (unsigned)time(NULL) ^ (unsigned)getpid();
+	const char *r = getenv("LOCKFAULTS_ROUNDS");
+	int rounds = r && *r ? atoi(r) : 0;
+	print_message("lockfaults: seed %u (LOCKFAULTS_SEED=%u replays it), %s\n", t->seed, t->seed,
+		      rounds ? "random faults" : "each fault once");
+	unsigned rnd = t->seed;
+	assert_int_equal(cl_open_proxied(&t->cl, NODES, LEASE_MS, NULL), 0);
+	assert_true(cl_wait_balanced(&t->cl, 0, (1u << NODES) - 1, 60000));
+	the = t;
+	for (int i = 0; i < CLIENTS; i++) {
+		assert_int_equal(
+		    pthread_create(&t->clients[i], NULL, client_main, (void *)(intptr_t)i), 0);
+		t->started++;
+	}
+	enum fault order[F_KINDS] = {F_CUT, F_PAUSE, F_KILL, F_PG_RESTART};
+	for (int i = F_KINDS - 1; i > 0; i--) { /* a seeded shuffle */
+		int j = (int)(rand_r(&rnd) % (unsigned)(i + 1));
+		enum fault x = order[i];
+		order[i] = order[j];
+		order[j] = x;
+	}
+	int total = rounds ? rounds : F_KINDS;
+	for (int i = 0; i < total; i++) {
+		hs_pause_ms(2000 + (int)(rand_r(&rnd) % 2000)); /* traffic between faults */
+		strike(t, rounds ? (enum fault)(rand_r(&rnd) % F_KINDS) : order[i], &rnd);
+	}
+	/* Live: a command completes after the last fault. */
+	int before = atomic_load(&t->completed);
+	int64_t deadline = mono() + LIVE_MS;
+	while (atomic_load(&t->completed) <= before && mono() < deadline)
+		hs_pause_ms(100);
+	int live = atomic_load(&t->completed) > before;
+	atomic_store(&t->stop, 1);
+	for (int i = 0; i < t->started; i++)
+		pthread_join(t->clients[i], NULL);
+	t->started = 0;
+	check_runs(t);
+	if (!live)
+		fail_msg("no command completed within %d ms after the last fault (seed %u)",
+			 LIVE_MS, t->seed);
+}
+
+int main(void)
+{
+	hs_filters_from_env();
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test_setup_teardown(test_lock_under_faults, setup, teardown),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
