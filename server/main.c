@@ -19,7 +19,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-/* mkdir -p for the database's directory. */
+/* mkdir -p for the database's directory; what it creates is batond's user's only (0700). */
 static int make_dirs(const char *db)
 {
 	char path[4096];
@@ -32,11 +32,11 @@ static int make_dirs(const char *db)
 		if (*p != '/')
 			continue;
 		*p = 0;
-		if (mkdir(dir, 0755) != 0 && errno != EEXIST)
+		if (mkdir(dir, 0700) != 0 && errno != EEXIST)
 			return -1;
 		*p = '/';
 	}
-	return (mkdir(dir, 0755) != 0 && errno != EEXIST) ? -1 : 0;
+	return (mkdir(dir, 0700) != 0 && errno != EEXIST) ? -1 : 0;
 }
 
 /* 1 when batond may create files in the database's directory, else 0 and says so. */

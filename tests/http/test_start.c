@@ -128,6 +128,77 @@ static void test_failed_start_leaves_no_database(void **state)
 	remove_dir(dir);
 }
 
+/*
+ * What a test below started, stopped and removed by teardown_run whether the test passed
+ * or failed: the server (by its pid, through hs_close) and the temporary directory.
+ */
+static struct {
+	hs_server *s;
+	char dir[256];
+} run;
+
+static int teardown_run(void **state)
+{
+	(void)state;
+	int rc = hs_close(run.s);
+	run.s = NULL;
+	if (run.dir[0]) {
+		char cmd[600];
+		snprintf(cmd, sizeof cmd, "rm -rf '%s'", run.dir);
+		if (system(cmd) != 0)
+			rc = -1;
+		run.dir[0] = 0;
+	}
+	return rc;
+}
+
+/* The mode of dir/name (permission bits), -1 when it does not exist. */
+static int mode_of(const char *dir, const char *name)
+{
+	char path[512];
+	struct stat st;
+	snprintf(path, sizeof path, "%s/%s", dir, name);
+	return stat(path, &st) == 0 ? (int)(st.st_mode & 07777) : -1;
+}
+
+static void assert_mode(const char *dir, const char *name, int want)
+{
+	int got = mode_of(dir, name);
+	if (got != want)
+		fail_msg("%s/%s: mode %04o, expected %04o", dir, name, (unsigned)got,
+			 (unsigned)want);
+}
+
+/*
+ * Under the usual umask 022, what batond makes is its own user's alone: the database
+ * (calls' headers, Authorization among them, are stored in it) and its WAL 0600, the
+ * directories it creates for it 0700.
+ */
+static void test_files_are_private_under_umask_022(void **state)
+{
+	(void)state;
+	if (hs_store_is_pg())
+		skip(); /* SQLite's files */
+	char db[320];
+	const char *dir = run.dir;
+	temp_dir(run.dir, sizeof run.dir);
+	snprintf(db, sizeof db, "%s/data/sub/baton.db", dir);
+	const char *args[] = {"--db", db, NULL};
+	mode_t old = umask(022);
+	hs_server *s = run.s = hs_open(args);
+	umask(old);
+	assert_non_null(s);
+	json_decref(hs_create_workflow(
+	    s, json_pack("{s:s, s:s, s:[s]}", "id", "private", "resource", "r", "workers", "w")));
+	json_decref(hs_wait_workflow(s, "private", "completed", WAIT_MS));
+	assert_mode(dir, "data", 0700);
+	assert_mode(dir, "data/sub", 0700);
+	assert_mode(dir, "data/sub/baton.db", 0600);
+	assert_mode(dir, "data/sub/baton.db-wal", 0600); /* there while batond runs */
+	if (exists(dir, "data/sub/baton.db-shm"))
+		assert_mode(dir, "data/sub/baton.db-shm", 0600);
+}
+
 /* sqlite:PATH is the file PATH. */
 static void test_sqlite_prefix_names_a_file(void **state)
 {
@@ -154,6 +225,7 @@ int main(void)
 	    cmocka_unit_test(test_unsupported_scheme_refused),
 	    cmocka_unit_test(test_failed_start_leaves_no_database),
 	    cmocka_unit_test(test_sqlite_prefix_names_a_file),
+	    cmocka_unit_test_teardown(test_files_are_private_under_umask_022, teardown_run),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

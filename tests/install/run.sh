@@ -5,7 +5,8 @@
 # lands under DESTDIR/PREFIX; the installed batond and baton run (--version, --help);
 # a small C program built only from the installed header, library and baton.pc
 # (PKG_CONFIG_PATH into the DESTDIR; pkg-config --static, libbaton.a being static) opens
-# an engine on a temporary database and runs;
+# an engine on a temporary database and runs, under umask 022, and the database and a
+# backup copy it takes are 0600;
 # the man pages hold every option of --help; the systemd unit runs the installed batond
 # with its hardening (and passes `systemd-analyze verify` where systemd is installed);
 # `make uninstall` removes exactly what install wrote and leaves other files alone.
@@ -55,6 +56,12 @@ int main(int argc, char **argv)
 	printf("baton %s ready %d %s\n", BATON_VERSION, baton_engine_ready(e),
 	       json_is_true(json_object_get(doc, "ok")) ? "json" : "?");
 	json_decref(doc);
+	char copy[4096];
+	snprintf(copy, sizeof copy, "%s.copy", argv[1]);
+	if (baton_engine_backup(e, copy, &err) != BATON_OK) {
+		fprintf(stderr, "backup: %s\n", err.msg);
+		return 1;
+	}
 	baton_engine_close(e, 0);
 	return 0;
 }
@@ -120,7 +127,10 @@ one_prefix() {
 		$($pcv --static --libs baton) >"$work/out" 2>&1; then
 		ok "a program builds with pkg-config --cflags / --static --libs baton"
 		check "it runs against libbaton.a" sh -c \
-			"'$work/prog' '$work/prog.db' | grep -qx 'baton $v ready 1 json'"
+			"umask 022 && '$work/prog' '$work/prog.db' | grep -qx 'baton $v ready 1 json'"
+		# Under umask 022 still its owner's only: the database and a backup copy.
+		check "the database and its copy are 0600" sh -c \
+			"[ \"\$(stat -c %a '$work/prog.db' '$work/prog.db.copy' | tr '\\n' ' ')\" = '600 600 ' ]"
 	else
 		bad "a program builds with pkg-config"
 		sed 's/^/  /' "$work/out"
