@@ -1,7 +1,8 @@
 /*
  * config.c - batond's configuration: one struct, defaults in one place, environment
- * variables (BATON_*, for containers) overridden by flags, everything validated at
- * start-up with a message that says what to change.
+ * variables (BATON_*, for containers; one set to the empty string counts as unset, as
+ * for most daemons) overridden by flags, everything validated at start-up with a message
+ * that says what to change.
  */
 #include "server.h"
 
@@ -41,7 +42,8 @@ static void usage(FILE *f)
 		"at a time, each step checkpointed in its store (SQLite or PostgreSQL) before the\n"
 		"next begins.\n"
 		"\n"
-		"options (each also an environment variable; flags win):\n"
+		"options (each also an environment variable, which counts as unset when it is\n"
+		"empty; flags win):\n"
 		"  --listen HOST:PORT       address to serve HTTP on; :PORT for every interface,\n"
 		"                           port 0 picks a free port (BATON_LISTEN, default %s)\n"
 		"  --db PATH|URL            the store: a SQLite file (PATH or sqlite:PATH; made\n"

@@ -101,6 +101,10 @@ int main(int argc, char **argv)
 		return 1;
 	char shown[1024];
 	baton_db_redact(cfg.db, shown, sizeof shown);
+	/* Empty counts as unset, as for every BATON_* variable (config.c). */
+	const char *fault_file = getenv("BATON_TEST_FAULT_FILE");
+	if (fault_file && !*fault_file)
+		fault_file = NULL;
 	baton_engine_config ecfg = {
 	    .db_path = cfg.db,
 	    .threads = cfg.threads,
@@ -110,7 +114,7 @@ int main(int argc, char **argv)
 	    .log_level = cfg.log_level,
 	    .allow_call = cfg.allow_call,
 	    .on_commit = srv_streams_notify,
-	    .fault_file = getenv("BATON_TEST_FAULT_FILE"), /* tests only */
+	    .fault_file = fault_file, /* tests only */
 	    .retention_ms = cfg.retention_ms,
 	    .idle_resources = cfg.idle_resources,
 	    .cache_bytes = cfg.cache_bytes ? cfg.cache_bytes : -1,

@@ -199,6 +199,79 @@ static void test_files_are_private_under_umask_022(void **state)
 		assert_mode(dir, "data/sub/baton.db-shm", 0600);
 }
 
+/* The environment test_empty_variables_count_as_unset changed, restored by teardown_env. */
+static struct {
+	char name[48];
+	char *old; /* NULL: it was not set */
+} saved[40];
+static int nsaved;
+
+static int teardown_env(void **state)
+{
+	for (int i = 0; i < nsaved; i++) {
+		if (saved[i].old)
+			setenv(saved[i].name, saved[i].old, 1);
+		else
+			unsetenv(saved[i].name);
+		free(saved[i].old);
+	}
+	nsaved = 0;
+	return teardown_run(state);
+}
+
+/* Sets name to "" for the servers started next, remembering what it was. */
+static void set_empty(const char *name)
+{
+	for (int i = 0; i < nsaved; i++)
+		if (strcmp(saved[i].name, name) == 0)
+			return;
+	assert_true(nsaved < (int)(sizeof saved / sizeof *saved));
+	snprintf(saved[nsaved].name, sizeof saved[nsaved].name, "%s", name);
+	const char *old = getenv(name);
+	saved[nsaved].old = old ? strdup(old) : NULL;
+	nsaved++;
+	assert_int_equal(setenv(name, "", 1), 0);
+}
+
+/*
+ * A variable set to the empty string counts as unset, as for most daemons (an env file
+ * or a compose file that passes BATON_THREADS= through): every BATON_* variable that
+ * `batond --help` names, and the tests' BATON_TEST_FAULT_FILE, set empty, and batond
+ * starts on its defaults (the flags the harness gives aside) and runs a workflow.
+ */
+static void test_empty_variables_count_as_unset(void **state)
+{
+	(void)state;
+	if (hs_store_is_pg())
+		skip(); /* nothing here depends on the store of the run */
+	static char help[16384];
+	const char *args[] = {"--help", NULL};
+	int st = hs_run_batond(args, NULL, NULL, WAIT_MS, help, sizeof help);
+	assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	for (const char *p = strstr(help, "BATON_"); p; p = strstr(p + 1, "BATON_")) {
+		char name[48];
+		size_t n = strspn(p, "ABCDEFGHIJKLMNOPQRSTUVWXYZ_");
+		assert_true(n < sizeof name);
+		snprintf(name, sizeof name, "%.*s", (int)n, p);
+		set_empty(name);
+	}
+	if (nsaved < 19)
+		fail_msg("batond --help names %d BATON_* variables, expected at least 19", nsaved);
+	set_empty("BATON_TEST_FAULT_FILE");
+	run.s = hs_open(NULL);
+	assert_non_null(run.s);
+	json_decref(hs_create_workflow(
+	    run.s, json_pack("{s:s, s:s, s:[s]}", "id", "empty", "resource", "r", "workers", "w")));
+	json_decref(hs_wait_workflow(run.s, "empty", "completed", WAIT_MS));
+	char *log = hs_log_text(run.s);
+	bool threads = log && strstr(log, ", 4 step threads");
+	free(log);
+	if (!threads) {
+		hs_dump_log(run.s, 4000);
+		fail_msg("batond did not start with its default of 4 step threads");
+	}
+}
+
 /* sqlite:PATH is the file PATH. */
 static void test_sqlite_prefix_names_a_file(void **state)
 {
@@ -226,6 +299,7 @@ int main(void)
 	    cmocka_unit_test(test_failed_start_leaves_no_database),
 	    cmocka_unit_test(test_sqlite_prefix_names_a_file),
 	    cmocka_unit_test_teardown(test_files_are_private_under_umask_022, teardown_run),
+	    cmocka_unit_test_teardown(test_empty_variables_count_as_unset, teardown_env),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
