@@ -19,14 +19,15 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-/* mkdir -p for the database's directory; what it creates is batond's user's only (0700). */
-static int make_dirs(const char *db)
+/* mkdir -p for the directory of a file (the database, the pid file); what it creates is
+ * batond's user's only (0700). */
+static int make_dirs(const char *file)
 {
 	char path[4096];
-	size_t n = strlen(db);
+	size_t n = strlen(file);
 	if (n >= sizeof path)
 		return -1;
-	memcpy(path, db, n + 1);
+	memcpy(path, file, n + 1);
 	char *dir = dirname(path);
 	for (char *p = dir + 1; *p; p++) {
 		if (*p != '/')
@@ -64,6 +65,18 @@ static void remove_database(const char *db)
 		snprintf(path, sizeof path, "%s%s", db, tails[i]);
 		unlink(path);
 	}
+}
+
+/* The pid file, in a directory made as the database's is. 0, or -1 with err set. */
+static int write_pid_file(const char *path, baton_error *err)
+{
+	if (make_dirs(path) != 0) {
+		snprintf(err->msg, sizeof err->msg,
+			 "cannot create the directory of the pid file %.400s: %s", path,
+			 strerror(errno));
+		return -1;
+	}
+	return srv_pid_file_write(path, err);
 }
 
 static int is_loopback(const char *host)
@@ -136,6 +149,8 @@ int main(int argc, char **argv)
 		snprintf(err.msg, sizeof err.msg, "cannot start the event-stream thread");
 	else if (srv_start(&s, &err))
 		srv_streams_close();
+	else if (cfg.pid_file[0] && write_pid_file(cfg.pid_file, &err))
+		srv_stop(&s);
 	if (err.msg[0]) {
 		srv_log(BATON_LOG_ERROR, "%s", err.msg);
 		baton_engine_close(s.engine, 0);
@@ -164,6 +179,7 @@ int main(int argc, char **argv)
 	srv_shutdown_watch(&sigs);
 	srv_stop(&s);
 	baton_engine_close(s.engine, cfg.shutdown_timeout_ms);
+	srv_pid_file_remove();
 	srv_log_close();
 	srv_log(BATON_LOG_INFO, "stopped");
 	return 0;
