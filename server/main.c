@@ -79,6 +79,26 @@ static int write_pid_file(const char *path, baton_error *err)
 	return srv_pid_file_write(path, err);
 }
 
+/* --retention for the start-up line: "retention 30d" in its largest whole unit, or off. */
+static void retention_text(int64_t ms, char *buf, size_t len)
+{
+	static const struct {
+		char unit;
+		int64_t ms;
+	} units[] = {{'d', 86400000}, {'h', 3600000}, {'m', 60000}, {'s', 1000}};
+	if (ms <= 0) {
+		snprintf(buf, len, "retention off (finished workflows are kept)");
+		return;
+	}
+	for (size_t i = 0; i < sizeof units / sizeof *units; i++)
+		if (ms % units[i].ms == 0) {
+			snprintf(buf, len, "retention %lld%c", (long long)(ms / units[i].ms),
+				 units[i].unit);
+			return;
+		}
+	snprintf(buf, len, "retention %lld ms", (long long)ms);
+}
+
 static int is_loopback(const char *host)
 {
 	return strncmp(host, "127.", 4) == 0 || strcmp(host, "::1") == 0 ||
@@ -159,8 +179,10 @@ int main(int argc, char **argv)
 		srv_log_close();
 		return 1;
 	}
-	srv_log(BATON_LOG_INFO, "batond %s: database %s, %d step threads", BATON_VERSION, shown,
-		cfg.threads);
+	char retention[64];
+	retention_text(cfg.retention_ms, retention, sizeof retention);
+	srv_log(BATON_LOG_INFO, "batond %s: database %s, %d step threads, %s", BATON_VERSION, shown,
+		cfg.threads, retention);
 	if (!cfg.token[0] && !is_loopback(cfg.host))
 		srv_log(BATON_LOG_WARN,
 			"listening on %s without --token: anyone who reaches this address can"

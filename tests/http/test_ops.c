@@ -5,7 +5,8 @@
  * SIGTERM with and without a shutdown timeout (and the log lines that say what it waits
  * for, until when, and that it stopped), a second SIGTERM that exits at once and says so,
  * a second batond refused on the same database, the pid file (--pid-file: written,
- * 0600, removed at every stop but SIGKILL), JSON logs, --listen :PORT on every
+ * 0600, removed at every stop but SIGKILL), the start-up line (retention on or off),
+ * JSON logs, --listen :PORT on every
  * interface, and HEAD wherever GET is served. Bearer-token access control
  * is tested in test_auth.c, the event streams in test_streams.c.
  *
@@ -745,6 +746,27 @@ static void test_pid_file_unwritable_refused(void **state)
 /* ---- logs ------------------------------------------------------------------------- */
 
 /*
+ * The start-up line says whether retention is on, and for how long: off by default,
+ * the duration given (in its largest whole unit) with --retention.
+ */
+static void test_startup_log_says_retention(void **state)
+{
+	hs_server *s = *state;
+	assert_logged(s, "4 step threads, retention off (finished workflows are kept)", true);
+	static const char *const cases[][2] = {
+	    {"90m", "retention 90m"}, {"48h", "retention 2d"}, {"45", "retention 45s"}};
+	for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+		const char *const args[] = {"--retention", cases[i][0], NULL};
+		assert_int_equal(hs_stop(s), 0);
+		assert_int_equal(hs_set_args(s, args), 0);
+		assert_int_equal(hs_start(s), 0);
+		char want[80];
+		snprintf(want, sizeof want, "4 step threads, %s\n", cases[i][1]);
+		assert_logged(s, want, true);
+	}
+}
+
+/*
  * --log-format json: every line batond writes, from start to "stopped", is one JSON
  * object with ts (RFC 3339 UTC with ms), level (debug/info/warn/error) and a non-empty
  * msg; a workflow's lines carry its workflow_id.
@@ -992,6 +1014,7 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_pid_file_written_and_removed, setup_pid_file,
 					    teardown_pid_file),
 	    cmocka_unit_test(test_pid_file_unwritable_refused),
+	    cmocka_unit_test_setup_teardown(test_startup_log_says_retention, setup, hs_teardown),
 	    cmocka_unit_test_setup_teardown(test_log_format_json, setup_json_log, hs_teardown),
 	    cmocka_unit_test_setup_teardown(test_listen_colon_port_is_every_interface,
 					    setup_any_interface, hs_teardown),
