@@ -67,6 +67,22 @@ static void remove_database(const char *db)
 	}
 }
 
+/*
+ * A SQLite database that other users may read: made so by hand or by a batond that did
+ * not create it 0600. Its mode is the operator's to change, so batond only says so (its
+ * -wal file takes the same mode).
+ */
+static void warn_if_readable(const char *file)
+{
+	struct stat st;
+	if (stat(file, &st) != 0 || !(st.st_mode & 077))
+		return;
+	srv_log(BATON_LOG_WARN,
+		"the database %s can be read by other users (mode %04o), and it holds calls'"
+		" headers: chmod 600 %s",
+		file, (unsigned)(st.st_mode & 07777), file);
+}
+
 /* The pid file, in a directory made as the database's is. 0, or -1 with err set. */
 static int write_pid_file(const char *path, baton_error *err)
 {
@@ -183,6 +199,8 @@ int main(int argc, char **argv)
 	retention_text(cfg.retention_ms, retention, sizeof retention);
 	srv_log(BATON_LOG_INFO, "batond %s: database %s, %d step threads, %s", BATON_VERSION, shown,
 		cfg.threads, retention);
+	if (!strstr(cfg.db, "://"))
+		warn_if_readable(file);
 	if (!cfg.token[0] && !is_loopback(cfg.host))
 		srv_log(BATON_LOG_WARN,
 			"listening on %s without --token: anyone who reaches this address can"

@@ -199,6 +199,39 @@ static void test_files_are_private_under_umask_022(void **state)
 		assert_mode(dir, "data/sub/baton.db-shm", 0600);
 }
 
+/*
+ * A database made before batond created it 0600 (0644, say) keeps its mode, and its WAL
+ * takes the same: batond leaves the mode alone but says so at each start.
+ */
+static void test_database_others_can_read_is_warned_of(void **state)
+{
+	(void)state;
+	if (hs_store_is_pg())
+		skip(); /* SQLite's file */
+	char db[320];
+	temp_dir(run.dir, sizeof run.dir);
+	snprintf(db, sizeof db, "%s/baton.db", run.dir);
+	const char *args[] = {"--db", db, NULL};
+	hs_server *s = run.s = hs_open(args);
+	assert_non_null(s);
+	assert_int_equal(hs_stop(s), 0);
+	char *log = hs_log_text(s);
+	bool warned = log && strstr(log, "other users");
+	free(log);
+	assert_false(warned); /* 0600: nothing to say */
+	assert_int_equal(chmod(db, 0644), 0);
+	assert_int_equal(hs_start(s), 0);
+	log = hs_log_text(s);
+	warned = log && strstr(log, "can be read by other users (mode 0644)") &&
+		 strstr(log, "chmod 600");
+	free(log);
+	if (!warned) {
+		hs_dump_log(s, 4000);
+		fail_msg("no warning that the database is 0644");
+	}
+	assert_mode(run.dir, "baton.db", 0644); /* left as the operator has it */
+}
+
 /* The environment test_empty_variables_count_as_unset changed, restored by teardown_env. */
 static struct {
 	char name[48];
@@ -300,6 +333,7 @@ int main(void)
 	    cmocka_unit_test(test_sqlite_prefix_names_a_file),
 	    cmocka_unit_test_teardown(test_files_are_private_under_umask_022, teardown_run),
 	    cmocka_unit_test_teardown(test_empty_variables_count_as_unset, teardown_env),
+	    cmocka_unit_test_teardown(test_database_others_can_read_is_warned_of, teardown_run),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
