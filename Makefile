@@ -161,10 +161,11 @@ bench-smoke: all
 	@BATOND=$(BATOND) CC="$(CC)" sh bench/run.sh --smoke
 
 # batond in the foreground on its defaults (BATON_LISTEN, BATON_DB ... apply), its pid in
-# data/batond.pid for `kill "$$(cat data/batond.pid)"`; baton is built beside it.
+# data/batond.pid for `kill "$$(cat data/batond.pid)"`, which batond writes once it
+# listens and removes when it stops (--pid-file); baton is built beside it.
 run: $(BATOND) $(CLIENT)
 	@echo "run: server $(BATOND), client $(CLIENT) (not on the PATH); pid in data/batond.pid"
-	@mkdir -p data && echo $$$$ > data/batond.pid && exec ./$(BATOND)
+	@exec ./$(BATOND) --pid-file data/batond.pid
 
 # The unit tests and the OpenAPI check once; the HTTP suites on each store of STORE.
 test: all $(UNIT_BIN) $(HTTP_BIN)

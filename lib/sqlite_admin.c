@@ -21,8 +21,10 @@
  */
 #include "sqlite.h"
 
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static const char *const final_status[] = {"completed", "failed", "cancelled"};
 
@@ -190,6 +192,11 @@ int sqlite_backup(store *base, const char *path, baton_error *err)
 		return rc;
 	}
 	sqlite3_busy_timeout(src, 5000);
+	/* A copy holds what the database does: its owner's only (0600), as sqlite_store.c
+	 * creates the database itself; SQLite's journal for it takes its mode. */
+	int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	if (fd >= 0)
+		close(fd);
 	rc = sqlite3_open_v2(
 	    path, &dst, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, NULL);
 	int out = BATON_OK;

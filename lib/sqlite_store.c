@@ -35,8 +35,10 @@
  */
 #include "sqlite.h"
 
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define SCHEMA_VERSION 3
 
@@ -214,6 +216,20 @@ int sql_exec(sqlite3 *db, const char *sql, baton_error *err)
 	return rc == SQLITE_OK ? BATON_OK : sql_fail(db, rc, err, sql);
 }
 
+/*
+ * Creates the database file, when there is none, readable and writable by its owner only
+ * (0600, whatever the umask): calls' headers, Authorization among them, are stored in it.
+ * SQLite gives its -wal and -shm files the mode of the database file, so they follow.
+ * SQLite itself would create it 0644 under the usual umask. An error is left to
+ * sqlite3_open_v2 to report.
+ */
+static void create_private(const char *path)
+{
+	int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	if (fd >= 0)
+		close(fd);
+}
+
 static int open_conn(const char *path, const char *vfs, int flags, sqlite3 **out, baton_error *err)
 {
 	sqlite3 *db = NULL;
@@ -382,6 +398,7 @@ static int sqlite_open(const store_config *cfg, store **out, baton_error *err)
 	const char *path = cfg->target, *vfs = baton_vfs(cfg->fault_file);
 	s->path = xstrdup(path);
 	s->vfs = vfs;
+	create_private(path);
 	int rc = open_conn(path, vfs, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, &s->db, err);
 	if (rc == BATON_OK)
 		rc = setup_writer(s, path, err);

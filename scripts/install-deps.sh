@@ -5,15 +5,16 @@
 # postgresql-15 is the server the tests start themselves (scripts/pg.sh). Debian's
 # postgresql-common would create and start a "main" cluster on port 5432 when it is first
 # installed; it is told not to before postgresql-15 comes in, so no server runs that
-# nobody started. faketime (libfaketime) steps batond's wall clock in test_clock.
-# BATON_BUILD_ONLY=1 (the image's build stage) leaves both out: building needs libpq's
-# headers, not a server.
+# nobody started. faketime (libfaketime) steps batond's wall clock in test_clock. systemd
+# brings systemd-analyze, with which tests/install/run.sh verifies the unit (it needs no
+# running systemd). BATON_BUILD_ONLY=1 (the image's build stage) leaves these out:
+# building needs libpq's headers, not a server.
 set -eu
-server="postgresql-15 faketime"
-[ "${BATON_BUILD_ONLY:-}" = 1 ] && server=""
+testing="postgresql-15 faketime systemd"
+[ "${BATON_BUILD_ONLY:-}" = 1 ] && testing=""
 pkgs="build-essential pkg-config libmicrohttpd-dev libjansson-dev libsqlite3-dev
       libcurl4-openssl-dev libcmocka-dev sqlite3 curl python3 python3-yaml help2man
-      libpq-dev $server ${BATON_EXTRA_PKGS:-}"
+      libpq-dev $testing ${BATON_EXTRA_PKGS:-}"
 conf=/etc/postgresql-common/createcluster.conf
 
 installed() {

@@ -1,7 +1,8 @@
 /*
  * config.c - batond's configuration: one struct, defaults in one place, environment
- * variables (BATON_*, for containers) overridden by flags, everything validated at
- * start-up with a message that says what to change.
+ * variables (BATON_*, for containers; one set to the empty string counts as unset, as
+ * for most daemons) overridden by flags, everything validated at start-up with a message
+ * that says what to change.
  */
 #include "server.h"
 
@@ -41,13 +42,14 @@ static void usage(FILE *f)
 		"at a time, each step checkpointed in its store (SQLite or PostgreSQL) before the\n"
 		"next begins.\n"
 		"\n"
-		"options (each also an environment variable; flags win):\n"
+		"options (each but --pid-file also an environment variable, which counts as\n"
+		"unset when it is empty; flags win):\n"
 		"  --listen HOST:PORT       address to serve HTTP on; :PORT for every interface,\n"
 		"                           port 0 picks a free port (BATON_LISTEN, default %s)\n"
-		"  --db PATH|URL            the store: a SQLite file (PATH or sqlite:PATH; its\n"
-		"                           directory is created) or a PostgreSQL URL\n"
-		"                           (postgresql://USER@HOST:PORT/DBNAME, any libpq URL)\n"
-		"                           (BATON_DB, default %s)\n"
+		"  --db PATH|URL            the store: a SQLite file (PATH or sqlite:PATH; made\n"
+		"                           0600, its directory 0700 when created) or a\n"
+		"                           PostgreSQL URL (postgresql://USER@HOST:PORT/DBNAME,\n"
+		"                           any libpq URL) (BATON_DB, default %s)\n"
 		"  --threads N              steps running at once (BATON_THREADS, default %d)\n"
 		"  --http-threads N         HTTP threads (BATON_HTTP_THREADS, default %d)\n"
 		"  --log-level LEVEL        debug, info, warn or error (BATON_LOG_LEVEL, default "
@@ -86,6 +88,9 @@ static void usage(FILE *f)
 		"  --lease-ms MS            how long a node's ownership lasts without renewal;\n"
 		"                           its work moves to the others that long after it\n"
 		"                           dies (BATON_LEASE_MS, default %lld)\n"
+		"  --pid-file PATH          write batond's process id to PATH once it listens\n"
+		"                           (0600; its directory created 0700) and remove it\n"
+		"                           when batond stops (a flag only; default: none)\n"
 		"  --help                   print this help\n"
 		"  --version                print the version\n",
 		defaults.listen, defaults.db, defaults.threads, defaults.http_threads,
@@ -429,6 +434,14 @@ static int set_option(config *c, const char *name, const char *v)
 	}
 	if (strcmp(name, "token-file") == 0)
 		return read_token_file(c, v);
+	if (strcmp(name, "pid-file") == 0) {
+		if (!*v || strlen(v) >= sizeof c->pid_file) {
+			fprintf(stderr, "batond: --pid-file wants a file path\n");
+			return -1;
+		}
+		snprintf(c->pid_file, sizeof c->pid_file, "%s", v);
+		return 0;
+	}
 	if (strcmp(name, "log-format") == 0) {
 		if (strcmp(v, "text") != 0 && strcmp(v, "json") != 0) {
 			fprintf(stderr, "batond: --log-format must be text or json\n");
@@ -484,6 +497,7 @@ int config_load(config *c, int argc, char **argv)
 	    {"stream-buffer", required_argument, NULL, 0},
 	    {"node-id", required_argument, NULL, 0},
 	    {"lease-ms", required_argument, NULL, 0},
+	    {"pid-file", required_argument, NULL, 0},
 	    {"help", no_argument, NULL, 'h'},
 	    {"version", no_argument, NULL, 'V'},
 	    {NULL, 0, NULL, 0},

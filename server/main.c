@@ -19,24 +19,25 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-/* mkdir -p for the database's directory. */
-static int make_dirs(const char *db)
+/* mkdir -p for the directory of a file (the database, the pid file); what it creates is
+ * batond's user's only (0700). */
+static int make_dirs(const char *file)
 {
 	char path[4096];
-	size_t n = strlen(db);
+	size_t n = strlen(file);
 	if (n >= sizeof path)
 		return -1;
-	memcpy(path, db, n + 1);
+	memcpy(path, file, n + 1);
 	char *dir = dirname(path);
 	for (char *p = dir + 1; *p; p++) {
 		if (*p != '/')
 			continue;
 		*p = 0;
-		if (mkdir(dir, 0755) != 0 && errno != EEXIST)
+		if (mkdir(dir, 0700) != 0 && errno != EEXIST)
 			return -1;
 		*p = '/';
 	}
-	return (mkdir(dir, 0755) != 0 && errno != EEXIST) ? -1 : 0;
+	return (mkdir(dir, 0700) != 0 && errno != EEXIST) ? -1 : 0;
 }
 
 /* 1 when batond may create files in the database's directory, else 0 and says so. */
@@ -64,6 +65,54 @@ static void remove_database(const char *db)
 		snprintf(path, sizeof path, "%s%s", db, tails[i]);
 		unlink(path);
 	}
+}
+
+/*
+ * A SQLite database that other users may read: made so by hand or by a batond that did
+ * not create it 0600. Its mode is the operator's to change, so batond only says so (its
+ * -wal file takes the same mode).
+ */
+static void warn_if_readable(const char *file)
+{
+	struct stat st;
+	if (stat(file, &st) != 0 || !(st.st_mode & 077))
+		return;
+	srv_log(BATON_LOG_WARN,
+		"the database %s can be read by other users (mode %04o), and it holds calls'"
+		" headers: chmod 600 %s",
+		file, (unsigned)(st.st_mode & 07777), file);
+}
+
+/* The pid file, in a directory made as the database's is. 0, or -1 with err set. */
+static int write_pid_file(const char *path, baton_error *err)
+{
+	if (make_dirs(path) != 0) {
+		snprintf(err->msg, sizeof err->msg,
+			 "cannot create the directory of the pid file %.400s: %s", path,
+			 strerror(errno));
+		return -1;
+	}
+	return srv_pid_file_write(path, err);
+}
+
+/* --retention for the start-up line: "retention 30d" in its largest whole unit, or off. */
+static void retention_text(int64_t ms, char *buf, size_t len)
+{
+	static const struct {
+		char unit;
+		int64_t ms;
+	} units[] = {{'d', 86400000}, {'h', 3600000}, {'m', 60000}, {'s', 1000}};
+	if (ms <= 0) {
+		snprintf(buf, len, "retention off (finished workflows are kept)");
+		return;
+	}
+	for (size_t i = 0; i < sizeof units / sizeof *units; i++)
+		if (ms % units[i].ms == 0) {
+			snprintf(buf, len, "retention %lld%c", (long long)(ms / units[i].ms),
+				 units[i].unit);
+			return;
+		}
+	snprintf(buf, len, "retention %lld ms", (long long)ms);
 }
 
 static int is_loopback(const char *host)
@@ -101,6 +150,10 @@ int main(int argc, char **argv)
 		return 1;
 	char shown[1024];
 	baton_db_redact(cfg.db, shown, sizeof shown);
+	/* Empty counts as unset, as for every BATON_* variable (config.c). */
+	const char *fault_file = getenv("BATON_TEST_FAULT_FILE");
+	if (fault_file && !*fault_file)
+		fault_file = NULL;
 	baton_engine_config ecfg = {
 	    .db_path = cfg.db,
 	    .threads = cfg.threads,
@@ -110,7 +163,7 @@ int main(int argc, char **argv)
 	    .log_level = cfg.log_level,
 	    .allow_call = cfg.allow_call,
 	    .on_commit = srv_streams_notify,
-	    .fault_file = getenv("BATON_TEST_FAULT_FILE"), /* tests only */
+	    .fault_file = fault_file, /* tests only */
 	    .retention_ms = cfg.retention_ms,
 	    .idle_resources = cfg.idle_resources,
 	    .cache_bytes = cfg.cache_bytes ? cfg.cache_bytes : -1,
@@ -132,6 +185,8 @@ int main(int argc, char **argv)
 		snprintf(err.msg, sizeof err.msg, "cannot start the event-stream thread");
 	else if (srv_start(&s, &err))
 		srv_streams_close();
+	else if (cfg.pid_file[0] && write_pid_file(cfg.pid_file, &err))
+		srv_stop(&s);
 	if (err.msg[0]) {
 		srv_log(BATON_LOG_ERROR, "%s", err.msg);
 		baton_engine_close(s.engine, 0);
@@ -140,8 +195,12 @@ int main(int argc, char **argv)
 		srv_log_close();
 		return 1;
 	}
-	srv_log(BATON_LOG_INFO, "batond %s: database %s, %d step threads", BATON_VERSION, shown,
-		cfg.threads);
+	char retention[64];
+	retention_text(cfg.retention_ms, retention, sizeof retention);
+	srv_log(BATON_LOG_INFO, "batond %s: database %s, %d step threads, %s", BATON_VERSION, shown,
+		cfg.threads, retention);
+	if (!strstr(cfg.db, "://"))
+		warn_if_readable(file);
 	if (!cfg.token[0] && !is_loopback(cfg.host))
 		srv_log(BATON_LOG_WARN,
 			"listening on %s without --token: anyone who reaches this address can"
@@ -160,6 +219,7 @@ int main(int argc, char **argv)
 	srv_shutdown_watch(&sigs);
 	srv_stop(&s);
 	baton_engine_close(s.engine, cfg.shutdown_timeout_ms);
+	srv_pid_file_remove();
 	srv_log_close();
 	srv_log(BATON_LOG_INFO, "stopped");
 	return 0;

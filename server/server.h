@@ -43,6 +43,7 @@ typedef struct config {
 	int64_t lease_ms;	 /* a cluster node's lease */
 	long long cache_bytes;	 /* finished workflows' text in memory; 0: no cache */
 	long long stream_buffer; /* bytes one event stream buffers at most */
+	char pid_file[4096];	 /* empty: none */
 } config;
 
 /* 0: run; 1: done (--help, --version printed); -1: invalid, message printed. */
@@ -253,6 +254,11 @@ void srv_shutdown_announce(baton_engine *e, int sig, int64_t timeout_ms);
 /* Starts the thread that takes the next of sigs (blocked in every thread): it logs that
  * batond stops now and exits 1 at once, without waiting for running steps. */
 void srv_shutdown_watch(const sigset_t *sigs);
+/* Writes this process's id to path (0600: a temporary file beside it, renamed over it)
+ * and remembers path for srv_pid_file_remove. 0, or -1 with the reason in err. */
+int srv_pid_file_write(const char *path, baton_error *err);
+/* Removes the file srv_pid_file_write wrote if it still holds this process's id. */
+void srv_pid_file_remove(void);
 
 /* ---- metrics.c ---- */
 void srv_metrics_request(const char *route, const char *method, int status, double seconds,

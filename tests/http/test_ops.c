@@ -4,7 +4,9 @@
  * and its values as workflows run), the health checks, /readyz while the disk fails,
  * SIGTERM with and without a shutdown timeout (and the log lines that say what it waits
  * for, until when, and that it stopped), a second SIGTERM that exits at once and says so,
- * a second batond refused on the same database, JSON logs, --listen :PORT on every
+ * a second batond refused on the same database, the pid file (--pid-file: written,
+ * 0600, removed at every stop but SIGKILL), the start-up line (retention on or off),
+ * JSON logs, --listen :PORT on every
  * interface, and HEAD wherever GET is served. Bearer-token access control
  * is tested in test_auth.c, the event streams in test_streams.c.
  *
@@ -27,7 +29,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <libgen.h>
 #include <sqlite3.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 
 #include <arpa/inet.h>
@@ -601,7 +605,166 @@ static void test_second_signal_exits_at_once(void **state)
 	json_decref(wf);
 }
 
+/* ---- the pid file ----------------------------------------------------------------- */
+
+/* A directory of the test's own for the pid file (made by setup, removed by teardown). */
+static char pid_dir[256];
+
+static void pid_path(char *out, size_t n)
+{
+	snprintf(out, n, "%s/run/batond.pid", pid_dir);
+}
+
+static int remove_pid_dir(void)
+{
+	char cmd[400];
+	snprintf(cmd, sizeof cmd, "rm -rf '%s'", pid_dir);
+	return system(cmd);
+}
+
+static int setup_pid_file(void **state)
+{
+	const char *tmp = getenv("TMPDIR");
+	char path[300];
+	snprintf(pid_dir, sizeof pid_dir, "%s/baton-pid-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+	if (!mkdtemp(pid_dir))
+		return -1;
+	pid_path(path, sizeof path);
+	const char *const args[] = {"--pid-file", path, NULL};
+	mode_t old = umask(022); /* the usual one: the file must be 0600 all the same */
+	int rc = open_with(state, args);
+	umask(old);
+	if (rc) /* cmocka runs no teardown after a failed setup */
+		remove_pid_dir();
+	return rc;
+}
+
+static int teardown_pid_file(void **state)
+{
+	int rc = hs_teardown(state);
+	return remove_pid_dir() == 0 ? rc : -1;
+}
+
+/* Fails unless the pid file holds the running server's pid and is 0600 in a 0700 dir. */
+static void assert_pid_file(const hs_server *s)
+{
+	char path[300], want[32], got[32] = "";
+	struct stat st;
+	pid_path(path, sizeof path);
+	FILE *f = fopen(path, "r");
+	if (!f)
+		fail_msg("no pid file %s while batond runs", path);
+	size_t n = fread(got, 1, sizeof got - 1, f);
+	fclose(f);
+	got[n] = 0;
+	snprintf(want, sizeof want, "%d\n", hs_pid(s));
+	assert_string_equal(got, want);
+	assert_int_equal(stat(path, &st), 0);
+	assert_int_equal(st.st_mode & 07777, 0600);
+	assert_int_equal(stat(dirname(path), &st), 0);
+	assert_int_equal(st.st_mode & 07777, 0700);
+}
+
+/* The second start's shutdown began: the log (of every start) says so twice. */
+static bool shutting_down_again(void *arg)
+{
+	char *log = hs_log_text(arg);
+	const char *p = log ? strstr(log, "shutting down") : NULL;
+	bool twice = p && strstr(p + 1, "shutting down");
+	free(log);
+	return twice;
+}
+
+static bool pid_file_gone(void)
+{
+	char path[300];
+	pid_path(path, sizeof path);
+	return access(path, F_OK) != 0;
+}
+
+/*
+ * --pid-file PATH (what `make run` uses): written at start, 0600 under umask 022, in a
+ * directory batond makes 0700; gone once batond has stopped, after a clean SIGTERM and
+ * after a second SIGTERM that exits at once; a stale one (a SIGKILLed batond's, 0644) is
+ * replaced at the next start.
+ */
+static void test_pid_file_written_and_removed(void **state)
+{
+	hs_server *s = *state;
+	char path[300];
+	pid_path(path, sizeof path);
+	assert_pid_file(s);
+	assert_int_equal(hs_stop(s), 0);
+	assert_true(pid_file_gone());
+
+	FILE *f = fopen(path, "w");
+	assert_non_null(f);
+	fputs("999999\n", f);
+	fclose(f);
+	assert_int_equal(chmod(path, 0644), 0);
+	mode_t old = umask(022);
+	int rc = hs_start(s);
+	umask(old);
+	assert_int_equal(rc, 0);
+	assert_pid_file(s);
+
+	static const int work[] = {3000};
+	submit(s, "pid", "anvil", work, 1);
+	json_decref(hs_wait_step(s, "pid", 0, "running", WAIT_MS));
+	assert_int_equal(hs_signal(s, SIGTERM), 0);
+	assert_true(hs_wait_until(shutting_down_again, s, WAIT_MS));
+	assert_int_equal(hs_signal(s, SIGTERM), 0);
+	assert_int_equal(hs_wait_exit(s, WAIT_MS), 1);
+	assert_true(pid_file_gone());
+	assert_int_equal(hs_start(s), 0); /* the step runs again; teardown stops after it */
+	json_decref(hs_wait_workflow(s, "pid", "completed", WAIT_MS));
+}
+
+/* A pid file batond cannot write (its path is a directory): it says so and exits 1. */
+static void test_pid_file_unwritable_refused(void **state)
+{
+	(void)state;
+	char dir[300], out[4096];
+	const char *tmp = getenv("TMPDIR");
+	snprintf(dir, sizeof dir, "%s/baton-pid-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+	assert_non_null(mkdtemp(dir));
+	char db[340];
+	snprintf(db, sizeof db, "%s/baton.db", dir);
+	const char *args[] = {"--listen", "127.0.0.1:0", "--db", db, "--pid-file", dir, NULL};
+	int st = hs_run_batond(args, NULL, NULL, WAIT_MS, out, sizeof out);
+	char cmd[400];
+	snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+	assert_int_equal(system(cmd), 0);
+	if (!WIFEXITED(st) || WEXITSTATUS(st) != 1 || !strstr(out, "pid file"))
+		fail_msg("--pid-file DIR: status %d, output: %s", st, out);
+	const char *empty[] = {"--pid-file", "", NULL};
+	st = hs_run_batond(empty, NULL, NULL, WAIT_MS, out, sizeof out);
+	if (!WIFEXITED(st) || WEXITSTATUS(st) != 2 || !strstr(out, "--pid-file"))
+		fail_msg("--pid-file \"\": status %d, output: %s", st, out);
+}
+
 /* ---- logs ------------------------------------------------------------------------- */
+
+/*
+ * The start-up line says whether retention is on, and for how long: off by default,
+ * the duration given (in its largest whole unit) with --retention.
+ */
+static void test_startup_log_says_retention(void **state)
+{
+	hs_server *s = *state;
+	assert_logged(s, "4 step threads, retention off (finished workflows are kept)", true);
+	static const char *const cases[][2] = {
+	    {"90m", "retention 90m"}, {"48h", "retention 2d"}, {"45", "retention 45s"}};
+	for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+		const char *const args[] = {"--retention", cases[i][0], NULL};
+		assert_int_equal(hs_stop(s), 0);
+		assert_int_equal(hs_set_args(s, args), 0);
+		assert_int_equal(hs_start(s), 0);
+		char want[80];
+		snprintf(want, sizeof want, "4 step threads, %s\n", cases[i][1]);
+		assert_logged(s, want, true);
+	}
+}
 
 /*
  * --log-format json: every line batond writes, from start to "stopped", is one JSON
@@ -848,6 +1011,10 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_second_signal_exits_at_once, setup, hs_teardown),
 	    cmocka_unit_test_setup_teardown(test_second_batond_on_the_same_database_exits, setup,
 					    hs_teardown),
+	    cmocka_unit_test_setup_teardown(test_pid_file_written_and_removed, setup_pid_file,
+					    teardown_pid_file),
+	    cmocka_unit_test(test_pid_file_unwritable_refused),
+	    cmocka_unit_test_setup_teardown(test_startup_log_says_retention, setup, hs_teardown),
 	    cmocka_unit_test_setup_teardown(test_log_format_json, setup_json_log, hs_teardown),
 	    cmocka_unit_test_setup_teardown(test_listen_colon_port_is_every_interface,
 					    setup_any_interface, hs_teardown),

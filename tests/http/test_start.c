@@ -128,6 +128,183 @@ static void test_failed_start_leaves_no_database(void **state)
 	remove_dir(dir);
 }
 
+/*
+ * What a test below started, stopped and removed by teardown_run whether the test passed
+ * or failed: the server (by its pid, through hs_close) and the temporary directory.
+ */
+static struct {
+	hs_server *s;
+	char dir[256];
+} run;
+
+static int teardown_run(void **state)
+{
+	(void)state;
+	int rc = hs_close(run.s);
+	run.s = NULL;
+	if (run.dir[0]) {
+		char cmd[600];
+		snprintf(cmd, sizeof cmd, "rm -rf '%s'", run.dir);
+		if (system(cmd) != 0)
+			rc = -1;
+		run.dir[0] = 0;
+	}
+	return rc;
+}
+
+/* The mode of dir/name (permission bits), -1 when it does not exist. */
+static int mode_of(const char *dir, const char *name)
+{
+	char path[512];
+	struct stat st;
+	snprintf(path, sizeof path, "%s/%s", dir, name);
+	return stat(path, &st) == 0 ? (int)(st.st_mode & 07777) : -1;
+}
+
+static void assert_mode(const char *dir, const char *name, int want)
+{
+	int got = mode_of(dir, name);
+	if (got != want)
+		fail_msg("%s/%s: mode %04o, expected %04o", dir, name, (unsigned)got,
+			 (unsigned)want);
+}
+
+/*
+ * Under the usual umask 022, what batond makes is its own user's alone: the database
+ * (calls' headers, Authorization among them, are stored in it) and its WAL 0600, the
+ * directories it creates for it 0700.
+ */
+static void test_files_are_private_under_umask_022(void **state)
+{
+	(void)state;
+	if (hs_store_is_pg())
+		skip(); /* SQLite's files */
+	char db[320];
+	const char *dir = run.dir;
+	temp_dir(run.dir, sizeof run.dir);
+	snprintf(db, sizeof db, "%s/data/sub/baton.db", dir);
+	const char *args[] = {"--db", db, NULL};
+	mode_t old = umask(022);
+	hs_server *s = run.s = hs_open(args);
+	umask(old);
+	assert_non_null(s);
+	json_decref(hs_create_workflow(
+	    s, json_pack("{s:s, s:s, s:[s]}", "id", "private", "resource", "r", "workers", "w")));
+	json_decref(hs_wait_workflow(s, "private", "completed", WAIT_MS));
+	assert_mode(dir, "data", 0700);
+	assert_mode(dir, "data/sub", 0700);
+	assert_mode(dir, "data/sub/baton.db", 0600);
+	assert_mode(dir, "data/sub/baton.db-wal", 0600); /* there while batond runs */
+	if (exists(dir, "data/sub/baton.db-shm"))
+		assert_mode(dir, "data/sub/baton.db-shm", 0600);
+}
+
+/*
+ * A database made before batond created it 0600 (0644, say) keeps its mode, and its WAL
+ * takes the same: batond leaves the mode alone but says so at each start.
+ */
+static void test_database_others_can_read_is_warned_of(void **state)
+{
+	(void)state;
+	if (hs_store_is_pg())
+		skip(); /* SQLite's file */
+	char db[320];
+	temp_dir(run.dir, sizeof run.dir);
+	snprintf(db, sizeof db, "%s/baton.db", run.dir);
+	const char *args[] = {"--db", db, NULL};
+	hs_server *s = run.s = hs_open(args);
+	assert_non_null(s);
+	assert_int_equal(hs_stop(s), 0);
+	char *log = hs_log_text(s);
+	bool warned = log && strstr(log, "other users");
+	free(log);
+	assert_false(warned); /* 0600: nothing to say */
+	assert_int_equal(chmod(db, 0644), 0);
+	assert_int_equal(hs_start(s), 0);
+	log = hs_log_text(s);
+	warned = log && strstr(log, "can be read by other users (mode 0644)") &&
+		 strstr(log, "chmod 600");
+	free(log);
+	if (!warned) {
+		hs_dump_log(s, 4000);
+		fail_msg("no warning that the database is 0644");
+	}
+	assert_mode(run.dir, "baton.db", 0644); /* left as the operator has it */
+}
+
+/* The environment test_empty_variables_count_as_unset changed, restored by teardown_env. */
+static struct {
+	char name[48];
+	char *old; /* NULL: it was not set */
+} saved[40];
+static int nsaved;
+
+static int teardown_env(void **state)
+{
+	for (int i = 0; i < nsaved; i++) {
+		if (saved[i].old)
+			setenv(saved[i].name, saved[i].old, 1);
+		else
+			unsetenv(saved[i].name);
+		free(saved[i].old);
+	}
+	nsaved = 0;
+	return teardown_run(state);
+}
+
+/* Sets name to "" for the servers started next, remembering what it was. */
+static void set_empty(const char *name)
+{
+	for (int i = 0; i < nsaved; i++)
+		if (strcmp(saved[i].name, name) == 0)
+			return;
+	assert_true(nsaved < (int)(sizeof saved / sizeof *saved));
+	snprintf(saved[nsaved].name, sizeof saved[nsaved].name, "%s", name);
+	const char *old = getenv(name);
+	saved[nsaved].old = old ? strdup(old) : NULL;
+	nsaved++;
+	assert_int_equal(setenv(name, "", 1), 0);
+}
+
+/*
+ * A variable set to the empty string counts as unset, as for most daemons (an env file
+ * or a compose file that passes BATON_THREADS= through): every BATON_* variable that
+ * `batond --help` names, and the tests' BATON_TEST_FAULT_FILE, set empty, and batond
+ * starts on its defaults (the flags the harness gives aside) and runs a workflow.
+ */
+static void test_empty_variables_count_as_unset(void **state)
+{
+	(void)state;
+	if (hs_store_is_pg())
+		skip(); /* nothing here depends on the store of the run */
+	static char help[16384];
+	const char *args[] = {"--help", NULL};
+	int st = hs_run_batond(args, NULL, NULL, WAIT_MS, help, sizeof help);
+	assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	for (const char *p = strstr(help, "BATON_"); p; p = strstr(p + 1, "BATON_")) {
+		char name[48];
+		size_t n = strspn(p, "ABCDEFGHIJKLMNOPQRSTUVWXYZ_");
+		assert_true(n < sizeof name);
+		snprintf(name, sizeof name, "%.*s", (int)n, p);
+		set_empty(name);
+	}
+	if (nsaved < 19)
+		fail_msg("batond --help names %d BATON_* variables, expected at least 19", nsaved);
+	set_empty("BATON_TEST_FAULT_FILE");
+	run.s = hs_open(NULL);
+	assert_non_null(run.s);
+	json_decref(hs_create_workflow(
+	    run.s, json_pack("{s:s, s:s, s:[s]}", "id", "empty", "resource", "r", "workers", "w")));
+	json_decref(hs_wait_workflow(run.s, "empty", "completed", WAIT_MS));
+	char *log = hs_log_text(run.s);
+	bool threads = log && strstr(log, ", 4 step threads");
+	free(log);
+	if (!threads) {
+		hs_dump_log(run.s, 4000);
+		fail_msg("batond did not start with its default of 4 step threads");
+	}
+}
+
 /* sqlite:PATH is the file PATH. */
 static void test_sqlite_prefix_names_a_file(void **state)
 {
@@ -154,6 +331,9 @@ int main(void)
 	    cmocka_unit_test(test_unsupported_scheme_refused),
 	    cmocka_unit_test(test_failed_start_leaves_no_database),
 	    cmocka_unit_test(test_sqlite_prefix_names_a_file),
+	    cmocka_unit_test_teardown(test_files_are_private_under_umask_022, teardown_run),
+	    cmocka_unit_test_teardown(test_empty_variables_count_as_unset, teardown_env),
+	    cmocka_unit_test_teardown(test_database_others_can_read_is_warned_of, teardown_run),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
