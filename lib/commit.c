@@ -356,8 +356,32 @@ static int fail_unwritable(baton_engine *e, wf_row *wf, int code, const char *wh
 
 void eng_reply(baton_engine *e, waiter *w, int rc, int created, const char *resource)
 {
-	reply r = {w, rc, created, resource ? part_of(resource) : -1};
+	reply r = {w, rc, created, resource ? part_of(resource) : -1, 0};
 	VEC_PUSH(e->replies, r);
+}
+
+void eng_reply_grant(baton_engine *e, waiter *w, int created, const char *resource)
+{
+	reply r = {w, BATON_OK, created, part_of(resource), 1};
+	VEC_PUSH(e->replies, r);
+}
+
+/* A grant's caller is told 503 because its round could not be committed: the grant is given
+ * back by the next round (a lease released, a claim offered again), as when its answer
+ * could not be delivered, so nobody holds what nobody was told it holds. A lease asked for
+ * in this very round was taken back with its submission (drop_unacknowledged). */
+static void undo_grant(baton_engine *e, const reply *r)
+{
+	const char *id = json_string_value(json_object_get(r->w->lease, "id"));
+	if (!r->grant || !id)
+		return;
+	baton_error err;
+	if (r->created) {
+		if (strmap_get(e->wfs, id))
+			baton_lease_abandon(e, id, 1);
+	} else {
+		baton_task_report(e, id, BATON_TASK_UNCLAIM, NULL, NULL, 0, NULL, NULL, &err);
+	}
 }
 
 /* Commits the round; on failure keeps everything pending and schedules a retry. */
@@ -401,6 +425,7 @@ void eng_flush(baton_engine *e)
 		reply *r = &e->replies.v[i];
 		if (r->created)
 			drop_unacknowledged(e, r->w->id);
+		undo_grant(e, r);
 		eng_waiter_done(r->w, BATON_EBUSY, 0, "storage is failing; try again later");
 	}
 	if (!e->write_unknown)

@@ -102,13 +102,17 @@ typedef struct dispatch {
  * An answer owed once this round commits (eng_reply). `created`: the answer is a 201 (a new
  * workflow stored, a lease granted). `part`: the partition of the resource the answer is
  * about, -1 for none; when the ownership check refuses the round and that partition leaves
- * memory, the answer becomes a 503, since what it reports was not written.
+ * memory, the answer becomes a 503, since what it reports was not written. `grant`: it tells
+ * its caller "you hold it" (a lease granted, a task claimed); when the round cannot be
+ * committed the caller is told 503 instead and the grant is given back (commit.c), so that
+ * the resource is not held for nobody once storage recovers.
  */
 typedef struct reply {
 	waiter *w;
 	int rc;
 	int created;
 	int part;
+	int grant;
 } reply;
 
 /* Metrics of one resource, read by other threads under metrics_mu. */
@@ -301,6 +305,8 @@ int members_ready(baton_engine *e);
 void eng_set_param(baton_engine *e, wf_row *wf, int idx, const char *key, json_t *value);
 /* Owes w the answer rc once this round commits (see reply); resource may be NULL. */
 void eng_reply(baton_engine *e, waiter *w, int rc, int created, const char *resource);
+/* The same for an answer that grants (see reply): a lease (created) or a claim. */
+void eng_reply_grant(baton_engine *e, waiter *w, int created, const char *resource);
 /* For a 503: who drives the resource. */
 void members_who(const baton_engine *e, const char *resource, char *out, size_t n);
 

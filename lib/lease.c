@@ -187,7 +187,7 @@ void lease_granted(baton_engine *e, wf_row *wf, int64_t now)
 	if (!w)
 		return;
 	w->lease = lease_json(wf);
-	eng_reply(e, w, BATON_OK, 1, wf->resource); /* answered once the grant is durable */
+	eng_reply_grant(e, w, 1, wf->resource); /* answered once the grant is durable */
 }
 
 void lease_timer(baton_engine *e, wf_row *wf, int64_t now)

@@ -82,7 +82,7 @@ static void assign(baton_engine *e, wf_row *wf, msg *claim, int64_t now)
 	eng_timer_push(e, wf->task_expires_at, wf->id);
 	waiter *w = claim->w;
 	w->lease = task_json(wf);
-	eng_reply(e, w, BATON_OK, 0, wf->resource);
+	eng_reply_grant(e, w, 0, wf->resource);
 	claim_done(claim);
 }
 

@@ -19,6 +19,7 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <pthread.h>
 #include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -185,6 +186,68 @@ static void outage_round(hs_server *s, outage_fn outage, void *arg, const char *
 	snprintf(body, sizeof body, FMT, c, "disk-3");
 	assert_int_equal(post(s, body), 201);
 	json_decref(hs_wait_workflow(s, c, "completed", WAIT_MS));
+}
+
+typedef struct waiting_lease {
+	const hs_server *s;
+	const char *body;
+	long status;
+	pthread_t t;
+} waiting_lease;
+
+static void *waiting_lease_main(void *arg)
+{
+	waiting_lease *w = arg;
+	hs_response r;
+	w->status = hs_post(w->s, "/resources/db/leases", w->body, &r) == 0 ? r.status : 0;
+	hs_response_fini(&r);
+	return NULL;
+}
+
+static bool one_waiter(void *arg)
+{
+	json_t *res = hs_get_json(arg, "/resources/db", 200);
+	bool yes = json_array_size(json_object_get(res, "waiters")) == 1;
+	json_decref(res);
+	return yes;
+}
+
+/* A grant whose commit fails is undone: its caller was told 503, so the resource is not held
+ * for nobody once storage recovers; the next waiter gets it. And a claim likewise. */
+static void test_grant_that_cannot_commit_is_undone(void **state)
+{
+	if (hs_store_is_pg())
+		skip(); /* the faults come from SQLite's VFS */
+	hs_faulty *f = *state;
+	hs_server *s = f->s;
+	hs_response r;
+	assert_int_equal(
+	    hs_post(s, "/resources/db/leases", "{\"holder\": \"a\", \"ttl_ms\": 60000}", &r), 0);
+	assert_int_equal(r.status, 201);
+	char path[128];
+	snprintf(path, sizeof path, "/leases/%s", hs_str(r.json, "id"));
+	hs_response_fini(&r);
+	waiting_lease b = {s, "{\"holder\": \"b\", \"ttl_ms\": 60000, \"wait_ms\": 60000}", 0, 0};
+	assert_int_equal(pthread_create(&b.t, NULL, waiting_lease_main, &b), 0);
+	bool queued = hs_wait_until(one_waiter, s, WAIT_MS);
+
+	set_fault(f, "io");
+	hs_request del = {.method = "DELETE", .path = path};
+	assert_int_equal(hs_send(s, &del, &r), 0);
+	long released = r.status;
+	hs_response_fini(&r);
+	pthread_join(b.t, NULL);
+	unlink(f->file);
+	until_ready ready = {s, 200};
+	assert_true(queued);
+	assert_int_equal(released, 503);
+	assert_int_equal(b.status, 503); /* granted in the round that could not commit */
+	assert_true(hs_wait_until(readyz_is, &ready, WAIT_MS));
+	/* b was never told it holds the lease: c gets the resource, not b's 60 s of nobody */
+	assert_int_equal(
+	    hs_post(s, "/resources/db/leases", "{\"holder\": \"c\", \"wait_ms\": 10000}", &r), 0);
+	assert_int_equal(r.status, 201);
+	hs_response_fini(&r);
 }
 
 static void test_io_error_pauses_and_recovers(void **state)
@@ -377,6 +440,8 @@ int main(void)
 {
 	hs_filters_from_env();
 	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test_setup_teardown(test_grant_that_cannot_commit_is_undone,
+					    hs_faulty_setup, hs_faulty_teardown),
 	    cmocka_unit_test_setup_teardown(test_io_error_pauses_and_recovers, hs_faulty_setup,
 					    hs_faulty_teardown),
 	    cmocka_unit_test_setup_teardown(test_full_disk_pauses_and_recovers, hs_faulty_setup,
