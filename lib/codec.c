@@ -642,8 +642,8 @@ json_t *codec_step(const step_row *st, int ended)
 	{
 		if (strcmp(key, "call") == 0)
 			json_object_set_new(o, key, redacted_call(v));
-		else if (strcmp(key, "name") != 0)
-			json_object_set(o, key, v);
+		else if (strcmp(key, "name") != 0 && strcmp(key, "wait_until") != 0)
+			json_object_set(o, key, v); /* wait_until: a waiting lease's, internal */
 	}
 	int waiting = st->status == ST_WAITING;
 	/* A step not reached when its workflow failed or was cancelled will never run. */

@@ -103,9 +103,12 @@ typedef struct wf_row {
 	 * another node while an attempt ran here; freed when the attempt's outcome comes. */
 	unsigned foreign : 1, lost : 1;
 	/* A lease (lease.c): a one-step workflow whose step an outside process holds until
-	 * it releases it or stops renewing it. In memory only: expires_at, the caller. */
-	unsigned lease : 1;
-	int64_t lease_ttl_ms, lease_expires_at, lease_wait_until;
+	 * it releases it or stops renewing it. In memory only: expires_at, the caller.
+	 * lease_named: asked for with a request_id, so its caller can come back for it (its
+	 * wait deadline is stored). lease_grace_until > 0: granted while no caller waited for
+	 * it (kept across a restart); released then unless a caller came back for it. */
+	unsigned lease : 1, lease_named : 1;
+	int64_t lease_ttl_ms, lease_expires_at, lease_wait_until, lease_grace_until;
 	struct waiter *lease_w; /* the acquisition's caller until it is answered */
 	/* An external step (task.c) that a process has claimed, until when, for how long. */
 	unsigned task_claimed : 1;

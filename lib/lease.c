@@ -17,6 +17,13 @@
  * queue; one granted to a caller that can no longer be answered is released
  * (baton_lease_abandon with release).
  *
+ * A waiter asked for with a request_id keeps its place across a restart or a failover: its
+ * wait deadline is stored with it ("wait_until"), recovery queues it again in its FIFO
+ * order, and the same request_id retried reattaches to it. One whose caller does not come
+ * back leaves the queue at that deadline; if it is granted first, the grant is released
+ * after GRACE_MS unless a caller comes back for it, so nothing is held for nobody for long.
+ * A waiter without a request_id cannot be found again: recovery abandons it.
+ *
  * States as the API shows them: waiting, held, released (its step completed), expired
  * (its step failed with lease_expired), abandoned (it left the queue ungranted).
  */
@@ -26,6 +33,8 @@
 #include <string.h>
 
 #define LEASE_PREFIX "lease-"
+#define GRACE_MS     5000 /* a grant nobody waited for, kept for its caller to come back */
+#define MAX_WAIT_MS  300000
 
 static int is_lease_step(const step_row *st)
 {
@@ -184,8 +193,12 @@ void lease_granted(baton_engine *e, wf_row *wf, int64_t now)
 	count(e, &e->leases_granted);
 	waiter *w = wf->lease_w;
 	wf->lease_w = NULL;
-	if (!w)
+	if (!w) { /* its caller is gone with a restart; it may come back for it */
+		int64_t grace = wf->lease_ttl_ms < GRACE_MS ? wf->lease_ttl_ms : GRACE_MS;
+		wf->lease_grace_until = now + grace;
+		eng_timer_push(e, wf->lease_grace_until, wf->id);
 		return;
+	}
 	w->lease = lease_json(wf);
 	eng_reply_grant(e, w, 1, wf->resource); /* answered once the grant is durable */
 }
@@ -197,7 +210,9 @@ void lease_timer(baton_engine *e, wf_row *wf, int64_t now)
 		return;
 	if (st->status == ST_RUNNING && wf->lease_expires_at <= now)
 		end_hold(e, wf, 0, now);
-	else if (st->status == ST_WAITING && wf->lease_w && wf->lease_wait_until <= now)
+	else if (st->status == ST_RUNNING && wf->lease_grace_until && wf->lease_grace_until <= now)
+		end_hold(e, wf, 1, now); /* granted to nobody: nobody came back for it */
+	else if (st->status == ST_WAITING && wf->lease_wait_until <= now)
 		give_up(e, wf, "not granted within wait_ms", now);
 }
 
@@ -222,7 +237,17 @@ int lease_recover(baton_engine *e, wf_row *wf)
 		set_expiry(e, wf, e->now);
 		return 1;
 	}
-	/* Its caller was answered nothing and is gone with the old process. */
+	json_t *until = json_object_get(st->params, "wait_until");
+	if (st->status == ST_WAITING && json_is_integer(until)) {
+		/* Its caller may come back with its request_id: it waits in its place until its
+		 * deadline (bounded by the longest wait, whatever clock stored it). */
+		int64_t at = json_integer_value(until), most = e->now + MAX_WAIT_MS;
+		wf->lease_named = 1;
+		wf->lease_wait_until = at < most ? at : most;
+		eng_timer_push(e, wf->lease_wait_until, wf->id);
+		return 0; /* queued again in its order, as every waiter */
+	}
+	/* Its caller was answered nothing and cannot find it again. */
 	event_sink ev = {eng_on_event, e};
 	eng_follow(e, wf, machine_cancel(wf, e->def, e->now, &ev), e->now);
 	return 1;
@@ -272,6 +297,15 @@ static void answer_stored(baton_engine *e, waiter *w, const char *id)
 	eng_waiter_done(w, BATON_OK, 0, NULL);
 }
 
+/* A waiter's new deadline; stored for a named one, so that it holds across a restart. */
+static void wait_until(baton_engine *e, wf_row *wf, int64_t at)
+{
+	wf->lease_wait_until = at;
+	eng_timer_push(e, at, wf->id);
+	if (wf->lease_named)
+		eng_set_param(e, wf, 0, "wait_until", json_integer(at));
+}
+
 static void apply_acquire(baton_engine *e, msg *m, int64_t now)
 {
 	wf_row *wf = m->wf, *cur = strmap_get(e->wfs, wf->id);
@@ -299,17 +333,21 @@ static void apply_acquire(baton_engine *e, msg *m, int64_t now)
 			if (eng_may_promise(e, cur->resource, &err) != BATON_OK) {
 				eng_waiter_done(m->w, err.code, 0, err.msg);
 			} else {
+				/* Its caller counts the ttl from this request's send: so does the
+				 * lease from now, as a renewal would; and it has a caller again. */
+				cur->lease_grace_until = 0;
+				set_expiry(e, cur, now);
 				m->w->lease = lease_json(cur);
 				eng_waiter_done(m->w, BATON_OK, 0, NULL);
 			}
 		} else if (cur->steps[0].status == ST_WAITING) {
-			/* The first caller's answer was lost; the retry waits in its place. */
+			/* The first caller's answer was lost, or a restart cut it off: the retry
+			 * waits in its place. */
 			if (cur->lease_w)
 				eng_waiter_done(cur->lease_w, BATON_ECONFLICT, 0,
 						"superseded by a retry with the same request_id");
 			cur->lease_w = m->w;
-			cur->lease_wait_until = now + m->wait_ms;
-			eng_timer_push(e, cur->lease_wait_until, cur->id);
+			wait_until(e, cur, now + m->wait_ms);
 		} else {
 			m->w->lease = lease_json(cur);
 			eng_waiter_done(m->w, BATON_OK, 0, NULL);
@@ -348,6 +386,9 @@ static void apply_acquire(baton_engine *e, msg *m, int64_t now)
 	wf->dirty_lo = wf->steps_total;
 	wf->lease_w = m->w;
 	wf->lease_wait_until = now + m->wait_ms;
+	if (wf->lease_named) /* a new row: its params are written with it */
+		json_object_set_new(wf->steps[0].params, "wait_until",
+				    json_integer(wf->lease_wait_until));
 	strmap_put(e->wfs, wf->id, wf);
 	eng_on_event(
 	    e, wf, "workflow_submitted",
@@ -482,6 +523,7 @@ static wf_row *new_lease_row(const baton_lease_request *req, const char *id)
 	wf->id = xstrdup(id);
 	wf->resource = xstrdup(req->resource);
 	wf->lease = 1;
+	wf->lease_named = req->request_id != NULL;
 	wf->lease_ttl_ms = req->ttl_ms;
 	wf->retry = (retry_policy){
 	    .max_attempts = 1, .initial_delay_ms = 1000, .backoff = 2, .max_delay_ms = 1000};

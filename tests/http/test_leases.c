@@ -399,6 +399,84 @@ static void test_kill9_keeps_a_renewed_ttl(void **state)
 	json_decref(a);
 }
 
+/* A waiter with a request_id keeps its place across kill -9: retried with the same
+ * request_id after the restart, it is reattached ahead of everyone who queued after it, in
+ * the order they first queued, whatever order the retries come in. */
+static void test_restart_keeps_a_waiters_place(void **state)
+{
+	hs_server *s = *state;
+	json_t *a = acquire_ok(s, "db", "{\"holder\": \"a\", \"ttl_ms\": 60000}");
+	lease_job b = {.s = s,
+		       .resource = "db",
+		       .body = "{\"holder\": \"b\", \"request_id\": \"b-1\", \"wait_ms\": 60000}"};
+	job_start(&b);
+	wait_waiters(s, "db", 1);
+	lease_job c = {.s = s,
+		       .resource = "db",
+		       .body = "{\"holder\": \"c\", \"request_id\": \"c-1\", \"wait_ms\": 60000}"};
+	job_start(&c);
+	wait_waiters(s, "db", 2);
+	hs_kill(s);
+	pthread_join(b.t, NULL); /* their connections died with the server */
+	pthread_join(c.t, NULL);
+	json_decref(b.lease);
+	json_decref(c.lease);
+	assert_int_equal(hs_start(s), 0);
+	/* both still wait, in their order */
+	json_t *res = resource(s, "db");
+	json_t *w = json_object_get(res, "waiters");
+	assert_int_equal(json_array_size(w), 2);
+	json_decref(res);
+	/* c retries first, then b; a releases: b is granted before c */
+	lease_job c2 = {.s = s, .resource = "db", .body = c.body};
+	job_start(&c2);
+	lease_job b2 = {.s = s, .resource = "db", .body = b.body};
+	job_start(&b2);
+	assert_int_equal(lease_call(s, "DELETE", hs_str(a, "id"), "", NULL, NULL), 204);
+	pthread_join(b2.t, NULL);
+	assert_true(b2.status == 200 || b2.status == 201);
+	assert_string_equal(hs_str(b2.lease, "id"), "lease-b-1");
+	assert_string_equal(hs_str(b2.lease, "state"), "held");
+	assert_int_equal(lease_call(s, "DELETE", "lease-b-1", "", NULL, NULL), 204);
+	pthread_join(c2.t, NULL);
+	assert_true(c2.status == 200 || c2.status == 201);
+	assert_string_equal(hs_str(c2.lease, "state"), "held");
+	assert_true(hs_int(c2.lease, "fencing_token") > hs_int(b2.lease, "fencing_token"));
+	json_decref(b2.lease);
+	json_decref(c2.lease);
+	json_decref(a);
+}
+
+/* A waiter kept across a restart whose client never comes back is granted to nobody: the
+ * grant is released after a short grace, and the resource goes on to the next waiter. */
+static void test_restart_waiter_nobody_takes_is_released(void **state)
+{
+	hs_server *s = *state;
+	json_t *a = acquire_ok(s, "db", "{\"holder\": \"a\", \"ttl_ms\": 60000}");
+	lease_job b = {.s = s,
+		       .resource = "db",
+		       .body = "{\"holder\": \"b\", \"request_id\": \"b-1\", \"wait_ms\": 60000,"
+			       " \"ttl_ms\": 60000}"};
+	job_start(&b);
+	wait_waiters(s, "db", 1);
+	hs_kill(s);
+	pthread_join(b.t, NULL);
+	json_decref(b.lease);
+	assert_int_equal(hs_start(s), 0);
+	wait_waiters(s, "db", 1);
+	assert_int_equal(lease_call(s, "DELETE", hs_str(a, "id"), "", NULL, NULL), 204);
+	/* c waits far less than b's ttl of 60 s: it gets the resource once b's grace ends */
+	long status;
+	json_t *c = acquire(s, "db", "{\"holder\": \"c\", \"wait_ms\": 20000}", &status);
+	assert_int_equal(status, 201);
+	json_t *got;
+	assert_int_equal(lease_call(s, "GET", "lease-b-1", "", NULL, &got), 200);
+	assert_string_equal(hs_str(got, "state"), "released");
+	json_decref(got);
+	json_decref(c);
+	json_decref(a);
+}
+
 static void test_bad_input_changes_nothing(void **state)
 {
 	hs_server *s = *state;
@@ -499,6 +577,10 @@ int main(void)
 					    hs_teardown),
 	    cmocka_unit_test_setup_teardown(test_kill9_keeps_a_held_lease, hs_setup, hs_teardown),
 	    cmocka_unit_test_setup_teardown(test_kill9_keeps_a_renewed_ttl, hs_setup, hs_teardown),
+	    cmocka_unit_test_setup_teardown(test_restart_keeps_a_waiters_place, hs_setup,
+					    hs_teardown),
+	    cmocka_unit_test_setup_teardown(test_restart_waiter_nobody_takes_is_released, hs_setup,
+					    hs_teardown),
 	    cmocka_unit_test_setup_teardown(test_bad_input_changes_nothing, hs_setup, hs_teardown),
 	    cmocka_unit_test_setup_teardown(test_metrics_count_leases, hs_setup, hs_teardown),
 	    cmocka_unit_test_setup_teardown(test_stream_shows_grants_releases_expiries, hs_setup,
