@@ -6,13 +6,17 @@
  * BATON_LEASE_ID and BATON_RESOURCE in its environment; every signal this process sends
  * goes to the whole group (killing only `sh -c` would leave its children running). This
  * process renews the lease every third of the ttl and decides that the lease is lost by
- * its own monotonic clock: when a renewal is refused, or when no renewal succeeded for
- * ttl - margin since the last successful one was *sent* (the server counts the ttl from
- * when it received it, later), the command gets SIGTERM, then SIGKILL after a grace period
- * that still ends before the server can expire the lease and grant the resource to the
- * next waiter. consul lock kills late, once the server has confirmed the loss; here the
- * command is gone before anybody else can hold the resource, as long as the clocks of
- * both machines run at about the same rate.
+ * its own monotonic clock, which counts the lease from when each request was *sent*: the
+ * acquire that was granted, then every successful renewal. The server counts the ttl from
+ * the grant or from when it received the renewal, both later, so an answer held back on
+ * the way (a slow server, a slow network) leaves baton lock believing it has less time,
+ * never more; a grant that took longer than a third of the ttl to come back is renewed
+ * before the command starts. When a renewal is refused, or when none succeeded for
+ * ttl - margin since the last successful send, the command gets SIGTERM, then SIGKILL
+ * after a grace period that still ends before the server can expire the lease and grant
+ * the resource to the next waiter. consul lock kills late, once the server has confirmed
+ * the loss; here the command is gone before anybody else can hold the resource, as long
+ * as the clocks of both machines run at about the same rate.
  *
  * SIGINT, SIGTERM and SIGHUP sent to `baton lock` go to the command's group first; the
  * lease is released once the command has ended. Exit status: the command's (128 + N when
@@ -129,6 +133,9 @@ static int parse_args(int argc, char **argv, struct lock_opts *o)
 struct lease {
 	char id[160];
 	long long token, ttl_ms;
+	long long sent_at; /* monotonic ms: the send of the acquire that was granted */
+	/* By baton lock's clock: when the lease may be lost, and the next renewal is due. */
+	long long deadline, next_renew;
 };
 
 /* Acquires the lease within o->wait_ms: EXIT_OK, EXIT_NOT_ACQUIRED, or another status. */
@@ -156,6 +163,7 @@ static int acquire(struct cli *cli, const struct lock_opts *o, struct lease *l)
 					 "request_id", rid);
 		struct http_reply r;
 		http_set_timeout(cli->http, (long)left + 30000);
+		l->sent_at = monotonic_ms();
 		int rc = http_request(cli->http, "POST", path, body, &r);
 		http_set_timeout(cli->http, 0);
 		json_decref(body);
@@ -255,13 +263,50 @@ static int status_of(int ws)
 	return WIFEXITED(ws) ? WEXITSTATUS(ws) : WIFSIGNALED(ws) ? 128 + WTERMSIG(ws) : 1;
 }
 
-/* Runs the command under the lease until it ends; returns baton lock's exit status. */
-static int supervise(struct cli *cli, const struct lock_opts *o, struct lease *l,
-		     long long granted_at)
+/* Counts the lease from a request sent at `sent`, which the server answered with it held. */
+static void count_from(struct lease *l, long long sent)
 {
-	long long ttl = l->ttl_ms, margin = ttl / 3, grace = margin / 2;
-	long long deadline = granted_at + ttl - margin, next_renew = granted_at + ttl / 3;
-	long long kill_at = 0;
+	l->deadline = sent + l->ttl_ms - l->ttl_ms / 3;
+	l->next_renew = sent + l->ttl_ms / 3;
+}
+
+enum hold { KEPT, RENEWED_NOW, LOST };
+
+/*
+ * Renews the lease if a renewal is due at `now`. Returns KEPT (no renewal due, or one
+ * without answer before the deadline), RENEWED_NOW, or LOST once the lease is lost or
+ * may be (a renewal refused, or no renewal succeeded before the deadline), after saying
+ * so on stderr.
+ */
+static enum hold keep_lease(struct cli *cli, const struct lock_opts *o, struct lease *l,
+			    long long now)
+{
+	long long ttl = l->ttl_ms;
+	if (now >= l->deadline) {
+		fprintf(stderr,
+			"baton: lock: no successful renewal for %lld ms: the lease on %s "
+			"may be lost\n",
+			ttl - ttl / 3, o->resource);
+		return LOST;
+	}
+	if (now < l->next_renew)
+		return KEPT;
+	long timeout = (long)(l->deadline - now < ttl / 3 ? l->deadline - now : ttl / 3);
+	enum renewal r = renew(cli, l, timeout > 100 ? timeout : 100);
+	if (r == REFUSED)
+		return LOST;
+	if (r == RENEWED) {
+		count_from(l, now);
+		return RENEWED_NOW;
+	}
+	l->next_renew = monotonic_ms() + (ttl / 10 < 1000 ? ttl / 10 : 1000);
+	return KEPT;
+}
+
+/* Runs the command under the lease until it ends; returns baton lock's exit status. */
+static int supervise(struct cli *cli, const struct lock_opts *o, struct lease *l)
+{
+	long long grace = l->ttl_ms / 6, kill_at = 0;
 	int lost = 0, ws = 0;
 	pid_t pid = start_command(o, l);
 	if (pid < 0) {
@@ -278,33 +323,14 @@ static int supervise(struct cli *cli, const struct lock_opts *o, struct lease *l
 			got_signal = 0;
 		}
 		long long now = monotonic_ms();
-		if (!lost && now >= deadline) {
-			fprintf(stderr,
-				"baton: lock: no successful renewal for %lld ms: the lease on %s "
-				"may be lost; stopping the command\n",
-				ttl - margin, o->resource);
-			lost = 1;
-		}
-		if (lost == 1) {
+		if (!lost && keep_lease(cli, o, l, now) == LOST) {
+			fprintf(stderr, "baton: lock: stopping the command\n");
 			kill(-pid, SIGTERM);
 			kill_at = now + grace;
-			lost = 2;
-		} else if (lost == 2 && now >= kill_at) {
+			lost = 1;
+		} else if (lost == 1 && now >= kill_at) {
 			kill(-pid, SIGKILL);
-			lost = 3;
-		}
-		if (!lost && now >= next_renew) {
-			long timeout = (long)(deadline - now < ttl / 3 ? deadline - now : ttl / 3);
-			enum renewal r = renew(cli, l, timeout > 100 ? timeout : 100);
-			if (r == RENEWED) {
-				deadline = now + ttl - margin;
-				next_renew = now + ttl / 3;
-			} else if (r == REFUSED) {
-				lost = 1;
-				continue;
-			} else {
-				next_renew = monotonic_ms() + (ttl / 10 < 1000 ? ttl / 10 : 1000);
-			}
+			lost = 2;
 		}
 		sleep_ms(20);
 	}
@@ -336,12 +362,25 @@ int cmd_lock(struct cli *cli, int argc, char **argv)
 	rc = acquire(cli, &o, &l);
 	if (rc)
 		return rc;
-	/* The server counts the ttl from the grant, just before its answer; the margin of
-	 * supervise covers the time the answer took to arrive. */
-	long long granted_at = monotonic_ms();
+	/* The server counted the ttl from the grant, after the acquire was sent. A grant
+	 * whose answer took a third of the ttl or more is renewed before the command runs. */
+	count_from(&l, l.sent_at);
+	enum hold h = monotonic_ms() >= l.next_renew ? KEPT : RENEWED_NOW;
+	while (!got_signal && h == KEPT) {
+		h = keep_lease(cli, &o, &l, monotonic_ms());
+		if (h == LOST) {
+			release(cli, &l);
+			fprintf(stderr,
+				"baton: lock: the lease on %s ended before the command could run\n",
+				o.resource);
+			return EXIT_NOT_ACQUIRED;
+		}
+		if (h == KEPT)
+			sleep_ms(20);
+	}
 	if (got_signal) { /* asked to stop before anything ran */
 		release(cli, &l);
 		return 128 + got_signal;
 	}
-	return supervise(cli, &o, &l, granted_at);
+	return supervise(cli, &o, &l);
 }

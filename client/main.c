@@ -86,7 +86,8 @@ void usage(FILE *out)
 	      "  4  watch and get: the workflow completed, but some of its steps failed\n"
 	      "     (on_failure: continue)\n"
 	      "  lock: the command's own exit status (128 + N when signal N ended it), or\n"
-	      "  75 the lease was not granted within --wait; the command was not run\n"
+	      "  75 the lease was not granted within --wait, or ran out before the command\n"
+	      "     could start; the command was not run\n"
 	      "  76 the lease was lost while the command ran; the command was stopped\n",
 	      out);
 }

@@ -6,7 +6,8 @@
  * renewal) stops the command's whole process group and exits 76; a frozen server is
  * noticed by the client's own clock (76 while batond is still stopped); not granted
  * within --wait exits 75 without running anything; SIGTERM goes to the command first
- * and the lease is released after it. And `baton worker`: an external worker's step done by
+ * and the lease is released after it; the lease counts from the acquire's send (a stub
+ * server, tests/harness/stub.h, holds the grant's answer back). And `baton worker`: an external worker's step done by
  * a command, completed with its stdout or failed with its exit status and stderr.
  */
 #include <stdarg.h>
@@ -23,10 +24,12 @@
 #include <unistd.h>
 
 #include "../harness/client.h"
+#include "../harness/stub.h"
 
 #define WAIT_MS 60000
 
 static char dir[64];
+static stub *fake; /* a stand-in for batond, when a test needs one */
 
 static int setup(void **state)
 {
@@ -36,9 +39,26 @@ static int setup(void **state)
 	return hs_setup(state);
 }
 
+/* Kills what the commands of a failed test left running: every pid in DIR/ *.pid. */
+static void kill_leftovers(void)
+{
+	char cmd[160];
+	snprintf(cmd, sizeof cmd, "cat %s/*.pid 2>/dev/null", dir);
+	FILE *f = popen(cmd, "r");
+	long pid;
+	while (f && fscanf(f, "%ld", &pid) == 1)
+		if (pid > 1)
+			kill((pid_t)pid, SIGKILL);
+	if (f)
+		pclose(f);
+}
+
 static int teardown(void **state)
 {
 	client_free_all();
+	kill_leftovers();
+	stub_close(fake);
+	fake = NULL;
 	char cmd[128];
 	snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
 	if (system(cmd) != 0)
@@ -256,6 +276,52 @@ static void test_sigterm_goes_to_the_command_first(void **state)
 	assert_free(s); /* released after the command ended */
 }
 
+/* A command that ignores SIGTERM (so only SIGKILL ends it), its pid in DIR/sh.pid. */
+static const char *stubborn_script(void)
+{
+	static char script[512];
+	snprintf(script, sizeof script,
+		 "trap '' TERM; echo $$ > %s.tmp; mv %s.tmp %s; while :; do sleep 0.1; done",
+		 path_in("sh.pid"), path_in("sh.pid"), path_in("sh.pid"));
+	return script;
+}
+
+/*
+ * The grant's answer arrives 1.5 s after the server received the acquire (and counted
+ * the ttl from then), and no renewal succeeds: the command must be gone before the
+ * server's ttl of 6 s has passed since it received the acquire. Counting the lease
+ * from the answer's arrival, as baton lock once did, kills it 6.5 s after.
+ */
+static void test_lease_counts_from_the_acquire_send(void **state)
+{
+	(void)state;
+	fake = stub_open();
+	assert_non_null(fake);
+	stub_route(fake, (stub_rule){"POST", "/resources/", 201,
+				     "{\"id\": \"lease-slow\", \"state\": \"held\", "
+				     "\"fencing_token\": 1, \"ttl_ms\": 6000}",
+				     1500});
+	stub_route(fake, (stub_rule){"POST", "/leases/", 503, "{\"title\": \"busy\"}", 0});
+	stub_route(fake, (stub_rule){"DELETE", "/leases/", 204, NULL, 0});
+	char *url = stub_url(fake);
+	const char *const args[] = {"lock", "db", "--ttl",	     "6s", "--",
+				    "sh",   "-c", stubborn_script(), NULL};
+	client_proc *p = client_spawn(args, url, false);
+	free(url);
+	if (!hs_wait_until(file_exists, path_in("sh.pid"), WAIT_MS))
+		fail_msg("the command never ran");
+	long sh = read_pid(path_in("sh.pid"));
+	assert_true(hs_wait_until(pid_gone, (void *)(intptr_t)sh, WAIT_MS));
+	int64_t gone = hs_mono_ms(), received = stub_first_arrival(fake, "POST", "/resources/");
+	assert_int_equal(client_finish(p), 76);
+	client_free(p);
+	assert_true(received > 0);
+	if (gone - received >= 6000)
+		fail_msg("the command ran until %lld ms after the server received the acquire; "
+			 "the lease's ttl is 6000 ms",
+			 (long long)(gone - received));
+}
+
 /* ---- baton worker ---- */
 
 static void submit_external(const hs_server *s, const char *worker)
@@ -316,6 +382,8 @@ int main(void)
 					    teardown),
 	    cmocka_unit_test_setup_teardown(test_not_acquired_runs_nothing, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_sigterm_goes_to_the_command_first, setup,
+					    teardown),
+	    cmocka_unit_test_setup_teardown(test_lease_counts_from_the_acquire_send, setup,
 					    teardown),
 	    cmocka_unit_test_setup_teardown(test_worker_completes_with_stdout, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_worker_fails_with_status_and_stderr, setup,
