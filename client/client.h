@@ -129,6 +129,16 @@ void print_padded(FILE *out, const char *s, int width);
 /* Formats ms as seconds the way JavaScript prints ms / 1000 ("2", "1.5", "0.25"). */
 void format_secs(char *buf, size_t len, json_int_t ms);
 
+/*
+ * Parses a duration: a number (a fraction allowed) followed by "ms", "s", "m", "h" or
+ * nothing (seconds), into *ms. Returns 0; -1 when s is not such a duration (negative,
+ * not finite, another unit); -2 when it is longer than max_ms. *ms is set only on 0.
+ */
+int parse_duration(const char *s, long long max_ms, long long *ms);
+/* The longest durations the commands take: the server's ttl limit, a week of waiting. */
+#define MAX_TTL_MS  86400000LL
+#define MAX_WAIT_MS 604800000LL
+
 /* Monotonic clock in milliseconds; sleep for ms milliseconds. */
 long long monotonic_ms(void);
 void sleep_ms(long ms);

@@ -43,28 +43,6 @@ static void on_signal(int sig)
 	got_signal = sig;
 }
 
-/* "15s", "500ms", "2m", "1h" or plain seconds, into ms; -1 when malformed. */
-static long long parse_duration(const char *s)
-{
-	char *end;
-	errno = 0;
-	double v = strtod(s, &end);
-	if (errno || end == s || v < 0)
-		return -1;
-	double mult = 1000;
-	if (strcmp(end, "ms") == 0)
-		mult = 1;
-	else if (strcmp(end, "s") == 0 || *end == 0)
-		mult = 1000;
-	else if (strcmp(end, "m") == 0)
-		mult = 60000;
-	else if (strcmp(end, "h") == 0)
-		mult = 3600000;
-	else
-		return -1;
-	return (long long)(v * mult);
-}
-
 struct lock_opts {
 	const char *resource, *holder;
 	long long ttl_ms, wait_ms;
@@ -99,9 +77,13 @@ static int parse_args(int argc, char **argv, struct lock_opts *o)
 			if (i + 1 >= argc)
 				return usage_error("lock: %s needs a value", a);
 			const char *v = argv[++i];
-			long long ms = ttl || wait ? parse_duration(v) : 0;
-			if (ms < 0)
+			long long ms = 0, max = ttl ? MAX_TTL_MS : MAX_WAIT_MS;
+			int bad = ttl || wait ? parse_duration(v, max, &ms) : 0;
+			if (bad == -1)
 				return usage_error("lock: %s: not a duration: %s", a, v);
+			if (bad == -2)
+				return usage_error("lock: %s: at most %s: %s", a,
+						   ttl ? "24h" : "168h", v);
 			if (ttl)
 				o->ttl_ms = ms;
 			else if (wait)

@@ -58,6 +58,8 @@ void usage(FILE *out)
 	      "                      BATON_FENCING_TOKEN, BATON_LEASE_ID and BATON_RESOURCE in\n"
 	      "                      its environment; renews it every ttl/3; stops COMMAND's\n"
 	      "                      process group (TERM, then KILL) if the lease is lost\n"
+	      "                      (durations: 500ms, 15s, 2m, 1h; --ttl 1s to 24h, --wait\n"
+	      "                      at most 168h)\n"
 	      "  worker --worker NAME [--resource R] [--ttl 30s] [--once] -- COMMAND [ARGS...]\n"
 	      "                      do the steps of external worker NAME: claim each, run\n"
 	      "                      COMMAND with the task as JSON on stdin and BATON_TASK_ID,\n"

@@ -65,15 +65,8 @@ static int parse_args(int argc, char **argv, struct worker_opts *o)
 			o->worker = v;
 		else if (strcmp(a, "--resource") == 0)
 			o->resource = v;
-		else {
-			char *end;
-			double s = strtod(v, &end);
-			o->ttl_ms = (long long)(s * (strcmp(end, "ms") == 0 ? 1 : 1000));
-			if (end == v || (*end && strcmp(end, "s") && strcmp(end, "ms")) ||
-			    o->ttl_ms < 1000)
-				return usage_error("worker: --ttl: a duration of at least 1s: %s",
-						   v);
-		}
+		else if (parse_duration(v, MAX_TTL_MS, &o->ttl_ms) || o->ttl_ms < 1000)
+			return usage_error("worker: --ttl: a duration from 1s to 24h: %s", v);
 	}
 	if (!o->worker)
 		return usage_error("worker: --worker NAME is required");

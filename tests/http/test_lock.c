@@ -7,8 +7,9 @@
  * noticed by the client's own clock (76 while batond is still stopped); not granted
  * within --wait exits 75 without running anything; SIGTERM goes to the command first
  * and the lease is released after it; the lease counts from the acquire's send (a stub
- * server, tests/harness/stub.h, holds the grant's answer back). And `baton worker`: an external worker's step done by
- * a command, completed with its stdout or failed with its exit status and stderr.
+ * server, tests/harness/stub.h, holds the grant's answer back). And `baton worker`: an external
+ * worker's step done by a command, completed with its stdout or failed with its exit status and
+ * stderr.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -322,6 +323,41 @@ static void test_lease_counts_from_the_acquire_send(void **state)
 			 (long long)(gone - received));
 }
 
+/*
+ * Durations out of range are usage errors (exit 2, nothing sent or run): a --wait whose
+ * deadline overflows the clock, a --ttl the server would refuse, values that are not
+ * finite numbers; the same for baton worker's --ttl. The largest --ttl still works.
+ */
+static void test_durations_out_of_range_are_usage_errors(void **state)
+{
+	hs_server *s = *state;
+	static const char *const lock_bad[][2] = {
+	    {"--wait", "9223372036854s"},
+	    {"--wait", "1e400"},
+	    {"--wait", "inf"},
+	    {"--ttl", "48h"},
+	    {"--ttl", "nan"},
+	    {"--ttl", "-1s"},
+	};
+	char script[256];
+	snprintf(script, sizeof script, "touch %s", path_in("ran"));
+	for (size_t i = 0; i < sizeof lock_bad / sizeof *lock_bad; i++) {
+		const char *const args[] = {
+		    "lock", "db", lock_bad[i][0], lock_bad[i][1], "--", "sh", "-c", script, NULL};
+		client_proc *p = client_expect_exit(2, client_url_of(s), args);
+		assert_non_null(strstr(p->e.p, lock_bad[i][0]));
+		client_free(p);
+		assert_false(file_exists(path_in("ran")));
+	}
+	const char *const worker[] = {"worker", "--worker", "w",    "--ttl", "100000000",
+				      "--once", "--",	    "true", NULL};
+	client_proc *p = client_expect_exit(2, client_url_of(s), worker);
+	assert_non_null(strstr(p->e.p, "--ttl"));
+	client_free(p);
+	const char *const longest[] = {"lock", "db", "--ttl", "24h", "--", "true", NULL};
+	client_free(client_expect_exit(0, client_url_of(s), longest));
+}
+
 /* ---- baton worker ---- */
 
 static void submit_external(const hs_server *s, const char *worker)
@@ -384,6 +420,8 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_sigterm_goes_to_the_command_first, setup,
 					    teardown),
 	    cmocka_unit_test_setup_teardown(test_lease_counts_from_the_acquire_send, setup,
+					    teardown),
+	    cmocka_unit_test_setup_teardown(test_durations_out_of_range_are_usage_errors, setup,
 					    teardown),
 	    cmocka_unit_test_setup_teardown(test_worker_completes_with_stdout, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_worker_fails_with_status_and_stderr, setup,
