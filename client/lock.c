@@ -18,10 +18,22 @@
  * the loss; here the command is gone before anybody else can hold the resource, as long
  * as the clocks of both machines run at about the same rate.
  *
- * SIGINT, SIGTERM and SIGHUP sent to `baton lock` go to the command's group first; the
- * lease is released once the command has ended. Exit status: the command's (128 + N when
- * signal N ended it), EXIT_NOT_ACQUIRED when the lease was not granted within --wait
- * (nothing was run), EXIT_LEASE_LOST when the lease was lost while the command ran.
+ * The lease is released only once nothing of the command's process group is left: a
+ * background child (`sh -c 'job & exit 0'`) keeps the lease held, and renewed, until it
+ * ends too. baton lock is the group's subreaper (prctl PR_SET_CHILD_SUBREAPER): the
+ * children the command leaves behind become its own, and it reaps them, so the group's
+ * end (kill(-pgid, 0) answering ESRCH) never waits for an init that does not reap, as in a
+ * container without one, where zombies would stay in the group forever. A process that
+ * leaves the group (setsid, a daemon) is neither waited for nor stopped.
+ *
+ * SIGINT, SIGTERM and SIGHUP sent to `baton lock` go to the command's group first (shells
+ * make background jobs ignore SIGINT); once the command has ended, whatever is left of
+ * its group gets SIGTERM, then SIGKILL after the grace period, and a second such signal
+ * does that to the whole group at once. A lost lease ends the whole group the same way.
+ * Either way the lease is released once nothing of the group is left. Exit status: the
+ * command's own (128 + N when signal N ended it; its background children's do not
+ * count), EXIT_NOT_ACQUIRED when the lease was not granted within --wait (nothing was
+ * run), EXIT_LEASE_LOST when the lease was lost while the command or its group ran.
  */
 #include "client.h"
 
@@ -29,6 +41,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -285,47 +298,91 @@ static enum hold keep_lease(struct cli *cli, const struct lock_opts *o, struct l
 	return KEPT;
 }
 
-/* Runs the command under the lease until it ends; returns baton lock's exit status. */
+/* The command's process group, from its start until nothing of it is left. */
+struct group {
+	pid_t pgid; /* the command's pid, and its group's id */
+	int ws, exited;
+	int ending; /* 0; 1 SIGTERM sent, SIGKILL due at kill_at; 2 SIGKILL sent */
+	long long kill_at;
+};
+
+/* Reaps the children that ended: the command, or what it left behind (subreaper). */
+static void reap(struct group *g)
+{
+	int ws;
+	pid_t w;
+	while ((w = waitpid(-1, &ws, WNOHANG)) > 0)
+		if (w == g->pgid) {
+			g->ws = ws;
+			g->exited = 1;
+		}
+}
+
+static int group_left(const struct group *g)
+{
+	return kill(-g->pgid, 0) == 0 || errno == EPERM;
+}
+
+/* Ends the whole group: SIGTERM now, SIGKILL after the grace (see supervise). */
+static void end_group(struct group *g, long long now, long long grace)
+{
+	if (g->ending)
+		return;
+	kill(-g->pgid, SIGTERM);
+	g->ending = 1;
+	g->kill_at = now + grace;
+}
+
+/* Runs the command under the lease until nothing of its group is left; returns baton
+ * lock's exit status. */
 static int supervise(struct cli *cli, const struct lock_opts *o, struct lease *l)
 {
-	long long grace = l->ttl_ms / 6, kill_at = 0;
-	int lost = 0, ws = 0;
-	pid_t pid = start_command(o, l);
-	if (pid < 0) {
+	long long grace = l->ttl_ms / 6;
+	int lost = 0, signals = 0, said = 0;
+	prctl(PR_SET_CHILD_SUBREAPER, 1);
+	struct group g = {.pgid = start_command(o, l)};
+	if (g.pgid < 0) {
 		fprintf(stderr, "baton: lock: cannot fork: %s\n", strerror(errno));
 		release(cli, l);
 		return EXIT_FAILED;
 	}
 	for (;;) {
-		pid_t w = waitpid(pid, &ws, WNOHANG);
-		if (w == pid)
+		reap(&g);
+		if (g.exited && !group_left(&g))
 			break;
-		if (got_signal) { /* the command first; the lease once it has ended */
-			kill(-pid, got_signal);
+		long long now = monotonic_ms();
+		if (got_signal) { /* the command first; then what is left of its group */
+			if (!signals++ && !g.exited)
+				kill(-g.pgid, got_signal);
+			else
+				end_group(&g, now, grace);
 			got_signal = 0;
 		}
-		long long now = monotonic_ms();
+		if (signals && g.exited)
+			end_group(&g, now, grace);
+		if (g.exited && !signals && !lost && !said++)
+			fprintf(stderr,
+				"baton: lock: the command ended; processes of its group still run: "
+				"the lease on %s is kept until they end\n",
+				o->resource);
 		if (!lost && keep_lease(cli, o, l, now) == LOST) {
-			fprintf(stderr, "baton: lock: stopping the command\n");
-			kill(-pid, SIGTERM);
-			kill_at = now + grace;
+			fprintf(stderr, "baton: lock: stopping the command's process group\n");
+			end_group(&g, now, grace);
 			lost = 1;
-		} else if (lost == 1 && now >= kill_at) {
-			kill(-pid, SIGKILL);
-			lost = 2;
+		}
+		if (g.ending == 1 && now >= g.kill_at) {
+			kill(-g.pgid, SIGKILL);
+			g.ending = 2;
 		}
 		sleep_ms(20);
 	}
-	/* the whole group: children the command left behind must not outlive the lease */
-	if (lost)
-		kill(-pid, SIGKILL);
 	int gone = release(cli, l);
 	if (lost || gone == 1) {
 		fprintf(stderr, "baton: lock: the lease on %s was lost while the command ran\n",
 			o->resource);
 		return EXIT_LEASE_LOST;
 	}
-	return status_of(ws);
+	return status_of(g.ws);
 }
 
 int cmd_lock(struct cli *cli, int argc, char **argv)

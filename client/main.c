@@ -57,7 +57,10 @@ void usage(FILE *out)
 	      "                      run COMMAND while holding a lease on RESOURCE, with\n"
 	      "                      BATON_FENCING_TOKEN, BATON_LEASE_ID and BATON_RESOURCE in\n"
 	      "                      its environment; renews it every ttl/3; stops COMMAND's\n"
-	      "                      process group (TERM, then KILL) if the lease is lost\n"
+	      "                      process group (TERM, then KILL) if the lease is lost;\n"
+	      "                      a background child COMMAND leaves behind keeps the lease\n"
+	      "                      (renewed) until it ends too: lock waits for the whole\n"
+	      "                      group before it releases the lease and exits\n"
 	      "                      (durations: 500ms, 15s, 2m, 1h; --ttl 1s to 24h, --wait\n"
 	      "                      at most 168h)\n"
 	      "  worker --worker NAME [--resource R] [--ttl 30s] [--once] -- COMMAND [ARGS...]\n"
@@ -87,10 +90,12 @@ void usage(FILE *out)
 	      "  3  server unreachable (for watch: lost, and did not come back)\n"
 	      "  4  watch and get: the workflow completed, but some of its steps failed\n"
 	      "     (on_failure: continue)\n"
-	      "  lock: the command's own exit status (128 + N when signal N ended it), or\n"
+	      "  lock: the command's own exit status (128 + N when signal N ended it; not\n"
+	      "  its background children's), or\n"
 	      "  75 the lease was not granted within --wait, or ran out before the command\n"
 	      "     could start; the command was not run\n"
-	      "  76 the lease was lost while the command ran; the command was stopped\n",
+	      "  76 the lease was lost while the command or its group ran; the group was\n"
+	      "     stopped\n",
 	      out);
 }
 

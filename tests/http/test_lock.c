@@ -6,10 +6,11 @@
  * renewal) stops the command's whole process group and exits 76; a frozen server is
  * noticed by the client's own clock (76 while batond is still stopped); not granted
  * within --wait exits 75 without running anything; SIGTERM goes to the command first
- * and the lease is released after it; the lease counts from the acquire's send (a stub
- * server, tests/harness/stub.h, holds the grant's answer back). And `baton worker`: an external
- * worker's step done by a command, completed with its stdout or failed with its exit status and
- * stderr.
+ * and the lease is released after it; a background child the command leaves keeps the
+ * lease until it ends, and after SIGINT it is ended before the release; the lease counts from the
+ * acquire's send (a stub server, tests/harness/stub.h, holds the grant's answer back). And `baton
+ * worker`: an external worker's step done by a command, completed with its stdout or failed with
+ * its exit status and stderr.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -277,6 +278,119 @@ static void test_sigterm_goes_to_the_command_first(void **state)
 	assert_free(s); /* released after the command ended */
 }
 
+/* The lease id the command wrote to DIR/id; the caller frees it. */
+static char *lease_path(void)
+{
+	char *id = slurp(path_in("id")), *path = NULL;
+	assert_non_null(id);
+	id[strcspn(id, "\n")] = 0;
+	assert_true(asprintf(&path, "/leases/%s", id) > 0);
+	free(id);
+	return path;
+}
+
+struct lease_watch {
+	const hs_server *s;
+	const char *path;
+	char expires_at[64];
+};
+
+/* The lease has ended, or was renewed since w->expires_at was read. */
+static bool lease_renewed_or_ended(void *arg)
+{
+	struct lease_watch *w = arg;
+	json_t *l = hs_get_json(w->s, w->path, 200);
+	bool yes = strcmp(hs_str(l, "state"), "held") != 0 ||
+		   strcmp(hs_str(l, "expires_at"), w->expires_at) != 0;
+	json_decref(l);
+	return yes;
+}
+
+static bool lease_is(const hs_server *s, const char *path, const char *state)
+{
+	json_t *l = hs_get_json(s, path, 200);
+	bool yes = strcmp(hs_str(l, "state"), state) == 0;
+	json_decref(l);
+	return yes;
+}
+
+/*
+ * `sh -c 'CHILD & exit 5'`: sh exits at once, its background child runs on. baton lock
+ * keeps the lease, renewed, until the child has ended too, then releases it and exits
+ * with the command's own status (5). The old baton lock released the lease and exited
+ * as soon as sh ended.
+ */
+static void test_background_child_keeps_the_lease(void **state)
+{
+	hs_server *s = *state;
+	char script[768];
+	snprintf(script, sizeof script,
+		 "(while [ ! -e %s ]; do sleep 0.05; done) & echo $! > %s.tmp; mv %s.tmp %s; "
+		 "echo $$ > %s; echo $BATON_LEASE_ID > %s.tmp; mv %s.tmp %s; exit 5",
+		 path_in("go"), path_in("bg.pid"), path_in("bg.pid"), path_in("bg.pid"),
+		 path_in("sh.pid"), path_in("id"), path_in("id"), path_in("id"));
+	const char *const args[] = {"lock", "db", "--ttl", "3s", "--", "sh", "-c", script, NULL};
+	client_proc *p = client_spawn(args, client_url_of(s), false);
+	if (!hs_wait_until(file_exists, path_in("id"), WAIT_MS))
+		fail_msg("the command never ran");
+	long sh = read_pid(path_in("sh.pid")), bg = read_pid(path_in("bg.pid"));
+	assert_true(hs_wait_until(pid_gone, (void *)(intptr_t)sh, WAIT_MS));
+	char *path = lease_path();
+	struct lease_watch w = {s, path, ""};
+	json_t *l = hs_get_json(s, path, 200);
+	if (strcmp(hs_str(l, "state"), "held") != 0)
+		fail_msg("the lease ended when sh exited, while its background child ran");
+	snprintf(w.expires_at, sizeof w.expires_at, "%s", hs_str(l, "expires_at"));
+	json_decref(l);
+	/* sh has ended: the lease must stay held, and be renewed, while its child runs */
+	assert_true(hs_wait_until(lease_renewed_or_ended, &w, WAIT_MS));
+	if (!lease_is(s, path, "held"))
+		fail_msg("the lease ended while the command's background child still ran");
+	assert_false(pid_gone((void *)(intptr_t)bg));
+	assert_true(client_running(p));
+	FILE *go = fopen(path_in("go"), "w");
+	assert_non_null(go);
+	fclose(go);
+	assert_int_equal(client_finish(p), 5);
+	client_free(p);
+	assert_true(pid_gone((void *)(intptr_t)bg)); /* gone before baton lock exited */
+	assert_true(lease_is(s, path, "released"));
+	free(path);
+}
+
+/*
+ * SIGINT to baton lock: sh dies of it, its background child ignores it (as sh makes
+ * background jobs do). The child must be ended before the lease is released: at no
+ * moment may the lease show released while the child still lives. The old baton lock
+ * released the lease and left the child running.
+ */
+static void test_sigint_ends_the_background_child_before_release(void **state)
+{
+	hs_server *s = *state;
+	client_proc *p;
+	spawn_holder(s, "15s", &p);
+	long child = read_pid(path_in("child.pid"));
+	char *path = lease_path();
+	assert_int_equal(kill(p->pid, SIGINT), 0);
+	int64_t deadline = hs_mono_ms() + WAIT_MS;
+	for (;;) {
+		bool running = client_running(p);
+		bool released = !lease_is(s, path, "held");
+		if (released && !pid_gone((void *)(intptr_t)child))
+			fail_msg("the lease was released while the command's child %ld ran", child);
+		if (!running)
+			break;
+		client_pump(p, HS_POLL_MS);
+		if (hs_mono_ms() > deadline)
+			fail_msg("baton lock did not end after SIGINT\nstderr:\n%s", p->e.p);
+	}
+	assert_int_equal(client_finish(p), 130);
+	client_free(p);
+	assert_true(pid_gone((void *)(intptr_t)child));
+	assert_true(lease_is(s, path, "released"));
+	free(path);
+}
+
 /* A command that ignores SIGTERM (so only SIGKILL ends it), its pid in DIR/sh.pid. */
 static const char *stubborn_script(void)
 {
@@ -421,6 +535,9 @@ int main(void)
 					    teardown),
 	    cmocka_unit_test_setup_teardown(test_lease_counts_from_the_acquire_send, setup,
 					    teardown),
+	    cmocka_unit_test_setup_teardown(test_background_child_keeps_the_lease, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_sigint_ends_the_background_child_before_release,
+					    setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_durations_out_of_range_are_usage_errors, setup,
 					    teardown),
 	    cmocka_unit_test_setup_teardown(test_worker_completes_with_stdout, setup, teardown),
