@@ -7,10 +7,11 @@
  * noticed by the client's own clock (76 while batond is still stopped); not granted
  * within --wait exits 75 without running anything; SIGTERM goes to the command first
  * and the lease is released after it; a background child the command leaves keeps the
- * lease until it ends, and after SIGINT it is ended before the release; the lease counts from the
- * acquire's send (a stub server, tests/harness/stub.h, holds the grant's answer back). And `baton
- * worker`: an external worker's step done by a command, completed with its stdout or failed with
- * its exit status and stderr.
+ * lease until it ends, and after SIGINT it is ended before the release; the lease counts
+ * from the acquire's send (a stub server, tests/harness/stub.h, holds the grant's answer
+ * back). And `baton worker`: an external worker's step done by a command, completed with
+ * its stdout or failed with its exit status and stderr, and stopped by the worker's own
+ * clock when no heartbeat succeeds.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -521,6 +522,48 @@ static void test_worker_fails_with_status_and_stderr(void **state)
 	json_decref(wf);
 }
 
+/*
+ * The server stops answering heartbeats (503) while the task's command runs: baton
+ * worker must stop the command (which ignores SIGTERM) by its own clock, before the
+ * claim's ttl of 3 s has passed since the server received the claim, and report nothing.
+ * The old baton worker kept the command running, heartbeating in vain.
+ */
+static void test_worker_stops_the_command_by_its_own_clock(void **state)
+{
+	(void)state;
+	fake = stub_open();
+	assert_non_null(fake);
+	stub_route(fake, (stub_rule){"POST", "/tasks/claim", 200,
+				     "{\"id\": \"w1.0.1\", \"workflow_id\": \"w1\", \"step\": 0, "
+				     "\"worker\": \"w\", \"attempt\": 1, \"fencing_token\": 1, "
+				     "\"ttl_ms\": 3000, \"input\": {}}",
+				     0});
+	stub_route(fake, (stub_rule){"POST", "/tasks/", 503, "{\"title\": \"busy\"}", 0});
+	char *url = stub_url(fake);
+	const char *const args[] = {"worker", "--worker",	 "w", "--once", "--", "sh",
+				    "-c",     stubborn_script(), NULL};
+	client_proc *p = client_spawn(args, url, false);
+	free(url);
+	if (!hs_wait_until(file_exists, path_in("sh.pid"), WAIT_MS))
+		fail_msg("the command never ran");
+	long sh = read_pid(path_in("sh.pid"));
+	int64_t received = stub_first_arrival(fake, "POST", "/tasks/claim");
+	/* a bound well past the ttl, so that the old client fails here and not at WAIT_MS */
+	if (!hs_wait_until(pid_gone, (void *)(intptr_t)sh, 10000))
+		fail_msg(
+		    "the command still runs %lld ms after the claim was received (ttl 3000 ms)",
+		    (long long)(hs_mono_ms() - received));
+	int64_t gone = hs_mono_ms();
+	assert_int_equal(client_finish(p), 1);
+	client_free(p);
+	if (gone - received >= 3000)
+		fail_msg("the command ran until %lld ms after the server received the claim; "
+			 "the claim's ttl is 3000 ms",
+			 (long long)(gone - received));
+	assert_int_equal(stub_count(fake, "POST", "/tasks/w1.0.1/complete"), 0);
+	assert_int_equal(stub_count(fake, "POST", "/tasks/w1.0.1/fail"), 0);
+}
+
 int main(void)
 {
 	hs_filters_from_env();
@@ -542,6 +585,8 @@ int main(void)
 					    teardown),
 	    cmocka_unit_test_setup_teardown(test_worker_completes_with_stdout, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_worker_fails_with_status_and_stderr, setup,
+					    teardown),
+	    cmocka_unit_test_setup_teardown(test_worker_stops_the_command_by_its_own_clock, setup,
 					    teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
