@@ -54,10 +54,18 @@ struct http_reply {
 
 /*
  * Returns a new connection to the server at base_url ("http://host:port", an optional
- * trailing slash is ignored), or NULL after printing why. The handle keeps the connection
- * alive between requests; it is not thread-safe. Free with http_free (accepts NULL).
+ * trailing slash is ignored), or to several: "URL,URL,..." (at most 16), tried in turn
+ * as http.c's opening comment says. NULL after printing why. The handle keeps the
+ * connection alive between requests; it is not thread-safe. Free with http_free (accepts
+ * NULL).
  */
 http *http_new(const char *base_url);
+/* How many servers h has; moves to the next one and returns its base URL (borrowed). */
+size_t http_server_count(const http *h);
+const char *http_next_server(http *h);
+/* on: POSTs may be sent again to the next server after an unknown outcome (a timeout or
+ * a cut connection after sending): the caller's POSTs are harmless twice. Default off. */
+void http_set_resend(http *h, int on);
 void http_free(http *h);
 
 /*
@@ -67,7 +75,7 @@ void http_free(http *h);
 void http_set_token(const char *token);
 void http_auth(void *curl_easy);
 
-/* The server's base URL, without trailing slash (borrowed from h). */
+/* The base URL of the server of the next request, without trailing slash (borrowed). */
 const char *http_base(const http *h);
 
 /*
@@ -80,7 +88,8 @@ const char *http_base(const http *h);
 int http_request(http *h, const char *method, const char *path, const json_t *body,
 		 struct http_reply *reply);
 void http_reply_fini(struct http_reply *reply);
-/* The whole time one request may take from now on, in ms (0: the default, 30 s). */
+/* The whole time one request may take on each server it tries, in ms (0: the default,
+ * 30 s). */
 void http_set_timeout(http *h, long ms);
 
 /*

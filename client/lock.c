@@ -26,6 +26,12 @@
  * container without one, where zombies would stay in the group forever. A process that
  * leaves the group (setsid, a daemon) is neither waited for nor stopped.
  *
+ * With several servers (--server URL,URL,...), http.c moves each request on to the next
+ * when one refuses, times out or answers 503; the acquire is sent again with the same
+ * request_id, so that a server that did receive it (a cluster shares one queue) never
+ * gives it a second place; each renewal gives every server its share of the time left
+ * before the deadline, so that a frozen server leaves the next one time to answer.
+ *
  * SIGINT, SIGTERM and SIGHUP sent to `baton lock` go to the command's group first (shells
  * make background jobs ignore SIGINT); once the command has ended, whatever is left of
  * its group gets SIGTERM, then SIGKILL after the grace period, and a second such signal
@@ -162,8 +168,11 @@ static int acquire(struct cli *cli, const struct lock_opts *o, struct lease *l)
 		int rc = http_request(cli->http, "POST", path, body, &r);
 		http_set_timeout(cli->http, 0);
 		json_decref(body);
-		if (rc == EXIT_UNREACHABLE && monotonic_ms() < deadline) {
-			sleep_ms(500);
+		if ((rc == EXIT_UNREACHABLE || (!rc && r.status == 503)) &&
+		    monotonic_ms() < deadline) {
+			if (!rc)
+				http_reply_fini(&r);
+			sleep_ms(500); /* every server failed: again, with the same request_id */
 			continue;
 		}
 		if (rc)
@@ -286,7 +295,9 @@ static enum hold keep_lease(struct cli *cli, const struct lock_opts *o, struct l
 	}
 	if (now < l->next_renew)
 		return KEPT;
-	long timeout = (long)(l->deadline - now < ttl / 3 ? l->deadline - now : ttl / 3);
+	/* each server gets its share: a frozen one leaves the next time to answer */
+	long timeout = (long)(l->deadline - now < ttl / 3 ? l->deadline - now : ttl / 3) /
+		       (long)http_server_count(cli->http);
 	enum renewal r = renew(cli, l, timeout > 100 ? timeout : 100);
 	if (r == REFUSED)
 		return LOST;
@@ -392,6 +403,8 @@ int cmd_lock(struct cli *cli, int argc, char **argv)
 	if (rc >= 0)
 		return rc;
 	srandom((unsigned)(getpid() ^ monotonic_ms()));
+	/* the acquire carries a request_id; renewing and releasing twice is harmless */
+	http_set_resend(cli->http, 1);
 	struct sigaction sa = {.sa_handler = on_signal};
 	sigemptyset(&sa.sa_mask);
 	sigaction(SIGINT, &sa, NULL);

@@ -1,7 +1,7 @@
 /*
  * main.c: `baton`, the command-line client of batond.
  *
- *   baton [--server URL] [--token TOKEN] [--json] COMMAND [ARGS]
+ *   baton [--server URL[,URL...]] [--token TOKEN] [--json] COMMAND [ARGS]
  *
  * The global options may also come after the command (`baton get ID --json`): they are
  * taken out of the whole command line first (up to a "--"), and each command parses
@@ -29,7 +29,7 @@ static const struct command {
 
 void usage(FILE *out)
 {
-	fputs("usage: baton [--server URL] [--token TOKEN] [--json] COMMAND [ARGS]\n"
+	fputs("usage: baton [--server URL[,URL...]] [--token TOKEN] [--json] COMMAND [ARGS]\n"
 	      "\n"
 	      "Client of batond, which runs workflows whose steps take turns on a shared "
 	      "resource.\n"
@@ -76,8 +76,11 @@ void usage(FILE *out)
 	      "\n"
 	      "Options (before or after the command; \"--\" ends them, for a worker named\n"
 	      "like an option):\n"
-	      "  --server URL        batond's base URL (default: $BATON_URL, else " DEFAULT_SERVER
-	      ")\n"
+	      "  --server URL[,URL...]\n"
+	      "                      batond's base URL, or several (the nodes of a cluster):\n"
+	      "                      a request moves on to the next when one refuses the\n"
+	      "                      connection, times out or answers 503 (default:\n"
+	      "                      $BATON_SERVER, else $BATON_URL, else " DEFAULT_SERVER ")\n"
 	      "  --json              print the server's JSON instead of human-readable output\n"
 	      "  --token TOKEN       send Authorization: Bearer TOKEN (default: $BATON_TOKEN)\n"
 	      "  -h, --help          show this help\n"
@@ -199,6 +202,21 @@ static int take_globals(int *argc, char **argv, const char **server, struct cli 
 	return -1;
 }
 
+/* Whether "URL,URL,..." names 1 to 16 servers, none of them empty. */
+static int server_list_ok(const char *list)
+{
+	int n = 0;
+
+	for (const char *p = list;; p++) {
+		size_t len = strcspn(p, ","), blank = strspn(p, " /");
+		if (blank >= len || ++n > 16)
+			return 0;
+		p += len;
+		if (!*p)
+			return 1;
+	}
+}
+
 static const struct command *find_command(const char *name)
 {
 	for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++) {
@@ -211,11 +229,13 @@ static const struct command *find_command(const char *name)
 int main(int argc, char **argv)
 {
 	struct cli cli = {0};
-	const char *server = getenv("BATON_URL");
+	const char *server = getenv("BATON_SERVER");
 	int rc;
 
 	/* Progress must show up live, even through a pipe. */
 	setvbuf(stdout, NULL, _IOLBF, 0);
+	if (!server || !*server)
+		server = getenv("BATON_URL"); /* its older name */
 	if (!server || !*server)
 		server = DEFAULT_SERVER;
 	http_set_token(getenv("BATON_TOKEN"));
@@ -227,6 +247,8 @@ int main(int argc, char **argv)
 	const struct command *cmd = find_command(argv[1]);
 	if (!cmd)
 		return usage_error("unknown command \"%s\"", argv[1]);
+	if (!server_list_ok(server))
+		return usage_error("bad server list \"%s\": 1 to 16 URLs, none empty", server);
 	cli.http = http_new(server);
 	if (!cli.http)
 		return EXIT_FAILED;

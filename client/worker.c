@@ -253,8 +253,9 @@ static enum beat keep_claim(struct cli *cli, struct claim *c, long long now)
 	}
 	if (now < c->next)
 		return BEAT_KEPT;
-	long long left = c->deadline - now;
-	http_set_timeout(cli->http, (long)(left < c->ttl / 3 ? left : c->ttl / 3) + 100);
+	long long left = c->deadline - now, servers = (long long)http_server_count(cli->http);
+	http_set_timeout(cli->http,
+			 (long)((left < c->ttl / 3 ? left : c->ttl / 3) / servers) + 100);
 	long st = post_task(cli, c->id, "heartbeat", NULL);
 	http_set_timeout(cli->http, 0);
 	if (st == 410 || st == 404)
@@ -344,6 +345,9 @@ int cmd_worker(struct cli *cli, int argc, char **argv)
 	sigaction(SIGINT, &sa, NULL);
 	sigaction(SIGTERM, &sa, NULL);
 	signal(SIGPIPE, SIG_IGN);
+	/* a claim answered to nobody is given back by the server; heartbeats, completions
+	 * and failures sent twice are refused the second time (410), never applied twice */
+	http_set_resend(cli->http, 1);
 	while (!stop_signal) {
 		json_t *body = json_pack("{s:s, s:I, s:I}", "worker", o.worker, "wait_ms",
 					 (json_int_t)CLAIM_WAIT, "ttl_ms", (json_int_t)o.ttl_ms);

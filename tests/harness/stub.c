@@ -20,8 +20,15 @@
 
 typedef struct arrival {
 	char method[8], path[120];
+	char body[512]; /* its first bytes, NUL-terminated */
 	int64_t at_ms;
 } arrival;
+
+/* One request on its way in: where its arrival is recorded. */
+typedef struct incoming {
+	size_t idx; /* in arrived; MAX_ARRIVED when it was not recorded */
+	size_t len;
+} incoming;
 
 struct stub {
 	struct MHD_Daemon *daemon;
@@ -78,12 +85,15 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 {
 	stub *s = cls;
 	(void)version;
-	(void)upload;
-	if (!*con_cls) { /* the headers: the request has arrived */
-		*con_cls = s;
+	incoming *in = *con_cls;
+	if (!in) { /* the headers: the request has arrived */
+		if (!(in = calloc(1, sizeof *in)))
+			return MHD_NO;
+		*con_cls = in;
 		pthread_mutex_lock(&s->mu);
-		if (s->n_arrived < MAX_ARRIVED) {
-			arrival *a = &s->arrived[s->n_arrived++];
+		in->idx = s->n_arrived < MAX_ARRIVED ? s->n_arrived++ : MAX_ARRIVED;
+		if (in->idx < MAX_ARRIVED) {
+			arrival *a = &s->arrived[in->idx];
 			snprintf(a->method, sizeof a->method, "%s", method);
 			snprintf(a->path, sizeof a->path, "%s", url);
 			a->at_ms = mono_ms();
@@ -91,7 +101,18 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 		pthread_mutex_unlock(&s->mu);
 		return MHD_YES;
 	}
-	if (*upload_size) { /* the body: not read */
+	if (*upload_size) { /* the body: its first bytes are kept */
+		pthread_mutex_lock(&s->mu);
+		if (in->idx < MAX_ARRIVED) {
+			arrival *a = &s->arrived[in->idx];
+			size_t n = *upload_size;
+			if (n > sizeof a->body - 1 - in->len)
+				n = sizeof a->body - 1 - in->len;
+			memcpy(a->body + in->len, upload, n);
+			in->len += n;
+			a->body[in->len] = '\0';
+		}
+		pthread_mutex_unlock(&s->mu);
 		*upload_size = 0;
 		return MHD_YES;
 	}
@@ -117,6 +138,16 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 	return ret;
 }
 
+static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
+			 enum MHD_RequestTerminationCode toe)
+{
+	(void)cls;
+	(void)c;
+	(void)toe;
+	free(*con_cls);
+	*con_cls = NULL;
+}
+
 stub *stub_open(void)
 {
 	stub *s = calloc(1, sizeof *s);
@@ -132,7 +163,8 @@ stub *stub_open(void)
 	addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
 	s->daemon = MHD_start_daemon(
 	    MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD, 0, NULL, NULL,
-	    on_request, s, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr, MHD_OPTION_END);
+	    on_request, s, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
+	    MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_END);
 	const union MHD_DaemonInfo *info =
 	    s->daemon ? MHD_get_daemon_info(s->daemon, MHD_DAEMON_INFO_BIND_PORT) : NULL;
 	if (!info || info->port == 0) {
@@ -203,4 +235,15 @@ int64_t stub_first_arrival(stub *s, const char *method, const char *prefix)
 			at = s->arrived[i].at_ms;
 	pthread_mutex_unlock(&s->mu);
 	return at;
+}
+
+char *stub_body(stub *s, const char *method, const char *prefix)
+{
+	char *body = NULL;
+	pthread_mutex_lock(&s->mu);
+	for (size_t i = 0; i < s->n_arrived && !body; i++)
+		if (matches(s->arrived[i].method, s->arrived[i].path, method, prefix))
+			body = strdup(s->arrived[i].body);
+	pthread_mutex_unlock(&s->mu);
+	return body;
 }

@@ -7,8 +7,8 @@
  *
  * Each request is answered by the rule of the first route whose method and path prefix
  * match (a default 404 when none does), after the rule's delay_ms; its arrival is
- * recorded with the monotonic time (CLOCK_MONOTONIC ms, the clock of hs_mono_ms). A
- * delay ends early when the stub is closed. All functions are thread-safe.
+ * recorded, with the first bytes of its body and the monotonic time (CLOCK_MONOTONIC ms, the clock
+ * of hs_mono_ms). A delay ends early when the stub is closed. All functions are thread-safe.
  */
 #ifndef BATON_TEST_STUB_H
 #define BATON_TEST_STUB_H
@@ -39,5 +39,8 @@ void stub_route(stub *s, stub_rule r);
 size_t stub_count(stub *s, const char *method, const char *prefix);
 /* The arrival time of the first request that matches method and prefix; -1 if none. */
 int64_t stub_first_arrival(stub *s, const char *method, const char *prefix);
+/* The first 511 bytes of the body of the first request that matches method and prefix
+ * (a new string, the caller frees it); NULL if none arrived. */
+char *stub_body(stub *s, const char *method, const char *prefix);
 
 #endif
