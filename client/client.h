@@ -60,6 +60,9 @@ struct http_reply {
  * NULL).
  */
 http *http_new(const char *base_url);
+/* A new handle to the same servers, with h's settings but its own connection (for a
+ * second request in flight at once, on another thread); NULL after printing why. */
+http *http_clone(const http *h);
 /* How many servers h has; moves to the next one and returns its base URL (borrowed). */
 size_t http_server_count(const http *h);
 const char *http_next_server(http *h);

@@ -136,6 +136,30 @@ http *http_new(const char *base_url)
 	return h;
 }
 
+http *http_clone(const http *h)
+{
+	char *list = NULL;
+	size_t len = 0;
+	for (size_t i = 0; i < h->n_bases; i++)
+		len += strlen(h->bases[i]) + 1;
+	if (!(list = malloc(len + 1))) {
+		fprintf(stderr, "baton: out of memory\n");
+		return NULL;
+	}
+	list[0] = '\0';
+	for (size_t i = 0; i < h->n_bases; i++) {
+		strcat(list, h->bases[i]);
+		strcat(list, i + 1 < h->n_bases ? "," : "");
+	}
+	http *c = http_new(list);
+	free(list);
+	if (c) {
+		c->cur = h->cur;
+		c->resend = h->resend;
+	}
+	return c;
+}
+
 const char *http_base(const http *h)
 {
 	return h->bases[h->cur];

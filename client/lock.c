@@ -26,6 +26,12 @@
  * container without one, where zombies would stay in the group forever. A process that
  * leaves the group (setsid, a daemon) is neither waited for nor stopped.
  *
+ * A --wait longer than the server's limit of one request's wait (300 s) keeps its place
+ * in the queue: the next acquire request, with the same request_id, goes out on a second
+ * connection a tenth of that limit before the previous one's wait ends, and the server
+ * moves the waiter over to it (answering the previous one 409); sent after the previous
+ * wait had ended, it would find the request gone from the queue and start at its back.
+ *
  * With several servers (--server URL,URL,...), http.c moves each request on to the next
  * when one refuses, times out or answers 503; the acquire is sent again with the same
  * request_id, so that a server that did receive it (a cluster shares one queue) never
@@ -44,6 +50,7 @@
 #include "client.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -54,6 +61,19 @@
 #include <unistd.h>
 
 #define MAX_WAIT_PER_REQUEST_MS 300000 /* the server's limit of wait_ms */
+
+/* How long one acquire request waits at most: the server's limit, or less when
+ * BATON_LOCK_REQUEST_WAIT_MS says so (100 to 300000; the tests' seam for waits longer
+ * than one request). */
+static long long request_wait_cap(void)
+{
+	const char *v = getenv("BATON_LOCK_REQUEST_WAIT_MS");
+	char *end;
+	long long ms = v ? strtoll(v, &end, 10) : 0;
+	if (!v || end == v || *end || ms < 100 || ms > MAX_WAIT_PER_REQUEST_MS)
+		return MAX_WAIT_PER_REQUEST_MS;
+	return ms;
+}
 
 static volatile sig_atomic_t got_signal;
 
@@ -139,66 +159,184 @@ struct lease {
 	long long deadline, next_renew;
 };
 
+/*
+ * One acquire request in flight, on its own connection and thread: a --wait longer than
+ * one request's sends the next request, with the same request_id, while the previous one
+ * still waits, so that the server moves the waiter over to it in its place in the queue
+ * (and answers the previous one 409). Sent only after the previous request's wait has
+ * ended, the next would find the lease gone from the queue.
+ */
+struct attempt {
+	http *http; /* its own handle */
+	const char *path;
+	json_t *body;
+	long long sent_at, wait;
+	int rc, done;
+	struct http_reply r;
+	pthread_t thread;
+};
+
+static pthread_mutex_t attempt_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t attempt_cv = PTHREAD_COND_INITIALIZER;
+
+static void *attempt_main(void *arg)
+{
+	struct attempt *a = arg;
+	struct http_reply r;
+	http_set_timeout(a->http, (long)a->wait + 30000);
+	int rc = http_request(a->http, "POST", a->path, a->body, &r);
+	pthread_mutex_lock(&attempt_mu);
+	a->rc = rc;
+	a->r = r;
+	a->done = 1;
+	pthread_cond_broadcast(&attempt_cv);
+	pthread_mutex_unlock(&attempt_mu);
+	return NULL;
+}
+
+/* Sends the acquire for request_id rid, waiting up to wait ms; 0, or -1 (no thread). */
+static int attempt_start(struct attempt *a, const struct lock_opts *o, const char *rid,
+			 long long wait)
+{
+	a->body = json_pack("{s:s, s:I, s:I, s:s}", "holder", o->holder, "ttl_ms",
+			    (json_int_t)o->ttl_ms, "wait_ms", (json_int_t)wait, "request_id", rid);
+	a->wait = wait;
+	a->done = 0;
+	a->rc = EXIT_FAILED;
+	a->r = (struct http_reply){0};
+	a->sent_at = monotonic_ms();
+	if (!a->body || pthread_create(&a->thread, NULL, attempt_main, a) != 0) {
+		fprintf(stderr, "baton: lock: cannot send the acquire request\n");
+		json_decref(a->body);
+		a->body = NULL;
+		return -1;
+	}
+	return 0;
+}
+
+/* Waits until a has its answer, or until `until` (monotonic ms; 0: no limit). 1 when
+ * it has its answer (then joined: a->rc and a->r hold it). */
+static int attempt_wait(struct attempt *a, long long until)
+{
+	pthread_mutex_lock(&attempt_mu);
+	while (!a->done && (!until || monotonic_ms() < until)) {
+		struct timespec ts;
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_nsec += 50 * 1000000L; /* a slice: the condvar's clock is not ours */
+		if (ts.tv_nsec >= 1000000000L) {
+			ts.tv_sec++;
+			ts.tv_nsec -= 1000000000L;
+		}
+		pthread_cond_timedwait(&attempt_cv, &attempt_mu, &ts);
+	}
+	int done = a->done;
+	pthread_mutex_unlock(&attempt_mu);
+	if (done) {
+		pthread_join(a->thread, NULL);
+		json_decref(a->body);
+		a->body = NULL;
+	}
+	return done;
+}
+
+enum answer { GRANTED, ASK_AGAIN, ASK_ANEW, ENDED };
+
+/* What an acquire's answer means; fills l on GRANTED; *rc is the exit status on ENDED. */
+static enum answer answer_of(const struct lock_opts *o, struct attempt *a, struct lease *l,
+			     long long deadline, int *rc)
+{
+	long status = a->rc ? 0 : a->r.status;
+	int in_time = monotonic_ms() < deadline, held = 0;
+	*rc = a->rc;
+	if (status == 200 || status == 201)
+		held = strcmp(jstr(a->r.body, "state", ""), "held") == 0;
+	if (held) {
+		snprintf(l->id, sizeof l->id, "%s", jstr(a->r.body, "id", ""));
+		l->token = jint(a->r.body, "fencing_token", 0);
+		l->ttl_ms = jint(a->r.body, "ttl_ms", o->ttl_ms);
+		l->sent_at = a->sent_at;
+	}
+	const char *why = jstr(a->r.body, "detail", "not granted");
+	enum answer out = ENDED;
+	if (held)
+		out = GRANTED;
+	else if ((a->rc == EXIT_UNREACHABLE || status == 503) && in_time)
+		out = ASK_AGAIN; /* every server failed: again, with the same request_id */
+	else if ((status == 409 || status == 200 || status == 201) &&
+		 monotonic_ms() < deadline - 1000)
+		out = ASK_ANEW; /* the request left the queue: a new one, at its back */
+	else if (status == 200 || status == 201) {
+		fprintf(stderr, "baton: lock: the lease ended before it was used\n");
+		*rc = EXIT_NOT_ACQUIRED;
+	} else if (!a->rc) {
+		fprintf(stderr, "baton: lock: %s: %s\n", o->resource, why);
+		*rc = status == 409 ? EXIT_NOT_ACQUIRED : EXIT_FAILED;
+	}
+	http_reply_fini(&a->r);
+	return out;
+}
+
+static void new_request_id(char *rid, size_t n)
+{
+	snprintf(rid, n, "lock-%08lx%08lx", (unsigned long)random(), (unsigned long)monotonic_ms());
+}
+
 /* Acquires the lease within o->wait_ms: EXIT_OK, EXIT_NOT_ACQUIRED, or another status. */
 static int acquire(struct cli *cli, const struct lock_opts *o, struct lease *l)
 {
 	char rid[40], *res = http_escape(o->resource), path[400];
-	int fresh = 1;
 	snprintf(path, sizeof path, "/resources/%s/leases", res);
 	free(res);
-	long long deadline = monotonic_ms() + o->wait_ms;
-	for (;;) {
+	long long start = monotonic_ms(), deadline = start + o->wait_ms;
+	long long cap = request_wait_cap(), lead = cap / 10;
+	struct attempt at[2] = {{.http = cli->http, .path = path}, {.path = path}};
+	l->id[0] = '\0'; /* set on the grant only */
+	int cur = 0, rc = EXIT_FAILED, started;
+	new_request_id(rid, sizeof rid);
+	started = !attempt_start(&at[cur], o, rid, deadline - start < cap ? deadline - start : cap);
+	while (started) {
+		/* the next request is due before this one's wait ends, if --wait goes on */
+		long long next_at = at[cur].sent_at + at[cur].wait - lead;
+		int more = at[cur].sent_at + at[cur].wait < deadline - 1000;
+		if (!attempt_wait(&at[cur], more ? next_at : 0)) {
+			int nxt = !cur;
+			if (!at[nxt].http && !(at[nxt].http = http_clone(cli->http)))
+				started = 0;
+			long long left = deadline - monotonic_ms();
+			if (started) {
+				fprintf(stderr, "baton: lock: still waiting for %s after %lld s\n",
+					o->resource, (monotonic_ms() - start) / 1000);
+				started = !attempt_start(&at[nxt], o, rid, left < cap ? left : cap);
+			}
+			attempt_wait(&at[cur], 0); /* 409 once the next took its place */
+			if (answer_of(o, &at[cur], l, deadline, &rc) == GRANTED) {
+				if (started) {
+					attempt_wait(&at[nxt], 0); /* the same lease, at once */
+					http_reply_fini(&at[nxt].r);
+				}
+				rc = EXIT_OK;
+				break;
+			}
+			cur = nxt;
+			continue;
+		}
+		enum answer ans = answer_of(o, &at[cur], l, deadline, &rc);
+		if (ans == GRANTED)
+			rc = EXIT_OK;
+		if (ans == GRANTED || ans == ENDED)
+			break;
+		if (ans == ASK_AGAIN)
+			sleep_ms(500);
+		else
+			new_request_id(rid, sizeof rid);
 		long long left = deadline - monotonic_ms();
-		if (left < 0)
-			left = 0;
-		if (left > MAX_WAIT_PER_REQUEST_MS)
-			left = MAX_WAIT_PER_REQUEST_MS;
-		/* A retry after a lost answer keeps its request_id, so it never takes a second
-		 * place in the queue; after a 409 the request has left the queue: a new one. */
-		if (fresh)
-			snprintf(rid, sizeof rid, "lock-%08lx%08lx", (unsigned long)random(),
-				 (unsigned long)monotonic_ms());
-		fresh = 0;
-		json_t *body = json_pack("{s:s, s:I, s:I, s:s}", "holder", o->holder, "ttl_ms",
-					 (json_int_t)o->ttl_ms, "wait_ms", (json_int_t)left,
-					 "request_id", rid);
-		struct http_reply r;
-		http_set_timeout(cli->http, (long)left + 30000);
-		l->sent_at = monotonic_ms();
-		int rc = http_request(cli->http, "POST", path, body, &r);
-		http_set_timeout(cli->http, 0);
-		json_decref(body);
-		if ((rc == EXIT_UNREACHABLE || (!rc && r.status == 503)) &&
-		    monotonic_ms() < deadline) {
-			if (!rc)
-				http_reply_fini(&r);
-			sleep_ms(500); /* every server failed: again, with the same request_id */
-			continue;
-		}
-		if (rc)
-			return rc;
-		long status = r.status;
-		if (status == 200 || status == 201) {
-			snprintf(l->id, sizeof l->id, "%s", jstr(r.body, "id", ""));
-			l->token = jint(r.body, "fencing_token", 0);
-			l->ttl_ms = jint(r.body, "ttl_ms", o->ttl_ms);
-			int held = strcmp(jstr(r.body, "state", ""), "held") == 0;
-			http_reply_fini(&r);
-			if (held)
-				return EXIT_OK;
-			fprintf(stderr, "baton: lock: the lease ended before it was used\n");
-			return EXIT_NOT_ACQUIRED;
-		}
-		if (status == 409 && monotonic_ms() < deadline - 1000) {
-			http_reply_fini(&r); /* a --wait longer than one request's: ask again */
-			fresh = 1;
-			continue;
-		}
-		fprintf(stderr, "baton: lock: %s: %s\n", o->resource,
-			jstr(r.body, "detail", "not granted"));
-		http_reply_fini(&r);
-		return status == 409 ? EXIT_NOT_ACQUIRED : EXIT_FAILED;
+		left = left < 0 ? 0 : left > cap ? cap : left;
+		started = !attempt_start(&at[cur], o, rid, left);
 	}
+	if (at[1].http != cli->http)
+		http_free(at[1].http);
+	/* not granted: an answer that ended the wait said why; a request not sent did too */
+	return rc == EXIT_OK && !l->id[0] ? EXIT_FAILED : rc;
 }
 
 enum renewal { RENEWED, REFUSED, NO_ANSWER };

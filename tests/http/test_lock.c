@@ -5,7 +5,8 @@
  * appends start and end lines to one file); a lease lost (the server refuses the
  * renewal) stops the command's whole process group and exits 76; a frozen server is
  * noticed by the client's own clock (76 while batond is still stopped); not granted
- * within --wait exits 75 without running anything; SIGTERM goes to the command first
+ * within --wait exits 75 without running anything; a --wait longer than one request
+ * keeps its place in the queue; SIGTERM goes to the command first
  * and the lease is released after it; a background child the command leaves keeps the
  * lease until it ends, and after SIGINT it is ended before the release; the lease counts
  * from the acquire's send (a stub server, tests/harness/stub.h, holds the grant's answer
@@ -58,6 +59,7 @@ static void kill_leftovers(void)
 
 static int teardown(void **state)
 {
+	unsetenv("BATON_LOCK_REQUEST_WAIT_MS");
 	client_free_all();
 	kill_leftovers();
 	stub_close(fake);
@@ -392,6 +394,82 @@ static void test_sigint_ends_the_background_child_before_release(void **state)
 	free(path);
 }
 
+static long waiters(const hs_server *s)
+{
+	json_t *r = hs_get_json(s, "/resources/db", 200);
+	long n = (long)json_array_size(json_object_get(r, "waiters"));
+	json_decref(r);
+	return n;
+}
+
+static long read_token(const char *name)
+{
+	char *t = slurp(path_in(name));
+	assert_non_null(t);
+	long token = strtol(t, NULL, 10);
+	free(t);
+	return token;
+}
+
+/*
+ * A --wait longer than one acquire request (made 1 s for A here through
+ * BATON_LOCK_REQUEST_WAIT_MS; B waits in one request) keeps its place in the queue: A
+ * queues first, B second, A's requests follow each other several times, and when the
+ * holder leaves A is granted first. The old baton lock asked again with a new
+ * request_id after each request, at the back of the queue, behind B.
+ */
+static void test_long_wait_keeps_its_place(void **state)
+{
+	hs_server *s = *state;
+	hs_response r;
+	assert_int_equal(
+	    hs_post(s, "/resources/db/leases", "{\"holder\": \"first\", \"ttl_ms\": 120000}", &r),
+	    0);
+	assert_int_equal(r.status, 201);
+	char del[256];
+	snprintf(del, sizeof del, "/leases/%s", hs_str(r.json, "id"));
+	hs_response_fini(&r);
+	assert_int_equal(setenv("BATON_LOCK_REQUEST_WAIT_MS", "1000", 1), 0);
+	client_proc *p[2];
+	static const char *const names[] = {"a", "b"};
+	for (int i = 0; i < 2; i++) {
+		char script[256];
+		snprintf(script, sizeof script, "echo $BATON_FENCING_TOKEN > %s/%s.tok", dir,
+			 names[i]);
+		const char *const args[] = {"lock", "db", "--holder", names[i], "--wait", "60s",
+					    "--",   "sh", "-c",	      script,	NULL};
+		if (i == 1)
+			unsetenv("BATON_LOCK_REQUEST_WAIT_MS");
+		p[i] = client_spawn(args, client_url_of(s), false);
+		int64_t deadline = hs_mono_ms() + WAIT_MS;
+		while (waiters(s) < i + 1) {
+			assert_true(client_running(p[i]) && hs_mono_ms() < deadline);
+			client_pump(p[i], HS_POLL_MS);
+		}
+	}
+	/* A's third request at least: two seconds past its first request's wait */
+	int64_t deadline = hs_mono_ms() + WAIT_MS;
+	while (!strstr(p[0]->e.p, "after 2 s")) {
+		if (!client_running(p[0]) || hs_mono_ms() > deadline)
+			fail_msg("A did not wait on\nstderr:\n%s", p[0]->e.p);
+		client_pump(p[0], 100);
+	}
+	hs_request rel = {.method = "DELETE", .path = del};
+	assert_int_equal(hs_send(s, &rel, &r), 0);
+	assert_int_equal(r.status, 204);
+	hs_response_fini(&r);
+	for (int i = 0; i < 2; i++) {
+		int code = client_finish(p[i]);
+		if (code != 0)
+			fail_msg("%s: exit %d\nstderr:\n%s", names[i], code, p[i]->e.p);
+		client_free(p[i]);
+	}
+	long a = read_token("a.tok"), b = read_token("b.tok");
+	if (a > b)
+		fail_msg("B (token %ld) was granted before A (token %ld), which queued first", b,
+			 a);
+}
+
 /* A command that ignores SIGTERM (so only SIGKILL ends it), its pid in DIR/sh.pid. */
 static const char *stubborn_script(void)
 {
@@ -579,6 +657,7 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_lease_counts_from_the_acquire_send, setup,
 					    teardown),
 	    cmocka_unit_test_setup_teardown(test_background_child_keeps_the_lease, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_long_wait_keeps_its_place, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_sigint_ends_the_background_child_before_release,
 					    setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_durations_out_of_range_are_usage_errors, setup,
