@@ -44,8 +44,9 @@
  * does that to the whole group at once. A lost lease ends the whole group the same way.
  * Either way the lease is released once nothing of the group is left. Exit status: the
  * command's own (128 + N when signal N ended it; its background children's do not
- * count), EXIT_NOT_ACQUIRED when the lease was not granted within --wait (nothing was
- * run), EXIT_LEASE_LOST when the lease was lost while the command or its group ran.
+ * count), EXIT_NOT_ACQUIRED when the lease was not granted within --wait or ran out
+ * before the command could start (nothing was run), EXIT_LEASE_LOST when the lease was
+ * lost while the command or its group ran.
  */
 #include "client.h"
 

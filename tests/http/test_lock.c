@@ -6,13 +6,13 @@
  * renewal) stops the command's whole process group and exits 76; a frozen server is
  * noticed by the client's own clock (76 while batond is still stopped); not granted
  * within --wait exits 75 without running anything; a --wait longer than one request
- * keeps its place in the queue; SIGTERM goes to the command first
- * and the lease is released after it; a background child the command leaves keeps the
- * lease until it ends, and after SIGINT it is ended before the release; the lease counts
- * from the acquire's send (a stub server, tests/harness/stub.h, holds the grant's answer
- * back). And `baton worker`: an external worker's step done by a command, completed with
- * its stdout or failed with its exit status and stderr, and stopped by the worker's own
- * clock when no heartbeat succeeds.
+ * keeps its place in the queue; SIGTERM goes to the command first and the lease is
+ * released after it; a background child the command leaves keeps the lease until it
+ * ends, and after SIGINT it is ended before the release; the lease counts from the
+ * acquire's send (a stub server, tests/harness/stub.h, holds the grant's answer back);
+ * durations out of range are usage errors. And `baton worker`: an external worker's step
+ * done by a command, completed with its stdout or failed with its exit status and
+ * stderr, and stopped by the worker's own clock when no heartbeat succeeds.
  */
 #include <stdarg.h>
 #include <stddef.h>
