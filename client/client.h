@@ -54,10 +54,21 @@ struct http_reply {
 
 /*
  * Returns a new connection to the server at base_url ("http://host:port", an optional
- * trailing slash is ignored), or NULL after printing why. The handle keeps the connection
- * alive between requests; it is not thread-safe. Free with http_free (accepts NULL).
+ * trailing slash is ignored), or to several: "URL,URL,..." (at most 16), tried in turn
+ * as http.c's opening comment says. NULL after printing why. The handle keeps the
+ * connection alive between requests; it is not thread-safe. Free with http_free (accepts
+ * NULL).
  */
 http *http_new(const char *base_url);
+/* A new handle to the same servers, with h's settings but its own connection (for a
+ * second request in flight at once, on another thread); NULL after printing why. */
+http *http_clone(const http *h);
+/* How many servers h has; moves to the next one and returns its base URL (borrowed). */
+size_t http_server_count(const http *h);
+const char *http_next_server(http *h);
+/* on: POSTs may be sent again to the next server after an unknown outcome (a timeout or
+ * a cut connection after sending): the caller's POSTs are harmless twice. Default off. */
+void http_set_resend(http *h, int on);
 void http_free(http *h);
 
 /*
@@ -67,7 +78,7 @@ void http_free(http *h);
 void http_set_token(const char *token);
 void http_auth(void *curl_easy);
 
-/* The server's base URL, without trailing slash (borrowed from h). */
+/* The base URL of the server of the next request, without trailing slash (borrowed). */
 const char *http_base(const http *h);
 
 /*
@@ -80,7 +91,8 @@ const char *http_base(const http *h);
 int http_request(http *h, const char *method, const char *path, const json_t *body,
 		 struct http_reply *reply);
 void http_reply_fini(struct http_reply *reply);
-/* The whole time one request may take from now on, in ms (0: the default, 30 s). */
+/* The whole time one request may take on each server it tries, in ms (0: the default,
+ * 30 s). */
 void http_set_timeout(http *h, long ms);
 
 /*
@@ -128,6 +140,16 @@ void print_padded(FILE *out, const char *s, int width);
 
 /* Formats ms as seconds the way JavaScript prints ms / 1000 ("2", "1.5", "0.25"). */
 void format_secs(char *buf, size_t len, json_int_t ms);
+
+/*
+ * Parses a duration: a number (a fraction allowed) followed by "ms", "s", "m", "h" or
+ * nothing (seconds), into *ms. Returns 0; -1 when s is not such a duration (negative,
+ * not finite, another unit); -2 when it is longer than max_ms. *ms is set only on 0.
+ */
+int parse_duration(const char *s, long long max_ms, long long *ms);
+/* The longest durations the commands take: the server's ttl limit, a week of waiting. */
+#define MAX_TTL_MS  86400000LL
+#define MAX_WAIT_MS 604800000LL
 
 /* Monotonic clock in milliseconds; sleep for ms milliseconds. */
 long long monotonic_ms(void);

@@ -6,6 +6,16 @@
  * is read whole into memory (capped) and parsed with jansson. Transport failures map
  * to EXIT_UNREACHABLE, error statuses to EXIT_FAILED with the problem document
  * (RFC 9457) summarised on stderr.
+ *
+ * Several servers (--server URL,URL,..., as etcdctl's --endpoints): a request goes to
+ * the server that answered last, and moves on to the next one, each tried once, when a
+ * server refuses the connection, gives no answer in time, or answers 503 (busy, shutting
+ * down, its store failing, or a cluster node that does not drive the resource); a 503
+ * from the last one is the answer. A request that may have reached the server (a timeout
+ * or a cut connection after it was sent) is sent again elsewhere only when sending it
+ * twice is harmless: any method but POST, or a POST its caller declared so
+ * (http_set_resend: baton lock's, whose acquire carries a request_id, and baton
+ * worker's). A submission without an id is not: the first server may have stored it.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -23,9 +33,13 @@ enum {
 	MAX_REPLY_BYTES = 64 << 20, /* a 10000-step workflow is a few MiB */
 };
 
+#define MAX_SERVERS 16
+
 struct http {
 	CURL *curl;
-	char *base; /* base URL without trailing slash */
+	char *bases[MAX_SERVERS]; /* base URLs without trailing slash */
+	size_t n_bases, cur;	  /* cur: the server of the next request */
+	int resend;		  /* POSTs may be sent again after an unknown outcome */
 	struct curl_slist *get_headers;
 	struct curl_slist *post_headers;  /* JSON body */
 	struct curl_slist *empty_headers; /* POST without body: no Content-Type */
@@ -63,6 +77,35 @@ void http_auth(void *curl_easy)
 	}
 }
 
+/* Fills h->bases from "URL,URL,...": each without trailing slashes. 0, or -1 after
+ * saying why (an empty entry, too many, out of memory). */
+static int split_servers(http *h, const char *list)
+{
+	const char *p = list;
+	for (;;) {
+		size_t n = strcspn(p, ",");
+		while (n > 0 && (p[n - 1] == '/' || p[n - 1] == ' '))
+			n--;
+		while (n > 0 && *p == ' ') {
+			p++;
+			n--;
+		}
+		if (n == 0 || h->n_bases == MAX_SERVERS) {
+			fprintf(stderr, "baton: bad server list \"%s\": %s\n", list,
+				n ? "more than 16 servers" : "an empty URL");
+			return -1;
+		}
+		if (!(h->bases[h->n_bases++] = strndup(p, n))) {
+			fprintf(stderr, "baton: out of memory\n");
+			return -1;
+		}
+		p += strcspn(p, ",");
+		if (!*p)
+			return 0;
+		p++;
+	}
+}
+
 http *http_new(const char *base_url)
 {
 	static const char *const get_h[] = {"Accept: application/json", NULL};
@@ -77,25 +120,65 @@ http *http_new(const char *base_url)
 		free(h);
 		return NULL;
 	}
-	h->base = strdup(base_url);
 	h->curl = curl_easy_init();
 	h->get_headers = headers(get_h);
 	h->post_headers = headers(post_h);
 	h->empty_headers = headers(empty_h);
-	if (!h->base || !h->curl || !h->get_headers || !h->post_headers || !h->empty_headers) {
+	if (!h->curl || !h->get_headers || !h->post_headers || !h->empty_headers) {
 		fprintf(stderr, "baton: out of memory\n");
 		http_free(h);
 		return NULL;
 	}
-	size_t n = strlen(h->base);
-	while (n > 0 && h->base[n - 1] == '/')
-		h->base[--n] = '\0';
+	if (split_servers(h, base_url) < 0) {
+		http_free(h);
+		return NULL;
+	}
 	return h;
+}
+
+http *http_clone(const http *h)
+{
+	char *list = NULL;
+	size_t len = 0;
+	for (size_t i = 0; i < h->n_bases; i++)
+		len += strlen(h->bases[i]) + 1;
+	if (!(list = malloc(len + 1))) {
+		fprintf(stderr, "baton: out of memory\n");
+		return NULL;
+	}
+	list[0] = '\0';
+	for (size_t i = 0; i < h->n_bases; i++) {
+		strcat(list, h->bases[i]);
+		strcat(list, i + 1 < h->n_bases ? "," : "");
+	}
+	http *c = http_new(list);
+	free(list);
+	if (c) {
+		c->cur = h->cur;
+		c->resend = h->resend;
+	}
+	return c;
 }
 
 const char *http_base(const http *h)
 {
-	return h->base;
+	return h->bases[h->cur];
+}
+
+size_t http_server_count(const http *h)
+{
+	return h->n_bases;
+}
+
+const char *http_next_server(http *h)
+{
+	h->cur = (h->cur + 1) % h->n_bases;
+	return h->bases[h->cur];
+}
+
+void http_set_resend(http *h, int on)
+{
+	h->resend = on;
 }
 
 void http_free(http *h)
@@ -107,7 +190,8 @@ void http_free(http *h)
 	curl_slist_free_all(h->get_headers);
 	curl_slist_free_all(h->post_headers);
 	curl_slist_free_all(h->empty_headers);
-	free(h->base);
+	for (size_t i = 0; i < h->n_bases; i++)
+		free(h->bases[i]);
 	free(h);
 	curl_global_cleanup();
 }
@@ -154,14 +238,14 @@ static int transport_error(const http *h, CURLcode rc, const char *url, const cu
 	switch (rc) {
 	case CURLE_URL_MALFORMAT:
 	case CURLE_UNSUPPORTED_PROTOCOL:
-		fprintf(stderr, "baton: bad server URL \"%s\": %s\n", h->base, why);
+		fprintf(stderr, "baton: bad server URL \"%s\": %s\n", http_base(h), why);
 		return EXIT_USAGE;
 	case CURLE_OUT_OF_MEMORY:
 	case CURLE_WRITE_ERROR:
 		fprintf(stderr, "baton: %s: out of memory\n", url);
 		return EXIT_FAILED;
 	default:
-		fprintf(stderr, "baton: server unreachable at %s: %s\n", h->base, why);
+		fprintf(stderr, "baton: server unreachable at %s: %s\n", http_base(h), why);
 		return EXIT_UNREACHABLE;
 	}
 }
@@ -182,23 +266,44 @@ static int parse_reply(const char *url, const curl_body *b, struct http_reply *r
 	return EXIT_OK;
 }
 
-int http_request(http *h, const char *method, const char *path, const json_t *body,
-		 struct http_reply *reply)
+/*
+ * Whether a request that failed this way may go to the next server: nothing was sent
+ * (the connection refused, the name unknown), or the outcome is unknown (a timeout, a
+ * cut connection) and sending it twice is harmless.
+ */
+static int may_move_on(const http *h, const char *method, CURLcode cc)
+{
+	long sent = 0;
+	switch (cc) {
+	case CURLE_COULDNT_CONNECT:
+	case CURLE_COULDNT_RESOLVE_HOST:
+		return 1;
+	case CURLE_OPERATION_TIMEDOUT:
+	case CURLE_GOT_NOTHING:
+	case CURLE_SEND_ERROR:
+	case CURLE_RECV_ERROR:
+	case CURLE_PARTIAL_FILE:
+		if (curl_easy_getinfo(h->curl, CURLINFO_REQUEST_SIZE, &sent) == CURLE_OK &&
+		    sent == 0)
+			return 1;
+		return strcmp(method, "POST") != 0 || h->resend;
+	default:
+		return 0;
+	}
+}
+
+/* One attempt of http_request on the current server; *next: try the next server. */
+static int request_once(http *h, const char *method, const char *path, const char *payload,
+			struct http_reply *reply, int *next)
 {
 	curl_body b = {.max = MAX_REPLY_BYTES};
-	char *payload = NULL;
 	char *url = NULL;
 	int rc = EXIT_FAILED;
 
-	reply->status = 0;
-	reply->body = NULL;
-	if (asprintf(&url, "%s%s", h->base, path) < 0) {
+	*next = 0;
+	if (asprintf(&url, "%s%s", http_base(h), path) < 0) {
 		url = NULL;
 		fprintf(stderr, "baton: out of memory\n");
-		goto out;
-	}
-	if (body && !(payload = json_dumps(body, JSON_COMPACT))) {
-		fprintf(stderr, "baton: cannot encode the request body\n");
 		goto out;
 	}
 	prepare(h);
@@ -211,14 +316,42 @@ int http_request(http *h, const char *method, const char *path, const json_t *bo
 	}
 	if (cc != CURLE_OK) {
 		rc = transport_error(h, cc, url, &b);
+		*next = rc == EXIT_UNREACHABLE && may_move_on(h, method, cc);
 		goto out;
 	}
 	reply->status = status;
 	rc = parse_reply(url, &b, reply);
+	*next = status == 503;
 out:
 	curl_body_fini(&b);
-	free(payload);
 	free(url);
+	return rc;
+}
+
+int http_request(http *h, const char *method, const char *path, const json_t *body,
+		 struct http_reply *reply)
+{
+	char *payload = NULL;
+	int rc = EXIT_FAILED, next = 0;
+
+	reply->status = 0;
+	reply->body = NULL;
+	if (body && !(payload = json_dumps(body, JSON_COMPACT))) {
+		fprintf(stderr, "baton: cannot encode the request body\n");
+		return EXIT_FAILED;
+	}
+	for (size_t tried = 0; tried < h->n_bases; tried++) {
+		if (tried) {
+			const char *was = http_base(h);
+			fprintf(stderr, "baton: %s failed; trying %s\n", was, http_next_server(h));
+			http_reply_fini(reply);
+			reply->status = 0;
+		}
+		rc = request_once(h, method, path, payload, reply, &next);
+		if (!next)
+			break;
+	}
+	free(payload);
 	return rc;
 }
 
@@ -294,11 +427,13 @@ static size_t to_file(char *ptr, size_t size, size_t nmemb, void *userdata)
 	return fwrite(ptr, size, nmemb, userdata);
 }
 
-int http_download(http *h, const char *path, const char *file)
+/* One attempt of http_download on the current server; *next: try the next server. */
+static int download_once(http *h, const char *path, const char *file, int *next)
 {
 	char *url = NULL, *part = NULL;
 	int rc = EXIT_FAILED;
-	if (asprintf(&url, "%s%s", h->base, path) < 0 || asprintf(&part, "%s.part", file) < 0) {
+	if (asprintf(&url, "%s%s", http_base(h), path) < 0 ||
+	    asprintf(&part, "%s.part", file) < 0) {
 		fprintf(stderr, "baton: out of memory\n");
 		free(url);
 		return EXIT_FAILED;
@@ -317,8 +452,13 @@ int http_download(http *h, const char *path, const char *file)
 	CURLcode cc;
 	long status = curl_req_perform(h->curl, &req, NULL, &cc);
 	int closed = fclose(f);
+	*next = 0;
 	if (cc != CURLE_OK) {
 		rc = transport_error(h, cc, url, &b);
+		*next = rc == EXIT_UNREACHABLE && may_move_on(h, "GET", cc);
+	} else if (status == 503) {
+		*next = 1;
+		fprintf(stderr, "baton: GET %s: HTTP 503\n", path);
 	} else if (status != 200) {
 		/* The problem document went to the file: read it back to say what it was. */
 		struct http_reply r = {status, json_load_file(part, JSON_DECODE_ANY, NULL)};
@@ -334,5 +474,18 @@ int http_download(http *h, const char *path, const char *file)
 out:
 	free(url);
 	free(part);
+	return rc;
+}
+
+int http_download(http *h, const char *path, const char *file)
+{
+	int rc = EXIT_FAILED, next = 0;
+	for (size_t tried = 0; tried < h->n_bases; tried++) {
+		if (tried)
+			fprintf(stderr, "baton: trying %s\n", http_next_server(h));
+		rc = download_once(h, path, file, &next);
+		if (!next)
+			break;
+	}
 	return rc;
 }

@@ -6,25 +6,56 @@
  * BATON_LEASE_ID and BATON_RESOURCE in its environment; every signal this process sends
  * goes to the whole group (killing only `sh -c` would leave its children running). This
  * process renews the lease every third of the ttl and decides that the lease is lost by
- * its own monotonic clock: when a renewal is refused, or when no renewal succeeded for
- * ttl - margin since the last successful one was *sent* (the server counts the ttl from
- * when it received it, later), the command gets SIGTERM, then SIGKILL after a grace period
- * that still ends before the server can expire the lease and grant the resource to the
- * next waiter. consul lock kills late, once the server has confirmed the loss; here the
- * command is gone before anybody else can hold the resource, as long as the clocks of
- * both machines run at about the same rate.
+ * its own monotonic clock, which counts the lease from when each request was *sent*: the
+ * acquire that was granted, then every successful renewal. The server counts the ttl from
+ * the grant or from when it received the renewal, both later, so an answer held back on
+ * the way (a slow server, a slow network) leaves baton lock believing it has less time,
+ * never more; a grant that took longer than a third of the ttl to come back is renewed
+ * before the command starts. When a renewal is refused, or when none succeeded for
+ * ttl - margin since the last successful send, the command gets SIGTERM, then SIGKILL
+ * after a grace period that still ends before the server can expire the lease and grant
+ * the resource to the next waiter. consul lock kills late, once the server has confirmed
+ * the loss; here the command is gone before anybody else can hold the resource, as long
+ * as the clocks of both machines run at about the same rate.
  *
- * SIGINT, SIGTERM and SIGHUP sent to `baton lock` go to the command's group first; the
- * lease is released once the command has ended. Exit status: the command's (128 + N when
- * signal N ended it), EXIT_NOT_ACQUIRED when the lease was not granted within --wait
- * (nothing was run), EXIT_LEASE_LOST when the lease was lost while the command ran.
+ * The lease is released only once nothing of the command's process group is left: a
+ * background child (`sh -c 'job & exit 0'`) keeps the lease held, and renewed, until it
+ * ends too. baton lock is the group's subreaper (prctl PR_SET_CHILD_SUBREAPER): the
+ * children the command leaves behind become its own, and it reaps them, so the group's
+ * end (kill(-pgid, 0) answering ESRCH) never waits for an init that does not reap, as in a
+ * container without one, where zombies would stay in the group forever. A process that
+ * leaves the group (setsid, a daemon) is neither waited for nor stopped.
+ *
+ * A --wait longer than the server's limit of one request's wait (300 s) keeps its place
+ * in the queue: the next acquire request, with the same request_id, goes out on a second
+ * connection a tenth of that limit before the previous one's wait ends, and the server
+ * moves the waiter over to it (answering the previous one 409); sent after the previous
+ * wait had ended, it would find the request gone from the queue and start at its back.
+ *
+ * With several servers (--server URL,URL,...), http.c moves each request on to the next
+ * when one refuses, times out or answers 503; the acquire is sent again with the same
+ * request_id, so that a server that did receive it (a cluster shares one queue) never
+ * gives it a second place; each renewal gives every server its share of the time left
+ * before the deadline, so that a frozen server leaves the next one time to answer.
+ *
+ * SIGINT, SIGTERM and SIGHUP sent to `baton lock` go to the command's group first (shells
+ * make background jobs ignore SIGINT); once the command has ended, whatever is left of
+ * its group gets SIGTERM, then SIGKILL after the grace period, and a second such signal
+ * does that to the whole group at once. A lost lease ends the whole group the same way.
+ * Either way the lease is released once nothing of the group is left. Exit status: the
+ * command's own (128 + N when signal N ended it; its background children's do not
+ * count), EXIT_NOT_ACQUIRED when the lease was not granted within --wait or ran out
+ * before the command could start (nothing was run), EXIT_LEASE_LOST when the lease was
+ * lost while the command or its group ran.
  */
 #include "client.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -32,33 +63,24 @@
 
 #define MAX_WAIT_PER_REQUEST_MS 300000 /* the server's limit of wait_ms */
 
+/* How long one acquire request waits at most: the server's limit, or less when
+ * BATON_LOCK_REQUEST_WAIT_MS says so (100 to 300000; the tests' seam for waits longer
+ * than one request). */
+static long long request_wait_cap(void)
+{
+	const char *v = getenv("BATON_LOCK_REQUEST_WAIT_MS");
+	char *end;
+	long long ms = v ? strtoll(v, &end, 10) : 0;
+	if (!v || end == v || *end || ms < 100 || ms > MAX_WAIT_PER_REQUEST_MS)
+		return MAX_WAIT_PER_REQUEST_MS;
+	return ms;
+}
+
 static volatile sig_atomic_t got_signal;
 
 static void on_signal(int sig)
 {
 	got_signal = sig;
-}
-
-/* "15s", "500ms", "2m", "1h" or plain seconds, into ms; -1 when malformed. */
-static long long parse_duration(const char *s)
-{
-	char *end;
-	errno = 0;
-	double v = strtod(s, &end);
-	if (errno || end == s || v < 0)
-		return -1;
-	double mult = 1000;
-	if (strcmp(end, "ms") == 0)
-		mult = 1;
-	else if (strcmp(end, "s") == 0 || *end == 0)
-		mult = 1000;
-	else if (strcmp(end, "m") == 0)
-		mult = 60000;
-	else if (strcmp(end, "h") == 0)
-		mult = 3600000;
-	else
-		return -1;
-	return (long long)(v * mult);
 }
 
 struct lock_opts {
@@ -95,9 +117,13 @@ static int parse_args(int argc, char **argv, struct lock_opts *o)
 			if (i + 1 >= argc)
 				return usage_error("lock: %s needs a value", a);
 			const char *v = argv[++i];
-			long long ms = ttl || wait ? parse_duration(v) : 0;
-			if (ms < 0)
+			long long ms = 0, max = ttl ? MAX_TTL_MS : MAX_WAIT_MS;
+			int bad = ttl || wait ? parse_duration(v, max, &ms) : 0;
+			if (bad == -1)
 				return usage_error("lock: %s: not a duration: %s", a, v);
+			if (bad == -2)
+				return usage_error("lock: %s: at most %s: %s", a,
+						   ttl ? "24h" : "168h", v);
 			if (ttl)
 				o->ttl_ms = ms;
 			else if (wait)
@@ -129,64 +155,189 @@ static int parse_args(int argc, char **argv, struct lock_opts *o)
 struct lease {
 	char id[160];
 	long long token, ttl_ms;
+	long long sent_at; /* monotonic ms: the send of the acquire that was granted */
+	/* By baton lock's clock: when the lease may be lost, and the next renewal is due. */
+	long long deadline, next_renew;
 };
+
+/*
+ * One acquire request in flight, on its own connection and thread: a --wait longer than
+ * one request's sends the next request, with the same request_id, while the previous one
+ * still waits, so that the server moves the waiter over to it in its place in the queue
+ * (and answers the previous one 409). Sent only after the previous request's wait has
+ * ended, the next would find the lease gone from the queue.
+ */
+struct attempt {
+	http *http; /* its own handle */
+	const char *path;
+	json_t *body;
+	long long sent_at, wait;
+	int rc, done;
+	struct http_reply r;
+	pthread_t thread;
+};
+
+static pthread_mutex_t attempt_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t attempt_cv = PTHREAD_COND_INITIALIZER;
+
+static void *attempt_main(void *arg)
+{
+	struct attempt *a = arg;
+	struct http_reply r;
+	http_set_timeout(a->http, (long)a->wait + 30000);
+	int rc = http_request(a->http, "POST", a->path, a->body, &r);
+	pthread_mutex_lock(&attempt_mu);
+	a->rc = rc;
+	a->r = r;
+	a->done = 1;
+	pthread_cond_broadcast(&attempt_cv);
+	pthread_mutex_unlock(&attempt_mu);
+	return NULL;
+}
+
+/* Sends the acquire for request_id rid, waiting up to wait ms; 0, or -1 (no thread). */
+static int attempt_start(struct attempt *a, const struct lock_opts *o, const char *rid,
+			 long long wait)
+{
+	a->body = json_pack("{s:s, s:I, s:I, s:s}", "holder", o->holder, "ttl_ms",
+			    (json_int_t)o->ttl_ms, "wait_ms", (json_int_t)wait, "request_id", rid);
+	a->wait = wait;
+	a->done = 0;
+	a->rc = EXIT_FAILED;
+	a->r = (struct http_reply){0};
+	a->sent_at = monotonic_ms();
+	if (!a->body || pthread_create(&a->thread, NULL, attempt_main, a) != 0) {
+		fprintf(stderr, "baton: lock: cannot send the acquire request\n");
+		json_decref(a->body);
+		a->body = NULL;
+		return -1;
+	}
+	return 0;
+}
+
+/* Waits until a has its answer, or until `until` (monotonic ms; 0: no limit). 1 when
+ * it has its answer (then joined: a->rc and a->r hold it). */
+static int attempt_wait(struct attempt *a, long long until)
+{
+	pthread_mutex_lock(&attempt_mu);
+	while (!a->done && (!until || monotonic_ms() < until)) {
+		struct timespec ts;
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_nsec += 50 * 1000000L; /* a slice: the condvar's clock is not ours */
+		if (ts.tv_nsec >= 1000000000L) {
+			ts.tv_sec++;
+			ts.tv_nsec -= 1000000000L;
+		}
+		pthread_cond_timedwait(&attempt_cv, &attempt_mu, &ts);
+	}
+	int done = a->done;
+	pthread_mutex_unlock(&attempt_mu);
+	if (done) {
+		pthread_join(a->thread, NULL);
+		json_decref(a->body);
+		a->body = NULL;
+	}
+	return done;
+}
+
+enum answer { GRANTED, ASK_AGAIN, ASK_ANEW, ENDED };
+
+/* What an acquire's answer means; fills l on GRANTED; *rc is the exit status on ENDED. */
+static enum answer answer_of(const struct lock_opts *o, struct attempt *a, struct lease *l,
+			     long long deadline, int *rc)
+{
+	long status = a->rc ? 0 : a->r.status;
+	int in_time = monotonic_ms() < deadline, held = 0;
+	*rc = a->rc;
+	if (status == 200 || status == 201)
+		held = strcmp(jstr(a->r.body, "state", ""), "held") == 0;
+	if (held) {
+		snprintf(l->id, sizeof l->id, "%s", jstr(a->r.body, "id", ""));
+		l->token = jint(a->r.body, "fencing_token", 0);
+		l->ttl_ms = jint(a->r.body, "ttl_ms", o->ttl_ms);
+		l->sent_at = a->sent_at;
+	}
+	const char *why = jstr(a->r.body, "detail", "not granted");
+	enum answer out = ENDED;
+	if (held)
+		out = GRANTED;
+	else if ((a->rc == EXIT_UNREACHABLE || status == 503) && in_time)
+		out = ASK_AGAIN; /* every server failed: again, with the same request_id */
+	else if ((status == 409 || status == 200 || status == 201) &&
+		 monotonic_ms() < deadline - 1000)
+		out = ASK_ANEW; /* the request left the queue: a new one, at its back */
+	else if (status == 200 || status == 201) {
+		fprintf(stderr, "baton: lock: the lease ended before it was used\n");
+		*rc = EXIT_NOT_ACQUIRED;
+	} else if (!a->rc) {
+		fprintf(stderr, "baton: lock: %s: %s\n", o->resource, why);
+		*rc = status == 409 ? EXIT_NOT_ACQUIRED : EXIT_FAILED;
+	}
+	http_reply_fini(&a->r);
+	return out;
+}
+
+static void new_request_id(char *rid, size_t n)
+{
+	snprintf(rid, n, "lock-%08lx%08lx", (unsigned long)random(), (unsigned long)monotonic_ms());
+}
 
 /* Acquires the lease within o->wait_ms: EXIT_OK, EXIT_NOT_ACQUIRED, or another status. */
 static int acquire(struct cli *cli, const struct lock_opts *o, struct lease *l)
 {
 	char rid[40], *res = http_escape(o->resource), path[400];
-	int fresh = 1;
 	snprintf(path, sizeof path, "/resources/%s/leases", res);
 	free(res);
-	long long deadline = monotonic_ms() + o->wait_ms;
-	for (;;) {
-		long long left = deadline - monotonic_ms();
-		if (left < 0)
-			left = 0;
-		if (left > MAX_WAIT_PER_REQUEST_MS)
-			left = MAX_WAIT_PER_REQUEST_MS;
-		/* A retry after a lost answer keeps its request_id, so it never takes a second
-		 * place in the queue; after a 409 the request has left the queue: a new one. */
-		if (fresh)
-			snprintf(rid, sizeof rid, "lock-%08lx%08lx", (unsigned long)random(),
-				 (unsigned long)monotonic_ms());
-		fresh = 0;
-		json_t *body = json_pack("{s:s, s:I, s:I, s:s}", "holder", o->holder, "ttl_ms",
-					 (json_int_t)o->ttl_ms, "wait_ms", (json_int_t)left,
-					 "request_id", rid);
-		struct http_reply r;
-		http_set_timeout(cli->http, (long)left + 30000);
-		int rc = http_request(cli->http, "POST", path, body, &r);
-		http_set_timeout(cli->http, 0);
-		json_decref(body);
-		if (rc == EXIT_UNREACHABLE && monotonic_ms() < deadline) {
+	long long start = monotonic_ms(), deadline = start + o->wait_ms;
+	long long cap = request_wait_cap(), lead = cap / 10;
+	struct attempt at[2] = {{.http = cli->http, .path = path}, {.path = path}};
+	l->id[0] = '\0'; /* set on the grant only */
+	int cur = 0, rc = EXIT_FAILED, started;
+	new_request_id(rid, sizeof rid);
+	started = !attempt_start(&at[cur], o, rid, deadline - start < cap ? deadline - start : cap);
+	while (started) {
+		/* the next request is due before this one's wait ends, if --wait goes on */
+		long long next_at = at[cur].sent_at + at[cur].wait - lead;
+		int more = at[cur].sent_at + at[cur].wait < deadline - 1000;
+		if (!attempt_wait(&at[cur], more ? next_at : 0)) {
+			int nxt = !cur;
+			if (!at[nxt].http && !(at[nxt].http = http_clone(cli->http)))
+				started = 0;
+			long long left = deadline - monotonic_ms();
+			if (started) {
+				fprintf(stderr, "baton: lock: still waiting for %s after %lld s\n",
+					o->resource, (monotonic_ms() - start) / 1000);
+				started = !attempt_start(&at[nxt], o, rid, left < cap ? left : cap);
+			}
+			attempt_wait(&at[cur], 0); /* 409 once the next took its place */
+			if (answer_of(o, &at[cur], l, deadline, &rc) == GRANTED) {
+				if (started) {
+					attempt_wait(&at[nxt], 0); /* the same lease, at once */
+					http_reply_fini(&at[nxt].r);
+				}
+				rc = EXIT_OK;
+				break;
+			}
+			cur = nxt;
+			continue;
+		}
+		enum answer ans = answer_of(o, &at[cur], l, deadline, &rc);
+		if (ans == GRANTED)
+			rc = EXIT_OK;
+		if (ans == GRANTED || ans == ENDED)
+			break;
+		if (ans == ASK_AGAIN)
 			sleep_ms(500);
-			continue;
-		}
-		if (rc)
-			return rc;
-		long status = r.status;
-		if (status == 200 || status == 201) {
-			snprintf(l->id, sizeof l->id, "%s", jstr(r.body, "id", ""));
-			l->token = jint(r.body, "fencing_token", 0);
-			l->ttl_ms = jint(r.body, "ttl_ms", o->ttl_ms);
-			int held = strcmp(jstr(r.body, "state", ""), "held") == 0;
-			http_reply_fini(&r);
-			if (held)
-				return EXIT_OK;
-			fprintf(stderr, "baton: lock: the lease ended before it was used\n");
-			return EXIT_NOT_ACQUIRED;
-		}
-		if (status == 409 && monotonic_ms() < deadline - 1000) {
-			http_reply_fini(&r); /* a --wait longer than one request's: ask again */
-			fresh = 1;
-			continue;
-		}
-		fprintf(stderr, "baton: lock: %s: %s\n", o->resource,
-			jstr(r.body, "detail", "not granted"));
-		http_reply_fini(&r);
-		return status == 409 ? EXIT_NOT_ACQUIRED : EXIT_FAILED;
+		else
+			new_request_id(rid, sizeof rid);
+		long long left = deadline - monotonic_ms();
+		left = left < 0 ? 0 : left > cap ? cap : left;
+		started = !attempt_start(&at[cur], o, rid, left);
 	}
+	if (at[1].http != cli->http)
+		http_free(at[1].http);
+	/* not granted: an answer that ended the wait said why; a request not sent did too */
+	return rc == EXIT_OK && !l->id[0] ? EXIT_FAILED : rc;
 }
 
 enum renewal { RENEWED, REFUSED, NO_ANSWER };
@@ -255,69 +406,133 @@ static int status_of(int ws)
 	return WIFEXITED(ws) ? WEXITSTATUS(ws) : WIFSIGNALED(ws) ? 128 + WTERMSIG(ws) : 1;
 }
 
-/* Runs the command under the lease until it ends; returns baton lock's exit status. */
-static int supervise(struct cli *cli, const struct lock_opts *o, struct lease *l,
-		     long long granted_at)
+/* Counts the lease from a request sent at `sent`, which the server answered with it held. */
+static void count_from(struct lease *l, long long sent)
 {
-	long long ttl = l->ttl_ms, margin = ttl / 3, grace = margin / 2;
-	long long deadline = granted_at + ttl - margin, next_renew = granted_at + ttl / 3;
-	long long kill_at = 0;
-	int lost = 0, ws = 0;
-	pid_t pid = start_command(o, l);
-	if (pid < 0) {
+	l->deadline = sent + l->ttl_ms - l->ttl_ms / 3;
+	l->next_renew = sent + l->ttl_ms / 3;
+}
+
+enum hold { KEPT, RENEWED_NOW, LOST };
+
+/*
+ * Renews the lease if a renewal is due at `now`. Returns KEPT (no renewal due, or one
+ * without answer before the deadline), RENEWED_NOW, or LOST once the lease is lost or
+ * may be (a renewal refused, or no renewal succeeded before the deadline), after saying
+ * so on stderr.
+ */
+static enum hold keep_lease(struct cli *cli, const struct lock_opts *o, struct lease *l,
+			    long long now)
+{
+	long long ttl = l->ttl_ms;
+	if (now >= l->deadline) {
+		fprintf(stderr,
+			"baton: lock: no successful renewal for %lld ms: the lease on %s "
+			"may be lost\n",
+			ttl - ttl / 3, o->resource);
+		return LOST;
+	}
+	if (now < l->next_renew)
+		return KEPT;
+	/* each server gets its share: a frozen one leaves the next time to answer */
+	long timeout = (long)(l->deadline - now < ttl / 3 ? l->deadline - now : ttl / 3) /
+		       (long)http_server_count(cli->http);
+	enum renewal r = renew(cli, l, timeout > 100 ? timeout : 100);
+	if (r == REFUSED)
+		return LOST;
+	if (r == RENEWED) {
+		count_from(l, now);
+		return RENEWED_NOW;
+	}
+	l->next_renew = monotonic_ms() + (ttl / 10 < 1000 ? ttl / 10 : 1000);
+	return KEPT;
+}
+
+/* The command's process group, from its start until nothing of it is left. */
+struct group {
+	pid_t pgid; /* the command's pid, and its group's id */
+	int ws, exited;
+	int ending; /* 0; 1 SIGTERM sent, SIGKILL due at kill_at; 2 SIGKILL sent */
+	long long kill_at;
+};
+
+/* Reaps the children that ended: the command, or what it left behind (subreaper). */
+static void reap(struct group *g)
+{
+	int ws;
+	pid_t w;
+	while ((w = waitpid(-1, &ws, WNOHANG)) > 0)
+		if (w == g->pgid) {
+			g->ws = ws;
+			g->exited = 1;
+		}
+}
+
+static int group_left(const struct group *g)
+{
+	return kill(-g->pgid, 0) == 0 || errno == EPERM;
+}
+
+/* Ends the whole group: SIGTERM now, SIGKILL after the grace (see supervise). */
+static void end_group(struct group *g, long long now, long long grace)
+{
+	if (g->ending)
+		return;
+	kill(-g->pgid, SIGTERM);
+	g->ending = 1;
+	g->kill_at = now + grace;
+}
+
+/* Runs the command under the lease until nothing of its group is left; returns baton
+ * lock's exit status. */
+static int supervise(struct cli *cli, const struct lock_opts *o, struct lease *l)
+{
+	long long grace = l->ttl_ms / 6;
+	int lost = 0, signals = 0, said = 0;
+	prctl(PR_SET_CHILD_SUBREAPER, 1);
+	struct group g = {.pgid = start_command(o, l)};
+	if (g.pgid < 0) {
 		fprintf(stderr, "baton: lock: cannot fork: %s\n", strerror(errno));
 		release(cli, l);
 		return EXIT_FAILED;
 	}
 	for (;;) {
-		pid_t w = waitpid(pid, &ws, WNOHANG);
-		if (w == pid)
+		reap(&g);
+		if (g.exited && !group_left(&g))
 			break;
-		if (got_signal) { /* the command first; the lease once it has ended */
-			kill(-pid, got_signal);
+		long long now = monotonic_ms();
+		if (got_signal) { /* the command first; then what is left of its group */
+			if (!signals++ && !g.exited)
+				kill(-g.pgid, got_signal);
+			else
+				end_group(&g, now, grace);
 			got_signal = 0;
 		}
-		long long now = monotonic_ms();
-		if (!lost && now >= deadline) {
+		if (signals && g.exited)
+			end_group(&g, now, grace);
+		if (g.exited && !signals && !lost && !said++)
 			fprintf(stderr,
-				"baton: lock: no successful renewal for %lld ms: the lease on %s "
-				"may be lost; stopping the command\n",
-				ttl - margin, o->resource);
+				"baton: lock: the command ended; processes of its group still run: "
+				"the lease on %s is kept until they end\n",
+				o->resource);
+		if (!lost && keep_lease(cli, o, l, now) == LOST) {
+			fprintf(stderr, "baton: lock: stopping the command's process group\n");
+			end_group(&g, now, grace);
 			lost = 1;
 		}
-		if (lost == 1) {
-			kill(-pid, SIGTERM);
-			kill_at = now + grace;
-			lost = 2;
-		} else if (lost == 2 && now >= kill_at) {
-			kill(-pid, SIGKILL);
-			lost = 3;
-		}
-		if (!lost && now >= next_renew) {
-			long timeout = (long)(deadline - now < ttl / 3 ? deadline - now : ttl / 3);
-			enum renewal r = renew(cli, l, timeout > 100 ? timeout : 100);
-			if (r == RENEWED) {
-				deadline = now + ttl - margin;
-				next_renew = now + ttl / 3;
-			} else if (r == REFUSED) {
-				lost = 1;
-				continue;
-			} else {
-				next_renew = monotonic_ms() + (ttl / 10 < 1000 ? ttl / 10 : 1000);
-			}
+		if (g.ending == 1 && now >= g.kill_at) {
+			kill(-g.pgid, SIGKILL);
+			g.ending = 2;
 		}
 		sleep_ms(20);
 	}
-	/* the whole group: children the command left behind must not outlive the lease */
-	if (lost)
-		kill(-pid, SIGKILL);
 	int gone = release(cli, l);
 	if (lost || gone == 1) {
 		fprintf(stderr, "baton: lock: the lease on %s was lost while the command ran\n",
 			o->resource);
 		return EXIT_LEASE_LOST;
 	}
-	return status_of(ws);
+	return status_of(g.ws);
 }
 
 int cmd_lock(struct cli *cli, int argc, char **argv)
@@ -327,6 +542,8 @@ int cmd_lock(struct cli *cli, int argc, char **argv)
 	if (rc >= 0)
 		return rc;
 	srandom((unsigned)(getpid() ^ monotonic_ms()));
+	/* the acquire carries a request_id; renewing and releasing twice is harmless */
+	http_set_resend(cli->http, 1);
 	struct sigaction sa = {.sa_handler = on_signal};
 	sigemptyset(&sa.sa_mask);
 	sigaction(SIGINT, &sa, NULL);
@@ -336,12 +553,25 @@ int cmd_lock(struct cli *cli, int argc, char **argv)
 	rc = acquire(cli, &o, &l);
 	if (rc)
 		return rc;
-	/* The server counts the ttl from the grant, just before its answer; the margin of
-	 * supervise covers the time the answer took to arrive. */
-	long long granted_at = monotonic_ms();
+	/* The server counted the ttl from the grant, after the acquire was sent. A grant
+	 * whose answer took a third of the ttl or more is renewed before the command runs. */
+	count_from(&l, l.sent_at);
+	enum hold h = monotonic_ms() >= l.next_renew ? KEPT : RENEWED_NOW;
+	while (!got_signal && h == KEPT) {
+		h = keep_lease(cli, &o, &l, monotonic_ms());
+		if (h == LOST) {
+			release(cli, &l);
+			fprintf(stderr,
+				"baton: lock: the lease on %s ended before the command could run\n",
+				o.resource);
+			return EXIT_NOT_ACQUIRED;
+		}
+		if (h == KEPT)
+			sleep_ms(20);
+	}
 	if (got_signal) { /* asked to stop before anything ran */
 		release(cli, &l);
 		return 128 + got_signal;
 	}
-	return supervise(cli, &o, &l, granted_at);
+	return supervise(cli, &o, &l);
 }

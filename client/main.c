@@ -1,7 +1,7 @@
 /*
  * main.c: `baton`, the command-line client of batond.
  *
- *   baton [--server URL] [--token TOKEN] [--json] COMMAND [ARGS]
+ *   baton [--server URL[,URL...]] [--token TOKEN] [--json] COMMAND [ARGS]
  *
  * The global options may also come after the command (`baton get ID --json`): they are
  * taken out of the whole command line first (up to a "--"), and each command parses
@@ -29,7 +29,7 @@ static const struct command {
 
 void usage(FILE *out)
 {
-	fputs("usage: baton [--server URL] [--token TOKEN] [--json] COMMAND [ARGS]\n"
+	fputs("usage: baton [--server URL[,URL...]] [--token TOKEN] [--json] COMMAND [ARGS]\n"
 	      "\n"
 	      "Client of batond, which runs workflows whose steps take turns on a shared "
 	      "resource.\n"
@@ -57,21 +57,31 @@ void usage(FILE *out)
 	      "                      run COMMAND while holding a lease on RESOURCE, with\n"
 	      "                      BATON_FENCING_TOKEN, BATON_LEASE_ID and BATON_RESOURCE in\n"
 	      "                      its environment; renews it every ttl/3; stops COMMAND's\n"
-	      "                      process group (TERM, then KILL) if the lease is lost\n"
+	      "                      process group (TERM, then KILL) if the lease is lost;\n"
+	      "                      a background child COMMAND leaves behind keeps the lease\n"
+	      "                      (renewed) until it ends too: lock waits for the whole\n"
+	      "                      group before it releases the lease and exits\n"
+	      "                      (durations: 500ms, 15s, 2m, 1h; --ttl 1s to 24h, --wait\n"
+	      "                      at most 168h; a --wait over 300s keeps its place in the\n"
+	      "                      queue from one request to the next)\n"
 	      "  worker --worker NAME [--resource R] [--ttl 30s] [--once] -- COMMAND [ARGS...]\n"
 	      "                      do the steps of external worker NAME: claim each, run\n"
 	      "                      COMMAND with the task as JSON on stdin and BATON_TASK_ID,\n"
 	      "                      BATON_WORKFLOW_ID, BATON_STEP, BATON_ATTEMPT,\n"
 	      "                      BATON_FENCING_TOKEN... in its environment, heartbeat while\n"
-	      "                      it runs; exit 0 completes the step with its stdout (JSON,\n"
-	      "                      else a string), any other status fails it (retryable)\n"
-	      "                      with its stderr's last lines; --once: one task, then exit\n"
-	      "                      0 if it completed, else 1\n"
+	      "                      it runs (stops COMMAND's group, TERM then KILL, when no\n"
+	      "                      heartbeat succeeded for 2/3 of the ttl); exit 0 completes\n"
+	      "                      the step with its stdout (JSON, else a string), any other\n"
+	      "                      status fails it (retryable) with its stderr's last lines;\n"
+	      "                      --once: one task, then exit 0 if it completed, else 1\n"
 	      "\n"
 	      "Options (before or after the command; \"--\" ends them, for a worker named\n"
 	      "like an option):\n"
-	      "  --server URL        batond's base URL (default: $BATON_URL, else " DEFAULT_SERVER
-	      ")\n"
+	      "  --server URL[,URL...]\n"
+	      "                      batond's base URL, or several (the nodes of a cluster):\n"
+	      "                      a request moves on to the next when one refuses the\n"
+	      "                      connection, times out or answers 503 (default:\n"
+	      "                      $BATON_SERVER, else $BATON_URL, else " DEFAULT_SERVER ")\n"
 	      "  --json              print the server's JSON instead of human-readable output\n"
 	      "  --token TOKEN       send Authorization: Bearer TOKEN (default: $BATON_TOKEN)\n"
 	      "  -h, --help          show this help\n"
@@ -85,9 +95,12 @@ void usage(FILE *out)
 	      "  3  server unreachable (for watch: lost, and did not come back)\n"
 	      "  4  watch and get: the workflow completed, but some of its steps failed\n"
 	      "     (on_failure: continue)\n"
-	      "  lock: the command's own exit status (128 + N when signal N ended it), or\n"
-	      "  75 the lease was not granted within --wait; the command was not run\n"
-	      "  76 the lease was lost while the command ran; the command was stopped\n",
+	      "  lock: the command's own exit status (128 + N when signal N ended it; not\n"
+	      "  its background children's), or\n"
+	      "  75 the lease was not granted within --wait, or ran out before the command\n"
+	      "     could start; the command was not run\n"
+	      "  76 the lease was lost while the command or its group ran; the group was\n"
+	      "     stopped\n",
 	      out);
 }
 
@@ -190,6 +203,21 @@ static int take_globals(int *argc, char **argv, const char **server, struct cli 
 	return -1;
 }
 
+/* Whether "URL,URL,..." names 1 to 16 servers, none of them empty. */
+static int server_list_ok(const char *list)
+{
+	int n = 0;
+
+	for (const char *p = list;; p++) {
+		size_t len = strcspn(p, ","), blank = strspn(p, " /");
+		if (blank >= len || ++n > 16)
+			return 0;
+		p += len;
+		if (!*p)
+			return 1;
+	}
+}
+
 static const struct command *find_command(const char *name)
 {
 	for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++) {
@@ -202,11 +230,13 @@ static const struct command *find_command(const char *name)
 int main(int argc, char **argv)
 {
 	struct cli cli = {0};
-	const char *server = getenv("BATON_URL");
+	const char *server = getenv("BATON_SERVER");
 	int rc;
 
 	/* Progress must show up live, even through a pipe. */
 	setvbuf(stdout, NULL, _IOLBF, 0);
+	if (!server || !*server)
+		server = getenv("BATON_URL"); /* its older name */
 	if (!server || !*server)
 		server = DEFAULT_SERVER;
 	http_set_token(getenv("BATON_TOKEN"));
@@ -218,6 +248,8 @@ int main(int argc, char **argv)
 	const struct command *cmd = find_command(argv[1]);
 	if (!cmd)
 		return usage_error("unknown command \"%s\"", argv[1]);
+	if (!server_list_ok(server))
+		return usage_error("bad server list \"%s\": 1 to 16 URLs, none empty", server);
 	cli.http = http_new(server);
 	if (!cli.http)
 		return EXIT_FAILED;

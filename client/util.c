@@ -163,6 +163,30 @@ void format_secs(char *buf, size_t len, json_int_t ms)
 	snprintf(buf, len, "%s%llu.%0*llu", sign, a / 1000, digits, frac);
 }
 
+int parse_duration(const char *s, long long max_ms, long long *ms)
+{
+	static const struct {
+		const char *suffix;
+		double ms;
+	} units[] = {{"", 1000}, {"ms", 1}, {"s", 1000}, {"m", 60000}, {"h", 3600000}};
+	char *end;
+
+	errno = 0;
+	double v = strtod(s, &end);
+	if (errno || end == s || !(v >= 0)) /* also NaN */
+		return -1;
+	for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++) {
+		if (strcmp(end, units[i].suffix) != 0)
+			continue;
+		/* compared as a double before the conversion: inf and 1e300 never reach it */
+		if (v * units[i].ms > (double)max_ms)
+			return -2;
+		*ms = (long long)(v * units[i].ms);
+		return 0;
+	}
+	return -1;
+}
+
 long long monotonic_ms(void)
 {
 	struct timespec ts;

@@ -126,6 +126,8 @@ enum { BODY_UNKNOWN, BODY_SSE, BODY_OTHER }; /* what the current answer carries 
 struct watch {
 	char *path; /* "/workflows/ID/events" */
 	char *url;
+	http *http;	/* its servers: a lost stream resumes on the next one */
+	size_t untried; /* servers not tried yet while none was reached */
 	int json, tty;
 	CURLM *multi;
 	CURL *easy;
@@ -693,7 +695,22 @@ static int pause_before_retry(struct watch *w, long ms, int attempt)
 	return interrupted ? -1 : 0;
 }
 
-/* Follows the stream until the final event, reconnecting after drops. Exit status. */
+/* Points the stream at the next server (with several): 0, or -1 out of memory. */
+static int next_server(struct watch *w)
+{
+	char *url;
+	if (http_server_count(w->http) < 2)
+		return 0;
+	if (asprintf(&url, "%s%s", http_next_server(w->http), w->path) < 0)
+		return -1;
+	free(w->url);
+	w->url = url;
+	curl_easy_setopt(w->easy, CURLOPT_URL, w->url);
+	return 0;
+}
+
+/* Follows the stream until the final event, reconnecting after drops (on the next
+ * server, when there are several). Exit status. */
 static int follow(struct watch *w)
 {
 	int failures = 0;
@@ -707,10 +724,18 @@ static int follow(struct watch *w)
 			return w->outcome;
 		if (r == CONN_FATAL)
 			return rc;
+		if (!w->reached && --w->untried > 0) {
+			notice(w, "server unreachable at %s: %s", w->url, why);
+			if (next_server(w) < 0)
+				return EXIT_FAILED;
+			continue;
+		}
 		if (!w->reached) {
 			notice(w, "server unreachable at %s: %s", w->url, why);
 			return EXIT_UNREACHABLE;
 		}
+		if (next_server(w) < 0)
+			return EXIT_FAILED;
 		if (w->new_events > 0 || monotonic_ms() - began > STALL_MS)
 			failures = 0; /* that connection worked: a fresh budget */
 		if (++failures > MAX_RECONNECTS) {
@@ -745,6 +770,8 @@ static int watch_init(struct watch *w, struct cli *cli, const char *id)
 	char *esc = http_escape(id);
 
 	w->json = cli->json;
+	w->http = cli->http;
+	w->untried = http_server_count(cli->http);
 	w->tty = !cli->json && isatty(STDOUT_FILENO);
 	w->last_seq = -1;
 	w->outcome = -1;

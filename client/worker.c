@@ -7,7 +7,14 @@
  * (BATON_TASK_ID, BATON_WORKFLOW_ID, BATON_STEP, BATON_WORKER, BATON_RESOURCE,
  * BATON_ATTEMPT, BATON_FENCING_TOKEN). While it runs, the claim is heartbeaten every
  * third of its ttl; a heartbeat refused (410: the attempt expired or was superseded)
- * stops the command's group (TERM, then KILL) and nothing is reported. When it ends,
+ * stops the command's group (TERM, then KILL) and nothing is reported. As baton lock
+ * does with its lease (lock.c), the worker also decides by its own monotonic clock,
+ * counting the claim from when its request was *sent* (the server starts the ttl later,
+ * at the claim) and then from each successful heartbeat's send: when none succeeded for
+ * two thirds of the ttl (the server unreachable, or answering 5xx), the group gets TERM,
+ * then KILL a sixth of the ttl later, before the server can expire the claim and hand
+ * the step to another attempt, and nothing is reported. A claim whose answer took a
+ * third of the ttl or more is heartbeaten before the command starts. When it ends,
  * exit status 0 completes the task with its stdout (JSON when it parses, else the text
  * as a string); any other status fails it (retryable) with the status and the last lines
  * of its stderr. SIGINT or SIGTERM: the command gets it, its outcome is reported, and the
@@ -65,15 +72,8 @@ static int parse_args(int argc, char **argv, struct worker_opts *o)
 			o->worker = v;
 		else if (strcmp(a, "--resource") == 0)
 			o->resource = v;
-		else {
-			char *end;
-			double s = strtod(v, &end);
-			o->ttl_ms = (long long)(s * (strcmp(end, "ms") == 0 ? 1 : 1000));
-			if (end == v || (*end && strcmp(end, "s") && strcmp(end, "ms")) ||
-			    o->ttl_ms < 1000)
-				return usage_error("worker: --ttl: a duration of at least 1s: %s",
-						   v);
-		}
+		else if (parse_duration(v, MAX_TTL_MS, &o->ttl_ms) || o->ttl_ms < 1000)
+			return usage_error("worker: --ttl: a duration from 1s to 24h: %s", v);
 	}
 	if (!o->worker)
 		return usage_error("worker: --worker NAME is required");
@@ -226,10 +226,68 @@ static json_t *outcome_body(int ws, struct run *r, int *ok)
 	return json_pack("{s:o, s:b}", "error", e, "retryable", 1);
 }
 
-/* Runs one task; 1 when it completed, 0 when not. */
-static int run_task(struct cli *cli, const struct worker_opts *o, const json_t *task)
+/* The claim by the worker's clock: when it may be lost, and the next heartbeat is due. */
+struct claim {
+	const char *id;
+	long long ttl, deadline, next;
+};
+
+static void claim_count_from(struct claim *c, long long sent)
 {
-	const char *id = jstr(task, "id", "");
+	c->deadline = sent + c->ttl - c->ttl / 3;
+	c->next = sent + c->ttl / 3;
+}
+
+enum beat { BEAT_KEPT, BEAT_RENEWED, BEAT_LOST };
+
+/* Heartbeats the claim if one is due at `now`: BEAT_KEPT (none due, or no success yet
+ * before the deadline), BEAT_RENEWED, or BEAT_LOST (refused, or the deadline passed). */
+static enum beat keep_claim(struct cli *cli, struct claim *c, long long now)
+{
+	if (now >= c->deadline) {
+		fprintf(stderr,
+			"baton: worker: no successful heartbeat for %lld ms: the claim of %s may "
+			"be lost; stopping the command\n",
+			c->ttl - c->ttl / 3, c->id);
+		return BEAT_LOST;
+	}
+	if (now < c->next)
+		return BEAT_KEPT;
+	long long left = c->deadline - now, servers = (long long)http_server_count(cli->http);
+	http_set_timeout(cli->http,
+			 (long)((left < c->ttl / 3 ? left : c->ttl / 3) / servers) + 100);
+	long st = post_task(cli, c->id, "heartbeat", NULL);
+	http_set_timeout(cli->http, 0);
+	if (st == 410 || st == 404)
+		return BEAT_LOST;
+	if (st == 200) {
+		claim_count_from(c, now);
+		return BEAT_RENEWED;
+	}
+	c->next = monotonic_ms() + (c->ttl / 10 < 1000 ? c->ttl / 10 : 1000);
+	return BEAT_KEPT;
+}
+
+/* Before the command starts: a heartbeat when the claim's answer came late. 0 or -1. */
+static int confirm_claim(struct cli *cli, struct claim *c)
+{
+	enum beat b = monotonic_ms() >= c->next ? BEAT_KEPT : BEAT_RENEWED;
+	while (b == BEAT_KEPT && !stop_signal) {
+		b = keep_claim(cli, c, monotonic_ms());
+		if (b == BEAT_KEPT)
+			sleep_ms(20);
+	}
+	return b == BEAT_LOST ? -1 : 0;
+}
+
+/* Runs one task claimed by a request sent at `sent`; 1 when it completed, 0 when not. */
+static int run_task(struct cli *cli, const struct worker_opts *o, const json_t *task,
+		    long long sent)
+{
+	struct claim c = {.id = jstr(task, "id", ""), .ttl = jint(task, "ttl_ms", o->ttl_ms)};
+	claim_count_from(&c, sent);
+	if (confirm_claim(cli, &c))
+		return 0;
 	char *in = json_dumps(task, JSON_COMPACT);
 	struct run r = {.in = in, .in_len = in ? strlen(in) : 0};
 	pid_t pid = spawn(o->command, task, &r);
@@ -237,11 +295,10 @@ static int run_task(struct cli *cli, const struct worker_opts *o, const json_t *
 		free(in);
 		json_t *b =
 		    json_pack("{s:s, s:b}", "error", "cannot start the command", "retryable", 1);
-		post_task(cli, id, "fail", b);
+		post_task(cli, c.id, "fail", b);
 		json_decref(b);
 		return 0;
 	}
-	long long ttl = jint(task, "ttl_ms", o->ttl_ms), next = monotonic_ms() + ttl / 3;
 	long long kill_at = 0;
 	int ws = 0, lost = 0;
 	while (waitpid(pid, &ws, WNOHANG) != pid) {
@@ -251,16 +308,10 @@ static int run_task(struct cli *cli, const struct worker_opts *o, const json_t *
 		}
 		pump(&r, 20);
 		long long now = monotonic_ms();
-		if (!lost && now >= next) {
-			http_set_timeout(cli->http, (long)(ttl / 3));
-			long st = post_task(cli, id, "heartbeat", NULL);
-			http_set_timeout(cli->http, 0);
-			next = now + (st == 200 ? ttl / 3 : 1000);
-			if (st == 410 || st == 404) {
-				lost = 1;
-				kill(-pid, SIGTERM);
-				kill_at = now + 2000;
-			}
+		if (!lost && keep_claim(cli, &c, now) == BEAT_LOST) {
+			lost = 1;
+			kill(-pid, SIGTERM);
+			kill_at = now + c.ttl / 6;
 		} else if (lost == 1 && now >= kill_at) {
 			kill(-pid, SIGKILL);
 			lost = 2;
@@ -274,7 +325,7 @@ static int run_task(struct cli *cli, const struct worker_opts *o, const json_t *
 	int ok = 0;
 	if (!lost) {
 		json_t *body = outcome_body(ws, &r, &ok);
-		if (post_task(cli, id, ok ? "complete" : "fail", body) != 200)
+		if (post_task(cli, c.id, ok ? "complete" : "fail", body) != 200)
 			ok = 0;
 		json_decref(body);
 	}
@@ -294,6 +345,9 @@ int cmd_worker(struct cli *cli, int argc, char **argv)
 	sigaction(SIGINT, &sa, NULL);
 	sigaction(SIGTERM, &sa, NULL);
 	signal(SIGPIPE, SIG_IGN);
+	/* a claim answered to nobody is given back by the server; heartbeats, completions
+	 * and failures sent twice are refused the second time (410), never applied twice */
+	http_set_resend(cli->http, 1);
 	while (!stop_signal) {
 		json_t *body = json_pack("{s:s, s:I, s:I}", "worker", o.worker, "wait_ms",
 					 (json_int_t)CLAIM_WAIT, "ttl_ms", (json_int_t)o.ttl_ms);
@@ -301,6 +355,7 @@ int cmd_worker(struct cli *cli, int argc, char **argv)
 			json_object_set_new(body, "resource", json_string(o.resource));
 		struct http_reply r;
 		http_set_timeout(cli->http, CLAIM_WAIT + 30000);
+		long long sent = monotonic_ms();
 		rc = http_request(cli->http, "POST", "/tasks/claim", body, &r);
 		http_set_timeout(cli->http, 0);
 		json_decref(body);
@@ -324,7 +379,7 @@ int cmd_worker(struct cli *cli, int argc, char **argv)
 			}
 			return EXIT_FAILED;
 		}
-		int done = run_task(cli, &o, r.body);
+		int done = run_task(cli, &o, r.body, sent);
 		http_reply_fini(&r);
 		if (o.once)
 			return done ? EXIT_OK : EXIT_FAILED;

@@ -5,9 +5,14 @@
  * appends start and end lines to one file); a lease lost (the server refuses the
  * renewal) stops the command's whole process group and exits 76; a frozen server is
  * noticed by the client's own clock (76 while batond is still stopped); not granted
- * within --wait exits 75 without running anything; SIGTERM goes to the command first
- * and the lease is released after it. And `baton worker`: an external worker's step done by
- * a command, completed with its stdout or failed with its exit status and stderr.
+ * within --wait exits 75 without running anything; a --wait longer than one request
+ * keeps its place in the queue; SIGTERM goes to the command first and the lease is
+ * released after it; a background child the command leaves keeps the lease until it
+ * ends, and after SIGINT it is ended before the release; the lease counts from the
+ * acquire's send (a stub server, tests/harness/stub.h, holds the grant's answer back);
+ * durations out of range are usage errors. And `baton worker`: an external worker's step
+ * done by a command, completed with its stdout or failed with its exit status and
+ * stderr, and stopped by the worker's own clock when no heartbeat succeeds.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -23,10 +28,12 @@
 #include <unistd.h>
 
 #include "../harness/client.h"
+#include "../harness/stub.h"
 
 #define WAIT_MS 60000
 
 static char dir[64];
+static stub *fake; /* a stand-in for batond, when a test needs one */
 
 static int setup(void **state)
 {
@@ -36,9 +43,27 @@ static int setup(void **state)
 	return hs_setup(state);
 }
 
+/* Kills what the commands of a failed test left running: every pid in DIR/ *.pid. */
+static void kill_leftovers(void)
+{
+	char cmd[160];
+	snprintf(cmd, sizeof cmd, "cat %s/*.pid 2>/dev/null", dir);
+	FILE *f = popen(cmd, "r");
+	long pid;
+	while (f && fscanf(f, "%ld", &pid) == 1)
+		if (pid > 1)
+			kill((pid_t)pid, SIGKILL);
+	if (f)
+		pclose(f);
+}
+
 static int teardown(void **state)
 {
+	unsetenv("BATON_LOCK_REQUEST_WAIT_MS");
 	client_free_all();
+	kill_leftovers();
+	stub_close(fake);
+	fake = NULL;
 	char cmd[128];
 	snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
 	if (system(cmd) != 0)
@@ -256,6 +281,276 @@ static void test_sigterm_goes_to_the_command_first(void **state)
 	assert_free(s); /* released after the command ended */
 }
 
+/* The lease id the command wrote to DIR/id; the caller frees it. */
+static char *lease_path(void)
+{
+	char *id = slurp(path_in("id")), *path = NULL;
+	assert_non_null(id);
+	id[strcspn(id, "\n")] = 0;
+	assert_true(asprintf(&path, "/leases/%s", id) > 0);
+	free(id);
+	return path;
+}
+
+struct lease_watch {
+	const hs_server *s;
+	const char *path;
+	char expires_at[64];
+};
+
+/* The lease has ended, or was renewed since w->expires_at was read. */
+static bool lease_renewed_or_ended(void *arg)
+{
+	struct lease_watch *w = arg;
+	json_t *l = hs_get_json(w->s, w->path, 200);
+	bool yes = strcmp(hs_str(l, "state"), "held") != 0 ||
+		   strcmp(hs_str(l, "expires_at"), w->expires_at) != 0;
+	json_decref(l);
+	return yes;
+}
+
+static bool lease_is(const hs_server *s, const char *path, const char *state)
+{
+	json_t *l = hs_get_json(s, path, 200);
+	bool yes = strcmp(hs_str(l, "state"), state) == 0;
+	json_decref(l);
+	return yes;
+}
+
+/*
+ * `sh -c 'CHILD & exit 5'`: sh exits at once, its background child runs on. baton lock
+ * keeps the lease, renewed, until the child has ended too, then releases it and exits
+ * with the command's own status (5). The old baton lock released the lease and exited
+ * as soon as sh ended.
+ */
+static void test_background_child_keeps_the_lease(void **state)
+{
+	hs_server *s = *state;
+	char script[768];
+	snprintf(script, sizeof script,
+		 "(while [ ! -e %s ]; do sleep 0.05; done) & echo $! > %s.tmp; mv %s.tmp %s; "
+		 "echo $$ > %s; echo $BATON_LEASE_ID > %s.tmp; mv %s.tmp %s; exit 5",
+		 path_in("go"), path_in("bg.pid"), path_in("bg.pid"), path_in("bg.pid"),
+		 path_in("sh.pid"), path_in("id"), path_in("id"), path_in("id"));
+	const char *const args[] = {"lock", "db", "--ttl", "3s", "--", "sh", "-c", script, NULL};
+	client_proc *p = client_spawn(args, client_url_of(s), false);
+	if (!hs_wait_until(file_exists, path_in("id"), WAIT_MS))
+		fail_msg("the command never ran");
+	long sh = read_pid(path_in("sh.pid")), bg = read_pid(path_in("bg.pid"));
+	assert_true(hs_wait_until(pid_gone, (void *)(intptr_t)sh, WAIT_MS));
+	char *path = lease_path();
+	struct lease_watch w = {s, path, ""};
+	json_t *l = hs_get_json(s, path, 200);
+	if (strcmp(hs_str(l, "state"), "held") != 0)
+		fail_msg("the lease ended when sh exited, while its background child ran");
+	snprintf(w.expires_at, sizeof w.expires_at, "%s", hs_str(l, "expires_at"));
+	json_decref(l);
+	/* sh has ended: the lease must stay held, and be renewed, while its child runs */
+	assert_true(hs_wait_until(lease_renewed_or_ended, &w, WAIT_MS));
+	if (!lease_is(s, path, "held"))
+		fail_msg("the lease ended while the command's background child still ran");
+	assert_false(pid_gone((void *)(intptr_t)bg));
+	assert_true(client_running(p));
+	FILE *go = fopen(path_in("go"), "w");
+	assert_non_null(go);
+	fclose(go);
+	assert_int_equal(client_finish(p), 5);
+	client_free(p);
+	assert_true(pid_gone((void *)(intptr_t)bg)); /* gone before baton lock exited */
+	assert_true(lease_is(s, path, "released"));
+	free(path);
+}
+
+/*
+ * SIGINT to baton lock: sh dies of it, its background child ignores it (as sh makes
+ * background jobs do). The child must be ended before the lease is released: at no
+ * moment may the lease show released while the child still lives. The old baton lock
+ * released the lease and left the child running.
+ */
+static void test_sigint_ends_the_background_child_before_release(void **state)
+{
+	hs_server *s = *state;
+	client_proc *p;
+	spawn_holder(s, "15s", &p);
+	long child = read_pid(path_in("child.pid"));
+	char *path = lease_path();
+	assert_int_equal(kill(p->pid, SIGINT), 0);
+	int64_t deadline = hs_mono_ms() + WAIT_MS;
+	for (;;) {
+		bool running = client_running(p);
+		bool released = !lease_is(s, path, "held");
+		if (released && !pid_gone((void *)(intptr_t)child))
+			fail_msg("the lease was released while the command's child %ld ran", child);
+		if (!running)
+			break;
+		client_pump(p, HS_POLL_MS);
+		if (hs_mono_ms() > deadline)
+			fail_msg("baton lock did not end after SIGINT\nstderr:\n%s", p->e.p);
+	}
+	assert_int_equal(client_finish(p), 130);
+	client_free(p);
+	assert_true(pid_gone((void *)(intptr_t)child));
+	assert_true(lease_is(s, path, "released"));
+	free(path);
+}
+
+static long waiters(const hs_server *s)
+{
+	json_t *r = hs_get_json(s, "/resources/db", 200);
+	long n = (long)json_array_size(json_object_get(r, "waiters"));
+	json_decref(r);
+	return n;
+}
+
+static long read_token(const char *name)
+{
+	char *t = slurp(path_in(name));
+	assert_non_null(t);
+	long token = strtol(t, NULL, 10);
+	free(t);
+	return token;
+}
+
+/*
+ * A --wait longer than one acquire request (made 1 s for A here through
+ * BATON_LOCK_REQUEST_WAIT_MS; B waits in one request) keeps its place in the queue: A
+ * queues first, B second, A's requests follow each other several times, and when the
+ * holder leaves A is granted first. The old baton lock asked again with a new
+ * request_id after each request, at the back of the queue, behind B.
+ */
+static void test_long_wait_keeps_its_place(void **state)
+{
+	hs_server *s = *state;
+	hs_response r;
+	assert_int_equal(
+	    hs_post(s, "/resources/db/leases", "{\"holder\": \"first\", \"ttl_ms\": 120000}", &r),
+	    0);
+	assert_int_equal(r.status, 201);
+	char del[256];
+	snprintf(del, sizeof del, "/leases/%s", hs_str(r.json, "id"));
+	hs_response_fini(&r);
+	assert_int_equal(setenv("BATON_LOCK_REQUEST_WAIT_MS", "1000", 1), 0);
+	client_proc *p[2];
+	static const char *const names[] = {"a", "b"};
+	for (int i = 0; i < 2; i++) {
+		char script[256];
+		snprintf(script, sizeof script, "echo $BATON_FENCING_TOKEN > %s/%s.tok", dir,
+			 names[i]);
+		const char *const args[] = {"lock", "db", "--holder", names[i], "--wait", "60s",
+					    "--",   "sh", "-c",	      script,	NULL};
+		if (i == 1)
+			unsetenv("BATON_LOCK_REQUEST_WAIT_MS");
+		p[i] = client_spawn(args, client_url_of(s), false);
+		int64_t deadline = hs_mono_ms() + WAIT_MS;
+		while (waiters(s) < i + 1) {
+			assert_true(client_running(p[i]) && hs_mono_ms() < deadline);
+			client_pump(p[i], HS_POLL_MS);
+		}
+	}
+	/* A's third request at least: two seconds past its first request's wait */
+	int64_t deadline = hs_mono_ms() + WAIT_MS;
+	while (!strstr(p[0]->e.p, "after 2 s")) {
+		if (!client_running(p[0]) || hs_mono_ms() > deadline)
+			fail_msg("A did not wait on\nstderr:\n%s", p[0]->e.p);
+		client_pump(p[0], 100);
+	}
+	hs_request rel = {.method = "DELETE", .path = del};
+	assert_int_equal(hs_send(s, &rel, &r), 0);
+	assert_int_equal(r.status, 204);
+	hs_response_fini(&r);
+	for (int i = 0; i < 2; i++) {
+		int code = client_finish(p[i]);
+		if (code != 0)
+			fail_msg("%s: exit %d\nstderr:\n%s", names[i], code, p[i]->e.p);
+		client_free(p[i]);
+	}
+	long a = read_token("a.tok"), b = read_token("b.tok");
+	if (a > b)
+		fail_msg("B (token %ld) was granted before A (token %ld), which queued first", b,
+			 a);
+}
+
+/* A command that ignores SIGTERM (so only SIGKILL ends it), its pid in DIR/sh.pid. */
+static const char *stubborn_script(void)
+{
+	static char script[512];
+	snprintf(script, sizeof script,
+		 "trap '' TERM; echo $$ > %s.tmp; mv %s.tmp %s; while :; do sleep 0.1; done",
+		 path_in("sh.pid"), path_in("sh.pid"), path_in("sh.pid"));
+	return script;
+}
+
+/*
+ * The grant's answer arrives 1.5 s after the server received the acquire (and counted
+ * the ttl from then), and no renewal succeeds: the command must be gone before the
+ * server's ttl of 6 s has passed since it received the acquire. Counting the lease
+ * from the answer's arrival, as baton lock once did, kills it 6.5 s after.
+ */
+static void test_lease_counts_from_the_acquire_send(void **state)
+{
+	(void)state;
+	fake = stub_open();
+	assert_non_null(fake);
+	stub_route(fake, (stub_rule){"POST", "/resources/", 201,
+				     "{\"id\": \"lease-slow\", \"state\": \"held\", "
+				     "\"fencing_token\": 1, \"ttl_ms\": 6000}",
+				     1500});
+	stub_route(fake, (stub_rule){"POST", "/leases/", 503, "{\"title\": \"busy\"}", 0});
+	stub_route(fake, (stub_rule){"DELETE", "/leases/", 204, NULL, 0});
+	char *url = stub_url(fake);
+	const char *const args[] = {"lock", "db", "--ttl",	     "6s", "--",
+				    "sh",   "-c", stubborn_script(), NULL};
+	client_proc *p = client_spawn(args, url, false);
+	free(url);
+	if (!hs_wait_until(file_exists, path_in("sh.pid"), WAIT_MS))
+		fail_msg("the command never ran");
+	long sh = read_pid(path_in("sh.pid"));
+	assert_true(hs_wait_until(pid_gone, (void *)(intptr_t)sh, WAIT_MS));
+	int64_t gone = hs_mono_ms(), received = stub_first_arrival(fake, "POST", "/resources/");
+	assert_int_equal(client_finish(p), 76);
+	client_free(p);
+	assert_true(received > 0);
+	if (gone - received >= 6000)
+		fail_msg("the command ran until %lld ms after the server received the acquire; "
+			 "the lease's ttl is 6000 ms",
+			 (long long)(gone - received));
+}
+
+/*
+ * Durations out of range are usage errors (exit 2, nothing sent or run): a --wait whose
+ * deadline overflows the clock, a --ttl the server would refuse, values that are not
+ * finite numbers; the same for baton worker's --ttl. The largest --ttl still works.
+ */
+static void test_durations_out_of_range_are_usage_errors(void **state)
+{
+	hs_server *s = *state;
+	static const char *const lock_bad[][2] = {
+	    {"--wait", "9223372036854s"},
+	    {"--wait", "1e400"},
+	    {"--wait", "inf"},
+	    {"--ttl", "48h"},
+	    {"--ttl", "nan"},
+	    {"--ttl", "-1s"},
+	};
+	char script[256];
+	snprintf(script, sizeof script, "touch %s", path_in("ran"));
+	for (size_t i = 0; i < sizeof lock_bad / sizeof *lock_bad; i++) {
+		const char *const args[] = {
+		    "lock", "db", lock_bad[i][0], lock_bad[i][1], "--", "sh", "-c", script, NULL};
+		client_proc *p = client_expect_exit(2, client_url_of(s), args);
+		assert_non_null(strstr(p->e.p, lock_bad[i][0]));
+		client_free(p);
+		assert_false(file_exists(path_in("ran")));
+	}
+	const char *const worker[] = {"worker", "--worker", "w",    "--ttl", "100000000",
+				      "--once", "--",	    "true", NULL};
+	client_proc *p = client_expect_exit(2, client_url_of(s), worker);
+	assert_non_null(strstr(p->e.p, "--ttl"));
+	client_free(p);
+	const char *const longest[] = {"lock", "db", "--ttl", "24h", "--", "true", NULL};
+	client_free(client_expect_exit(0, client_url_of(s), longest));
+}
+
 /* ---- baton worker ---- */
 
 static void submit_external(const hs_server *s, const char *worker)
@@ -305,6 +600,48 @@ static void test_worker_fails_with_status_and_stderr(void **state)
 	json_decref(wf);
 }
 
+/*
+ * The server stops answering heartbeats (503) while the task's command runs: baton
+ * worker must stop the command (which ignores SIGTERM) by its own clock, before the
+ * claim's ttl of 3 s has passed since the server received the claim, and report nothing.
+ * The old baton worker kept the command running, heartbeating in vain.
+ */
+static void test_worker_stops_the_command_by_its_own_clock(void **state)
+{
+	(void)state;
+	fake = stub_open();
+	assert_non_null(fake);
+	stub_route(fake, (stub_rule){"POST", "/tasks/claim", 200,
+				     "{\"id\": \"w1.0.1\", \"workflow_id\": \"w1\", \"step\": 0, "
+				     "\"worker\": \"w\", \"attempt\": 1, \"fencing_token\": 1, "
+				     "\"ttl_ms\": 3000, \"input\": {}}",
+				     0});
+	stub_route(fake, (stub_rule){"POST", "/tasks/", 503, "{\"title\": \"busy\"}", 0});
+	char *url = stub_url(fake);
+	const char *const args[] = {"worker", "--worker",	 "w", "--once", "--", "sh",
+				    "-c",     stubborn_script(), NULL};
+	client_proc *p = client_spawn(args, url, false);
+	free(url);
+	if (!hs_wait_until(file_exists, path_in("sh.pid"), WAIT_MS))
+		fail_msg("the command never ran");
+	long sh = read_pid(path_in("sh.pid"));
+	int64_t received = stub_first_arrival(fake, "POST", "/tasks/claim");
+	/* a bound well past the ttl, so that the old client fails here and not at WAIT_MS */
+	if (!hs_wait_until(pid_gone, (void *)(intptr_t)sh, 10000))
+		fail_msg(
+		    "the command still runs %lld ms after the claim was received (ttl 3000 ms)",
+		    (long long)(hs_mono_ms() - received));
+	int64_t gone = hs_mono_ms();
+	assert_int_equal(client_finish(p), 1);
+	client_free(p);
+	if (gone - received >= 3000)
+		fail_msg("the command ran until %lld ms after the server received the claim; "
+			 "the claim's ttl is 3000 ms",
+			 (long long)(gone - received));
+	assert_int_equal(stub_count(fake, "POST", "/tasks/w1.0.1/complete"), 0);
+	assert_int_equal(stub_count(fake, "POST", "/tasks/w1.0.1/fail"), 0);
+}
+
 int main(void)
 {
 	hs_filters_from_env();
@@ -317,8 +654,18 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_not_acquired_runs_nothing, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_sigterm_goes_to_the_command_first, setup,
 					    teardown),
+	    cmocka_unit_test_setup_teardown(test_lease_counts_from_the_acquire_send, setup,
+					    teardown),
+	    cmocka_unit_test_setup_teardown(test_background_child_keeps_the_lease, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_long_wait_keeps_its_place, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_sigint_ends_the_background_child_before_release,
+					    setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_durations_out_of_range_are_usage_errors, setup,
+					    teardown),
 	    cmocka_unit_test_setup_teardown(test_worker_completes_with_stdout, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_worker_fails_with_status_and_stderr, setup,
+					    teardown),
+	    cmocka_unit_test_setup_teardown(test_worker_stops_the_command_by_its_own_clock, setup,
 					    teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
