@@ -6,7 +6,8 @@
  * Cluster: three nodes, each reaching PostgreSQL through a proxy of its own that the test
  * can cut (tests/harness/proxy.h), --lease-ms LEASE_MS.
  * Clients: CLIENTS threads, each running `baton lock` again and again on the resource,
- * through the node that drives it (asked before each command). The command is a small
+ * naming every node (--server URL,URL,URL), each client and each command in another order:
+ * the client moves on from a node that refuses, times out or answers 503. The command is a small
  * Python program that writes the lease's fencing token, then a CLOCK_MONOTONIC stamp every
  * 10 ms, to a file of its own, for 50 to 1500 ms. A command that is killed stops stamping,
  * so a run (first stamp to last) is what really ran under the lease.
@@ -85,22 +86,27 @@ static int64_t mono(void)
 	return hs_mono_ms();
 }
 
-/* The port of the node that drives RESOURCE, as the database says, else of a live node;
- * 0 when no node runs. */
-static int owner_port(suite *t, unsigned *rnd)
+/* Every running node's URL, comma-separated, starting at node `first` (each client names
+ * them in another order, as `baton lock --server` takes them); "" when none runs. */
+static void server_list(suite *t, int first, char *out, size_t n)
 {
-	int who = cl_part_owner(&t->cl, cl_part_of(RESOURCE));
+	size_t len = 0;
+	out[0] = 0;
 	pthread_mutex_lock(&t->mu);
-	int port = 0;
-	if (who >= 0 && t->cl.node[who] && hs_running(t->cl.node[who]))
-		port = hs_port(t->cl.node[who]);
-	for (int k = 0, start = (int)(rand_r(rnd) % NODES); k < NODES && !port; k++) {
-		hs_server *s = t->cl.node[(start + k) % NODES];
+	for (int k = 0; k < NODES; k++) {
+		hs_server *s = t->cl.node[(first + k) % NODES];
 		if (s && hs_running(s))
-			port = hs_port(s);
+			len += (size_t)snprintf(out + len, n - len, "%shttp://127.0.0.1:%d",
+						len ? "," : "", hs_port(s));
 	}
 	pthread_mutex_unlock(&t->mu);
-	return port;
+}
+
+/* The index of the node that drives RESOURCE, as the database says; -1 when unknown. */
+static int owner(suite *t)
+{
+	int who = cl_part_owner(&t->cl, cl_part_of(RESOURCE));
+	return who >= 0 && who < NODES ? who : -1;
 }
 
 static void *client_main(void *arg)
@@ -108,17 +114,17 @@ static void *client_main(void *arg)
 	suite *t = the;
 	int me = (int)(intptr_t)arg;
 	unsigned rnd = t->seed * 31u + (unsigned)me;
-	while (!atomic_load(&t->stop)) {
-		int port = owner_port(t, &rnd);
-		if (!port) {
+	for (int round = 0; !atomic_load(&t->stop); round++) {
+		char url[3 * 32];
+		server_list(t, me + round, url, sizeof url);
+		if (!url[0]) {
 			hs_pause_ms(100);
 			continue;
 		}
 		int n = atomic_fetch_add(&t->runs, 1);
 		if (n >= MAX_RUNS)
 			break;
-		char url[64], file[PATH_MAX + 32], ms[16], holder[16];
-		snprintf(url, sizeof url, "http://127.0.0.1:%d", port);
+		char file[PATH_MAX + 32], ms[16], holder[16];
 		snprintf(file, sizeof file, "%s/run-%d", t->dir, n);
 		snprintf(ms, sizeof ms, "%u", 50 + rand_r(&rnd) % 1450);
 		snprintf(holder, sizeof holder, "client-%d", me);
@@ -199,11 +205,8 @@ static int teardown(void **state)
 /* The node to strike: most often the one that drives the resource. */
 static int target(suite *t, unsigned *rnd)
 {
-	int port = owner_port(t, rnd);
-	for (int i = 0; i < NODES; i++)
-		if (port && t->cl.node[i] && hs_port(t->cl.node[i]) == port && rand_r(rnd) % 4)
-			return i;
-	return (int)(rand_r(rnd) % NODES);
+	int who = owner(t);
+	return who >= 0 && rand_r(rnd) % 4 ? who : (int)(rand_r(rnd) % NODES);
 }
 
 static void strike(suite *t, enum fault f, unsigned *rnd)
