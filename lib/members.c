@@ -15,8 +15,9 @@
  *    running here finishes on its step thread and its outcome is thrown away (the new
  *    owner runs it again under a higher fencing token, which the resource can check);
  *  - above its fair share (a node joined), it hands partitions over: no new grants there,
- *    and once nothing of one runs here, it gives it back in the database, leaves memory,
- *    and the other nodes are woken to take it.
+ *    and once no step thread runs an attempt of one, it gives it back in the database,
+ *    leaves memory, and the other nodes are woken to take it; held leases and claimed
+ *    tasks move with it (stored, their ttls counted again by the new owner).
  * A write refused by the fence (store_write_failure.fenced) says the same as a lost
  * partition, earlier: members_fenced() reads what the database shows and drops the rest.
  *
@@ -342,9 +343,13 @@ int members_fenced(baton_engine *e, baton_error *err)
 
 /* ---- handing over ---- */
 
+/* busy: an attempt runs on a step thread here (its outcome must be written by this node).
+ * A held lease or a claimed task does not keep a partition: their holders, tokens and ttls
+ * are stored, and the new owner counts every ttl again from its claim, after any expiry
+ * promised here (lease.c, task.c); their holders renew through the new owner. */
 typedef struct part_use {
 	int wfs[PARTS];
-	int busy[PARTS]; /* something runs or is held here */
+	int busy[PARTS];
 } part_use;
 
 static void count_use(void *ctx, void *value)
@@ -356,7 +361,8 @@ static void count_use(void *ctx, void *value)
 	int p = part_of(wf->resource);
 	u->wfs[p]++;
 	const step_row *st = wf->cur < wf->steps_total ? &wf->steps[wf->cur] : NULL;
-	if (wf->in_flight || wf->task_claimed || (st && st->status == ST_RUNNING))
+	int outside = wf->lease || (st && task_is_external(st)); /* held by a process elsewhere */
+	if (wf->in_flight || (!outside && st && st->status == ST_RUNNING))
 		u->busy[p] = 1;
 }
 

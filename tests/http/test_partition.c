@@ -215,6 +215,57 @@ static void test_refused_changes_are_not_answered_done(void **state)
 	json_decref(task);
 }
 
+/* A node above its share hands partitions over whatever leases they hold: a partition moves
+ * with its held leases, which keep their holder and token on the new owner and renew
+ * there. (Before, a partition with a held lease was never handed over, and no resource of
+ * it was granted meanwhile.) */
+static void test_hand_over_moves_held_leases(void **state)
+{
+	SKIP_UNLESS_PG();
+	cluster *c = *state;
+	assert_int_equal(cl_open(c, 1, LEASE_MS, NULL), 0);
+	assert_true(cl_wait_balanced(c, 0, 1, WAIT_MS));
+	static char names[CL_PARTS][64];
+	static char ids[CL_PARTS][128];
+	json_int_t tokens[CL_PARTS];
+	unsigned long long avoid = 0;
+	for (int i = 0; i < CL_PARTS; i++) {
+		char path[200];
+		cl_pick_resource(c, 0, "held", &avoid, names[i], sizeof names[i]);
+		snprintf(path, sizeof path, "/resources/%.63s/leases", names[i]);
+		json_t *l;
+		assert_int_equal(
+		    call(c->node[0], "POST", path, "{\"holder\": \"h\", \"ttl_ms\": 120000}", &l),
+		    201);
+		snprintf(ids[i], sizeof ids[i], "%s", hs_str(l, "id"));
+		tokens[i] = hs_int(l, "fencing_token");
+		json_decref(l);
+	}
+	/* a second node joins: node0 must hand half of its partitions over */
+	char lease[16];
+	snprintf(lease, sizeof lease, "%d", LEASE_MS);
+	const char *args[] = {"--node-id", "node1", "--lease-ms", lease, NULL};
+	snprintf(c->id[1], sizeof c->id[1], "node1");
+	c->node[1] = hs_open_node(c->node[0], args);
+	assert_non_null(c->node[1]);
+	c->n = 2;
+	assert_true(cl_wait_balanced(c, 0, 3, WAIT_MS));
+	int moved = 0;
+	for (int i = 0; i < CL_PARTS; i++) {
+		int who = cl_part_owner(c, cl_part_of(names[i]));
+		assert_true(who == 0 || who == 1);
+		moved += who == 1;
+		char path[200];
+		snprintf(path, sizeof path, "/leases/%.127s/renew", ids[i]);
+		json_t *l;
+		assert_int_equal(call(c->node[who], "POST", path, NULL, &l), 200);
+		assert_string_equal(hs_str(l, "state"), "held");
+		assert_int_equal(hs_int(l, "fencing_token"), tokens[i]);
+		json_decref(l);
+	}
+	assert_true(moved > 0);
+}
+
 int main(void)
 {
 	hs_filters_from_env();
@@ -223,6 +274,7 @@ int main(void)
 					    teardown),
 	    cmocka_unit_test_setup_teardown(test_refused_changes_are_not_answered_done, setup,
 					    teardown),
+	    cmocka_unit_test_setup_teardown(test_hand_over_moves_held_leases, setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
