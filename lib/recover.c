@@ -15,6 +15,7 @@ typedef struct recovery {
 	VEC(wf_row *) cancels;	   /* a cancel was requested on another node */
 	VEC(wf_row *) interrupted; /* held the resource when the process stopped */
 	VEC(wf_row *) waiting;	   /* were queued for it */
+	VEC(wf_row *) fresh;	   /* ask for it now: after all of those, in load order */
 } recovery;
 
 static void recover_workflow(void *ctx, wf_row *wf)
@@ -67,7 +68,7 @@ static void recover_workflow(void *ctx, wf_row *wf)
 	} else if (st->status == ST_RETRYING) {
 		eng_timer_push(e, st->next_attempt_at, wf->id);
 	} else {
-		eng_request(e, wf, wf->cur, e->now);
+		VEC_PUSH(rc->fresh, wf);
 	}
 	eng_touch_wf(e, wf);
 	if (cancel)
@@ -108,6 +109,11 @@ int eng_recover(baton_engine *e, uint64_t parts, int inbox, baton_error *err)
 	/* A step that held its resource gets it back before every later request. */
 	requeue(e, r.interrupted.v, r.interrupted.n);
 	requeue(e, r.waiting.v, r.waiting.n);
+	/* Then the steps that never queued (submissions stored for this node, steps whose
+	 * turn came): behind every request that was queued before them. */
+	for (size_t i = 0; i < r.fresh.n; i++)
+		eng_request(e, r.fresh.v[i], r.fresh.v[i]->cur, e->now);
+	free(r.fresh.v);
 	for (size_t i = 0; i < r.cancels.n; i++)
 		eng_cancel_wf(e, r.cancels.v[i], e->now);
 	free(r.cancels.v);

@@ -16,6 +16,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -266,6 +267,66 @@ static void test_hand_over_moves_held_leases(void **state)
 	assert_true(moved > 0);
 }
 
+static bool one_waiter_on(void *arg)
+{
+	void **a = arg;
+	char path[200];
+	snprintf(path, sizeof path, "/resources/%s", (const char *)a[1]);
+	json_t *res = hs_get_json(a[0], path, 200);
+	bool yes = json_array_size(json_object_get(res, "waiters")) == 1;
+	json_decref(res);
+	return yes;
+}
+
+static bool owner_is_1(void *arg)
+{
+	void **a = arg;
+	return cl_part_owner(a[0], cl_part_of(a[1])) == 1;
+}
+
+/* A failover keeps FIFO exactly: a workflow that waited on the dead owner is granted before
+ * one submitted to another node after the owner died (stored, not yet adopted by anyone). */
+static void test_failover_keeps_fifo(void **state)
+{
+	SKIP_UNLESS_PG();
+	cluster *c = *state;
+	assert_int_equal(cl_open(c, 2, LEASE_MS, NULL), 0);
+	assert_true(cl_wait_balanced(c, 0, 3, WAIT_MS));
+	unsigned long long avoid = 0;
+	char res[64], path[200], body[300];
+	cl_pick_resource(c, 0, "fifo", &avoid, res, sizeof res);
+	snprintf(path, sizeof path, "/resources/%s/leases", res);
+	json_t *lease;
+	assert_int_equal(
+	    call(c->node[0], "POST", path, "{\"holder\": \"h\", \"ttl_ms\": 60000}", &lease), 201);
+	snprintf(body, sizeof body, "{\"id\": \"w1\", \"resource\": \"%s\", \"workers\": [\"a\"]}",
+		 res);
+	assert_int_equal(call(c->node[0], "POST", "/workflows", body, NULL), 201);
+	void *args[2] = {c->node[0], res};
+	assert_true(hs_wait_until(one_waiter_on, args, WAIT_MS));
+	hs_kill(c->node[0]);
+	snprintf(body, sizeof body, "{\"id\": \"w2\", \"resource\": \"%s\", \"workers\": [\"b\"]}",
+		 res);
+	assert_int_equal(call(c->node[1], "POST", "/workflows", body, NULL), 201);
+	void *own[2] = {c, res};
+	assert_true(hs_wait_until(owner_is_1, own, WAIT_MS));
+	snprintf(path, sizeof path, "/leases/%s", hs_str(lease, "id"));
+	long released = 0;
+	for (int64_t end = hs_mono_ms() + WAIT_MS; hs_mono_ms() < end && released != 204;) {
+		released = call(c->node[1], "DELETE", path, NULL, NULL);
+		if (released != 204)
+			hs_pause_ms(200); /* node1 loads the partition it claimed */
+	}
+	assert_int_equal(released, 204);
+	json_t *w1 = hs_wait_workflow(c->node[1], "w1", "completed", WAIT_MS);
+	json_t *w2 = hs_wait_workflow(c->node[1], "w2", "completed", WAIT_MS);
+	assert_true(hs_int(hs_step_at(w1, 0), "fencing_token") <
+		    hs_int(hs_step_at(w2, 0), "fencing_token"));
+	json_decref(w1);
+	json_decref(w2);
+	json_decref(lease);
+}
+
 int main(void)
 {
 	hs_filters_from_env();
@@ -275,6 +336,7 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_refused_changes_are_not_answered_done, setup,
 					    teardown),
 	    cmocka_unit_test_setup_teardown(test_hand_over_moves_held_leases, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_failover_keeps_fifo, setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
