@@ -161,12 +161,18 @@ static int answered(srv *s, request *r, void *data, response *out)
 	}
 	const char *id = json_string_value(json_object_get(lease, "id"));
 	if (a->acquire && a->created && id) {
-		if (srv_peer_gone(srv_conn_fd(r->conn))) { /* granted to a client that left */
+		if (srv_peer_gone(srv_conn_fd(r->conn))) {
+			/* Granted to a client that closed its side: given back at once. One that
+			 * only half-closed still reads this answer, which must say so. */
 			baton_lease_abandon(s->engine, id, 1);
-		} else {
-			snprintf(r->lease_granted, sizeof r->lease_granted, "%s", id);
-			snprintf(out->location, sizeof out->location, "/leases/%s", id);
+			json_decref(lease);
+			return reply_problem(
+			    out, 409,
+			    "the client closed its side of the connection before the"
+			    " grant could be answered: the lease was released");
 		}
+		snprintf(r->lease_granted, sizeof r->lease_granted, "%s", id);
+		snprintf(out->location, sizeof out->location, "/leases/%s", id);
 	}
 	if (!lease)
 		return reply_problem(out, 500, "no lease in the engine's answer");

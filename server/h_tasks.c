@@ -53,10 +53,16 @@ static int answered(srv *s, request *r, void *data, response *out)
 	const char *id = json_string_value(json_object_get(task, "id"));
 	if (a->claim && id) {
 		if (srv_peer_gone(srv_conn_fd(r->conn))) {
+			/* Claimed for a worker that closed its side: offered again at once. One
+			 * that only half-closed still reads this answer, which must say so. */
 			unclaim(s, id);
-		} else {
-			snprintf(r->task_claimed, sizeof r->task_claimed, "%s", id);
+			json_decref(task);
+			return reply_problem(
+			    out, 409,
+			    "the worker closed its side of the connection before the"
+			    " claim could be answered: the task is offered again");
 		}
+		snprintf(r->task_claimed, sizeof r->task_claimed, "%s", id);
 	}
 	return reply_json(out, 200, task);
 }

@@ -178,6 +178,10 @@ int hs_send(const hs_server *s, const hs_request *req, hs_response *r);
 int hs_get(const hs_server *s, const char *path, hs_response *r);
 /* POST with Content-Type application/json; `body` is a NUL-terminated string or NULL. */
 int hs_post(const hs_server *s, const char *path, const char *body, hs_response *r);
+/* POSTs a JSON body over a raw socket with "Connection: close", then shuts its own side down
+ * for writing (a half-close, as `nc -N` does) and reads the whole answer. Returns the status
+ * (0 when none could be read); *out gets the JSON body (new reference) or NULL. */
+long hs_post_half_closed(const hs_server *s, const char *path, const char *body, json_t **out);
 void hs_response_fini(hs_response *r);
 /* For the harness's own libcurl requests: the value of header line `line` when its name
  * is `name` (case-insensitive; a new string, or NULL). */

@@ -5,7 +5,11 @@
  */
 #include "harness.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 #include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -613,4 +617,40 @@ json_t *hs_step_at(const json_t *wf, size_t i)
 	json_t *st = json_array_get(json_object_get(wf, "steps"), i);
 	assert_non_null(st);
 	return st;
+}
+
+long hs_post_half_closed(const hs_server *s, const char *path, const char *body, json_t **out)
+{
+	*out = NULL;
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return 0;
+	struct timeval tv = {HS_REQUEST_TIMEOUT_MS / 1000, 0};
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)hs_port(s))};
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	char req[4096];
+	int n = snprintf(req, sizeof req,
+			 "POST %s HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+			 "Content-Length: %zu\r\nConnection: close\r\n\r\n%s",
+			 path, strlen(body), body);
+	long status = 0;
+	if (n > 0 && (size_t)n < sizeof req &&
+	    connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0 && write(fd, req, (size_t)n) == n &&
+	    shutdown(fd, SHUT_WR) == 0) {
+		static char resp[65536];
+		size_t len = 0;
+		ssize_t got;
+		while (len < sizeof resp - 1 &&
+		       (got = read(fd, resp + len, sizeof resp - 1 - len)) > 0)
+			len += (size_t)got;
+		resp[len] = 0;
+		if (sscanf(resp, "HTTP/1.1 %ld", &status) != 1)
+			status = 0;
+		const char *b = strstr(resp, "\r\n\r\n");
+		if (b)
+			*out = json_loads(b + 4, JSON_DISABLE_EOF_CHECK, NULL);
+	}
+	close(fd);
+	return status;
 }

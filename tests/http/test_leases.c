@@ -312,6 +312,25 @@ static void test_disconnected_waiter_leaves_queue(void **state)
 	json_decref(a);
 }
 
+/* A client that half-closes its socket after its request (as `nc -N` does) is never told it
+ * holds a lease it does not hold: either 201 and the lease is held, or a refusal and the
+ * resource is free. */
+static void test_half_closed_client_is_told_the_truth(void **state)
+{
+	hs_server *s = *state;
+	json_t *l;
+	long st = hs_post_half_closed(s, "/resources/db/leases", "{\"holder\": \"h\"}", &l);
+	assert_true(st == 201 || st == 409);
+	json_t *res = resource(s, "db");
+	json_t *holder = json_object_get(res, "holder");
+	if (st == 201)
+		assert_string_equal(hs_str(holder, "lease_id"), hs_str(l, "id"));
+	else
+		assert_true(json_is_null(holder));
+	json_decref(res);
+	json_decref(l);
+}
+
 static void test_request_id_returns_same_lease(void **state)
 {
 	hs_server *s = *state;
@@ -572,6 +591,8 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_wait_ms_ends_and_leaves_queue, hs_setup,
 					    hs_teardown),
 	    cmocka_unit_test_setup_teardown(test_disconnected_waiter_leaves_queue, hs_setup,
+					    hs_teardown),
+	    cmocka_unit_test_setup_teardown(test_half_closed_client_is_told_the_truth, hs_setup,
 					    hs_teardown),
 	    cmocka_unit_test_setup_teardown(test_request_id_returns_same_lease, hs_setup,
 					    hs_teardown),

@@ -234,6 +234,25 @@ static void test_kill9_claim_expires_after_restart(void **state)
 	json_decref(t2);
 }
 
+/* A worker that half-closes its socket after its claim is never told it holds a task it
+ * does not hold: either 200 and the step is claimed (its heartbeat works), or no task. */
+static void test_half_closed_claim_is_told_the_truth(void **state)
+{
+	hs_server *s = *state;
+	json_decref(submit(s, "w1", "db", "reindex", 3));
+	json_decref(hs_wait_step(s, "w1", 1, "running", WAIT_MS));
+	json_t *t;
+	long st = hs_post_half_closed(s, "/tasks/claim", "{\"wait_ms\": 0}", &t);
+	assert_true(st == 200 || st == 409 || st == 204);
+	if (st == 200) {
+		assert_int_equal(task_call(s, hs_str(t, "id"), "heartbeat", NULL), 200);
+	} else { /* the step is offered again: the next claim gets it */
+		json_t *t2 = claim_ok(s, "{\"wait_ms\": 10000}");
+		json_decref(t2);
+	}
+	json_decref(t);
+}
+
 static void test_unclaimed_step_holds_the_resource(void **state)
 {
 	hs_server *s = *state;
@@ -306,6 +325,8 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_fail_retryable_or_not, hs_setup, hs_teardown),
 	    cmocka_unit_test_setup_teardown(test_kill9_keeps_a_claim, hs_setup, hs_teardown),
 	    cmocka_unit_test_setup_teardown(test_kill9_claim_expires_after_restart, hs_setup,
+					    hs_teardown),
+	    cmocka_unit_test_setup_teardown(test_half_closed_claim_is_told_the_truth, hs_setup,
 					    hs_teardown),
 	    cmocka_unit_test_setup_teardown(test_unclaimed_step_holds_the_resource, hs_setup,
 					    hs_teardown),
