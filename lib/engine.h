@@ -198,6 +198,8 @@ struct baton_engine {
 	int64_t inbox_at;		   /* mono_ms of the next poll of the inbox */
 	uint64_t parts_gained, parts_lost; /* metrics_mu */
 	int parts_held;			   /* metrics_mu */
+	int parts_logged;		   /* the count the log last reported */
+	int64_t parts_log_at;		   /* mono_ms: report a changed count then */
 };
 
 /* engine.c */

@@ -286,7 +286,7 @@ static void load_gained(baton_engine *e)
 	pthread_mutex_lock(&e->metrics_mu);
 	e->parts_gained += (uint64_t)count_parts(mask);
 	pthread_mutex_unlock(&e->metrics_mu);
-	log_at(&e->log, BATON_LOG_INFO, NULL,
+	log_at(&e->log, BATON_LOG_DEBUG, NULL,
 	       "node %s now drives %d more partition%s (%zu unfinished workflow%s)", e->node_id,
 	       count_parts(mask), count_parts(mask) == 1 ? "" : "s", strmap_len(e->wfs) - before,
 	       strmap_len(e->wfs) - before == 1 ? "" : "s");
@@ -404,12 +404,41 @@ static void hand_over(baton_engine *e)
 	}
 }
 
+/* One line when the count of driven partitions has changed and stayed a second (a start
+ * claims its share in several reads; a line for each would say little). */
+static void log_share(baton_engine *e)
+{
+	int held = 0, loaded = 0;
+	for (int p = 0; p < PARTS; p++) {
+		held += e->epoch[p] != 0;
+		loaded += loaded_part(e, p);
+	}
+	if (held == e->parts_logged || loaded != held) {
+		e->parts_log_at = 0;
+		return;
+	}
+	if (!e->parts_log_at) {
+		e->parts_log_at = mono_ms() + 1000;
+		return;
+	}
+	if (mono_ms() < e->parts_log_at)
+		return;
+	log_at(&e->log, BATON_LOG_INFO, NULL,
+	       "node %s drives %d of %d partitions (its share: %d; %zu unfinished workflow%s in"
+	       " memory)",
+	       e->node_id, held, PARTS, e->want, strmap_len(e->wfs),
+	       strmap_len(e->wfs) == 1 ? "" : "s");
+	e->parts_logged = held;
+	e->parts_log_at = 0;
+}
+
 void members_round(baton_engine *e, int64_t now)
 {
 	(void)now;
 	if (!e->clustered || e->no_new_work)
 		return;
 	load_gained(e);
+	log_share(e);
 	uint64_t driven = 0;
 	for (int p = 0; p < PARTS; p++)
 		if (loaded_part(e, p) && !e->leaving[p])

@@ -327,6 +327,31 @@ static void test_failover_keeps_fifo(void **state)
 	json_decref(lease);
 }
 
+static bool logged_share(void *arg)
+{
+	char *log = hs_log_text(arg);
+	bool yes = log && strstr(log, "drives 64 of 64 partitions");
+	free(log);
+	return yes;
+}
+
+/* A node that starts alone says once that it drives all 64 partitions, not a line for each
+ * batch of partitions it claimed. */
+static void test_start_logs_one_summary(void **state)
+{
+	SKIP_UNLESS_PG();
+	cluster *c = *state;
+	assert_int_equal(cl_open(c, 1, LEASE_MS, NULL), 0);
+	assert_true(cl_wait_balanced(c, 0, 1, WAIT_MS));
+	assert_true(hs_wait_until(logged_share, c->node[0], WAIT_MS));
+	char *log = hs_log_text(c->node[0]);
+	int drives = 0;
+	for (const char *p = log; (p = strstr(p, "drives ")); p++)
+		drives++;
+	free(log);
+	assert_int_equal(drives, 1);
+}
+
 int main(void)
 {
 	hs_filters_from_env();
@@ -337,6 +362,7 @@ int main(void)
 					    teardown),
 	    cmocka_unit_test_setup_teardown(test_hand_over_moves_held_leases, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_failover_keeps_fifo, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_start_logs_one_summary, setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
