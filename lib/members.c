@@ -32,7 +32,7 @@
 #include <unistd.h>
 
 #define INBOX_POLL_MS	 1000
-#define DEFAULT_LEASE_MS 10000
+#define DEFAULT_LEASE_MS 3000
 
 static void post_ownership(void *ud, const store_ownership *o)
 {

@@ -28,7 +28,7 @@ static const config defaults = {
     .max_per_ip = 0,
     .conn_memory = 64 * 1024,
     .idle_resources = 1024,
-    .lease_ms = 10000,
+    .lease_ms = 3000,
     .cache_bytes = 64 * 1024 * 1024,
     .stream_buffer = 16 * 1024 * 1024,
 };

@@ -56,7 +56,7 @@ static int open_nodes(cluster *c, int n, int lease_ms, const char *const *extra,
 	for (int i = 0; i < n; i++) {
 		snprintf(c->id[i], sizeof c->id[i], "node%d", i);
 		const char *args[5 + MAX_EXTRA] = {"--node-id", c->id[i], "--lease-ms", lease};
-		int k = 4;
+		int k = lease_ms > 0 ? 4 : 2; /* 0: batond's default lease */
 		for (int j = 0; extra && extra[j]; j++) {
 			if (j == MAX_EXTRA) {
 				fprintf(stderr, "cluster: more than %d extra arguments\n",

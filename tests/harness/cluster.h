@@ -33,7 +33,8 @@ typedef struct cluster {
 } cluster;
 
 /*
- * Starts `n` nodes (at most CL_MAX_NODES) with --node-id nodeI --lease-ms lease_ms and
+ * Starts `n` nodes (at most CL_MAX_NODES) with --node-id nodeI --lease-ms lease_ms (0: no
+ * --lease-ms, batond's default) and
  * the `extra` arguments (NULL-terminated, may be NULL, at most 12). Returns 0, or -1 after
  * printing why and closing what it had started (c is then empty).
  */

@@ -20,6 +20,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "../harness/cluster.h"
 #include "../harness/harness.h"
@@ -352,6 +356,55 @@ static void test_start_logs_one_summary(void **state)
 	assert_int_equal(drives, 1);
 }
 
+/* With the default settings (batond's --lease-ms, baton lock's --ttl), a `baton lock` command
+ * naming every node keeps running through the kill -9 of the node that drives its resource:
+ * it renews through the node that takes the resource over before its own deadline. */
+static void test_lock_survives_owner_kill(void **state)
+{
+	SKIP_UNLESS_PG();
+	cluster *c = *state;
+	assert_int_equal(cl_open(c, 3, 0, NULL), 0);
+	assert_true(cl_wait_balanced(c, 0, 7, WAIT_MS));
+	unsigned long long avoid = 0;
+	char res[64], urls[128], path[200];
+	cl_pick_resource(c, 0, "survive", &avoid, res, sizeof res);
+	snprintf(urls, sizeof urls, "http://127.0.0.1:%d,http://127.0.0.1:%d,http://127.0.0.1:%d",
+		 hs_port(c->node[0]), hs_port(c->node[1]), hs_port(c->node[2]));
+	pid_t pid = fork();
+	if (pid == 0) {
+		const char *bin = getenv("BATON_CLIENT");
+		execl(bin, bin, "--server", urls, "lock", res, "--", "sleep", "25", (char *)NULL);
+		_exit(127);
+	}
+	assert_true(pid > 0);
+	/* held, then its owner dies */
+	snprintf(path, sizeof path, "/resources/%s", res);
+	int held = 0;
+	for (int64_t end = hs_mono_ms() + WAIT_MS; hs_mono_ms() < end && !held;) {
+		json_t *r = NULL;
+		held = call(c->node[0], "GET", path, NULL, &r) == 200 &&
+		       json_is_object(json_object_get(r, "holder"));
+		json_decref(r);
+		if (!held)
+			hs_pause_ms(100);
+	}
+	hs_pause_ms(3000); /* a renewal or two first */
+	hs_kill(c->node[0]);
+	int status = -1;
+	for (int64_t end = hs_mono_ms() + 120000; hs_mono_ms() < end;) {
+		if (waitpid(pid, &status, WNOHANG) == pid)
+			break;
+		hs_pause_ms(100);
+	}
+	if (waitpid(pid, &status, WNOHANG) == 0) {
+		kill(pid, SIGKILL);
+		waitpid(pid, &status, 0);
+	}
+	assert_true(held);
+	assert_true(WIFEXITED(status));
+	assert_int_equal(WEXITSTATUS(status), 0); /* 76 would say the lease was lost */
+}
+
 int main(void)
 {
 	hs_filters_from_env();
@@ -363,6 +416,7 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_hand_over_moves_held_leases, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_failover_keeps_fifo, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_start_logs_one_summary, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_lock_survives_owner_kill, setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
