@@ -15,20 +15,34 @@
 
 #define MAX_EXTRA 12
 
-static int open_nodes(cluster *c, int n, int lease_ms, const char *const *extra, int proxied);
+typedef struct node_env {
+	const char *name;
+	const char *const *values; /* one for each node */
+} node_env;
+
+static int open_nodes(cluster *c, int n, int lease_ms, const char *const *extra, int proxied,
+		      const node_env *env);
 
 int cl_open(cluster *c, int n, int lease_ms, const char *const *extra)
 {
-	return open_nodes(c, n, lease_ms, extra, 0);
+	return open_nodes(c, n, lease_ms, extra, 0, NULL);
 }
 
 int cl_open_proxied(cluster *c, int n, int lease_ms, const char *const *extra)
 {
-	return open_nodes(c, n, lease_ms, extra, 1);
+	return open_nodes(c, n, lease_ms, extra, 1, NULL);
+}
+
+int cl_open_proxied_env(cluster *c, int n, int lease_ms, const char *const *extra,
+			const char *env_name, const char *const *env_values)
+{
+	node_env env = {env_name, env_values};
+	return open_nodes(c, n, lease_ms, extra, 1, &env);
 }
 
 /* Node i's server, through its own proxy when proxied; started. NULL after printing why. */
-static hs_server *start_node(cluster *c, int i, const char *const *args, int proxied)
+static hs_server *start_node(cluster *c, int i, const char *const *args, int proxied,
+			     const node_env *env)
 {
 	if (!proxied)
 		return i == 0 ? hs_open(args) : hs_open_node(c->node[0], args);
@@ -36,6 +50,8 @@ static hs_server *start_node(cluster *c, int i, const char *const *args, int pro
 	if (pg <= 0 || !(c->px[i] = hs_proxy_open(pg)))
 		return NULL;
 	hs_server *s = hs_new(i == 0 ? NULL : c->node[0], args);
+	if (s && env)
+		hs_set_env(s, env->name, env->values[i]);
 	if (s && (hs_route_db(s, hs_proxy_port(c->px[i])) != 0 || hs_start(s) != 0)) {
 		hs_close(s);
 		s = NULL;
@@ -43,7 +59,8 @@ static hs_server *start_node(cluster *c, int i, const char *const *args, int pro
 	return s;
 }
 
-static int open_nodes(cluster *c, int n, int lease_ms, const char *const *extra, int proxied)
+static int open_nodes(cluster *c, int n, int lease_ms, const char *const *extra, int proxied,
+		      const node_env *env)
 {
 	memset(c, 0, sizeof *c);
 	if (n < 1 || n > CL_MAX_NODES) {
@@ -67,7 +84,7 @@ static int open_nodes(cluster *c, int n, int lease_ms, const char *const *extra,
 			args[k++] = extra[j];
 		}
 		args[k] = NULL;
-		c->node[i] = start_node(c, i, args, proxied);
+		c->node[i] = start_node(c, i, args, proxied, env);
 		c->n = i + 1;
 		if (!c->node[i]) {
 			fprintf(stderr, "cluster: node %d did not start\n", i);

@@ -43,6 +43,10 @@ int cl_open(cluster *c, int n, int lease_ms, const char *const *extra);
 /* Like cl_open, but each node reaches PostgreSQL through a proxy of its own (proxy.h), so that
  * cl_cut can partition it from the database while its clients still reach it. */
 int cl_open_proxied(cluster *c, int n, int lease_ms, const char *const *extra);
+/* The same, with one environment variable set for each node's batond (env_values[i] for node
+ * i; kept for its restarts), on top of the test process's own environment. */
+int cl_open_proxied_env(cluster *c, int n, int lease_ms, const char *const *extra,
+			const char *env_name, const char *const *env_values);
 /* Cuts node i off PostgreSQL (every connection dropped, new ones refused) / lets it back. They
  * fail the running test on a cluster that is not proxied, or a port that cannot be bound. */
 void cl_cut(cluster *c, int i);

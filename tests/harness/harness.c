@@ -634,3 +634,52 @@ long long hs_db_count(hs_server *s, const char *sql)
 	}
 	return value;
 }
+
+const char *hs_faketime_lib(void)
+{
+	static const char *const libs[] = {
+	    "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1",
+	    "/usr/lib/aarch64-linux-gnu/faketime/libfaketimeMT.so.1",
+	    "/usr/lib/faketime/libfaketimeMT.so.1",
+	};
+	for (size_t i = 0; i < sizeof libs / sizeof *libs; i++)
+		if (access(libs[i], R_OK) == 0)
+			return libs[i];
+	return NULL;
+}
+
+int hs_faketime_env(int on)
+{
+	static char *asan_was;
+	static int saved;
+	const char *lib = hs_faketime_lib();
+	if (on && !lib)
+		return -1;
+	if (on) {
+		const char *asan = getenv("ASAN_OPTIONS");
+		if (!saved) {
+			free(asan_was);
+			asan_was = asan ? strdup(asan) : NULL;
+			saved = 1;
+		}
+		char asan_now[512];
+		snprintf(asan_now, sizeof asan_now, "%s%sverify_asan_link_order=0",
+			 asan_was ? asan_was : "", asan_was && *asan_was ? ":" : "");
+		setenv("ASAN_OPTIONS", asan_now, 1);
+		setenv("LD_PRELOAD", lib, 1);
+		setenv("FAKETIME_NO_CACHE", "1", 1);
+		setenv("DONT_FAKE_MONOTONIC", "1", 1);
+		return 0;
+	}
+	unsetenv("LD_PRELOAD");
+	unsetenv("FAKETIME_NO_CACHE");
+	unsetenv("DONT_FAKE_MONOTONIC");
+	if (saved) {
+		if (asan_was)
+			setenv("ASAN_OPTIONS", asan_was, 1);
+		else
+			unsetenv("ASAN_OPTIONS");
+		saved = 0;
+	}
+	return 0;
+}

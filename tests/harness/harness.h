@@ -77,6 +77,15 @@ hs_server *hs_new(const hs_server *first, const char *const *extra_args);
 /* For the next starts: the PostgreSQL URL batond gets reaches the server through `port` on
  * 127.0.0.1 (a proxy in front of it, proxy.h). 0, or -1 on SQLite. */
 int hs_route_db(hs_server *s, int port);
+/* libfaketime's multi-threaded library (Debian's faketime package), or NULL when missing. */
+const char *hs_faketime_lib(void);
+/* Sets (on) or removes (off) in the test process's environment what a batond started from now
+ * on needs to run under libfaketime, reading its offset from the file named by
+ * FAKETIME_TIMESTAMP_FILE (set by the caller): LD_PRELOAD, FAKETIME_NO_CACHE,
+ * DONT_FAKE_MONOTONIC (a real clock step moves CLOCK_REALTIME only), and ASan's leave to
+ * find its runtime after libfaketime. Returns -1 when libfaketime is missing. Processes
+ * other than batond (clients, PostgreSQL) must be started with it off. */
+int hs_faketime_env(int on);
 /* The port of the PostgreSQL server of BATON_TEST_PG, or -1 without one. */
 int hs_pg_port(void);
 

@@ -26,12 +26,6 @@
 
 #define WAIT_MS 60000
 
-static const char *const faketime_libs[] = {
-    "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1",
-    "/usr/lib/aarch64-linux-gnu/faketime/libfaketimeMT.so.1",
-    "/usr/lib/faketime/libfaketimeMT.so.1",
-};
-
 typedef struct stepped {
 	hs_server *s;
 	char file[PATH_MAX];
@@ -49,18 +43,9 @@ static void set_offset(const stepped *t, const char *offset)
 	assert_int_equal(rename(tmp, t->file), 0);
 }
 
-static const char *faketime_lib(void)
-{
-	for (size_t i = 0; i < sizeof faketime_libs / sizeof *faketime_libs; i++)
-		if (access(faketime_libs[i], R_OK) == 0)
-			return faketime_libs[i];
-	return NULL;
-}
-
 static int setup(void **state)
 {
-	const char *lib = faketime_lib();
-	if (!lib) {
+	if (!hs_faketime_lib()) {
 		fprintf(stderr, "libfaketime is not installed (Debian package faketime)\n");
 		return -1;
 	}
@@ -74,28 +59,11 @@ static int setup(void **state)
 		free(t);
 		return -1;
 	}
-	/* An ASan build wants its runtime first among the preloads; libfaketime only wraps the
-	 * clock functions, so the order does not matter to what is tested. */
-	const char *asan = getenv("ASAN_OPTIONS");
-	char *asan_was = asan ? strdup(asan) : NULL;
-	char asan_now[512];
-	snprintf(asan_now, sizeof asan_now, "%s%sverify_asan_link_order=0", asan ? asan : "",
-		 asan && *asan ? ":" : "");
-	setenv("ASAN_OPTIONS", asan_now, 1);
-	setenv("LD_PRELOAD", lib, 1);
+	hs_faketime_env(1);
 	setenv("FAKETIME_TIMESTAMP_FILE", t->file, 1);
-	setenv("FAKETIME_NO_CACHE", "1", 1);
-	setenv("DONT_FAKE_MONOTONIC", "1", 1);
 	t->s = hs_open(NULL);
-	unsetenv("LD_PRELOAD");
 	unsetenv("FAKETIME_TIMESTAMP_FILE");
-	unsetenv("FAKETIME_NO_CACHE");
-	unsetenv("DONT_FAKE_MONOTONIC");
-	if (asan_was)
-		setenv("ASAN_OPTIONS", asan_was, 1);
-	else
-		unsetenv("ASAN_OPTIONS");
-	free(asan_was);
+	hs_faketime_env(0);
 	if (!t->s) {
 		unlink(t->file);
 		free(t);

@@ -14,7 +14,9 @@
  * Faults, one at a time, chosen by a seeded generator (LOCKFAULTS_SEED replays a run; the
  * seed is printed): the driving node (or another) cut off from the database for 2.5 to 4.5
  * node leases; paused (SIGSTOP) past its lease; killed (SIGKILL) and started again; the
- * PostgreSQL server restarted. The short form (make test) strikes each kind once in a
+ * PostgreSQL server restarted; its wall clock stepped by an hour either way (every node
+ * runs under libfaketime, reading an offset from a file of its own; the clients and
+ * PostgreSQL run on the real clock). The short form (make test) strikes each kind once in a
  * seeded order; LOCKFAULTS_ROUNDS=N (make torture) strikes N faults chosen at random.
  * Checks: no two runs overlap; fencing tokens strictly increase in the order the runs
  * started; the lock stays live (a command completes after the last fault).
@@ -49,9 +51,10 @@
 #define COMMAND_CAP 120000 /* a baton lock still running after this is killed (a hang) */
 #define RESOURCE    "lockfaults"
 
-enum fault { F_CUT, F_PAUSE, F_KILL, F_PG_RESTART, F_KINDS };
+enum fault { F_CUT, F_PAUSE, F_KILL, F_PG_RESTART, F_CLOCK, F_KINDS };
 static const char *const fault_name[F_KINDS] = {"cut off the database", "paused",
-						"killed and restarted", "PostgreSQL restarted"};
+						"killed and restarted", "PostgreSQL restarted",
+						"wall clock stepped"};
 
 static const char stamper[] =
     "import os, sys, time\n"
@@ -75,7 +78,9 @@ typedef struct suite {
 	atomic_int completed;  /* commands that exited 0 */
 	atomic_int exits[256]; /* how commands exited */
 	pid_t child[CLIENTS];  /* the running baton lock of each client, 0 for none */
-	pthread_mutex_t mu;    /* guards child[] and the cluster's node pointers' use */
+	char clock_file[NODES][PATH_MAX + 16]; /* each node's libfaketime offset */
+	int offset[NODES];		       /* its wall clock's step so far, in s */
+	pthread_mutex_t mu; /* guards child[] and the cluster's node pointers' use */
 	unsigned seed;
 } suite;
 
@@ -130,6 +135,7 @@ static void *client_main(void *arg)
 		snprintf(holder, sizeof holder, "client-%d", me);
 		pid_t pid = fork();
 		if (pid == 0) {
+			hs_faketime_env(0); /* batond's alone */
 			const char *bin = getenv("BATON_CLIENT");
 			execl(bin, bin, "--server", url, "lock", RESOURCE, "--ttl", "6s", "--wait",
 			      "20s", "--holder", holder, "--", "python3", "-c", stamper, file, ms,
@@ -191,6 +197,7 @@ static int teardown(void **state)
 	for (int i = 0; i < t->started; i++)
 		pthread_join(t->clients[i], NULL);
 	int rc = cl_close(&t->cl);
+	hs_faketime_env(0);
 	if (!getenv("BATON_TEST_KEEP")) {
 		char cmd[PATH_MAX + 16];
 		snprintf(cmd, sizeof cmd, "rm -rf '%s'", t->dir);
@@ -240,9 +247,26 @@ static void strike(suite *t, enum fault f, unsigned *rnd)
 		pthread_mutex_unlock(&t->mu);
 		assert_int_equal(rc, 0);
 		break;
-	default:
+	case F_CLOCK: {
+		int step = rand_r(rnd) % 2 ? 3600 : -3600;
+		t->offset[k] += step;
+		print_message("lockfaults: node%d %s by %+d s\n", k, fault_name[f], step);
+		char tmp[PATH_MAX + 32];
+		snprintf(tmp, sizeof tmp, "%s.tmp", t->clock_file[k]);
+		FILE *fp = fopen(tmp, "w");
+		assert_non_null(fp);
+		fprintf(fp, "%+d\n", t->offset[k]);
+		assert_int_equal(fclose(fp), 0);
+		assert_int_equal(rename(tmp, t->clock_file[k]), 0);
+		break;
+	}
+	default: {
 		print_message("lockfaults: %s\n", fault_name[f]);
-		assert_int_equal(hs_pg_restart(), 0);
+		hs_faketime_env(0); /* PostgreSQL runs on the real clock */
+		int restarted = hs_pg_restart();
+		hs_faketime_env(1);
+		assert_int_equal(restarted, 0);
+	}
 	}
 }
 
@@ -325,7 +349,21 @@ static void test_lock_under_faults(void **state)
 	print_message("lockfaults: seed %u (LOCKFAULTS_SEED=%u replays it), %s\n", t->seed, t->seed,
 		      rounds ? "random faults" : "each fault once");
 	unsigned rnd = t->seed;
-	assert_int_equal(cl_open_proxied(&t->cl, NODES, LEASE_MS, NULL), 0);
+	/* Every node runs under libfaketime with a clock file of its own (offset 0 until a
+	 * clock fault steps it); PostgreSQL and the clients run on the real clock. */
+	const char *files[NODES];
+	for (int i = 0; i < NODES; i++) {
+		snprintf(t->clock_file[i], sizeof t->clock_file[i], "%s/clock-%d", t->dir, i);
+		FILE *fp = fopen(t->clock_file[i], "w");
+		assert_non_null(fp);
+		fputs("+0\n", fp);
+		assert_int_equal(fclose(fp), 0);
+		files[i] = t->clock_file[i];
+	}
+	assert_int_equal(hs_faketime_env(1), 0);
+	assert_int_equal(
+	    cl_open_proxied_env(&t->cl, NODES, LEASE_MS, NULL, "FAKETIME_TIMESTAMP_FILE", files),
+	    0);
 	assert_true(cl_wait_balanced(&t->cl, 0, (1u << NODES) - 1, 60000));
 	the = t;
 	for (int i = 0; i < CLIENTS; i++) {
@@ -333,7 +371,7 @@ static void test_lock_under_faults(void **state)
 		    pthread_create(&t->clients[i], NULL, client_main, (void *)(intptr_t)i), 0);
 		t->started++;
 	}
-	enum fault order[F_KINDS] = {F_CUT, F_PAUSE, F_KILL, F_PG_RESTART};
+	enum fault order[F_KINDS] = {F_CUT, F_PAUSE, F_KILL, F_PG_RESTART, F_CLOCK};
 	for (int i = F_KINDS - 1; i > 0; i--) { /* a seeded shuffle */
 		int j = (int)(rand_r(&rnd) % (unsigned)(i + 1));
 		enum fault x = order[i];
