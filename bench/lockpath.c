@@ -55,6 +55,8 @@ typedef struct sys {
 	int floor;   /* 0: SQLite's floor, 1: PostgreSQL's */
 	int refused; /* the last failed request's status (503: not served) */
 	dvec lone_us, lone_ratio, hand, hand_ratio;
+	dvec acq_us;		   /* the acquire's part of the median pair, per round */
+	dvec lone_etcd, hand_etcd; /* this / etcd, per round */
 } sys;
 
 /* What one round's floors measured. */
@@ -116,26 +118,31 @@ static int release(sys *s, session *c)
 
 /* ---- the lone pair ---- */
 
-/* Median pair in us over up to max_pairs pairs or max_s seconds; -1 on a failure. */
-static int lone_run(sys *s, long max_pairs, double max_s, double *us)
+/* Median pair in us over up to max_pairs pairs or max_s seconds, and the median
+ * acquire within them; -1 on a failure. */
+static int lone_run(sys *s, long max_pairs, double max_s, double *us, double *acq_us)
 {
 	session c;
-	dvec lat = {0};
+	dvec lat = {0}, acq = {0};
 	int rc = session_open(s, &c);
 	/* One pair first, untimed: the connection is open and the resource known. */
 	if (rc == 0)
 		rc = acquire(s, &c, "bench-lone") || release(s, &c) ? -1 : 0;
 	double until = now_s() + max_s;
 	for (long i = 0; rc == 0 && i < max_pairs && now_s() < until; i++) {
-		double t0 = now_s();
-		if (acquire(s, &c, "bench-lone") || release(s, &c))
+		double t0 = now_s(), t1;
+		if (acquire(s, &c, "bench-lone") || (t1 = now_s(), release(s, &c))) {
 			rc = -1;
-		else
+		} else {
 			dvec_push(&lat, (now_s() - t0) * 1e6);
+			dvec_push(&acq, (t1 - t0) * 1e6);
+		}
 	}
 	session_close(s, &c);
 	*us = median(lat.v, lat.n);
+	*acq_us = median(acq.v, acq.n);
 	dvec_free(&lat);
+	dvec_free(&acq);
 	return rc;
 }
 
@@ -390,19 +397,20 @@ static const char *pair_name(const sys *s)
 /* One system's lone pairs and contenders in one round, against its floor. */
 static int measure(sys *s, const round_floor *f, int contend)
 {
-	double us, rate;
+	double us, acq, rate;
 	long pairs = opt.smoke ? 20 : 400, hand = opt.smoke ? 40 : 1000;
 	double secs = opt.smoke ? 0.5 : 2.0;
 	if (!s->up)
 		return 0;
-	if (lone_run(s, pairs, secs, &us) != 0) {
+	if (lone_run(s, pairs, secs, &us, &acq) != 0) {
 		printf("  %-19s %s: failed with status %d\n", s->label, pair_name(s), s->refused);
 		return -1;
 	}
 	dvec_push(&s->lone_us, us);
+	dvec_push(&s->acq_us, acq);
 	dvec_push(&s->lone_ratio, us / pair_floor_us(f, s->floor));
-	printf("  %-19s %s %.0f us (%.2fx its floor)", s->label, pair_name(s), us,
-	       us / pair_floor_us(f, s->floor));
+	printf("  %-19s %s %.0f us (acquire %.0f us; %.2fx its floor)", s->label, pair_name(s), us,
+	       acq, us / pair_floor_us(f, s->floor));
 	if (contend) {
 		if (contend_run(s, hand, opt.smoke ? 0.5 : 3.0, &rate) != 0) {
 			printf("; %d contenders failed with status %d\n", CONTENDERS, s->refused);
@@ -415,6 +423,21 @@ static int measure(sys *s, const round_floor *f, int contend)
 	}
 	printf("\n");
 	return 0;
+}
+
+static double last(const dvec *d)
+{
+	return d->n ? d->v[d->n - 1] : 0;
+}
+
+/* This round's figures of s over etcd's, measured in the same round. */
+static void versus_etcd(sys *s, const sys *et)
+{
+	if (!s->up)
+		return;
+	dvec_push(&s->lone_etcd, last(&s->lone_us) / last(&et->lone_us));
+	if (s->hand.n == s->lone_us.n)
+		dvec_push(&s->hand_etcd, last(&s->hand) / last(&et->hand));
 }
 
 static int one_round(lockpath *L, int i)
@@ -438,6 +461,11 @@ static int one_round(lockpath *L, int i)
 	}
 	if (measure(&L->s_own, &f, 0))
 		return -1;
+	if (L->s_et.up) {
+		sys *all[] = {&L->s_sq, &L->s_pg, &L->s_own};
+		for (size_t k = 0; k < sizeof all / sizeof all[0]; k++)
+			versus_etcd(all[k], &L->s_et);
+	}
 	if (L->s_other.up && !L->other_served) {
 		double us = refused_us(&L->s_other, opt.smoke ? 20 : 200);
 		if (us >= 0) {
@@ -451,7 +479,13 @@ static int one_round(lockpath *L, int i)
 			return -1;
 		L->other_served = 1; /* it answers leases now: measure the pair */
 	}
-	return L->other_served ? measure(&L->s_other, &f, 0) : 0;
+	if (!L->other_served)
+		return 0;
+	if (measure(&L->s_other, &f, 0))
+		return -1;
+	if (L->s_et.up)
+		versus_etcd(&L->s_other, &L->s_et);
+	return 0;
 }
 
 /* ---- rows ---- */
@@ -494,11 +528,13 @@ static void row_sys(lockpath *L, sys *s, int contend)
 		 median(L->fl_us[s->floor].v, L->fl_us[s->floor].n), fl);
 	snprintf(r.ratio, sizeof r.ratio, "%.2fx", median(s->lone_ratio.v, s->lone_ratio.n));
 	snprintf(r.target, sizeof r.target, "%s", s->kind == SYS_ETCD ? "-" : "goal <= 1.5x");
-	int n = snprintf(r.note, sizeof r.note, "median pair of each round, median of %zu rounds",
-			 s->lone_us.n);
-	if (s->kind != SYS_ETCD && L->s_et.lone_us.n)
+	int n = snprintf(r.note, sizeof r.note,
+			 "median pair of each round (acquire %.0f us of it), median of %zu rounds",
+			 median(s->acq_us.v, s->acq_us.n), s->lone_us.n);
+	if (s->lone_etcd.n)
 		snprintf(r.note + n, sizeof r.note - n,
-			 "; etcd in the same rounds %.0f us (this/etcd %.2fx)", et, us / et);
+			 "; etcd in the same rounds %.0f us (this/etcd %.2fx)", et,
+			 median(s->lone_etcd.v, s->lone_etcd.n));
 	table_add(&r);
 	if (!contend)
 		return;
@@ -511,9 +547,10 @@ static void row_sys(lockpath *L, sys *s, int contend)
 	snprintf(r.ratio, sizeof r.ratio, "%.2fx", median(s->hand_ratio.v, s->hand_ratio.n));
 	snprintf(r.target, sizeof r.target, "-");
 	n = snprintf(r.note, sizeof r.note, "median of %zu rounds", s->hand.n);
-	if (s->kind != SYS_ETCD && L->s_et.hand.n)
+	if (s->hand_etcd.n)
 		snprintf(r.note + n, sizeof r.note - n,
-			 "; etcd in the same rounds %.0f handoffs/s (this/etcd %.2fx)", eh, h / eh);
+			 "; etcd in the same rounds %.0f handoffs/s (this/etcd %.2fx)", eh,
+			 median(s->hand_etcd.v, s->hand_etcd.n));
 	table_add(&r);
 }
 
@@ -547,6 +584,9 @@ static void lockpath_free(lockpath *L)
 		dvec_free(&all[i]->lone_ratio);
 		dvec_free(&all[i]->hand);
 		dvec_free(&all[i]->hand_ratio);
+		dvec_free(&all[i]->acq_us);
+		dvec_free(&all[i]->lone_etcd);
+		dvec_free(&all[i]->hand_etcd);
 	}
 	for (int k = 0; k < 2; k++) {
 		dvec_free(&L->fl_us[k]);
