@@ -118,6 +118,8 @@ void child_stop(pid_t pid);
 /* One request on this thread's keep-alive connection. Returns the HTTP status, or -1
  * when the server could not be reached. The body (if wanted) is malloc'ed. */
 int http_do(int port, const char *method, const char *path, const char *body, char **resp);
+/* Closes this thread's connection (call before a thread that used http_do ends). */
+void http_thread_done(void);
 /* The value of one sample of /metrics ("name" or "name{labels}"); -1 if absent. */
 double metric_value(const char *metrics_text, const char *series);
 /* GET /metrics parsed for one series; -1 on failure. */

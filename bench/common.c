@@ -401,6 +401,13 @@ int http_do(int port, const char *method, const char *path, const char *body, ch
 	return (int)status;
 }
 
+void http_thread_done(void)
+{
+	if (tl_curl)
+		curl_easy_cleanup(tl_curl);
+	tl_curl = NULL;
+}
+
 double metric_value(const char *text, const char *series)
 {
 	size_t n = strlen(series);

@@ -207,6 +207,7 @@ static void *contend_loop(void *arg)
 			t->done++;
 	}
 	session_close(t->s, &c);
+	http_thread_done();
 	return NULL;
 }
 
@@ -223,7 +224,7 @@ static int contend_run(sys *s, long max_pairs, double max_s, double *rate)
 	for (; n < CONTENDERS; n++) {
 		t[n] = (contender){.s = s, .no = n, .left = &left, .mu = &mu, .start = &start};
 		if (pthread_create(&th[n], NULL, contend_loop, &t[n]) != 0)
-			abort(); /* the barrier would never open */
+			abort(); /* the barrier, counted for all of them, would never open */
 	}
 	double t0 = now_s();
 	for (int i = 0; i < n; i++)
@@ -274,9 +275,10 @@ static int round_floors(const char *dir, int minjson_port, round_floor *f)
 	size_t gets = lat.n;
 	f->get_us = median(lat.v, lat.n);
 	dvec_free(&lat);
-	printf("  floors: SQLite commit %.0f us (%.0f/s), PostgreSQL commit %.0f us (%.0f/s),"
-	       " keep-alive GET %.0f us\n",
-	       f->commit_us[0], f->rate[0], f->commit_us[1], f->rate[1], f->get_us);
+	printf("  floors: SQLite commit %.0f us (%.0f/s)", f->commit_us[0], f->rate[0]);
+	if (opt.stores & (1 << STORE_POSTGRES))
+		printf(", PostgreSQL commit %.0f us (%.0f/s)", f->commit_us[1], f->rate[1]);
+	printf(", keep-alive GET %.0f us\n", f->get_us);
 	return gets ? 0 : -1;
 }
 
