@@ -34,6 +34,7 @@ typedef struct bench_opts {
 	int threads;	     /* batond --threads */
 	int http_threads;    /* batond --http-threads, and minjson's thread pool */
 	int keep;	     /* keep the temporary directories (debugging) */
+	int stores;	     /* the stores selected (1 << enum bench_store each) */
 } bench_opts;
 
 extern bench_opts opt;
@@ -117,6 +118,8 @@ void child_stop(pid_t pid);
 /* One request on this thread's keep-alive connection. Returns the HTTP status, or -1
  * when the server could not be reached. The body (if wanted) is malloc'ed. */
 int http_do(int port, const char *method, const char *path, const char *body, char **resp);
+/* Closes this thread's connection (call before a thread that used http_do ends). */
+void http_thread_done(void);
 /* The value of one sample of /metrics ("name" or "name{labels}"); -1 if absent. */
 double metric_value(const char *metrics_text, const char *series);
 /* GET /metrics parsed for one series; -1 on failure. */
@@ -260,7 +263,7 @@ void costs_note(const paired_result *pr, const char *unit, char *buf, size_t len
 enum verdict { V_PASS, V_MISS, V_INFO };
 
 typedef struct row {
-	char store[16]; /* filled by table_add */
+	char store[24]; /* filled by table_add from opt.store when left empty */
 	char what[48];
 	char figure[64];
 	char floor[64];
@@ -287,6 +290,53 @@ int bench_memory(void);
 int bench_recovery(void);
 int bench_http_steps(void); /* calls.c */
 int bench_cluster(void);    /* cluster.c, PostgreSQL only */
+int bench_lockpath(void);   /* lockpath.c: once, on every store selected, beside etcd */
+
+/* ---- a cluster of batond nodes on one PostgreSQL database (cluster.c) ---- */
+
+#define CLUSTER_MAX_NODES 3
+typedef struct cluster {
+	char dir[BENCH_PATH_MAX];
+	char db[BENCH_PATH_MAX + 16];
+	int n;
+	server node[CLUSTER_MAX_NODES];
+	char id[CLUSTER_MAX_NODES][16];
+	const char *extra[CLUSTER_MAX_NODES][5];
+} cluster;
+
+/* A fresh database and n nodes on it (--node-id bench-nK), each listening; 0, or -1
+ * with everything stopped. Needs opt.store == STORE_POSTGRES and pg_open. */
+int cluster_start(cluster *c, int n);
+/* Waits until every partition is held and no node holds more than its fair share; the
+ * seconds it took, or -1 on timeout. */
+double cluster_settle(cluster *c, double timeout_s);
+/* The node index of a node id ("bench-n2" -> 1), -1 when it is none of ours. */
+int cluster_node_index(const cluster *c, const char *id);
+/* Stops every node and removes the directory. */
+void cluster_stop(cluster *c);
+
+/* ---- etcd beside baton (etcd.c) ---- */
+
+typedef struct etcd {
+	char dir[BENCH_PATH_MAX];
+	char log[BENCH_PATH_MAX + 16];
+	pid_t pid;
+	int port, peer_port; /* client and peer ports on 127.0.0.1 */
+	char version[64];    /* GET /version, as etcd answers it */
+	char why[300];	     /* why it could not start */
+} etcd;
+
+const char *etcd_path(void); /* $ETCD, or /usr/bin/etcd */
+/* One member with its data in DIR/data, on free loopback ports; waits for /health.
+ * Returns 0, or -1 with the reason in e->why (not installed, did not start). */
+int etcd_start(etcd *e, const char *dir);
+void etcd_stop(etcd *e); /* by its pid; accepts a stopped one */
+/* The gateway's lock API on this thread's connection: each returns the HTTP status (200
+ * on success) or -1. Lease ids and keys are strings as the gateway writes them. */
+int etcd_lease_grant(int port, int ttl_s, char *id, size_t idlen);
+int etcd_lease_revoke(int port, const char *id);
+int etcd_lock(int port, const char *name, const char *lease, char *key, size_t keylen);
+int etcd_unlock(int port, const char *key);
 
 /* A row for a benchmark that could not run; counted in table_errors(). */
 void table_fail(const char *what, const char *why);

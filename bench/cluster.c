@@ -37,19 +37,10 @@
 #include <sys/stat.h>
 #include <time.h>
 
-#define MAX_NODES	 3
+#define MAX_NODES	 CLUSTER_MAX_NODES
 #define PARTITIONS	 64
 #define CLUSTER_LEASE_MS "2000"
 #define MAX_BACKENDS	 64
-
-typedef struct cluster {
-	char dir[BENCH_PATH_MAX];
-	char db[BENCH_PATH_MAX + 16];
-	int n;
-	server node[MAX_NODES];
-	char id[MAX_NODES][16];
-	const char *extra[MAX_NODES][5];
-} cluster;
 
 static double realtime_ms(void)
 {
@@ -59,7 +50,7 @@ static double realtime_ms(void)
 }
 
 /* The node index of a node id ("bench-n2" -> 1), -1 when it is none of ours. */
-static int node_index(const cluster *c, const char *id)
+int cluster_node_index(const cluster *c, const char *id)
 {
 	for (int k = 0; id && k < c->n; k++)
 		if (strcmp(c->id[k], id) == 0)
@@ -67,7 +58,7 @@ static int node_index(const cluster *c, const char *id)
 	return -1;
 }
 
-static void cluster_stop(cluster *c)
+void cluster_stop(cluster *c)
 {
 	servers_stop(c->node, c->n);
 	tmpdir_remove(c->dir);
@@ -75,7 +66,7 @@ static void cluster_stop(cluster *c)
 }
 
 /* A fresh database and n nodes on it, each listening; 0, or -1 with everything stopped. */
-static int cluster_start(cluster *c, int n)
+int cluster_start(cluster *c, int n)
 {
 	memset(c, 0, sizeof *c);
 	c->n = n;
@@ -115,7 +106,7 @@ static int cluster_start(cluster *c, int n)
 /* Waits until GET /nodes shows our n nodes, every partition held and none above its fair
  * share, and each node's own count (baton_node_partitions) and view of the cluster
  * (baton_cluster_nodes) agree. Returns the seconds it took, or -1 on timeout. */
-static double cluster_settle(cluster *c, double timeout_s)
+double cluster_settle(cluster *c, double timeout_s)
 {
 	double t0 = now_s(), until = t0 + timeout_s;
 	int share = (PARTITIONS + c->n - 1) / c->n;
@@ -127,7 +118,8 @@ static double cluster_settle(cluster *c, double timeout_s)
 			size_t i;
 			json_array_foreach(json_object_get(doc, "nodes"), i, v)
 			{
-				int k = node_index(c, json_string_value(json_object_get(v, "id")));
+				int k = cluster_node_index(
+				    c, json_string_value(json_object_get(v, "id")));
 				int p = (int)json_integer_value(json_object_get(v, "partitions"));
 				if (k < 0 || p > share)
 					ok = 0;
@@ -430,7 +422,7 @@ static int throughput_run(int n, int run, int nwf, int steps, const life *idle, 
 	double pg_total = pg_snap_delta(&a.pg, &b.pg, &busiest, &bw, name, sizeof name);
 	double pg_nodes = 0;
 	for (int i = 0; i < b.nb; i++) {
-		int k = node_index(&c, b.app[i]);
+		int k = cluster_node_index(&c, b.app[i]);
 		if (k < 0)
 			continue;
 		double d = pid_cpu(&b.pg, b.backend[i]) - pid_cpu(&a.pg, b.backend[i]);
@@ -529,7 +521,7 @@ static int latency_run(int n, int samples, int nres, lat_result *out)
 		json_t *doc = NULL;
 		if (http_do(c.node[0].port, "GET", path, NULL, &text) == 200 && text)
 			doc = json_loads(text, 0, NULL);
-		owner[r] = node_index(&c, json_string_value(json_object_get(doc, "node")));
+		owner[r] = cluster_node_index(&c, json_string_value(json_object_get(doc, "node")));
 		json_decref(doc);
 		free(text);
 		if (owner[r] < 0) {
@@ -562,7 +554,7 @@ static int latency_run(int n, int samples, int nres, lat_result *out)
 			rc = 1;
 			break;
 		}
-		out->wrong_node += node_index(&c, node) != x;
+		out->wrong_node += cluster_node_index(&c, node) != x;
 		/* started_at is truncated to its millisecond: its middle is the estimate. */
 		double at = (double)started + 0.5;
 		dvec_push(cross ? &out->cross : &out->same, at - answered);

@@ -401,6 +401,13 @@ int http_do(int port, const char *method, const char *path, const char *body, ch
 	return (int)status;
 }
 
+void http_thread_done(void)
+{
+	if (tl_curl)
+		curl_easy_cleanup(tl_curl);
+	tl_curl = NULL;
+}
+
 double metric_value(const char *text, const char *series)
 {
 	size_t n = strlen(series);
@@ -483,15 +490,16 @@ int workflow_span(int port, const char *id, int steps, const char *what, int64_t
 
 /* ---- the table ---- */
 
-#define MAX_ROWS 32
+#define MAX_ROWS 48
 static row rows[MAX_ROWS];
 static int nrows, nerrors;
 
 void table_add(const row *in)
 {
 	row copy = *in, *r = &copy;
-	snprintf(r->store, sizeof r->store, "%s",
-		 opt.store == STORE_POSTGRES ? "PostgreSQL" : "SQLite");
+	if (!r->store[0])
+		snprintf(r->store, sizeof r->store, "%s",
+			 opt.store == STORE_POSTGRES ? "PostgreSQL" : "SQLite");
 	if (nrows < MAX_ROWS)
 		rows[nrows++] = *r;
 	const char *v = r->verdict == V_PASS ? "PASS" : r->verdict == V_MISS ? "MISS" : "";

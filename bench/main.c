@@ -6,7 +6,8 @@
  *                [--store sqlite|postgres|both] [--pg URL] [NAME...]
  *
  * NAME is any of floor, steps, group, contended, accept, read, memory, recovery, calls,
- * leases, cluster (default: all, in that order; cluster runs on PostgreSQL only). Every
+ * leases, cluster, lockpath (default: all, in that order; cluster runs on PostgreSQL
+ * only; lockpath runs once, after the others, on every store selected, beside etcd). Every
  * benchmark starts its own batond on 127.0.0.1:0 with a fresh database under PARENT
  * (default $TMPDIR or /tmp) and removes it after. With --store postgres (or both: SQLite
  * first), the benchmarks that have a PostgreSQL form run again on the PostgreSQL server
@@ -77,8 +78,15 @@ int bench_floor(void)
 }
 
 /* The stores a benchmark runs on: memory and recovery are SQLite's own, cluster is
- * PostgreSQL's (several nodes on one database). */
-enum { ON_SQLITE = 1 << STORE_SQLITE, ON_PG = 1 << STORE_POSTGRES, ON_BOTH = ON_SQLITE | ON_PG };
+ * PostgreSQL's (several nodes on one database). ON_ONCE runs once, in the last store's
+ * pass (PostgreSQL is open then when selected), and measures every store selected side
+ * by side itself. */
+enum {
+	ON_SQLITE = 1 << STORE_SQLITE,
+	ON_PG = 1 << STORE_POSTGRES,
+	ON_BOTH = ON_SQLITE | ON_PG,
+	ON_ONCE = 1 << 8
+};
 static const struct {
 	const char *name;
 	int (*fn)(void);
@@ -89,7 +97,7 @@ static const struct {
     {"accept", bench_http_accept, ON_BOTH}, {"read", bench_http_read, ON_BOTH},
     {"memory", bench_memory, ON_SQLITE},    {"recovery", bench_recovery, ON_SQLITE},
     {"calls", bench_http_steps, ON_BOTH},   {"leases", bench_leases, ON_BOTH},
-    {"cluster", bench_cluster, ON_PG},
+    {"cluster", bench_cluster, ON_PG},	    {"lockpath", bench_lockpath, ON_ONCE},
 };
 #define NBENCH (sizeof benches / sizeof benches[0])
 
@@ -99,7 +107,7 @@ static void usage(FILE *f)
 		   "                  [--threads N] [--http-threads N] [--keep]\n"
 		   "                  [--store sqlite|postgres|both] [--pg URL] [NAME...]\n"
 		   "NAME: floor steps group contended accept read memory recovery calls leases "
-		   "cluster (default: all)\n");
+		   "cluster lockpath (default: all)\n");
 }
 
 static void on_signal(int sig)
@@ -200,7 +208,11 @@ static int run_store(int store, const int *want)
 	for (size_t k = 0; k < NBENCH; k++) {
 		if (!want[k])
 			continue;
-		if (!(benches[k].on & (1 << store))) {
+		if (benches[k].on == ON_ONCE) {
+			int last = (opt.stores & ON_PG) ? STORE_POSTGRES : STORE_SQLITE;
+			if (store != last)
+				continue;
+		} else if (!(benches[k].on & (1 << store))) {
 			printf("\n== %s: %s only\n", benches[k].name,
 			       store == STORE_POSTGRES ? "SQLite" : "PostgreSQL");
 			continue;
@@ -220,6 +232,7 @@ int main(int argc, char **argv)
 	opt.parent = tmp && *tmp ? tmp : "/tmp";
 	if (parse_args(argc, argv, want, &stores) != 0)
 		return 2;
+	opt.stores = stores;
 	if (access(opt.batond, X_OK) != 0 || access(opt.minjson, X_OK) != 0) {
 		fprintf(stderr, "batonbench: %s or %s is not an executable (run make first)\n",
 			opt.batond, opt.minjson);

@@ -13,6 +13,11 @@
 # a benchmark fails or the run is interrupted. PGBIN overrides where PostgreSQL is;
 # --pg URL uses a server of yours instead (on this machine: its processes are read in
 # /proc), on which batonbench creates and drops databases baton_bench_PID_N.
+#
+# lockpath (selected by name, or by selecting nothing) sets etcd beside batond: Debian's
+# etcd-server is installed first through scripts/install-deps.sh (BATON_EXTRA_PKGS),
+# which does nothing when it is there. When it cannot be installed, the etcd rows say so
+# and everything else runs. batonbench starts that etcd itself and stops it by its pid.
 set -eu
 cd "$(dirname "$0")/.."
 
@@ -29,6 +34,9 @@ store=both
 keep=
 pg_given=
 skip=
+etcd=
+named=
+value=
 n=$#
 for a in "$@"; do
 	if [ -n "$skip" ]; then
@@ -36,10 +44,19 @@ for a in "$@"; do
 		skip=
 		continue
 	fi
+	if [ -n "$value" ]; then # the value of one of batonbench's options, not a name
+		value=
+		set -- "$@" "$a"
+		continue
+	fi
 	case $a in
 	--store) skip=1 ;;
 	--keep) keep=1 ;;
-	--pg) pg_given=1 ;;
+	--pg) pg_given=1 value=1 ;;
+	--batond | --minjson | --dir | --threads | --http-threads) value=1 ;;
+	lockpath) etcd=1 named=1 ;;
+	-*) ;;
+	*) named=1 ;;
 	esac
 	[ "$a" = --store ] || set -- "$@" "$a"
 done
@@ -52,11 +69,17 @@ sqlite | postgres | both) ;;
 	;;
 esac
 
+# Every benchmark runs when none is named, lockpath among them.
+[ -n "$named" ] || etcd=1
+if [ -n "$etcd" ] && ! BATON_EXTRA_PKGS=etcd-server sh scripts/install-deps.sh; then
+	echo "bench/run.sh: etcd-server could not be installed; the etcd rows will say so" >&2
+fi
+
 mkdir -p "$OUT"
 # shellcheck disable=SC2086
 $CC $CFLAGS -o "$OUT/batonbench" bench/main.c bench/common.c bench/load.c bench/floor.c \
 	bench/pg.c bench/steps.c bench/http.c bench/memory.c bench/recovery.c bench/calls.c \
-	bench/leases.c bench/cluster.c common/rfc3339.c common/batond.c common/curl_body.c \
+	bench/leases.c bench/cluster.c bench/lockpath.c bench/etcd.c common/rfc3339.c common/batond.c common/curl_body.c \
 	common/curl_req.c common/proc_cpu.c $LIBS
 # shellcheck disable=SC2086
 $CC $CFLAGS -o "$OUT/minjson" bench/minjson.c $LIBS
