@@ -77,7 +77,10 @@ hs_server *hs_new(const hs_server *first, const char *const *extra_args);
 /* For the next starts: the PostgreSQL URL batond gets reaches the server through `port` on
  * 127.0.0.1 (a proxy in front of it, proxy.h). 0, or -1 on SQLite. */
 int hs_route_db(hs_server *s, int port);
-/* libfaketime's multi-threaded library (Debian's faketime package), or NULL when missing. */
+/* libfaketime's multi-threaded library (Debian's faketime package), or NULL when missing, or
+ * in a ThreadSanitizer build: libfaketime wraps pthread_cond_timedwait, which hides batond's
+ * mutex hand-offs from TSan, and TSan then reports races and double locks that are not
+ * there. The clock tests run in the plain, ASan and valgrind builds. */
 const char *hs_faketime_lib(void);
 /* Sets (on) or removes (off) in the test process's environment what a batond started from now
  * on needs to run under libfaketime, reading its offset from the file named by

@@ -360,7 +360,9 @@ static void test_lock_under_faults(void **state)
 		assert_int_equal(fclose(fp), 0);
 		files[i] = t->clock_file[i];
 	}
-	assert_int_equal(hs_faketime_env(1), 0);
+	/* Without libfaketime (a ThreadSanitizer build, see hs_faketime_lib) the clock fault is
+	 * left out. */
+	int clocks = hs_faketime_env(1) == 0;
 	assert_int_equal(
 	    cl_open_proxied_env(&t->cl, NODES, LEASE_MS, NULL, "FAKETIME_TIMESTAMP_FILE", files),
 	    0);
@@ -381,7 +383,10 @@ static void test_lock_under_faults(void **state)
 	int total = rounds ? rounds : F_KINDS;
 	for (int i = 0; i < total; i++) {
 		hs_pause_ms(2000 + (int)(rand_r(&rnd) % 2000)); /* traffic between faults */
-		strike(t, rounds ? (enum fault)(rand_r(&rnd) % F_KINDS) : order[i], &rnd);
+		enum fault f = rounds ? (enum fault)(rand_r(&rnd) % F_KINDS) : order[i];
+		if (f == F_CLOCK && !clocks)
+			continue;
+		strike(t, f, &rnd);
 	}
 	/* Live: a command completes after the last fault. */
 	int before = atomic_load(&t->completed);
