@@ -178,6 +178,14 @@ static void apply_claim(baton_engine *e, msg *m, int64_t now)
 		claim_done(m);
 		return;
 	}
+	baton_error err = {0};
+	if (m->resource && eng_may_promise(e, m->resource, &err) != BATON_OK) {
+		/* Another node drives it (or this one cannot prove it still does): only that
+		 * node has its tasks, so the worker is told to ask it, not "no task". */
+		eng_waiter_done(m->w, err.code, 0, err.msg);
+		claim_done(m);
+		return;
+	}
 	size_t k = 0;
 	wf_row *found = NULL;
 	for (size_t i = 0; i < e->tasks_ready.n; i++) {

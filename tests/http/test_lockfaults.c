@@ -27,6 +27,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <dirent.h>
 #include <errno.h>
 #include <limits.h>
 #include <pthread.h>
@@ -50,6 +51,10 @@
 #define LIVE_MS	    60000  /* after the last fault, a command must complete within this */
 #define COMMAND_CAP 120000 /* a baton lock still running after this is killed (a hang) */
 #define RESOURCE    "lockfaults"
+#define WRESOURCE   "lockfaults-w" /* the external workers' steps */
+#define WORKERS	    2
+#define TASKS	    12	  /* workflows of one external step each */
+#define WORKER_CAP  15000 /* a baton worker --once still waiting then is stopped */
 
 enum fault { F_CUT, F_PAUSE, F_KILL, F_PG_RESTART, F_CLOCK, F_KINDS };
 static const char *const fault_name[F_KINDS] = {"cut off the database", "paused",
@@ -68,20 +73,35 @@ static const char stamper[] =
     "        break\n"
     "    time.sleep(0.01)\n";
 
+static const char task_stamper[] =
+    "import os, random, sys, time\n"
+    "f = open(os.path.join(sys.argv[1], 'task-%s-%d' % (os.environ['BATON_TASK_ID'],"
+    " os.getpid())), 'w')\n"
+    "f.write('task %s %s\\n' % (os.environ['BATON_TASK_ID'], os.environ['BATON_FENCING_TOKEN']))\n"
+    "end = time.monotonic() + random.uniform(0.05, 0.8)\n"
+    "while True:\n"
+    "    f.write('%d\\n' % time.monotonic_ns())\n"
+    "    f.flush()\n"
+    "    if time.monotonic() >= end:\n"
+    "        break\n"
+    "    time.sleep(0.01)\n"
+    "print('{}')\n";
+
 typedef struct suite {
 	cluster cl;
 	char dir[PATH_MAX];
-	pthread_t clients[CLIENTS];
+	pthread_t clients[CLIENTS + WORKERS];
 	int started;
 	atomic_int stop;
-	atomic_int runs;       /* commands started (files named run-N) */
-	atomic_int completed;  /* commands that exited 0 */
-	atomic_int exits[256]; /* how commands exited */
-	pid_t child[CLIENTS];  /* the running baton lock of each client, 0 for none */
+	atomic_int runs;		       /* commands started (files named run-N) */
+	atomic_int completed;		       /* commands that exited 0 */
+	atomic_int exits[256];		       /* how commands exited */
+	pid_t child[CLIENTS + WORKERS];	       /* each client's running baton, 0 for none */
 	char clock_file[NODES][PATH_MAX + 16]; /* each node's libfaketime offset */
 	int offset[NODES];		       /* its wall clock's step so far, in s */
 	pthread_mutex_t mu; /* guards child[] and the cluster's node pointers' use */
 	unsigned seed;
+	int ntasks; /* workflows lfw-0 .. lfw-(ntasks-1) submitted */
 } suite;
 
 static suite *the; /* for the client threads */
@@ -168,6 +188,55 @@ static void *client_main(void *arg)
 	return NULL;
 }
 
+/* An external worker: `baton worker --once` again and again, naming every node, its command
+ * stamping its task's runs; one still waiting for a task after WORKER_CAP is stopped
+ * (SIGTERM) and started again, so that it names the nodes' current ports. */
+static void *worker_main(void *arg)
+{
+	suite *t = the;
+	int me = (int)(intptr_t)arg;
+	for (int round = 0; !atomic_load(&t->stop); round++) {
+		char url[3 * 32];
+		server_list(t, me + round, url, sizeof url);
+		if (!url[0]) {
+			hs_pause_ms(100);
+			continue;
+		}
+		pid_t pid = fork();
+		if (pid == 0) {
+			hs_faketime_env(0);
+			const char *bin = getenv("BATON_CLIENT");
+			execl(bin, bin, "--server", url, "worker", "--worker", "lfw", "--resource",
+			      WRESOURCE, "--ttl", "6s", "--once", "--", "python3", "-c",
+			      task_stamper, t->dir, (char *)NULL);
+			_exit(127);
+		}
+		if (pid < 0)
+			break;
+		pthread_mutex_lock(&t->mu);
+		t->child[me] = pid;
+		pthread_mutex_unlock(&t->mu);
+		int status = 0, stopped = 0;
+		int64_t cap = mono() + WORKER_CAP;
+		while (waitpid(pid, &status, WNOHANG) == 0) {
+			if (!stopped && (mono() > cap || atomic_load(&t->stop))) {
+				kill(pid, SIGTERM);
+				stopped = 1;
+				cap = mono() + COMMAND_CAP;
+			} else if (stopped && mono() > cap) {
+				kill(pid, SIGKILL);
+				waitpid(pid, &status, 0);
+				break;
+			}
+			hs_pause_ms(20);
+		}
+		pthread_mutex_lock(&t->mu);
+		t->child[me] = 0;
+		pthread_mutex_unlock(&t->mu);
+	}
+	return NULL;
+}
+
 static int setup(void **state)
 {
 	suite *t = calloc(1, sizeof *t);
@@ -190,7 +259,7 @@ static int teardown(void **state)
 	suite *t = *state;
 	atomic_store(&t->stop, 1);
 	pthread_mutex_lock(&t->mu);
-	for (int i = 0; i < CLIENTS; i++)
+	for (int i = 0; i < CLIENTS + WORKERS; i++)
 		if (t->child[i] > 0)
 			kill(t->child[i], SIGTERM);
 	pthread_mutex_unlock(&t->mu);
@@ -336,6 +405,153 @@ static void check_runs(suite *t)
 	print_message("\n");
 }
 
+/* Submits n workflows of one external step through a live node (any node takes them). */
+static void submit_tasks(suite *t, int n)
+{
+	for (int k = 0; k < n; k++) {
+		char body[256];
+		snprintf(body, sizeof body,
+			 "{\"id\": \"lfw-%d\", \"resource\": \"" WRESOURCE "\", \"workers\":"
+			 " [{\"name\": \"lfw\", \"external\": true}], \"retry\":"
+			 " {\"max_attempts\": 50, \"initial_delay_ms\": 100}}",
+			 t->ntasks);
+		long st = 0;
+		for (int64_t end = mono() + 60000; mono() < end && st != 201;) {
+			pthread_mutex_lock(&t->mu);
+			for (int i = 0; i < NODES && st != 201; i++) {
+				hs_server *s = t->cl.node[i];
+				hs_response r;
+				if (s && hs_running(s) && hs_post(s, "/workflows", body, &r) == 0)
+					st = r.status == 200 ? 201 : r.status;
+				if (s && hs_running(s))
+					hs_response_fini(&r);
+			}
+			pthread_mutex_unlock(&t->mu);
+			if (st != 201)
+				hs_pause_ms(200);
+		}
+		assert_int_equal(st, 201);
+		t->ntasks++;
+	}
+}
+
+/* The stored workflow lfw-k through a live node (new reference), or NULL. */
+static json_t *task_workflow(suite *t, int k)
+{
+	char path[64];
+	snprintf(path, sizeof path, "/workflows/lfw-%d", k);
+	json_t *wf = NULL;
+	pthread_mutex_lock(&t->mu);
+	for (int i = 0; i < NODES && !wf; i++) {
+		hs_server *s = t->cl.node[i];
+		hs_response r;
+		if (!s || !hs_running(s))
+			continue;
+		if (hs_get(s, path, &r) == 0 && r.status == 200)
+			wf = json_incref(r.json);
+		hs_response_fini(&r);
+	}
+	pthread_mutex_unlock(&t->mu);
+	return wf;
+}
+
+static bool tasks_ended(void *arg)
+{
+	suite *t = arg;
+	for (int k = 0; k < t->ntasks; k++) {
+		json_t *wf = task_workflow(t, k);
+		const char *st = json_string_value(json_object_get(wf, "status"));
+		bool ended = st && (strcmp(st, "completed") == 0 || strcmp(st, "failed") == 0);
+		json_decref(wf);
+		if (!ended)
+			return false;
+	}
+	return true;
+}
+
+typedef struct task_run {
+	int wf, attempt;
+	long long token, first, last;
+} task_run;
+
+static int by_task_then_first(const void *a, const void *b)
+{
+	const task_run *x = a, *y = b;
+	if (x->wf != y->wf)
+		return (x->wf > y->wf) - (x->wf < y->wf);
+	return (x->first > y->first) - (x->first < y->first);
+}
+
+/* The external workers' runs: for each step, no two attempts ran at once, tokens increase
+ * in run order, no attempt ran twice, and nothing ran after the attempt that completed. */
+static void check_tasks(suite *t)
+{
+	static task_run runs[MAX_RUNS];
+	int n = 0;
+	DIR *d = opendir(t->dir);
+	assert_non_null(d);
+	struct dirent *de;
+	while ((de = readdir(d)) && n < MAX_RUNS) {
+		if (strncmp(de->d_name, "task-", 5) != 0)
+			continue;
+		char file[PATH_MAX + 300], id[200];
+		snprintf(file, sizeof file, "%s/%s", t->dir, de->d_name);
+		FILE *f = fopen(file, "r");
+		if (!f)
+			continue;
+		task_run r = {0};
+		char line[256];
+		int stamps = 0, step;
+		if (fgets(line, sizeof line, f) &&
+		    sscanf(line, "task %199s %lld", id, &r.token) == 2 &&
+		    sscanf(id, "lfw-%d.%d.%d", &r.wf, &step, &r.attempt) == 3) {
+			long long v;
+			while (fgets(line, sizeof line, f))
+				if (sscanf(line, "%lld", &v) == 1) {
+					if (!stamps++)
+						r.first = v;
+					r.last = v;
+				}
+		}
+		fclose(f);
+		if (stamps)
+			runs[n++] = r;
+	}
+	closedir(d);
+	qsort(runs, (size_t)n, sizeof *runs, by_task_then_first);
+	int completed = 0;
+	for (int i = 0; i < n; i++) {
+		const task_run *r = &runs[i], *p = i ? &runs[i - 1] : NULL;
+		if (p && p->wf == r->wf) {
+			if (r->first <= p->last)
+				fail_msg("lfw-%d: attempts %d and %d ran at once (seed %u)", r->wf,
+					 p->attempt, r->attempt, t->seed);
+			if (r->token <= p->token || r->attempt <= p->attempt)
+				fail_msg(
+				    "lfw-%d: attempt %d (token %lld) ran after attempt %d (token"
+				    " %lld) (seed %u)",
+				    r->wf, r->attempt, r->token, p->attempt, p->token, t->seed);
+		}
+		if (i + 1 < n && runs[i + 1].wf == r->wf)
+			continue;
+		/* r is the step's last run: if the step completed, it is the attempt that did */
+		json_t *wf = task_workflow(t, r->wf);
+		const char *st = json_string_value(json_object_get(wf, "status"));
+		if (st && strcmp(st, "completed") == 0) {
+			json_int_t a = hs_int(hs_step_at(wf, 0), "attempts");
+			if (a != r->attempt)
+				fail_msg(
+				    "lfw-%d completed with attempt %lld, but attempt %d ran last"
+				    " (seed %u)",
+				    r->wf, (long long)a, r->attempt, t->seed);
+			completed++;
+		}
+		json_decref(wf);
+	}
+	print_message("lockfaults: %d task runs checked, %d of %d workflows completed\n", n,
+		      completed, t->ntasks);
+}
+
 static void test_lock_under_faults(void **state)
 {
 	if (!hs_store_is_pg())
@@ -368,9 +584,9 @@ static void test_lock_under_faults(void **state)
 	    0);
 	assert_true(cl_wait_balanced(&t->cl, 0, (1u << NODES) - 1, 60000));
 	the = t;
-	for (int i = 0; i < CLIENTS; i++) {
-		assert_int_equal(
-		    pthread_create(&t->clients[i], NULL, client_main, (void *)(intptr_t)i), 0);
+	for (int i = 0; i < CLIENTS + WORKERS; i++) {
+		void *(*fn)(void *) = i < CLIENTS ? client_main : worker_main;
+		assert_int_equal(pthread_create(&t->clients[i], NULL, fn, (void *)(intptr_t)i), 0);
 		t->started++;
 	}
 	enum fault order[F_KINDS] = {F_CUT, F_PAUSE, F_KILL, F_PG_RESTART, F_CLOCK};
@@ -386,6 +602,7 @@ static void test_lock_under_faults(void **state)
 		enum fault f = rounds ? (enum fault)(rand_r(&rnd) % F_KINDS) : order[i];
 		if (f == F_CLOCK && !clocks)
 			continue;
+		submit_tasks(t, TASKS / F_KINDS + 1);
 		strike(t, f, &rnd);
 	}
 	/* Live: a command completes after the last fault. */
@@ -394,14 +611,19 @@ static void test_lock_under_faults(void **state)
 	while (atomic_load(&t->completed) <= before && mono() < deadline)
 		hs_pause_ms(100);
 	int live = atomic_load(&t->completed) > before;
+	bool tasks_live = hs_wait_until(tasks_ended, t, 2 * LIVE_MS);
 	atomic_store(&t->stop, 1);
 	for (int i = 0; i < t->started; i++)
 		pthread_join(t->clients[i], NULL);
 	t->started = 0;
 	check_runs(t);
+	check_tasks(t);
 	if (!live)
 		fail_msg("no command completed within %d ms after the last fault (seed %u)",
 			 LIVE_MS, t->seed);
+	if (!tasks_live)
+		fail_msg("the external workers' workflows did not all end within %d ms (seed %u)",
+			 2 * LIVE_MS, t->seed);
 }
 
 int main(void)

@@ -405,6 +405,25 @@ static void test_lock_survives_owner_kill(void **state)
 	assert_int_equal(WEXITSTATUS(status), 0); /* 76 would say the lease was lost */
 }
 
+/* A claim for a resource this node does not drive answers 503 naming the node that does (a
+ * `baton worker` naming several nodes moves on to the next), not 204 "no task" forever. */
+static void test_claim_elsewhere_answers_503(void **state)
+{
+	SKIP_UNLESS_PG();
+	cluster *c = *state;
+	assert_int_equal(cl_open(c, 2, LEASE_MS, NULL), 0);
+	assert_true(cl_wait_balanced(c, 0, 3, WAIT_MS));
+	unsigned long long avoid = 0;
+	char res[64], body[200];
+	cl_pick_resource(c, 0, "claim", &avoid, res, sizeof res);
+	snprintf(body, sizeof body, "{\"resource\": \"%s\", \"wait_ms\": 0}", res);
+	json_t *p;
+	assert_int_equal(call(c->node[1], "POST", "/tasks/claim", body, &p), 503);
+	assert_non_null(strstr(hs_str(p, "detail"), "node0"));
+	json_decref(p);
+	assert_int_equal(call(c->node[0], "POST", "/tasks/claim", body, NULL), 204);
+}
+
 int main(void)
 {
 	hs_filters_from_env();
@@ -417,6 +436,7 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_failover_keeps_fifo, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_start_logs_one_summary, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_lock_survives_owner_kill, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_claim_elsewhere_answers_503, setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
