@@ -123,6 +123,19 @@ json_int_t jint(const json_t *obj, const char *key, json_int_t dflt);
 /* 1 when obj has key with a non-null value. */
 int jhas(const json_t *obj, const char *key);
 
+/*
+ * --json (main.c sets it): errors are then printed as one line of JSON on stderr, a
+ * problem document (RFC 9457): the server's as it sent it, or one of the client's own,
+ * {"type": "about:blank", "title": ..., "detail": ...}. Without it, "baton: ..." text.
+ */
+void set_json_errors(int on);
+/* Reports an error the client found (no answer, a bad answer) on stderr: "baton: DETAIL",
+ * or with --json {"type": "about:blank", "title": title, "detail": DETAIL}. */
+void print_error(const char *title, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Reports the server's error answer: with --json the problem document as one line (a
+ * body that is not an object: one made of status and text); else text. */
+void print_problem(const char *method, const char *path, long status, const json_t *problem);
+
 /* Prints v indented by 2 spaces, keys in server order, then a newline. */
 void print_json(FILE *out, const json_t *v);
 /* Prints s as-is when it is a plain token ([A-Za-z0-9._:/@+-]), else as a JSON string. */

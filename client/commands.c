@@ -681,7 +681,7 @@ int cmd_health(struct cli *cli, int argc, char **argv)
 		print_json(stdout, reply.body);
 	http_reply_fini(&reply);
 	if (status != 200) {
-		fprintf(stderr, "baton: /healthz answered %ld\n", status);
+		print_error("Not healthy", "/healthz answered %ld", status);
 		return EXIT_FAILED;
 	}
 	if (!cli->json)

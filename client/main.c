@@ -82,7 +82,10 @@ void usage(FILE *out)
 	      "                      a request moves on to the next when one refuses the\n"
 	      "                      connection, times out or answers 503 (default:\n"
 	      "                      $BATON_SERVER, else $BATON_URL, else " DEFAULT_SERVER ")\n"
-	      "  --json              print the server's JSON instead of human-readable output\n"
+	      "  --json              print the server's JSON instead of human-readable output;\n"
+	      "                      an error is then one line of JSON on stderr (the server's\n"
+	      "                      problem document, or {\"type\": \"about:blank\", \"title\",\n"
+	      "                      \"detail\"} when no answer came), the exit status unchanged\n"
 	      "  --token TOKEN       send Authorization: Bearer TOKEN (default: $BATON_TOKEN)\n"
 	      "  -h, --help          show this help\n"
 	      "  --version           print the version\n"
@@ -244,6 +247,7 @@ int main(int argc, char **argv)
 	rc = take_globals(&argc, argv, &server, &cli);
 	if (rc >= 0)
 		return rc;
+	set_json_errors(cli.json);
 
 	const struct command *cmd = find_command(argv[1]);
 	if (!cmd)

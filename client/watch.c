@@ -588,6 +588,11 @@ static void print_refusal(struct watch *w, long status)
 	    json_loadb(w->error_body.p ? w->error_body.p : "", w->error_body.len, 0, NULL);
 	struct sbuf b = {0};
 
+	if (w->json && status != 200) {
+		print_problem("GET", w->path, status, doc);
+		json_decref(doc);
+		return;
+	}
 	sbuf_printf(&b, "GET %s: HTTP %ld", w->path, status);
 	if (jstr(doc, "title", NULL)) {
 		sbuf_add(&b, " ", 1, MAX_FRAME_BYTES);
@@ -730,6 +735,11 @@ static int follow(struct watch *w)
 				return EXIT_FAILED;
 			continue;
 		}
+		if (!w->reached && w->json) {
+			print_error("Server unreachable", "server unreachable at %s: %s", w->url,
+				    why);
+			return EXIT_UNREACHABLE;
+		}
 		if (!w->reached) {
 			notice(w, "server unreachable at %s: %s", w->url, why);
 			return EXIT_UNREACHABLE;
@@ -738,7 +748,13 @@ static int follow(struct watch *w)
 			return EXIT_FAILED;
 		if (w->new_events > 0 || monotonic_ms() - began > STALL_MS)
 			failures = 0; /* that connection worked: a fresh budget */
-		if (++failures > MAX_RECONNECTS) {
+		if (++failures > MAX_RECONNECTS && w->json) {
+			print_error("Server unreachable",
+				    "watch: gave up after %d attempts to reconnect (%s)",
+				    MAX_RECONNECTS, why);
+			return EXIT_UNREACHABLE;
+		}
+		if (failures > MAX_RECONNECTS) {
 			notice(w, "watch: gave up after %d attempts to reconnect (%s)",
 			       MAX_RECONNECTS, why);
 			return EXIT_UNREACHABLE;

@@ -1,0 +1,100 @@
+/*
+ * test_cli.c - the output of the command-line client `baton` for scripts and people, run
+ * as a real process against a real batond (or the stub of stub.h, for what a lone batond
+ * on SQLite never answers): errors as JSON with --json (test_json_errors_on_stderr).
+ *
+ * The client binary comes from $BATON_CLIENT (harness/client.h).
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../harness/client.h"
+
+static int teardown(void **state)
+{
+	client_free_all();
+	return hs_close(*state);
+}
+
+/* The only line of text, parsed as a JSON object, or fails the test. */
+static json_t *one_json_line(const char *text)
+{
+	json_error_t err;
+	size_t len = strlen(text);
+	if (len == 0 || text[len - 1] != '\n' || strchr(text, '\n') != text + len - 1)
+		fail_msg("not one line:\n%s", text);
+	json_t *doc = json_loads(text, 0, &err);
+	if (!json_is_object(doc))
+		fail_msg("not a JSON object (%s):\n%s", err.text, text);
+	return doc;
+}
+
+/* ---- errors with --json ------------------------------------------------------------- */
+
+/* With --json, an error is one line of JSON on stderr: the server's problem document, or
+ * the client's own for a server it could not reach; the exit statuses stay. */
+static void test_json_errors_on_stderr(void **state)
+{
+	hs_server *s = *state;
+	const char *url = client_url_of(s);
+	char closed[64];
+	client_proc *p;
+	json_t *doc;
+
+	p = client_expect_exit(1, url, (const char *const[]){"--json", "get", "nope", NULL});
+	assert_string_equal(p->o.p, "");
+	doc = one_json_line(p->e.p);
+	assert_int_equal(hs_int(doc, "status"), 404);
+	assert_non_null(strstr(hs_str(doc, "type"), "not-found"));
+	assert_non_null(strstr(hs_str(doc, "detail"), "nope"));
+	json_decref(doc);
+	client_free(p);
+
+	p = client_expect_exit(1, url, (const char *const[]){"--json", "watch", "nope", NULL});
+	doc = one_json_line(p->e.p);
+	assert_int_equal(hs_int(doc, "status"), 404);
+	json_decref(doc);
+	client_free(p);
+
+	p = client_expect_exit(1, url,
+			       (const char *const[]){"list", "--status", "bogus", "--json", NULL});
+	doc = one_json_line(p->e.p);
+	assert_int_equal(hs_int(doc, "status"), 400);
+	json_decref(doc);
+	client_free(p);
+
+	snprintf(closed, sizeof closed, "http://127.0.0.1:%d", client_closed_port());
+	const char *const cmds[][3] = {{"get", "x", NULL}, {"watch", "x", NULL}, {"health", NULL}};
+	for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
+		const char *const args[] = {"--json", cmds[i][0], cmds[i][1], NULL};
+		p = client_expect_exit(3, closed, args);
+		doc = one_json_line(p->e.p);
+		assert_string_equal(hs_str(doc, "type"), "about:blank");
+		assert_non_null(strstr(hs_str(doc, "title"), "unreachable"));
+		assert_non_null(strstr(hs_str(doc, "detail"), closed));
+		json_decref(doc);
+		client_free(p);
+	}
+
+	/* Without --json: text, as before. */
+	p = client_expect_exit(1, url, (const char *const[]){"get", "nope", NULL});
+	assert_non_null(strstr(p->e.p, "baton: GET /workflows/nope: HTTP 404"));
+	client_free(p);
+}
+
+int main(void)
+{
+	signal(SIGPIPE, SIG_IGN);
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test_setup_teardown(test_json_errors_on_stderr, hs_setup, teardown),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
