@@ -15,6 +15,7 @@
 enum {
 	MAX_EVENT_PAGES = 100000, /* bounds `events` should the server page its answers */
 	MAX_NAME_COLUMN = 32,	  /* wider names overflow their column instead of padding it */
+	MAX_ID_COLUMN = 64,	  /* the same for workflow ids: lease ids (38) and UUIDs fit */
 };
 
 /* ---- argument helpers ------------------------------------------------------------------ */
@@ -77,9 +78,9 @@ static void query_add(char **p, const char *key, const char *value)
 
 /* ---- printing helpers ------------------------------------------------------------------ */
 
-/* Display width of the widest string field key among the objects of arr, at most
- * MAX_NAME_COLUMN. */
-static int column_width(const json_t *arr, const char *key, int min)
+/* Display width of the widest string field key among the objects of arr, at least min
+ * and at most max. */
+static int column_width(const json_t *arr, const char *key, int min, int max)
 {
 	size_t i;
 	const json_t *v;
@@ -90,7 +91,7 @@ static int column_width(const json_t *arr, const char *key, int min)
 		const char *s = jstr(v, key, "-");
 		int n = (int)display_width(s, strlen(s));
 		if (n > w)
-			w = n < MAX_NAME_COLUMN ? n : MAX_NAME_COLUMN;
+			w = n < max ? n : max;
 	}
 	return w;
 }
@@ -240,7 +241,7 @@ static void print_steps(const json_t *steps)
 	size_t i;
 	const json_t *step;
 	int iw = snprintf(NULL, 0, "%zu", json_array_size(steps));
-	int ww = column_width(steps, "worker", 6);
+	int ww = column_width(steps, "worker", 6, MAX_NAME_COLUMN);
 
 	printf("\n  %*s  %-*s  %-9s  %8s  %8s  %5s\n", iw, "#", ww, "WORKER", "STATUS", "ATTEMPTS",
 	       "DURATION", "TOKEN");
@@ -362,8 +363,8 @@ static void print_workflows(const json_t *page)
 	const json_t *list = json_object_get(page, "workflows");
 	const json_t *wf;
 	size_t i;
-	int idw = column_width(list, "id", 2);
-	int rw = column_width(list, "resource", 8);
+	int idw = column_width(list, "id", 2, MAX_ID_COLUMN);
+	int rw = column_width(list, "resource", 8, MAX_NAME_COLUMN);
 
 	if (json_array_size(list) == 0) {
 		printf("no workflows\n");
@@ -540,7 +541,7 @@ static void print_resources(const json_t *doc)
 	const json_t *list = json_object_get(doc, "resources");
 	const json_t *r;
 	size_t i;
-	int nw = column_width(list, "name", 4);
+	int nw = column_width(list, "name", 4, MAX_NAME_COLUMN);
 
 	if (json_array_size(list) == 0) {
 		printf("no resources\n");

@@ -1,7 +1,8 @@
 /*
  * test_cli.c - the output of the command-line client `baton` for scripts and people, run
  * as a real process against a real batond (or the stub of stub.h, for what a lone batond
- * on SQLite never answers): errors as JSON with --json (test_json_errors_on_stderr).
+ * on SQLite never answers): errors as JSON with --json (test_json_errors_on_stderr), the columns of
+ * `list` with lease ids (test_list_columns_fit_lease_ids).
  *
  * The client binary comes from $BATON_CLIENT (harness/client.h).
  */
@@ -90,11 +91,51 @@ static void test_json_errors_on_stderr(void **state)
 	client_free(p);
 }
 
+/* ---- columns -------------------------------------------------------------------------- */
+
+/* Asserts that every line of a table has `word`'s column where the header has it:
+ * the word itself, or any text after two spaces. */
+static void assert_column(const char *table, const char *word)
+{
+	const char *head = strstr(table, word);
+	assert_non_null(head);
+	size_t at = (size_t)(head - table);
+	for (const char *line = strchr(table, '\n') + 1; *line;) {
+		const char *eol = strchr(line, '\n');
+		size_t len = eol ? (size_t)(eol - line) : strlen(line);
+		if (len <= at || line[at - 1] != ' ' || line[at - 2] != ' ' || line[at] == ' ')
+			fail_msg("column %s not at %zu in:\n%s", word, at, table);
+		line += len + (eol ? 1 : 0);
+	}
+}
+
+/* `baton list` keeps its columns with lease ids ("lease-" and 32 hex digits). */
+static void test_list_columns_fit_lease_ids(void **state)
+{
+	hs_server *s = *state;
+	hs_response r;
+	assert_int_equal(
+	    hs_post(s, "/resources/gw/leases", "{\"holder\": \"me\", \"ttl_ms\": 60000}", &r), 0);
+	assert_int_equal(r.status, 201);
+	assert_int_equal(strlen(hs_str(r.json, "id")), 38);
+	hs_response_fini(&r);
+	json_decref(hs_create_workflow(
+	    s, json_pack("{s:s, s:s, s:[s]}", "id", "w", "resource", "gw", "workers", "a")));
+
+	client_proc *p =
+	    client_expect_exit(0, client_url_of(s), (const char *const[]){"list", NULL});
+	assert_non_null(strstr(p->o.p, "lease-"));
+	assert_column(p->o.p, "STATUS");
+	assert_column(p->o.p, "RESOURCE");
+	client_free(p);
+}
+
 int main(void)
 {
 	signal(SIGPIPE, SIG_IGN);
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test_setup_teardown(test_json_errors_on_stderr, hs_setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_list_columns_fit_lease_ids, hs_setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
