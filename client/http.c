@@ -18,8 +18,10 @@
  * worker's). A submission without an id is not: the first server may have stored it.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <curl/curl.h>
@@ -425,9 +427,15 @@ static int download_once(http *h, const char *path, const char *file, int *next)
 		free(url);
 		return EXIT_FAILED;
 	}
-	FILE *f = fopen(part, "wb");
+	/* 0600 whatever the umask: the copy holds the calls' headers (Authorization). The
+	 * fchmod covers a FILE.part left by an earlier run, which O_TRUNC keeps as it was. */
+	int fd = open(part, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	FILE *f = fd >= 0 && fchmod(fd, 0600) == 0 ? fdopen(fd, "wb") : NULL;
 	if (!f) {
-		print_error("Cannot write", "cannot write %s: %s", part, strerror(errno));
+		int err = errno;
+		if (fd >= 0)
+			close(fd);
+		print_error("Cannot write", "cannot write %s: %s", part, strerror(err));
 		goto out;
 	}
 	curl_body b = {0}; /* stays empty: the answer goes to the file */

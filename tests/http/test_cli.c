@@ -2,7 +2,8 @@
  * test_cli.c - the output of the command-line client `baton` for scripts and people, run
  * as a real process against a real batond (or the stub of stub.h, for what a lone batond
  * on SQLite never answers): errors as JSON with --json (test_json_errors_on_stderr), the columns of
- * `list` with lease ids (test_list_columns_fit_lease_ids).
+ * `list` with lease ids (test_list_columns_fit_lease_ids), the mode of a backup
+ * (test_backup_is_0600).
  *
  * The client binary comes from $BATON_CLIENT (harness/client.h).
  */
@@ -16,6 +17,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "../harness/client.h"
 
@@ -130,12 +133,48 @@ static void test_list_columns_fit_lease_ids(void **state)
 	client_free(p);
 }
 
+/* ---- backup --------------------------------------------------------------------------- */
+
+static mode_t mode_of(const char *path)
+{
+	struct stat st;
+	assert_int_equal(stat(path, &st), 0);
+	return st.st_mode & 07777;
+}
+
+/* `baton backup FILE` writes FILE 0600 under umask 022, even over a FILE.part left 0644:
+ * the database holds the calls' headers (Authorization). */
+static void test_backup_is_0600(void **state)
+{
+	hs_server *s = *state;
+	char dir[] = "/tmp/baton-cli-XXXXXX", file[64], part[80];
+	assert_non_null(mkdtemp(dir));
+	snprintf(file, sizeof file, "%s/copy.db", dir);
+	snprintf(part, sizeof part, "%s.part", file);
+	FILE *f = fopen(part, "w");
+	assert_non_null(f);
+	fputs("left over", f);
+	fclose(f);
+	assert_int_equal(chmod(part, 0644), 0);
+
+	mode_t old = umask(022);
+	client_proc *p =
+	    client_expect_exit(0, client_url_of(s), (const char *const[]){"backup", file, NULL});
+	umask(old);
+	client_free(p);
+	assert_int_equal(mode_of(file), 0600);
+	assert_int_equal(access(part, F_OK), -1);
+	unlink(file);
+	rmdir(dir);
+}
+
 int main(void)
 {
 	signal(SIGPIPE, SIG_IGN);
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test_setup_teardown(test_json_errors_on_stderr, hs_setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_list_columns_fit_lease_ids, hs_setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_backup_is_0600, hs_setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
