@@ -136,7 +136,8 @@ void print_error(const char *title, const char *fmt, ...) __attribute__((format(
  * body that is not an object: one made of status and text); else text. */
 void print_problem(const char *method, const char *path, long status, const json_t *problem);
 
-/* Prints v indented by 2 spaces, keys in server order, then a newline. */
+/* Prints v on one line ({"a": 1, "b": [2, 3]}), keys in server order, then a newline:
+ * every --json answer is one line, for line-oriented tools. */
 void print_json(FILE *out, const json_t *v);
 /* Prints s as-is when it is a plain token ([A-Za-z0-9._:/@+-]), else as a JSON string. */
 void print_token(FILE *out, const char *s);

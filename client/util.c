@@ -97,7 +97,7 @@ void print_problem(const char *method, const char *path, long status, const json
 
 void print_json(FILE *out, const json_t *v)
 {
-	json_dumpf(v, out, JSON_INDENT(2) | JSON_ENCODE_ANY);
+	json_dumpf(v, out, JSON_ENCODE_ANY);
 	fputc('\n', out);
 }
 

@@ -1,9 +1,9 @@
 /*
  * test_cli.c - the output of the command-line client `baton` for scripts and people, run
  * as a real process against a real batond (or the stub of stub.h, for what a lone batond
- * on SQLite never answers): errors as JSON with --json (test_json_errors_on_stderr), the columns of
- * `list` with lease ids (test_list_columns_fit_lease_ids), the mode of a backup
- * (test_backup_is_0600).
+ * on SQLite never answers): errors as JSON with --json (test_json_errors_on_stderr), answers on one
+ * line (test_json_answers_are_one_line), the columns of `list` with lease ids
+ * (test_list_columns_fit_lease_ids), the mode of a backup (test_backup_is_0600).
  *
  * The client binary comes from $BATON_CLIENT (harness/client.h).
  */
@@ -94,6 +94,35 @@ static void test_json_errors_on_stderr(void **state)
 	client_free(p);
 }
 
+/* ---- one line of JSON ---------------------------------------------------------------- */
+
+/* Every --json answer is one line of JSON, health's as the others. */
+static void test_json_answers_are_one_line(void **state)
+{
+	hs_server *s = *state;
+	const char *url = client_url_of(s);
+	client_proc *p;
+
+	p = client_expect_exit(0, url, (const char *const[]){"--json", "health", NULL});
+	assert_string_equal(p->o.p, "{\"status\": \"ok\"}\n");
+	client_free(p);
+
+	json_decref(hs_create_workflow(s, json_pack("{s:s, s:s, s:[s, s]}", "id", "w", "resource",
+						    "gw", "workers", "a", "b")));
+	json_decref(hs_wait_workflow(s, "w", "completed", 60000));
+	const char *const cmds[][3] = {{"get", "w", NULL},
+				       {"list", NULL, NULL},
+				       {"events", "w", NULL},
+				       {"resources", NULL, NULL},
+				       {"resources", "gw", NULL}};
+	for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
+		const char *const args[] = {"--json", cmds[i][0], cmds[i][1], NULL};
+		p = client_expect_exit(0, url, args);
+		json_decref(one_json_line(p->o.p));
+		client_free(p);
+	}
+}
+
 /* ---- columns -------------------------------------------------------------------------- */
 
 /* Asserts that every line of a table has `word`'s column where the header has it:
@@ -173,6 +202,7 @@ int main(void)
 	signal(SIGPIPE, SIG_IGN);
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test_setup_teardown(test_json_errors_on_stderr, hs_setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_json_answers_are_one_line, hs_setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_list_columns_fit_lease_ids, hs_setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_backup_is_0600, hs_setup, teardown),
 	};
