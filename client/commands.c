@@ -96,6 +96,20 @@ static int column_width(const json_t *arr, const char *key, int min, int max)
 	return w;
 }
 
+/* Whether some object of arr has key with a non-null value. */
+static int any_has(const json_t *arr, const char *key)
+{
+	size_t i;
+	const json_t *v;
+
+	json_array_foreach(arr, i, v)
+	{
+		if (jhas(v, key))
+			return 1;
+	}
+	return 0;
+}
+
 /* Formats an integer field as "117ms", or "-" when it is absent or null. */
 static const char *ms_or_dash(char *buf, size_t len, const json_t *obj, const char *key)
 {
@@ -217,7 +231,8 @@ int cmd_submit(struct cli *cli, int argc, char **argv)
 
 /* ---- get ------------------------------------------------------------------------------- */
 
-static void print_step(const json_t *step, int iw, int ww)
+/* nw: the width of the NODE column, 0 when no step has a node (a lone batond). */
+static void print_step(const json_t *step, int iw, int ww, int nw)
 {
 	char dur[32], tok[32];
 	const char *status = jstr(step, "status", "?");
@@ -227,6 +242,10 @@ static void print_step(const json_t *step, int iw, int ww)
 	printf("  %-9s  %8" JSON_INTEGER_FORMAT "  %8s  %5s", status, jint(step, "attempts", 0),
 	       ms_or_dash(dur, sizeof(dur), step, "duration_ms"),
 	       int_or_dash(tok, sizeof(tok), step, "fencing_token"));
+	if (nw > 0) {
+		fputs("  ", stdout);
+		print_padded(stdout, jstr(step, "node", "-"), nw);
+	}
 	if (jhas(step, "queue_position"))
 		printf("  queue position %" JSON_INTEGER_FORMAT, jint(step, "queue_position", 0));
 	if (jhas(step, "next_attempt_at"))
@@ -242,12 +261,16 @@ static void print_steps(const json_t *steps)
 	const json_t *step;
 	int iw = snprintf(NULL, 0, "%zu", json_array_size(steps));
 	int ww = column_width(steps, "worker", 6, MAX_NAME_COLUMN);
+	int nw = any_has(steps, "node") ? column_width(steps, "node", 4, MAX_NAME_COLUMN) : 0;
 
-	printf("\n  %*s  %-*s  %-9s  %8s  %8s  %5s\n", iw, "#", ww, "WORKER", "STATUS", "ATTEMPTS",
+	printf("\n  %*s  %-*s  %-9s  %8s  %8s  %5s", iw, "#", ww, "WORKER", "STATUS", "ATTEMPTS",
 	       "DURATION", "TOKEN");
+	if (nw > 0)
+		printf("  %-*s", nw, "NODE");
+	putchar('\n');
 	json_array_foreach(steps, i, step)
 	{
-		print_step(step, iw, ww);
+		print_step(step, iw, ww, nw);
 	}
 }
 
@@ -547,11 +570,20 @@ static void print_resources(const json_t *doc)
 		printf("no resources\n");
 		return;
 	}
-	printf("%-*s  %5s  %s\n", nw, "NAME", "QUEUE", "HOLDER");
+	/* GET /resources gives no node today; a server that does gets a column for it. */
+	int dw = any_has(list, "node") ? column_width(list, "node", 4, MAX_NAME_COLUMN) : 0;
+	printf("%-*s  %5s  ", nw, "NAME", "QUEUE");
+	if (dw > 0)
+		printf("%-*s  ", dw, "NODE");
+	printf("HOLDER\n");
 	json_array_foreach(list, i, r)
 	{
 		printf("%-*s  %5" JSON_INTEGER_FORMAT "  ", nw, jstr(r, "name", "?"),
 		       jint(r, "queue_length", 0));
+		if (dw > 0) {
+			print_padded(stdout, jstr(r, "node", "-"), dw);
+			fputs("  ", stdout);
+		}
 		print_holder(json_object_get(r, "holder"));
 		putchar('\n');
 	}
@@ -567,6 +599,8 @@ static void print_resource(const json_t *res)
 	printf("name      %s\n", jstr(res, "name", "?"));
 	printf("token     %" JSON_INTEGER_FORMAT " (last fencing token)\n",
 	       jint(res, "last_fencing_token", 0));
+	if (jhas(res, "node")) /* a cluster: the node that drives it now */
+		printf("node      %s\n", jstr(res, "node", "?"));
 	printf("holder    ");
 	print_holder(json_object_get(res, "holder"));
 	printf("\ntotals    %" JSON_INTEGER_FORMAT " grants; hold %" JSON_INTEGER_FORMAT

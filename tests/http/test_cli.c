@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "../harness/client.h"
+#include "../harness/stub.h"
 
 static int teardown(void **state)
 {
@@ -162,6 +163,67 @@ static void test_list_columns_fit_lease_ids(void **state)
 	client_free(p);
 }
 
+/* ---- the node that drives a resource ------------------------------------------------- */
+
+static const char WORKFLOW_ON_NODES[] =
+    "{\"id\": \"w\", \"resource\": \"gw\", \"status\": \"running\", \"steps_total\": 3,"
+    " \"steps_completed\": 1, \"steps\": ["
+    "{\"index\": 0, \"worker\": \"worker-A\", \"status\": \"completed\", \"attempts\": 1,"
+    " \"node\": \"node-a\"},"
+    "{\"index\": 1, \"worker\": \"worker-B\", \"status\": \"running\", \"attempts\": 2,"
+    " \"node\": \"node-b\"},"
+    "{\"index\": 2, \"worker\": \"worker-C\", \"status\": \"pending\", \"attempts\": 0,"
+    " \"node\": null}]}";
+static const char RESOURCE_ON_NODE[] =
+    "{\"name\": \"gw\", \"last_fencing_token\": 2, \"last_event_seq\": 9, \"holder\": null,"
+    " \"waiters\": [], \"totals\": {}, \"node\": \"node-b\"}";
+
+/* get shows the node of each step's latest attempt, and `resources NAME` the node that
+ * drives the resource, where the server gives them (a cluster: the stub stands for one);
+ * a lone batond on SQLite gives null, and neither is shown. */
+static void test_get_and_resources_show_the_node(void **state)
+{
+	hs_server *s = *state;
+	stub *st = stub_open();
+	assert_non_null(st);
+	stub_route(st, (stub_rule){"GET", "/workflows/w", 200, WORKFLOW_ON_NODES, 0});
+	stub_route(st, (stub_rule){"GET", "/resources/gw", 200, RESOURCE_ON_NODE, 0});
+	stub_route(st, (stub_rule){"GET", "/resources", 200,
+				   "{\"resources\": [{\"name\": \"gw\", \"holder\": null,"
+				   " \"queue_length\": 0, \"node\": \"node-b\"}],"
+				   " \"next_cursor\": null}",
+				   0});
+	char *url = stub_url(st);
+	client_proc *p;
+
+	p = client_expect_exit(0, url, (const char *const[]){"get", "w", NULL});
+	assert_non_null(strstr(p->o.p, "NODE"));
+	assert_column(strstr(p->o.p, "  #"), "NODE");
+	assert_non_null(strstr(strstr(p->o.p, "worker-A"), "node-a"));
+	assert_non_null(strstr(strstr(p->o.p, "worker-B"), "node-b"));
+	client_free(p);
+	p = client_expect_exit(0, url, (const char *const[]){"resources", "gw", NULL});
+	assert_non_null(strstr(p->o.p, "node      node-b\n"));
+	client_free(p);
+	p = client_expect_exit(0, url, (const char *const[]){"resources", NULL});
+	assert_column(p->o.p, "NODE");
+	assert_non_null(strstr(p->o.p, "node-b"));
+	client_free(p);
+	free(url);
+	stub_close(st);
+
+	json_decref(hs_create_workflow(
+	    s, json_pack("{s:s, s:s, s:[s]}", "id", "w", "resource", "gw", "workers", "a")));
+	json_decref(hs_wait_workflow(s, "w", "completed", 60000));
+	const char *lone = client_url_of(s);
+	p = client_expect_exit(0, lone, (const char *const[]){"get", "w", NULL});
+	assert_null(strstr(p->o.p, "NODE"));
+	client_free(p);
+	p = client_expect_exit(0, lone, (const char *const[]){"resources", "gw", NULL});
+	assert_null(strstr(p->o.p, "node "));
+	client_free(p);
+}
+
 /* ---- backup --------------------------------------------------------------------------- */
 
 static mode_t mode_of(const char *path)
@@ -205,6 +267,8 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_json_answers_are_one_line, hs_setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_list_columns_fit_lease_ids, hs_setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_backup_is_0600, hs_setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_get_and_resources_show_the_node, hs_setup,
+					    teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
