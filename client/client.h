@@ -225,6 +225,14 @@ struct cli {
 	int json; /* --json: print the server's JSON instead of human output */
 };
 
+/*
+ * watch.c: appends the line that `watch` and `events` print for the event ev of type
+ * `type` (without newline), "05:40:00.220  step_completed      worker-A    attempt 1  117ms":
+ * its UTC time of day, its type, the step's worker and attempt, then what the type has
+ * to say. Text from the server has its control characters replaced.
+ */
+void format_event_line(struct sbuf *b, const json_t *ev, const char *type);
+
 /* Commands: argv[0] is the command name; each returns an exit status. */
 int cmd_submit(struct cli *cli, int argc, char **argv);
 int cmd_get(struct cli *cli, int argc, char **argv);

@@ -456,30 +456,15 @@ int cmd_cancel(struct cli *cli, int argc, char **argv)
 
 /* ---- events ---------------------------------------------------------------------------- */
 
-/* Prints one event: seq, time, type, then its other fields as key=value. */
+/* Prints one event as `watch` does. */
 static void print_event(const json_t *ev)
 {
-	const char *key;
-	const json_t *v;
+	struct sbuf b = {0};
 
-	int pad = 18; /* aligns the fields that follow the type */
-
-	printf("%6" JSON_INTEGER_FORMAT "  %s  %s", jint(ev, "seq", 0), jstr(ev, "ts", "-"),
-	       jstr(ev, "type", "?"));
-	pad -= (int)strlen(jstr(ev, "type", "?"));
-	json_object_foreach((json_t *)ev, key, v)
-	{
-		if (!strcmp(key, "seq") || !strcmp(key, "ts") || !strcmp(key, "type") ||
-		    !strcmp(key, "workflow_id"))
-			continue;
-		printf("%*s %s=", pad > 0 ? pad : 0, "", key);
-		pad = 0;
-		if (json_is_string(v))
-			print_token(stdout, json_string_value(v));
-		else
-			json_dumpf(v, stdout, JSON_COMPACT | JSON_ENCODE_ANY);
-	}
-	putchar('\n');
+	format_event_line(&b, ev, jstr(ev, "type", "?"));
+	if (b.p)
+		puts(b.p);
+	sbuf_fini(&b);
 }
 
 /*

@@ -43,7 +43,7 @@ void usage(FILE *out)
 	      "                      list workflows, newest first\n"
 	      "  cancel ID           cancel a workflow\n"
 	      "  delete ID           delete a finished workflow with its events\n"
-	      "  events ID           show the events of a workflow\n"
+	      "  events ID           show the events of a workflow so far, as watch shows them\n"
 	      "  watch ID            follow a workflow live: one line per event, and on a\n"
 	      "                      terminal a progress bar (with --json: events as JSON\n"
 	      "                      lines); reconnects if the connection drops\n"

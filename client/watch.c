@@ -445,21 +445,26 @@ static void line_details(struct sbuf *b, const json_t *ev, const char *type)
 	}
 }
 
-/* "05:40:00.220  step_completed      worker-A    attempt 1  117ms" */
+void format_event_line(struct sbuf *b, const json_t *ev, const char *type)
+{
+	const char *worker = jstr(ev, "worker", NULL);
+
+	line_time(b, jstr(ev, "ts", ""));
+	sbuf_column(b, type, TYPE_COLUMN);
+	if (worker) {
+		sbuf_column(b, worker, WORKER_COLUMN);
+		sbuf_printf(b, "  attempt %" JSON_INTEGER_FORMAT, jint(ev, "attempt", 0));
+	}
+	line_details(b, ev, type);
+	while (b->len > 0 && b->p[b->len - 1] == ' ')
+		b->p[--b->len] = '\0'; /* the padding of a last column */
+}
+
 static void print_event_line(struct watch *w, const json_t *ev, const char *type)
 {
 	struct sbuf b = {0};
-	const char *worker = jstr(ev, "worker", NULL);
 
-	line_time(&b, jstr(ev, "ts", ""));
-	sbuf_column(&b, type, TYPE_COLUMN);
-	if (worker) {
-		sbuf_column(&b, worker, WORKER_COLUMN);
-		sbuf_printf(&b, "  attempt %" JSON_INTEGER_FORMAT, jint(ev, "attempt", 0));
-	}
-	line_details(&b, ev, type);
-	while (b.len > 0 && b.p[b.len - 1] == ' ')
-		b.p[--b.len] = '\0'; /* the padding of a last column */
+	format_event_line(&b, ev, type);
 	bar_erase(w);
 	if (b.p)
 		puts(b.p);

@@ -163,6 +163,29 @@ static void test_list_columns_fit_lease_ids(void **state)
 	client_free(p);
 }
 
+/* ---- events and watch ----------------------------------------------------------------- */
+
+/* `baton events ID` prints the lines `baton watch ID` prints (through a pipe): one layout,
+ * for a workflow with a retried step. */
+static void test_events_lines_are_watch_lines(void **state)
+{
+	hs_server *s = *state;
+	const char *url = client_url_of(s);
+	json_t *body = json_pack("{s:s, s:s, s:[s, {s:s, s:i}], s:{s:i}}", "id", "w", "resource",
+				 "gw", "workers", "worker-A", "name", "worker-B", "fail_attempts",
+				 1, "retry", "initial_delay_ms", 10);
+	json_decref(hs_create_workflow(s, body));
+	json_decref(hs_wait_workflow(s, "w", "completed", 60000));
+
+	client_proc *w = client_expect_exit(0, url, (const char *const[]){"watch", "w", NULL});
+	client_proc *e = client_expect_exit(0, url, (const char *const[]){"events", "w", NULL});
+	assert_non_null(strstr(w->o.p, "step_failed"));
+	assert_non_null(strstr(w->o.p, "workflow_completed"));
+	assert_string_equal(e->o.p, w->o.p);
+	client_free(w);
+	client_free(e);
+}
+
 /* ---- the node that drives a resource ------------------------------------------------- */
 
 static const char WORKFLOW_ON_NODES[] =
@@ -269,6 +292,7 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_backup_is_0600, hs_setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_get_and_resources_show_the_node, hs_setup,
 					    teardown),
+	    cmocka_unit_test_setup_teardown(test_events_lines_are_watch_lines, hs_setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
