@@ -123,7 +123,21 @@ json_int_t jint(const json_t *obj, const char *key, json_int_t dflt);
 /* 1 when obj has key with a non-null value. */
 int jhas(const json_t *obj, const char *key);
 
-/* Prints v indented by 2 spaces, keys in server order, then a newline. */
+/*
+ * --json (main.c sets it): errors are then printed as one line of JSON on stderr, a
+ * problem document (RFC 9457): the server's as it sent it, or one of the client's own,
+ * {"type": "about:blank", "title": ..., "detail": ...}. Without it, "baton: ..." text.
+ */
+void set_json_errors(int on);
+/* Reports an error the client found (no answer, a bad answer) on stderr: "baton: DETAIL",
+ * or with --json {"type": "about:blank", "title": title, "detail": DETAIL}. */
+void print_error(const char *title, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Reports the server's error answer: with --json the problem document as one line (a
+ * body that is not an object: one made of status and text); else text. */
+void print_problem(const char *method, const char *path, long status, const json_t *problem);
+
+/* Prints v on one line ({"a": 1, "b": [2, 3]}), keys in server order, then a newline:
+ * every --json answer is one line, for line-oriented tools. */
 void print_json(FILE *out, const json_t *v);
 /* Prints s as-is when it is a plain token ([A-Za-z0-9._:/@+-]), else as a JSON string. */
 void print_token(FILE *out, const char *s);
@@ -210,6 +224,14 @@ struct cli {
 	http *http;
 	int json; /* --json: print the server's JSON instead of human output */
 };
+
+/*
+ * watch.c: appends the line that `watch` and `events` print for the event ev of type
+ * `type` (without newline), "05:40:00.220  step_completed      worker-A    attempt 1  117ms":
+ * its UTC time of day, its type, the step's worker and attempt, then what the type has
+ * to say. Text from the server has its control characters replaced.
+ */
+void format_event_line(struct sbuf *b, const json_t *ev, const char *type);
 
 /* Commands: argv[0] is the command name; each returns an exit status. */
 int cmd_submit(struct cli *cli, int argc, char **argv);

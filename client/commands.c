@@ -15,6 +15,7 @@
 enum {
 	MAX_EVENT_PAGES = 100000, /* bounds `events` should the server page its answers */
 	MAX_NAME_COLUMN = 32,	  /* wider names overflow their column instead of padding it */
+	MAX_ID_COLUMN = 64,	  /* the same for workflow ids: lease ids (38) and UUIDs fit */
 };
 
 /* ---- argument helpers ------------------------------------------------------------------ */
@@ -77,9 +78,9 @@ static void query_add(char **p, const char *key, const char *value)
 
 /* ---- printing helpers ------------------------------------------------------------------ */
 
-/* Display width of the widest string field key among the objects of arr, at most
- * MAX_NAME_COLUMN. */
-static int column_width(const json_t *arr, const char *key, int min)
+/* Display width of the widest string field key among the objects of arr, at least min
+ * and at most max. */
+static int column_width(const json_t *arr, const char *key, int min, int max)
 {
 	size_t i;
 	const json_t *v;
@@ -90,9 +91,23 @@ static int column_width(const json_t *arr, const char *key, int min)
 		const char *s = jstr(v, key, "-");
 		int n = (int)display_width(s, strlen(s));
 		if (n > w)
-			w = n < MAX_NAME_COLUMN ? n : MAX_NAME_COLUMN;
+			w = n < max ? n : max;
 	}
 	return w;
+}
+
+/* Whether some object of arr has key with a non-null value. */
+static int any_has(const json_t *arr, const char *key)
+{
+	size_t i;
+	const json_t *v;
+
+	json_array_foreach(arr, i, v)
+	{
+		if (jhas(v, key))
+			return 1;
+	}
+	return 0;
 }
 
 /* Formats an integer field as "117ms", or "-" when it is absent or null. */
@@ -216,7 +231,8 @@ int cmd_submit(struct cli *cli, int argc, char **argv)
 
 /* ---- get ------------------------------------------------------------------------------- */
 
-static void print_step(const json_t *step, int iw, int ww)
+/* nw: the width of the NODE column, 0 when no step has a node (a lone batond). */
+static void print_step(const json_t *step, int iw, int ww, int nw)
 {
 	char dur[32], tok[32];
 	const char *status = jstr(step, "status", "?");
@@ -226,6 +242,10 @@ static void print_step(const json_t *step, int iw, int ww)
 	printf("  %-9s  %8" JSON_INTEGER_FORMAT "  %8s  %5s", status, jint(step, "attempts", 0),
 	       ms_or_dash(dur, sizeof(dur), step, "duration_ms"),
 	       int_or_dash(tok, sizeof(tok), step, "fencing_token"));
+	if (nw > 0) {
+		fputs("  ", stdout);
+		print_padded(stdout, jstr(step, "node", "-"), nw);
+	}
 	if (jhas(step, "queue_position"))
 		printf("  queue position %" JSON_INTEGER_FORMAT, jint(step, "queue_position", 0));
 	if (jhas(step, "next_attempt_at"))
@@ -240,13 +260,17 @@ static void print_steps(const json_t *steps)
 	size_t i;
 	const json_t *step;
 	int iw = snprintf(NULL, 0, "%zu", json_array_size(steps));
-	int ww = column_width(steps, "worker", 6);
+	int ww = column_width(steps, "worker", 6, MAX_NAME_COLUMN);
+	int nw = any_has(steps, "node") ? column_width(steps, "node", 4, MAX_NAME_COLUMN) : 0;
 
-	printf("\n  %*s  %-*s  %-9s  %8s  %8s  %5s\n", iw, "#", ww, "WORKER", "STATUS", "ATTEMPTS",
+	printf("\n  %*s  %-*s  %-9s  %8s  %8s  %5s", iw, "#", ww, "WORKER", "STATUS", "ATTEMPTS",
 	       "DURATION", "TOKEN");
+	if (nw > 0)
+		printf("  %-*s", nw, "NODE");
+	putchar('\n');
 	json_array_foreach(steps, i, step)
 	{
-		print_step(step, iw, ww);
+		print_step(step, iw, ww, nw);
 	}
 }
 
@@ -362,8 +386,8 @@ static void print_workflows(const json_t *page)
 	const json_t *list = json_object_get(page, "workflows");
 	const json_t *wf;
 	size_t i;
-	int idw = column_width(list, "id", 2);
-	int rw = column_width(list, "resource", 8);
+	int idw = column_width(list, "id", 2, MAX_ID_COLUMN);
+	int rw = column_width(list, "resource", 8, MAX_NAME_COLUMN);
 
 	if (json_array_size(list) == 0) {
 		printf("no workflows\n");
@@ -432,30 +456,15 @@ int cmd_cancel(struct cli *cli, int argc, char **argv)
 
 /* ---- events ---------------------------------------------------------------------------- */
 
-/* Prints one event: seq, time, type, then its other fields as key=value. */
+/* Prints one event as `watch` does. */
 static void print_event(const json_t *ev)
 {
-	const char *key;
-	const json_t *v;
+	struct sbuf b = {0};
 
-	int pad = 18; /* aligns the fields that follow the type */
-
-	printf("%6" JSON_INTEGER_FORMAT "  %s  %s", jint(ev, "seq", 0), jstr(ev, "ts", "-"),
-	       jstr(ev, "type", "?"));
-	pad -= (int)strlen(jstr(ev, "type", "?"));
-	json_object_foreach((json_t *)ev, key, v)
-	{
-		if (!strcmp(key, "seq") || !strcmp(key, "ts") || !strcmp(key, "type") ||
-		    !strcmp(key, "workflow_id"))
-			continue;
-		printf("%*s %s=", pad > 0 ? pad : 0, "", key);
-		pad = 0;
-		if (json_is_string(v))
-			print_token(stdout, json_string_value(v));
-		else
-			json_dumpf(v, stdout, JSON_COMPACT | JSON_ENCODE_ANY);
-	}
-	putchar('\n');
+	format_event_line(&b, ev, jstr(ev, "type", "?"));
+	if (b.p)
+		puts(b.p);
+	sbuf_fini(&b);
 }
 
 /*
@@ -540,17 +549,26 @@ static void print_resources(const json_t *doc)
 	const json_t *list = json_object_get(doc, "resources");
 	const json_t *r;
 	size_t i;
-	int nw = column_width(list, "name", 4);
+	int nw = column_width(list, "name", 4, MAX_NAME_COLUMN);
 
 	if (json_array_size(list) == 0) {
 		printf("no resources\n");
 		return;
 	}
-	printf("%-*s  %5s  %s\n", nw, "NAME", "QUEUE", "HOLDER");
+	/* GET /resources gives no node today; a server that does gets a column for it. */
+	int dw = any_has(list, "node") ? column_width(list, "node", 4, MAX_NAME_COLUMN) : 0;
+	printf("%-*s  %5s  ", nw, "NAME", "QUEUE");
+	if (dw > 0)
+		printf("%-*s  ", dw, "NODE");
+	printf("HOLDER\n");
 	json_array_foreach(list, i, r)
 	{
 		printf("%-*s  %5" JSON_INTEGER_FORMAT "  ", nw, jstr(r, "name", "?"),
 		       jint(r, "queue_length", 0));
+		if (dw > 0) {
+			print_padded(stdout, jstr(r, "node", "-"), dw);
+			fputs("  ", stdout);
+		}
 		print_holder(json_object_get(r, "holder"));
 		putchar('\n');
 	}
@@ -566,6 +584,8 @@ static void print_resource(const json_t *res)
 	printf("name      %s\n", jstr(res, "name", "?"));
 	printf("token     %" JSON_INTEGER_FORMAT " (last fencing token)\n",
 	       jint(res, "last_fencing_token", 0));
+	if (jhas(res, "node")) /* a cluster: the node that drives it now */
+		printf("node      %s\n", jstr(res, "node", "?"));
 	printf("holder    ");
 	print_holder(json_object_get(res, "holder"));
 	printf("\ntotals    %" JSON_INTEGER_FORMAT " grants; hold %" JSON_INTEGER_FORMAT
@@ -681,7 +701,7 @@ int cmd_health(struct cli *cli, int argc, char **argv)
 		print_json(stdout, reply.body);
 	http_reply_fini(&reply);
 	if (status != 200) {
-		fprintf(stderr, "baton: /healthz answered %ld\n", status);
+		print_error("Not healthy", "/healthz answered %ld", status);
 		return EXIT_FAILED;
 	}
 	if (!cli->json)

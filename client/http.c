@@ -18,8 +18,10 @@
  * worker's). A submission without an id is not: the first server may have stored it.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <curl/curl.h>
@@ -231,21 +233,22 @@ static int transport_error(const http *h, CURLcode rc, const char *url, const cu
 	const char *why = h->errbuf[0] ? h->errbuf : curl_easy_strerror(rc);
 
 	if (b->overflow) {
-		fprintf(stderr, "baton: %s: answer larger than %d MiB\n", url,
-			MAX_REPLY_BYTES >> 20);
+		print_error("Answer too large", "%s: answer larger than %d MiB", url,
+			    MAX_REPLY_BYTES >> 20);
 		return EXIT_FAILED;
 	}
 	switch (rc) {
 	case CURLE_URL_MALFORMAT:
 	case CURLE_UNSUPPORTED_PROTOCOL:
-		fprintf(stderr, "baton: bad server URL \"%s\": %s\n", http_base(h), why);
+		print_error("Bad server URL", "bad server URL \"%s\": %s", http_base(h), why);
 		return EXIT_USAGE;
 	case CURLE_OUT_OF_MEMORY:
 	case CURLE_WRITE_ERROR:
 		fprintf(stderr, "baton: %s: out of memory\n", url);
 		return EXIT_FAILED;
 	default:
-		fprintf(stderr, "baton: server unreachable at %s: %s\n", http_base(h), why);
+		print_error("Server unreachable", "server unreachable at %s: %s", http_base(h),
+			    why);
 		return EXIT_UNREACHABLE;
 	}
 }
@@ -259,8 +262,8 @@ static int parse_reply(const char *url, const curl_body *b, struct http_reply *r
 		return EXIT_OK;
 	reply->body = json_loadb(b->data, b->len, JSON_DECODE_ANY, &err);
 	if (!reply->body) {
-		fprintf(stderr, "baton: %s: HTTP %ld with a body that is not JSON: %s\n", url,
-			reply->status, err.text);
+		print_error("Answer not JSON", "%s: HTTP %ld with a body that is not JSON: %s", url,
+			    reply->status, err.text);
 		return EXIT_FAILED;
 	}
 	return EXIT_OK;
@@ -368,20 +371,6 @@ void http_reply_fini(struct http_reply *reply)
 	reply->body = NULL;
 }
 
-/* Summarises an error answer: "baton: HTTP 404 Not Found: workflow \"x\" not found". */
-static void print_problem(const char *method, const char *path, const struct http_reply *r)
-{
-	const char *title = jstr(r->body, "title", NULL);
-	const char *detail = jstr(r->body, "detail", NULL);
-
-	fprintf(stderr, "baton: %s %s: HTTP %ld", method, path, r->status);
-	if (title)
-		fprintf(stderr, " %s", title);
-	if (detail)
-		fprintf(stderr, ": %s", detail);
-	fputc('\n', stderr);
-}
-
 int http_call(http *h, const char *method, const char *path, const json_t *body, json_t **out,
 	      long *status)
 {
@@ -394,15 +383,15 @@ int http_call(http *h, const char *method, const char *path, const json_t *body,
 	if (status)
 		*status = r.status;
 	if (r.status < 200 || r.status > 299) {
-		print_problem(method, path, &r);
+		print_problem(method, path, r.status, r.body);
 		http_reply_fini(&r);
 		return EXIT_FAILED;
 	}
 	if (!r.body && r.status == 204)
 		return EXIT_OK; /* No Content: *out stays NULL */
 	if (!r.body) {
-		fprintf(stderr, "baton: %s %s: HTTP %ld with an empty body\n", method, path,
-			r.status);
+		print_error("Empty answer", "%s %s: HTTP %ld with an empty body", method, path,
+			    r.status);
 		return EXIT_FAILED;
 	}
 	*out = r.body; /* ownership moves to the caller */
@@ -438,9 +427,15 @@ static int download_once(http *h, const char *path, const char *file, int *next)
 		free(url);
 		return EXIT_FAILED;
 	}
-	FILE *f = fopen(part, "wb");
+	/* 0600 whatever the umask: the copy holds the calls' headers (Authorization). The
+	 * fchmod covers a FILE.part left by an earlier run, which O_TRUNC keeps as it was. */
+	int fd = open(part, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	FILE *f = fd >= 0 && fchmod(fd, 0600) == 0 ? fdopen(fd, "wb") : NULL;
 	if (!f) {
-		fprintf(stderr, "baton: cannot write %s: %s\n", part, strerror(errno));
+		int err = errno;
+		if (fd >= 0)
+			close(fd);
+		print_error("Cannot write", "cannot write %s: %s", part, strerror(err));
 		goto out;
 	}
 	curl_body b = {0}; /* stays empty: the answer goes to the file */
@@ -458,14 +453,14 @@ static int download_once(http *h, const char *path, const char *file, int *next)
 		*next = rc == EXIT_UNREACHABLE && may_move_on(h, "GET", cc);
 	} else if (status == 503) {
 		*next = 1;
-		fprintf(stderr, "baton: GET %s: HTTP 503\n", path);
+		print_problem("GET", path, status, NULL);
 	} else if (status != 200) {
 		/* The problem document went to the file: read it back to say what it was. */
-		struct http_reply r = {status, json_load_file(part, JSON_DECODE_ANY, NULL)};
-		print_problem("GET", path, &r);
-		http_reply_fini(&r);
+		json_t *problem = json_load_file(part, JSON_DECODE_ANY, NULL);
+		print_problem("GET", path, status, problem);
+		json_decref(problem);
 	} else if (closed != 0 || rename(part, file) != 0) {
-		fprintf(stderr, "baton: cannot write %s: %s\n", file, strerror(errno));
+		print_error("Cannot write", "cannot write %s: %s", file, strerror(errno));
 	} else {
 		rc = EXIT_OK;
 	}

@@ -43,7 +43,7 @@ void usage(FILE *out)
 	      "                      list workflows, newest first\n"
 	      "  cancel ID           cancel a workflow\n"
 	      "  delete ID           delete a finished workflow with its events\n"
-	      "  events ID           show the events of a workflow\n"
+	      "  events ID           show the events of a workflow so far, as watch shows them\n"
 	      "  watch ID            follow a workflow live: one line per event, and on a\n"
 	      "                      terminal a progress bar (with --json: events as JSON\n"
 	      "                      lines); reconnects if the connection drops\n"
@@ -82,7 +82,11 @@ void usage(FILE *out)
 	      "                      a request moves on to the next when one refuses the\n"
 	      "                      connection, times out or answers 503 (default:\n"
 	      "                      $BATON_SERVER, else $BATON_URL, else " DEFAULT_SERVER ")\n"
-	      "  --json              print the server's JSON instead of human-readable output\n"
+	      "  --json              print the server's JSON, one document per line, instead\n"
+	      "                      of human-readable output; an error is then one line of\n"
+	      "                      JSON on stderr (the server's problem document, or\n"
+	      "                      {\"type\": \"about:blank\", \"title\", \"detail\"} when no\n"
+	      "                      answer came), the exit status unchanged\n"
 	      "  --token TOKEN       send Authorization: Bearer TOKEN (default: $BATON_TOKEN)\n"
 	      "  -h, --help          show this help\n"
 	      "  --version           print the version\n"
@@ -244,6 +248,7 @@ int main(int argc, char **argv)
 	rc = take_globals(&argc, argv, &server, &cli);
 	if (rc >= 0)
 		return rc;
+	set_json_errors(cli.json);
 
 	const struct command *cmd = find_command(argv[1]);
 	if (!cmd)

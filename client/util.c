@@ -5,6 +5,7 @@
  * caller's default instead of a crash, so that a newer server never breaks an older client.
  */
 #include <errno.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -32,9 +33,71 @@ int jhas(const json_t *obj, const char *key)
 	return v && !json_is_null(v);
 }
 
+static int json_errors;
+
+void set_json_errors(int on)
+{
+	json_errors = on;
+}
+
+/* Prints doc as one line on stderr. */
+static void error_line(const json_t *doc)
+{
+	fflush(stdout);
+	json_dumpf(doc, stderr, JSON_ENCODE_ANY);
+	fputc('\n', stderr);
+}
+
+void print_error(const char *title, const char *fmt, ...)
+{
+	va_list ap;
+	char *detail = NULL;
+
+	va_start(ap, fmt);
+	if (vasprintf(&detail, fmt, ap) < 0)
+		detail = NULL;
+	va_end(ap);
+	if (!json_errors) {
+		fprintf(stderr, "baton: %s\n", detail ? detail : title);
+	} else {
+		json_t *doc = json_pack("{s:s, s:s, s:s}", "type", "about:blank", "title", title,
+					"detail", detail ? detail : title);
+		error_line(doc);
+		json_decref(doc);
+	}
+	free(detail);
+}
+
+/* "baton: GET /workflows/x: HTTP 404 Not found: no workflow with id "x"" */
+void print_problem(const char *method, const char *path, long status, const json_t *problem)
+{
+	const char *title = jstr(problem, "title", NULL);
+	const char *detail = jstr(problem, "detail", NULL);
+
+	if (json_errors && json_is_object(problem)) {
+		error_line(problem);
+		return;
+	}
+	if (json_errors) {
+		json_t *doc = json_pack("{s:s, s:s, s:i}", "type", "about:blank", "title",
+					"HTTP error", "status", (int)status);
+		json_object_set_new(doc, "detail",
+				    json_sprintf("%s %s: HTTP %ld", method, path, status));
+		error_line(doc);
+		json_decref(doc);
+		return;
+	}
+	fprintf(stderr, "baton: %s %s: HTTP %ld", method, path, status);
+	if (title)
+		fprintf(stderr, " %s", title);
+	if (detail)
+		fprintf(stderr, ": %s", detail);
+	fputc('\n', stderr);
+}
+
 void print_json(FILE *out, const json_t *v)
 {
-	json_dumpf(v, out, JSON_INDENT(2) | JSON_ENCODE_ANY);
+	json_dumpf(v, out, JSON_ENCODE_ANY);
 	fputc('\n', out);
 }
 

@@ -445,21 +445,26 @@ static void line_details(struct sbuf *b, const json_t *ev, const char *type)
 	}
 }
 
-/* "05:40:00.220  step_completed      worker-A    attempt 1  117ms" */
+void format_event_line(struct sbuf *b, const json_t *ev, const char *type)
+{
+	const char *worker = jstr(ev, "worker", NULL);
+
+	line_time(b, jstr(ev, "ts", ""));
+	sbuf_column(b, type, TYPE_COLUMN);
+	if (worker) {
+		sbuf_column(b, worker, WORKER_COLUMN);
+		sbuf_printf(b, "  attempt %" JSON_INTEGER_FORMAT, jint(ev, "attempt", 0));
+	}
+	line_details(b, ev, type);
+	while (b->len > 0 && b->p[b->len - 1] == ' ')
+		b->p[--b->len] = '\0'; /* the padding of a last column */
+}
+
 static void print_event_line(struct watch *w, const json_t *ev, const char *type)
 {
 	struct sbuf b = {0};
-	const char *worker = jstr(ev, "worker", NULL);
 
-	line_time(&b, jstr(ev, "ts", ""));
-	sbuf_column(&b, type, TYPE_COLUMN);
-	if (worker) {
-		sbuf_column(&b, worker, WORKER_COLUMN);
-		sbuf_printf(&b, "  attempt %" JSON_INTEGER_FORMAT, jint(ev, "attempt", 0));
-	}
-	line_details(&b, ev, type);
-	while (b.len > 0 && b.p[b.len - 1] == ' ')
-		b.p[--b.len] = '\0'; /* the padding of a last column */
+	format_event_line(&b, ev, type);
 	bar_erase(w);
 	if (b.p)
 		puts(b.p);
@@ -588,6 +593,11 @@ static void print_refusal(struct watch *w, long status)
 	    json_loadb(w->error_body.p ? w->error_body.p : "", w->error_body.len, 0, NULL);
 	struct sbuf b = {0};
 
+	if (w->json && status != 200) {
+		print_problem("GET", w->path, status, doc);
+		json_decref(doc);
+		return;
+	}
 	sbuf_printf(&b, "GET %s: HTTP %ld", w->path, status);
 	if (jstr(doc, "title", NULL)) {
 		sbuf_add(&b, " ", 1, MAX_FRAME_BYTES);
@@ -730,6 +740,11 @@ static int follow(struct watch *w)
 				return EXIT_FAILED;
 			continue;
 		}
+		if (!w->reached && w->json) {
+			print_error("Server unreachable", "server unreachable at %s: %s", w->url,
+				    why);
+			return EXIT_UNREACHABLE;
+		}
 		if (!w->reached) {
 			notice(w, "server unreachable at %s: %s", w->url, why);
 			return EXIT_UNREACHABLE;
@@ -738,7 +753,13 @@ static int follow(struct watch *w)
 			return EXIT_FAILED;
 		if (w->new_events > 0 || monotonic_ms() - began > STALL_MS)
 			failures = 0; /* that connection worked: a fresh budget */
-		if (++failures > MAX_RECONNECTS) {
+		if (++failures > MAX_RECONNECTS && w->json) {
+			print_error("Server unreachable",
+				    "watch: gave up after %d attempts to reconnect (%s)",
+				    MAX_RECONNECTS, why);
+			return EXIT_UNREACHABLE;
+		}
+		if (failures > MAX_RECONNECTS) {
 			notice(w, "watch: gave up after %d attempts to reconnect (%s)",
 			       MAX_RECONNECTS, why);
 			return EXIT_UNREACHABLE;
