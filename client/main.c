@@ -66,7 +66,8 @@ void usage(FILE *out)
 	      "                      (durations: 500ms, 15s, 2m, 1h; --ttl 1s to 24h, --wait\n"
 	      "                      at most 168h; a --wait over 300s keeps its place in the\n"
 	      "                      queue from one request to the next)\n"
-	      "  worker --worker NAME [--resource R] [--ttl 30s] [--once] -- COMMAND [ARGS...]\n"
+	      "  worker --worker NAME [--resource R] [--ttl 30s] [--once [--wait 60s]]\n"
+	      "         -- COMMAND [ARGS...]\n"
 	      "                      do the steps of external worker NAME: claim each, run\n"
 	      "                      COMMAND with the task as JSON on stdin and BATON_TASK_ID,\n"
 	      "                      BATON_WORKFLOW_ID, BATON_STEP, BATON_ATTEMPT,\n"
@@ -75,7 +76,8 @@ void usage(FILE *out)
 	      "                      heartbeat succeeded for 2/3 of the ttl); exit 0 completes\n"
 	      "                      the step with its stdout (JSON, else a string), any other\n"
 	      "                      status fails it (retryable) with its stderr's last lines;\n"
-	      "                      --once: one task, then exit 0 if it completed, else 1\n"
+	      "                      --once: one task, then exit 0 if it completed, else 1;\n"
+	      "                      75 when no task came within --wait (default 60s)\n"
 	      "\n"
 	      "Options (before or after the command; \"--\" ends them, for a worker named\n"
 	      "like an option):\n"
@@ -101,6 +103,7 @@ void usage(FILE *out)
 	      "  its background children's), or\n"
 	      "  75 the lease was not granted within --wait, or ran out before the command\n"
 	      "     could start; the command was not run\n"
+	      "     worker --once: no task came within --wait; nothing was run\n"
 	      "  76 the lease was lost while the command or its group ran; the group was\n"
 	      "     stopped\n",
 	      out);

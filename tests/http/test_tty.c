@@ -7,7 +7,8 @@
  * is driven by tests/http/tty_drive.py (python3), which plays the shell: session
  * leader, baton lock in a group of its own given the terminal, keystrokes written to
  * the pty's master side; it prints what it saw as JSON. Without a terminal nothing
- * changed (test_lock).
+ * changed (test_lock). And `baton worker --once`: with no task it waits at most --wait,
+ * then exits 75 without running anything.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -184,6 +185,30 @@ static void test_sigterm_ends_a_stopped_command(void **state)
 	json_decref(r);
 }
 
+/* ---- baton worker --once ---- */
+
+/* The old worker waited forever for a task (and did not know --wait). */
+static void test_worker_once_waits_at_most_wait(void **state)
+{
+	hs_server *s = *state;
+	char ran[128];
+	snprintf(ran, sizeof ran, "touch %s/ran", dir);
+	const char *const args[] = {"worker", "--worker", "idle", "--once", "--wait", "2s",
+				    "--",     "sh",	  "-c",	  ran,	    NULL};
+	int64_t start = hs_mono_ms();
+	client_proc *p = client_expect_exit(75, client_url_of(s), args);
+	int64_t took = hs_mono_ms() - start;
+	assert_true(took >= 1900);
+	assert_true(took < 30000); /* a claim's long poll alone is 30 s */
+	assert_non_null(strstr(p->e.p, "no task for idle within --wait"));
+	client_free(p);
+	snprintf(ran, sizeof ran, "%s/ran", dir);
+	assert_int_equal(access(ran, F_OK), -1);
+	const char *const bad[] = {"worker", "--worker", "idle", "--once", "--wait",
+				   "soon",   "--",	 "true", NULL};
+	client_free(client_expect_exit(2, client_url_of(s), bad));
+}
+
 int main(void)
 {
 	hs_filters_from_env();
@@ -193,6 +218,7 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_ctrl_c_ends_the_command_with_130, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_ctrl_z_keeps_the_lease_until_fg, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_sigterm_ends_a_stopped_command, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_worker_once_waits_at_most_wait, setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
