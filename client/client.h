@@ -33,7 +33,8 @@ enum {
 	EXIT_USAGE = 2,	      /* bad command line; usage went to stderr */
 	EXIT_UNREACHABLE = 3, /* no HTTP answer from the server */
 	EXIT_PARTIAL = 4,     /* watch, get: the workflow completed, but some steps failed */
-	/* lock: the lease was not granted within --wait; the command was not run */
+	/* lock: the lease was not granted within --wait; worker --once: no task came
+	 * within --wait. Either way the command was not run. */
 	EXIT_NOT_ACQUIRED = 75,
 	/* lock: the lease was lost while the command ran; the command was stopped */
 	EXIT_LEASE_LOST = 76,

@@ -42,7 +42,26 @@
  * make background jobs ignore SIGINT); once the command has ended, whatever is left of
  * its group gets SIGTERM, then SIGKILL after the grace period, and a second such signal
  * does that to the whole group at once. A lost lease ends the whole group the same way.
- * Either way the lease is released once nothing of the group is left. Exit status: the
+ * Either way the lease is released once nothing of the group is left.
+ *
+ * In a terminal (stdin one, and baton lock in its foreground), the command's group is
+ * the terminal's foreground group while it runs, as a shell makes a foreground job's:
+ * it reads the terminal, and Ctrl-C and Ctrl-\ reach it, not baton lock, which then
+ * sees it end as from any signal. The terminal comes back to baton lock when the command
+ * ends. Ctrl-Z stops the command (waitpid WUNTRACED); baton lock then takes the terminal
+ * back and stops itself with SIGTSTP, so that the user's shell sees its job stopped and
+ * gives its prompt back, and `fg` (SIGCONT to baton lock's group) continues it: it gives
+ * the terminal to the command again and continues the command's group. Merely renewing
+ * until somebody continued the command would leave the shell waiting on a job that it
+ * does not see stopped, with no prompt to type `fg` at. A stopped process cannot renew,
+ * so a keeper, a child in baton lock's own group with its own connection and the lease in
+ * shared memory, renews it meanwhile; a lease lost then ends the command's group and
+ * continues baton lock, which exits 76. Signals sent to a stopped group are followed by
+ * SIGCONT, or they would wait for its continuation. When nobody could continue baton lock
+ * (its group orphaned: no shell above it in its session), it does not stop but keeps
+ * renewing, and the terminal is the command's again once somebody continues it.
+ *
+ * Exit status: the
  * command's own (128 + N when signal N ended it; its background children's do not
  * count), EXIT_NOT_ACQUIRED when the lease was not granted within --wait or ran out
  * before the command could start (nothing was run), EXIT_LEASE_LOST when the lease was
@@ -55,6 +74,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/types.h>
 #include <sys/wait.h>
@@ -77,6 +97,31 @@ static long long request_wait_cap(void)
 }
 
 static volatile sig_atomic_t got_signal;
+
+/* The terminal on stdin when baton lock was started in its foreground; -1 without. */
+static int tty = -1;
+
+/* Makes pgid the terminal's foreground group. A background group may do so only with
+ * SIGTTOU blocked (the kernel would stop it otherwise), as a shell does for its jobs. */
+static void tty_give(pid_t pgid)
+{
+	if (tty < 0)
+		return;
+	sigset_t ttou, old;
+	sigemptyset(&ttou);
+	sigaddset(&ttou, SIGTTOU);
+	pthread_sigmask(SIG_BLOCK, &ttou, &old);
+	tcsetpgrp(tty, pgid);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+}
+
+/* Takes the terminal back from group `from`, unless somebody else has it already (the
+ * user's shell, after `bg`). */
+static void tty_take_back(pid_t from)
+{
+	if (tty >= 0 && tcgetpgrp(tty) == from)
+		tty_give(getpgrp());
+}
 
 static void on_signal(int sig)
 {
@@ -386,6 +431,7 @@ static pid_t start_command(const struct lock_opts *o, const struct lease *l)
 	pid_t pid = fork();
 	if (pid == 0) {
 		setpgid(0, 0);
+		tty_give(getpid()); /* also here: the terminal is its own before it reads */
 		signal(SIGINT, SIG_DFL);
 		signal(SIGTERM, SIG_DFL);
 		signal(SIGHUP, SIG_DFL);
@@ -396,8 +442,10 @@ static pid_t start_command(const struct lock_opts *o, const struct lease *l)
 		fprintf(stderr, "baton: lock: cannot run %s: %s\n", o->command[0], strerror(errno));
 		_exit(127);
 	}
-	if (pid > 0)
+	if (pid > 0) {
 		setpgid(pid, pid); /* also here: no race with a signal sent at once */
+		tty_give(pid);
+	}
 	return pid;
 }
 
@@ -452,20 +500,28 @@ static enum hold keep_lease(struct cli *cli, const struct lock_opts *o, struct l
 struct group {
 	pid_t pgid; /* the command's pid, and its group's id */
 	int ws, exited;
-	int ending; /* 0; 1 SIGTERM sent, SIGKILL due at kill_at; 2 SIGKILL sent */
+	int stopped; /* the command was stopped (Ctrl-Z, SIGTTIN) and not continued since */
+	int ending;  /* 0; 1 SIGTERM sent, SIGKILL due at kill_at; 2 SIGKILL sent */
 	long long kill_at;
 };
 
-/* Reaps the children that ended: the command, or what it left behind (subreaper). */
+/* Reaps the children that ended: the command, or what it left behind (subreaper). With
+ * a terminal, also notes when the command was stopped or continued. */
 static void reap(struct group *g)
 {
 	int ws;
 	pid_t w;
-	while ((w = waitpid(-1, &ws, WNOHANG)) > 0)
-		if (w == g->pgid) {
-			g->ws = ws;
-			g->exited = 1;
+	int flags = WNOHANG | (tty >= 0 ? WUNTRACED | WCONTINUED : 0);
+	while ((w = waitpid(-1, &ws, flags)) > 0) {
+		if (w != g->pgid)
+			continue;
+		if (WIFSTOPPED(ws) || WIFCONTINUED(ws)) {
+			g->stopped = WIFSTOPPED(ws);
+			continue;
 		}
+		g->ws = ws;
+		g->exited = 1;
+	}
 }
 
 static int group_left(const struct group *g)
@@ -473,14 +529,89 @@ static int group_left(const struct group *g)
 	return kill(-g->pgid, 0) == 0 || errno == EPERM;
 }
 
+/* Sends sig to the group; a stopped group is continued, or it would never get it. */
+static void signal_group(const struct group *g, int sig)
+{
+	kill(-g->pgid, sig);
+	if (tty >= 0 && sig != SIGKILL)
+		kill(-g->pgid, SIGCONT);
+}
+
 /* Ends the whole group: SIGTERM now, SIGKILL after the grace (see supervise). */
 static void end_group(struct group *g, long long now, long long grace)
 {
 	if (g->ending)
 		return;
-	kill(-g->pgid, SIGTERM);
+	signal_group(g, SIGTERM);
 	g->ending = 1;
 	g->kill_at = now + grace;
+}
+
+/* Whether a SIGTSTP would stop baton lock: not when its process group is orphaned (no
+ * parent in another group of its session, a shell, to continue it), which the kernel
+ * then spares the stop. */
+static int can_stop(void)
+{
+	pid_t parent = getppid();
+	return getsid(parent) == getsid(0) && getpgid(parent) != getpgrp();
+}
+
+/*
+ * The command was stopped from the terminal (Ctrl-Z): baton lock takes the terminal
+ * back and stops itself, so that the user's shell sees its job stopped and gives its
+ * prompt back; `fg` continues baton lock, which gives the terminal to the command again
+ * and continues it. A stopped process cannot renew, so a keeper, a child in baton lock's
+ * own group, renews the lease meanwhile (its own connection, the lease in shared memory);
+ * if the lease is lost it ends the command's group and continues baton lock. Returns 1
+ * when the lease was lost while stopped.
+ */
+static int suspend(struct cli *cli, const struct lock_opts *o, struct lease *l, struct group *g)
+{
+	tty_take_back(g->pgid);
+	if (!can_stop())
+		return 0; /* nobody to continue us: keep renewing until the command continues */
+	struct lease *shared =
+	    mmap(NULL, sizeof *shared, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	struct cli keeper_cli = *cli;
+	keeper_cli.http = http_clone(cli->http);
+	if (shared == MAP_FAILED || !keeper_cli.http) {
+		if (shared != MAP_FAILED)
+			munmap(shared, sizeof *shared);
+		http_free(keeper_cli.http);
+		return 0; /* stays in the foreground of its shell, renewing */
+	}
+	*shared = *l;
+	fflush(stderr);
+	pid_t keeper = fork();
+	if (keeper == 0) {
+		got_signal = 0;
+		while (!got_signal) { /* baton lock ends it once continued */
+			if (keep_lease(&keeper_cli, o, shared, monotonic_ms()) == LOST) {
+				signal_group(g, SIGTERM);
+				kill(getppid(), SIGCONT);
+				_exit(1);
+			}
+			sleep_ms(20);
+		}
+		_exit(0);
+	}
+	http_free(keeper_cli.http);
+	int ws = 0;
+	if (keeper > 0) {
+		raise(SIGTSTP); /* returns once continued: `fg`, `bg`, or the keeper */
+		kill(keeper, SIGTERM);
+		while (waitpid(keeper, &ws, 0) < 0 && errno == EINTR)
+			;
+		*l = *shared;
+	}
+	munmap(shared, sizeof *shared);
+	int lost = keeper > 0 && !(WIFEXITED(ws) && WEXITSTATUS(ws) == 0);
+	if (!lost) {
+		if (tty >= 0 && tcgetpgrp(tty) == getpgrp()) /* `fg`; not after `bg` */
+			tty_give(g->pgid);
+		kill(-g->pgid, SIGCONT);
+	}
+	return lost;
 }
 
 /* Runs the command under the lease until nothing of its group is left; returns baton
@@ -488,7 +619,7 @@ static void end_group(struct group *g, long long now, long long grace)
 static int supervise(struct cli *cli, const struct lock_opts *o, struct lease *l)
 {
 	long long grace = l->ttl_ms / 6;
-	int lost = 0, signals = 0, said = 0;
+	int lost = 0, signals = 0, said = 0, was_stopped = 0;
 	prctl(PR_SET_CHILD_SUBREAPER, 1);
 	struct group g = {.pgid = start_command(o, l)};
 	if (g.pgid < 0) {
@@ -498,12 +629,25 @@ static int supervise(struct cli *cli, const struct lock_opts *o, struct lease *l
 	}
 	for (;;) {
 		reap(&g);
+		if (g.exited)
+			tty_take_back(g.pgid);
 		if (g.exited && !group_left(&g))
 			break;
+		if (g.stopped != was_stopped && !g.exited && !signals && !lost) {
+			if (g.stopped && suspend(cli, o, l, &g)) {
+				fprintf(stderr,
+					"baton: lock: stopping the command's process group\n");
+				end_group(&g, monotonic_ms(), grace);
+				lost = 1;
+			} else if (!g.stopped && tty >= 0 && tcgetpgrp(tty) == getpgrp()) {
+				tty_give(g.pgid); /* continued by somebody else, while ours */
+			}
+			was_stopped = g.stopped;
+		}
 		long long now = monotonic_ms();
 		if (got_signal) { /* the command first; then what is left of its group */
 			if (!signals++ && !g.exited)
-				kill(-g.pgid, got_signal);
+				signal_group(&g, got_signal);
 			else
 				end_group(&g, now, grace);
 			got_signal = 0;
@@ -549,6 +693,9 @@ int cmd_lock(struct cli *cli, int argc, char **argv)
 	sigaction(SIGINT, &sa, NULL);
 	sigaction(SIGTERM, &sa, NULL);
 	sigaction(SIGHUP, &sa, NULL);
+	/* A terminal whose foreground baton lock is in: the command's while it runs. */
+	if (isatty(STDIN_FILENO) && tcgetpgrp(STDIN_FILENO) == getpgrp())
+		tty = STDIN_FILENO;
 	struct lease l;
 	rc = acquire(cli, &o, &l);
 	if (rc)

@@ -1,6 +1,6 @@
 /*
- * worker.c - `baton worker --worker NAME [--resource R] [--ttl 30s] [--once] -- COMMAND`:
- * does the steps of an external worker (POST /tasks/claim) with a command.
+ * worker.c - `baton worker --worker NAME [--resource R] [--ttl 30s] [--once [--wait 60s]]
+ * -- COMMAND`: does the steps of an external worker (POST /tasks/claim) with a command.
  *
  * Design. A loop of long-polling claims. For each task, the command runs once, in its
  * own process group, with the task as JSON on its stdin and its fields in the environment
@@ -18,7 +18,9 @@
  * exit status 0 completes the task with its stdout (JSON when it parses, else the text
  * as a string); any other status fails it (retryable) with the status and the last lines
  * of its stderr. SIGINT or SIGTERM: the command gets it, its outcome is reported, and the
- * loop ends (exit 0). --once: one task, then exit 0 if it completed, 1 if not.
+ * loop ends (exit 0). --once: one task, then exit 0 if it completed, 1 if not; when no
+ * task came within --wait (default 60 s; each claim's long poll shortened to what is
+ * left of it), EXIT_NOT_ACQUIRED, as baton lock does when no lease came: nothing ran.
  */
 #include "client.h"
 
@@ -44,14 +46,14 @@ static void on_stop(int sig)
 
 struct worker_opts {
 	const char *worker, *resource;
-	long long ttl_ms;
+	long long ttl_ms, wait_ms; /* wait_ms: --once only */
 	int once;
 	char **command;
 };
 
 static int parse_args(int argc, char **argv, struct worker_opts *o)
 {
-	*o = (struct worker_opts){.ttl_ms = 30000};
+	*o = (struct worker_opts){.ttl_ms = 30000, .wait_ms = 60000};
 	int i;
 	for (i = 1; i < argc && strcmp(argv[i], "--") != 0; i++) {
 		const char *a = argv[i];
@@ -63,7 +65,8 @@ static int parse_args(int argc, char **argv, struct worker_opts *o)
 			o->once = 1;
 			continue;
 		}
-		if (strcmp(a, "--worker") && strcmp(a, "--resource") && strcmp(a, "--ttl"))
+		if (strcmp(a, "--worker") && strcmp(a, "--resource") && strcmp(a, "--ttl") &&
+		    strcmp(a, "--wait"))
 			return usage_error("worker: unknown option or argument: %s", a);
 		if (i + 1 >= argc)
 			return usage_error("worker: %s needs a value", a);
@@ -72,7 +75,10 @@ static int parse_args(int argc, char **argv, struct worker_opts *o)
 			o->worker = v;
 		else if (strcmp(a, "--resource") == 0)
 			o->resource = v;
-		else if (parse_duration(v, MAX_TTL_MS, &o->ttl_ms) || o->ttl_ms < 1000)
+		else if (strcmp(a, "--wait") == 0) {
+			if (parse_duration(v, MAX_WAIT_MS, &o->wait_ms))
+				return usage_error("worker: --wait: a duration up to 168h: %s", v);
+		} else if (parse_duration(v, MAX_TTL_MS, &o->ttl_ms) || o->ttl_ms < 1000)
 			return usage_error("worker: --ttl: a duration from 1s to 24h: %s", v);
 	}
 	if (!o->worker)
@@ -348,9 +354,13 @@ int cmd_worker(struct cli *cli, int argc, char **argv)
 	/* a claim answered to nobody is given back by the server; heartbeats, completions
 	 * and failures sent twice are refused the second time (410), never applied twice */
 	http_set_resend(cli->http, 1);
+	long long deadline = monotonic_ms() + o.wait_ms; /* --once */
 	while (!stop_signal) {
+		long long wait = CLAIM_WAIT, left = deadline - monotonic_ms();
+		if (o.once && left < wait)
+			wait = left > 0 ? left : 0;
 		json_t *body = json_pack("{s:s, s:I, s:I}", "worker", o.worker, "wait_ms",
-					 (json_int_t)CLAIM_WAIT, "ttl_ms", (json_int_t)o.ttl_ms);
+					 (json_int_t)wait, "ttl_ms", (json_int_t)o.ttl_ms);
 		if (o.resource)
 			json_object_set_new(body, "resource", json_string(o.resource));
 		struct http_reply r;
@@ -360,6 +370,8 @@ int cmd_worker(struct cli *cli, int argc, char **argv)
 		http_set_timeout(cli->http, 0);
 		json_decref(body);
 		if (rc == EXIT_UNREACHABLE) {
+			if (o.once && monotonic_ms() >= deadline)
+				return rc;
 			sleep_ms(1000);
 			continue;
 		}
@@ -367,13 +379,18 @@ int cmd_worker(struct cli *cli, int argc, char **argv)
 			return rc;
 		if (r.status == 204) {
 			http_reply_fini(&r);
+			if (o.once && monotonic_ms() >= deadline) {
+				fprintf(stderr, "baton: worker: no task for %s within --wait\n",
+					o.worker);
+				return EXIT_NOT_ACQUIRED;
+			}
 			continue;
 		}
 		if (r.status != 200) {
 			fprintf(stderr, "baton: worker: claim: HTTP %ld: %s\n", r.status,
 				jstr(r.body, "detail", ""));
 			http_reply_fini(&r);
-			if (r.status >= 500) {
+			if (r.status >= 500 && !(o.once && monotonic_ms() >= deadline)) {
 				sleep_ms(1000);
 				continue;
 			}

@@ -1,0 +1,135 @@
+# tty_drive.py MODE BATON URL DIR - used by tests/http/test_tty.c: runs
+# `BATON --server URL lock db --ttl 2s -- sh -c ...` on a new pseudo-terminal as a shell
+# runs a foreground job (this process is the session leader, baton lock its own group,
+# given the terminal), types at it, and prints what it saw as one JSON object.
+# MODE: line (a line read by the command), intr (Ctrl-C during `sleep 30`), stop (Ctrl-Z,
+# six seconds stopped, then `fg` and a line), kill (Ctrl-Z, then `kill %1`). Pids go to
+# DIR/baton.pid and DIR/cmd.pid; everything is bounded by 60 s and killed on failure.
+import fcntl, json, os, select, signal, sys, termios, time, urllib.request
+
+mode, baton, url, d = sys.argv[1:5]
+seen, out = b"", {"mode": mode}
+start = time.monotonic()
+pid = 0
+
+
+def pid_of(name):
+    try:
+        with open(os.path.join(d, name)) as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def holder():
+    with urllib.request.urlopen(url + "/resources/db", timeout=10) as r:
+        h = json.load(r).get("holder")
+    return h.get("lease_id") if isinstance(h, dict) else None
+
+
+def pump(master, until, text):
+    global seen
+    while text.encode() not in seen:
+        left = until - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("no %r in %r" % (text, seen.decode(errors="replace")))
+        if select.select([master], [], [], min(left, 0.2))[0]:
+            try:
+                seen += os.read(master, 4096)
+            except OSError:
+                pass
+
+
+def wait_pid(flags, until):
+    while time.monotonic() < until:
+        w, ws = os.waitpid(pid, flags | os.WNOHANG)
+        if w == pid:
+            return ws
+        time.sleep(0.02)
+    raise TimeoutError("baton lock did not change state")
+
+
+def run(master, slave):
+    global pid
+    sh = {"line": 'echo $$ > %s/cmd.pid; echo ready; read x; echo "got $x"',
+          "intr": "echo $$ > %s/cmd.pid; echo ready; sleep 30",
+          "stop": 'echo $$ > %s/cmd.pid; echo ready; read x; echo "got $x"',
+          "kill": 'echo $$ > %s/cmd.pid; echo ready; read x; echo "got $x"'}[mode] % d
+    pid = os.fork()
+    if pid == 0:
+        os.setpgid(0, 0)
+        os.tcsetpgrp(slave, os.getpid())
+        for s in (signal.SIGTTOU, signal.SIGPIPE, signal.SIGINT):
+            signal.signal(s, signal.SIG_DFL)
+        for fd in (0, 1, 2):
+            os.dup2(slave, fd)
+        os.execv(baton, [baton, "--server", url, "lock", "db", "--ttl", "2s", "--",
+                         "sh", "-c", sh])
+    with open(os.path.join(d, "baton.pid"), "w") as f:
+        f.write("%d\n" % pid)
+    try:
+        os.setpgid(pid, pid)
+    except OSError:
+        pass
+    os.tcsetpgrp(slave, pid)  # a shell's foreground job
+    until = start + 60
+    pump(master, until, "ready")
+    out["held"] = holder()
+    if mode == "line":
+        os.write(master, b"hello\n")
+    elif mode == "intr":
+        os.write(master, b"\x03")
+    else:
+        os.write(master, b"\x1a")
+        ws = wait_pid(os.WUNTRACED, until)
+        if mode == "kill":  # as a shell's `kill %1` does to a stopped job
+            os.tcsetpgrp(slave, os.getpgrp())
+            os.killpg(pid, signal.SIGTERM)
+            os.killpg(pid, signal.SIGCONT)
+            out["status"] = os.waitstatus_to_exitcode(wait_pid(0, until))
+            pid = -pid
+            out["held_after"] = holder()
+            return
+        out["baton_stopped"] = os.WIFSTOPPED(ws)
+        os.tcsetpgrp(slave, os.getpgrp())  # the shell takes its terminal back
+        with open("/proc/%d/stat" % pid_of("cmd.pid")) as f:
+            out["cmd_state"] = f.read().rsplit(")", 1)[1].split()[0]
+        t = time.monotonic()
+        while time.monotonic() < t + 6:  # three ttls: expired unless renewed
+            time.sleep(0.2)
+        out["held_while_stopped"] = holder()
+        os.tcsetpgrp(slave, pid)  # fg
+        os.killpg(pid, signal.SIGCONT)
+        os.write(master, b"hello\n")
+    ws = wait_pid(0, until)
+    out["status"] = os.waitstatus_to_exitcode(ws)
+    pid = -pid  # reaped
+    os.tcsetpgrp(slave, os.getpgrp())
+    try:
+        pump(master, time.monotonic() + 1, "\x00")
+    except TimeoutError:
+        pass
+    out["output"] = seen.decode(errors="replace")
+    out["held_after"] = holder()
+
+
+def main():
+    signal.signal(signal.SIGTTOU, signal.SIG_IGN)
+    master, slave = os.openpty()
+    fcntl.ioctl(slave, termios.TIOCSCTTY, 0)
+    try:
+        run(master, slave)
+    except Exception as e:
+        out["error"] = repr(e)
+        out["output"] = seen.decode(errors="replace")
+    finally:
+        for p in (pid, pid_of("cmd.pid")):  # what a failed run left
+            if p > 0:
+                try:
+                    os.kill(p, signal.SIGKILL)
+                except OSError:
+                    pass
+    print(json.dumps(out), flush=True)
+
+
+main()
