@@ -14,6 +14,7 @@
 #include <cmocka.h>
 
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -238,12 +239,15 @@ static void test_get_and_resources_show_the_node(void **state)
 	json_decref(hs_create_workflow(
 	    s, json_pack("{s:s, s:s, s:[s]}", "id", "w", "resource", "gw", "workers", "a")));
 	json_decref(hs_wait_workflow(s, "w", "completed", 60000));
+	/* A real batond: on SQLite (no cluster) it names no node, and nothing is shown; on
+	 * PostgreSQL a batond is a cluster node, and its node is shown. */
 	const char *lone = client_url_of(s);
+	bool pg = hs_store_is_pg();
 	p = client_expect_exit(0, lone, (const char *const[]){"get", "w", NULL});
-	assert_null(strstr(p->o.p, "NODE"));
+	assert_true((strstr(p->o.p, "NODE") != NULL) == pg);
 	client_free(p);
 	p = client_expect_exit(0, lone, (const char *const[]){"resources", "gw", NULL});
-	assert_null(strstr(p->o.p, "node "));
+	assert_true((strstr(p->o.p, "node ") != NULL) == pg);
 	client_free(p);
 }
 
@@ -260,6 +264,8 @@ static mode_t mode_of(const char *path)
  * the database holds the calls' headers (Authorization). */
 static void test_backup_is_0600(void **state)
 {
+	if (hs_store_is_pg())
+		skip(); /* PostgreSQL is backed up with its own tools: batond answers 501 */
 	hs_server *s = *state;
 	char dir[] = "/tmp/baton-cli-XXXXXX", file[64], part[80];
 	assert_non_null(mkdtemp(dir));
