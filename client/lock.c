@@ -633,7 +633,10 @@ static int supervise(struct cli *cli, const struct lock_opts *o, struct lease *l
 			tty_take_back(g.pgid);
 		if (g.exited && !group_left(&g))
 			break;
-		if (g.stopped != was_stopped && !g.exited && !signals && !lost) {
+		/* A signal that came while baton lock was stopped is acted on first: the command,
+		 * continued in the background, may have stopped again reading the terminal
+		 * (SIGTTIN), and suspending again then would wait for a continue nobody sends. */
+		if (g.stopped != was_stopped && !g.exited && !signals && !lost && !got_signal) {
 			if (g.stopped && suspend(cli, o, l, &g)) {
 				fprintf(stderr,
 					"baton: lock: stopping the command's process group\n");

@@ -81,11 +81,14 @@ def run(master, slave):
         os.write(master, b"\x03")
     else:
         os.write(master, b"\x1a")
+        out["phase"] = "waiting for baton lock to stop"
         ws = wait_pid(os.WUNTRACED, until)
+        out["phase"] = "stopped"
         if mode == "kill":  # as a shell's `kill %1` does to a stopped job
             os.tcsetpgrp(slave, os.getpgrp())
             os.killpg(pid, signal.SIGTERM)
             os.killpg(pid, signal.SIGCONT)
+            out["phase"] = "waiting for baton lock to exit"
             out["status"] = os.waitstatus_to_exitcode(wait_pid(0, until))
             pid = -pid
             out["held_after"] = holder()
