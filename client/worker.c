@@ -292,6 +292,15 @@ static int run_task(struct cli *cli, const struct worker_opts *o, const json_t *
 {
 	struct claim c = {.id = jstr(task, "id", ""), .ttl = jint(task, "ttl_ms", o->ttl_ms)};
 	claim_count_from(&c, sent);
+	long long arrived = monotonic_ms();
+	if (arrived >= c.next) {
+		/* A late answer (a long poll that waited for its task): the server granted the
+		 * claim some time after the send, so counting from the send may already say it
+		 * is lost. Nothing runs before a heartbeat succeeds, and from then on the claim
+		 * counts from that heartbeat's send; until then it is given two thirds of a ttl. */
+		c.deadline = arrived + c.ttl - c.ttl / 3;
+		c.next = arrived;
+	}
 	if (confirm_claim(cli, &c))
 		return 0;
 	char *in = json_dumps(task, JSON_COMPACT);
