@@ -706,7 +706,16 @@ int cmd_lock(struct cli *cli, int argc, char **argv)
 	/* The server counted the ttl from the grant, after the acquire was sent. A grant
 	 * whose answer took a third of the ttl or more is renewed before the command runs. */
 	count_from(&l, l.sent_at);
-	enum hold h = monotonic_ms() >= l.next_renew ? KEPT : RENEWED_NOW;
+	long long arrived = monotonic_ms();
+	if (arrived >= l.next_renew) {
+		/* Granted after a wait in the queue, some time after the send: counted from the
+		 * send the lease may look lost already. Nothing runs before a renewal succeeds,
+		 * and from then on the lease counts from that renewal's send; until then it is
+		 * given two thirds of a ttl. */
+		l.deadline = arrived + l.ttl_ms - l.ttl_ms / 3;
+		l.next_renew = arrived;
+	}
+	enum hold h = arrived >= l.next_renew ? KEPT : RENEWED_NOW;
 	while (!got_signal && h == KEPT) {
 		h = keep_lease(cli, &o, &l, monotonic_ms());
 		if (h == LOST) {

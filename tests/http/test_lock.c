@@ -264,6 +264,33 @@ static void test_not_acquired_runs_nothing(void **state)
 	assert_false(file_exists(path_in("ran")));
 }
 
+/* A lock that waited in the queue longer than two thirds of its ttl still runs its command
+ * once granted: the server counts the ttl from the grant, so baton lock renews first and
+ * counts from that renewal's send, instead of giving the lease up unused. */
+static void test_lock_granted_after_a_long_wait_runs(void **state)
+{
+	hs_server *s = *state;
+	hs_response r;
+	assert_int_equal(hs_post(s, "/resources/db/leases", "{\"holder\": \"other\"}", &r), 0);
+	assert_int_equal(r.status, 201);
+	char path[128];
+	snprintf(path, sizeof path, "/leases/%s", hs_str(r.json, "id"));
+	hs_response_fini(&r);
+	char script[256];
+	snprintf(script, sizeof script, "touch %s", path_in("ran"));
+	const char *const args[] = {"lock", "db", "--ttl", "3s",   "--wait", "60s",
+				    "--",   "sh", "-c",	   script, NULL};
+	client_proc *p = client_spawn(args, client_url_of(s), false);
+	hs_pause_ms(3000); /* it waits longer than two thirds of its ttl */
+	hs_request del = {.method = "DELETE", .path = path};
+	assert_int_equal(hs_send(s, &del, &r), 0);
+	assert_int_equal(r.status, 204);
+	hs_response_fini(&r);
+	assert_int_equal(client_finish(p), 0);
+	assert_true(file_exists(path_in("ran")));
+	client_free(p);
+}
+
 static void test_sigterm_goes_to_the_command_first(void **state)
 {
 	hs_server *s = *state;
@@ -587,6 +614,22 @@ static void test_worker_completes_with_stdout(void **state)
 	free(in);
 }
 
+/* A task that arrives after the worker's claim has waited more than two thirds of its ttl
+ * (a long poll) is still done: the claim's ttl starts when the server grants it, so the worker
+ * heartbeats first and counts from that heartbeat's send instead of giving the task up. */
+static void test_worker_runs_a_task_that_came_late(void **state)
+{
+	hs_server *s = *state;
+	const char *const args[] = {"worker", "--worker", "late", "--ttl",   "3s", "--once",
+				    "--",     "sh",	  "-c",	  "echo {}", NULL};
+	client_proc *p = client_spawn(args, client_url_of(s), false);
+	hs_pause_ms(3000); /* the claim waits longer than two thirds of its ttl */
+	submit_external(s, "late");
+	assert_int_equal(client_finish(p), 0);
+	json_decref(hs_wait_workflow(s, "w1", "completed", WAIT_MS));
+	client_free(p);
+}
+
 static void test_worker_fails_with_status_and_stderr(void **state)
 {
 	hs_server *s = *state;
@@ -652,6 +695,8 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_frozen_server_noticed_by_own_clock, setup,
 					    teardown),
 	    cmocka_unit_test_setup_teardown(test_not_acquired_runs_nothing, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_lock_granted_after_a_long_wait_runs, setup,
+					    teardown),
 	    cmocka_unit_test_setup_teardown(test_sigterm_goes_to_the_command_first, setup,
 					    teardown),
 	    cmocka_unit_test_setup_teardown(test_lease_counts_from_the_acquire_send, setup,
@@ -663,6 +708,8 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_durations_out_of_range_are_usage_errors, setup,
 					    teardown),
 	    cmocka_unit_test_setup_teardown(test_worker_completes_with_stdout, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_worker_runs_a_task_that_came_late, setup,
+					    teardown),
 	    cmocka_unit_test_setup_teardown(test_worker_fails_with_status_and_stderr, setup,
 					    teardown),
 	    cmocka_unit_test_setup_teardown(test_worker_stops_the_command_by_its_own_clock, setup,
