@@ -582,9 +582,19 @@ static int suspend(struct cli *cli, const struct lock_opts *o, struct lease *l, 
 	}
 	*shared = *l;
 	fflush(stderr);
+	/* The stopping signals stay blocked across the fork: one that reaches the keeper before
+	 * it has cleared got_signal (a shell's `kill %1` right after the stop) must still end
+	 * it, not be cleared with the copy of baton lock's flag. */
+	sigset_t stops, old;
+	sigemptyset(&stops);
+	sigaddset(&stops, SIGINT);
+	sigaddset(&stops, SIGTERM);
+	sigaddset(&stops, SIGHUP);
+	sigprocmask(SIG_BLOCK, &stops, &old);
 	pid_t keeper = fork();
 	if (keeper == 0) {
 		got_signal = 0;
+		sigprocmask(SIG_SETMASK, &old, NULL);
 		while (!got_signal) { /* baton lock ends it once continued */
 			if (keep_lease(&keeper_cli, o, shared, monotonic_ms()) == LOST) {
 				signal_group(g, SIGTERM);
@@ -595,6 +605,7 @@ static int suspend(struct cli *cli, const struct lock_opts *o, struct lease *l, 
 		}
 		_exit(0);
 	}
+	sigprocmask(SIG_SETMASK, &old, NULL);
 	http_free(keeper_cli.http);
 	int ws = 0;
 	if (keeper > 0) {
