@@ -168,10 +168,13 @@ run: $(BATOND) $(CLIENT)
 	@exec ./$(BATOND) --pid-file data/batond.pid
 
 # The unit tests and the OpenAPI check once; the HTTP suites on each store of STORE.
-test: all $(UNIT_BIN) $(HTTP_BIN)
+# SUITES="test_ops test_start" runs those HTTP suites only.
+SUITES ?=
+TEST_HTTP = $(if $(SUITES),$(filter $(addprefix $(BUILD)/tests/http/,$(SUITES)),$(HTTP_BIN)),$(HTTP_BIN))
+test: all $(UNIT_BIN) $(TEST_HTTP)
 	@BATOND=$(abspath $(BATOND)) BATON_CLIENT=$(abspath $(CLIENT)) STORE=$(STORE) \
 	  sh scripts/test-stores.sh $(UNIT_BIN) scripts/check-openapi.py tests/install/run.sh \
-	  tests/docker/check-files.sh -- $(HTTP_BIN)
+	  tests/docker/check-files.sh -- $(TEST_HTTP)
 check: test
 
 # The HTTP suites once more with batond under valgrind (memory errors, definite leaks).

@@ -9,7 +9,8 @@
 # server is started in a new directory (scripts/pg.sh) and the binaries get its URL in
 # BATON_TEST_PG and its directory in BATON_TEST_PG_DIR (tests/harness/harness.h); it is
 # stopped at the end, also when a test fails or the run is interrupted. With STORE=postgres
-# only EACH runs. Each run goes through scripts/run-tests.sh, whose own closing lines
+# only EACH runs. The suites that stop or restart their PostgreSQL server get one of their
+# own each (with-pg.sh) and run after the others, two at a time. Each run goes through scripts/run-tests.sh, whose own closing lines
 # are summed here.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
@@ -36,6 +37,7 @@ failed=0
 skipped=0
 log=$(mktemp)
 pgdir=""
+wrapdir=""
 
 stop_pg() {
 	[ -n "$pgdir" ] || return 0
@@ -44,7 +46,7 @@ stop_pg() {
 	rm -rf "$pgdir"
 	pgdir=""
 }
-trap 'stop_pg; rm -f "$log" "$log.rc"' EXIT
+trap 'stop_pg; rm -f "$log" "$log.rc"; [ -z "$wrapdir" ] || rm -rf "$wrapdir"' EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 trap 'exit 129' HUP
@@ -92,20 +94,29 @@ if [ "$store" != sqlite ] && [ $# -gt 0 ]; then
 	if url=$(sh "$here/pg.sh" start "$pgdir"); then
 		echo "=== PostgreSQL $url in $pgdir"
 		export BATON_TEST_PG="$url" BATON_TEST_PG_DIR="$pgdir" BATON_PG_SCRIPT="$here/pg.sh"
-		# The suites that stop or restart the server run alone, after the others.
+		# The suites that stop or restart the server run after the others, each on a
+		# server of its own (with-pg.sh), two at a time: a wrapper named after each.
 		shared=""
 		alone=""
+		wrapdir=$(mktemp -d)
 		for t in "$@"; do
 			case ${t##*/} in
-			test_faults | test_postgres | test_cluster | test_lockfaults | torture) alone="$alone $t" ;;
+			test_faults | test_postgres | test_cluster | test_lockfaults | torture)
+				w="$wrapdir/${t##*/}"
+				printf '#!/bin/sh\nexec sh "%s/with-pg.sh" "%s"\n' "$here" \
+					"$(cd "$(dirname "$t")" && pwd)/${t##*/}" >"$w"
+				chmod +x "$w"
+				alone="$alone $w"
+				;;
 			*) shared="$shared $t" ;;
 			esac
 		done
 		# shellcheck disable=SC2086 # paths without blanks
 		stage "postgres" $shared
-		JOBS=1
+		stop_pg
 		# shellcheck disable=SC2086
 		stage "postgres, restarting the server" $alone
+		rm -rf "$wrapdir"
 	else
 		echo "test-stores: PostgreSQL did not start in $pgdir"
 		failed=$((failed + 1))
