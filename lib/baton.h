@@ -126,6 +126,10 @@ typedef struct baton_engine_config {
 	 * long its ownership lasts without renewal (0: 10000 ms). Ignored on SQLite. */
 	const char *node_id;
 	int64_t lease_ms;
+	/* The base URL (http://host:port) at which the other nodes reach this one's HTTP
+	 * API: they pass it the lease and task requests of the resources it drives.
+	 * NULL or "": they answer those with 503 instead. */
+	const char *advertise_url;
 } baton_engine_config;
 
 /*
@@ -136,8 +140,41 @@ typedef struct baton_engine_config {
  */
 int baton_engine_open(const baton_engine_config *cfg, baton_engine **out, baton_error *err);
 
-/* The cluster's live nodes: {"nodes": [{"id", "self", "lease_expires_at", "partitions",
- * "resources", "running_steps"}]} (on SQLite this node alone). Any thread. */
+/*
+ * One HTTP exchange with another node, made with libcurl (loaded at the first one, as for
+ * HTTP steps): the server passes on the requests that only another node can answer.
+ * headers: "Name: value" lines, NULL-terminated. aborted(ud), when set, is asked several
+ * times a second and ends the exchange by returning 1. 0 with the answer in p (its body
+ * malloc'd, freed by the caller), or -1 with p->why: no answer came (p->status 0).
+ * Any thread.
+ */
+typedef struct baton_http_req {
+	const char *method, *url;
+	const char *const *headers;
+	const char *body;
+	size_t body_len;
+	int64_t timeout_ms;
+	int (*aborted)(void *ud);
+	void *ud;
+} baton_http_req;
+typedef struct baton_http_resp {
+	long status;
+	char *body;
+	size_t body_len;
+	char content_type[128];
+	char location[300];
+	int retry_after; /* seconds, 0: none */
+	char why[256];
+} baton_http_resp;
+int baton_http_exchange(const baton_http_req *q, baton_http_resp *p);
+
+/* Sets the URL at which the other nodes reach this one (as advertise_url does at open;
+ * for one known only once the server listens), from the next lease renewal on. Any
+ * thread. */
+void baton_engine_advertise(baton_engine *e, const char *url);
+
+/* The cluster's live nodes: {"nodes": [{"id", "url", "self", "lease_expires_at",
+ * "partitions", "resources", "running_steps"}]} (on SQLite this node alone). Any thread. */
 int baton_engine_nodes(baton_engine *e, json_t **out, baton_error *err);
 /* This node's figures: {"node_id", "clustered", "nodes", "partitions", "lease_expires_at"
  * (ms, 0 when none), "partitions_gained", "partitions_lost", "renew_failures"}. Any thread. */

@@ -350,3 +350,128 @@ void call_run(const step_input *in, step_output *out)
 	free(payload);
 	free(b.data);
 }
+
+/* ---- one exchange for the server (baton_http_exchange) ---- */
+
+typedef struct exchange {
+	const baton_http_req *q;
+	baton_http_resp *p;
+	size_t cap;
+} exchange;
+
+static size_t on_exchange_body(char *ptr, size_t size, size_t n, void *ud)
+{
+	exchange *x = ud;
+	size_t len = size * n;
+	if (x->p->body_len + len > MAX_RESPONSE)
+		return 0; /* an answer no node gives: the exchange fails */
+	if (x->p->body_len + len + 1 > x->cap) {
+		size_t cap = (x->p->body_len + len + 1) * 2;
+		char *d = realloc(x->p->body, cap);
+		if (!d)
+			return 0;
+		x->p->body = d;
+		x->cap = cap;
+	}
+	memcpy(x->p->body + x->p->body_len, ptr, len);
+	x->p->body_len += len;
+	x->p->body[x->p->body_len] = 0;
+	return len;
+}
+
+/* Keeps Location and Retry-After (delta-seconds, as batond sends it) of the answer. */
+static size_t on_exchange_header(char *ptr, size_t size, size_t n, void *ud)
+{
+	exchange *x = ud;
+	size_t len = size * n;
+	char line[512];
+	size_t l = len < sizeof line ? len : sizeof line - 1;
+	memcpy(line, ptr, l);
+	line[l] = 0;
+	line[strcspn(line, "\r\n")] = 0;
+	char *colon = strchr(line, ':');
+	if (!colon)
+		return len;
+	*colon = 0;
+	const char *v = colon + 1 + strspn(colon + 1, " \t");
+	if (strcasecmp(line, "location") == 0)
+		snprintf(x->p->location, sizeof x->p->location, "%s", v);
+	else if (strcasecmp(line, "retry-after") == 0)
+		x->p->retry_after = atoi(v);
+	return len;
+}
+
+static int on_exchange_progress(void *ud, curl_off_t a, curl_off_t b, curl_off_t c, curl_off_t d)
+{
+	const exchange *x = ud;
+	(void)a, (void)b, (void)c, (void)d;
+	return x->q->aborted && x->q->aborted(x->q->ud) ? 1 : 0;
+}
+
+int baton_http_exchange(const baton_http_req *q, baton_http_resp *p)
+{
+	memset(p, 0, sizeof *p);
+	if (call_load(p->why, sizeof p->why))
+		return -1;
+	exchange x = {.q = q, .p = p};
+	CURL *c = cu.easy_init();
+	if (!c) {
+		snprintf(p->why, sizeof p->why, "curl_easy_init failed");
+		return -1;
+	}
+	struct curl_slist *h = NULL;
+	for (const char *const *l = q->headers; l && *l; l++) {
+		struct curl_slist *n = cu.slist_append(h, *l);
+		h = n ? n : h;
+	}
+	struct curl_slist *n = cu.slist_append(h, "Expect:"); /* no 100-continue round trip */
+	h = n ? n : h;
+	char *why = p->why;
+	size_t wn = sizeof p->why;
+	int rc = fixed_options(c, why, wn);
+	rc |= SETOPT(c, CURLOPT_URL, q->url, why, wn);
+	rc |= SETOPT(c, CURLOPT_CUSTOMREQUEST, q->method, why, wn);
+	if (strcmp(q->method, "GET") == 0)
+		rc |= SETOPT(c, CURLOPT_HTTPGET, 1L, why, wn);
+	else if (strcmp(q->method, "HEAD") == 0)
+		rc |= SETOPT(c, CURLOPT_NOBODY, 1L, why, wn);
+	else if (strcmp(q->method, "DELETE") != 0 || q->body_len) {
+		rc |= SETOPT(c, CURLOPT_POSTFIELDSIZE, (long)q->body_len, why, wn);
+		rc |= SETOPT(c, CURLOPT_POSTFIELDS, q->body ? q->body : "", why, wn);
+	}
+	rc |= SETOPT(c, CURLOPT_HTTPHEADER, h, why, wn);
+	rc |= SETOPT(c, CURLOPT_TIMEOUT_MS, (long)q->timeout_ms, why, wn);
+	rc |= SETOPT(c, CURLOPT_CONNECTTIMEOUT_MS, 2000L, why, wn);
+	rc |= SETOPT(c, CURLOPT_WRITEFUNCTION, on_exchange_body, why, wn);
+	rc |= SETOPT(c, CURLOPT_WRITEDATA, &x, why, wn);
+	rc |= SETOPT(c, CURLOPT_HEADERFUNCTION, on_exchange_header, why, wn);
+	rc |= SETOPT(c, CURLOPT_HEADERDATA, &x, why, wn);
+	rc |= SETOPT(c, CURLOPT_XFERINFOFUNCTION, on_exchange_progress, why, wn);
+	rc |= SETOPT(c, CURLOPT_XFERINFODATA, &x, why, wn);
+	if (rc == 0) {
+		CURLcode cr = cu.easy_perform(c);
+		char *type = NULL; /* owned by the handle */
+		if (cr == CURLE_OK &&
+		    cu.easy_getinfo(c, CURLINFO_RESPONSE_CODE, &p->status) == CURLE_OK &&
+		    p->status > 0) {
+			if (cu.easy_getinfo(c, CURLINFO_CONTENT_TYPE, &type) == CURLE_OK && type)
+				snprintf(p->content_type, sizeof p->content_type, "%s", type);
+		} else {
+			p->status = 0;
+			snprintf(p->why, sizeof p->why, "%s",
+				 cr == CURLE_OPERATION_TIMEDOUT	   ? "timed out"
+				 : cr == CURLE_ABORTED_BY_CALLBACK ? "given up"
+								   : cu.easy_strerror(cr));
+			rc = -1;
+		}
+	}
+	cu.slist_free_all(h);
+	cu.easy_cleanup(c);
+	if (rc) {
+		free(p->body);
+		p->body = NULL;
+		p->body_len = 0;
+		p->status = 0;
+	}
+	return rc ? -1 : 0;
+}

@@ -588,6 +588,8 @@ int baton_engine_open(const baton_engine_config *cfg, baton_engine **out, baton_
 	e->retention_ms = cfg->retention_ms > 0 ? cfg->retention_ms : 0;
 	e->res_metrics = strmap_new();
 	pthread_mutex_init(&e->metrics_mu, NULL);
+	snprintf(e->advertise_url, sizeof e->advertise_url, "%s",
+		 cfg->advertise_url ? cfg->advertise_url : "");
 	json_alloc_track(NULL);
 	e->wfs = strmap_new();
 	e->locks = strmap_new();

@@ -189,17 +189,19 @@ struct baton_engine {
 	/* A cluster (members.c). Without one (SQLite) this node drives every resource. */
 	int clustered;
 	char node_id[MAX_NAME + 1];
-	int64_t epoch[PARTS];		   /* the partitions this node drives, under which epoch */
-	int64_t released[PARTS];	   /* the epoch under which it gave each up */
-	unsigned char leaving[PARTS];	   /* being handed over: no new grants */
-	char owner[PARTS][MAX_NAME + 1];   /* every partition's owner, as last read */
-	int want;			   /* this node's fair share */
-	int inbox_due;			   /* under mu: a hint came */
-	int64_t inbox_at;		   /* mono_ms of the next poll of the inbox */
-	uint64_t parts_gained, parts_lost; /* metrics_mu */
-	int parts_held;			   /* metrics_mu */
-	int parts_logged;		   /* the count the log last reported */
-	int64_t parts_log_at;		   /* mono_ms: report a changed count then */
+	char advertise_url[MAX_URL + 1];    /* where the other nodes reach this one */
+	int64_t epoch[PARTS];		    /* the partitions this node drives, under which epoch */
+	int64_t released[PARTS];	    /* the epoch under which it gave each up */
+	unsigned char leaving[PARTS];	    /* being handed over: no new grants */
+	char owner[PARTS][MAX_NAME + 1];    /* every partition's owner, as last read */
+	char owner_url[PARTS][MAX_URL + 1]; /* and where that owner is reached */
+	int want;			    /* this node's fair share */
+	int inbox_due;			    /* under mu: a hint came */
+	int64_t inbox_at;		    /* mono_ms of the next poll of the inbox */
+	uint64_t parts_gained, parts_lost;  /* metrics_mu */
+	int parts_held;			    /* metrics_mu */
+	int parts_logged;		    /* the count the log last reported */
+	int64_t parts_log_at;		    /* mono_ms: report a changed count then */
 };
 
 /* engine.c */
@@ -298,6 +300,12 @@ int64_t members_send_by(baton_engine *e);
  * thread.
  */
 int eng_may_promise(baton_engine *e, const char *resource, baton_error *err);
+/* Answers w with what eng_may_promise refused (err), and, when another node drives the
+ * resource, w->lease = {"node", "url"}: that node, to which the HTTP layer passes the
+ * request on. Engine thread. */
+void eng_refuse(baton_engine *e, waiter *w, const char *resource, const baton_error *err);
+/* Whether another node drives resource, as last read, and says where it is reached. */
+int members_elsewhere(const baton_engine *e, const char *resource);
 /* Whether the node lease is fresh enough to call this node ready (/readyz): false from half
  * a lease without a confirmed renewal, before eng_may_promise refuses. Any thread. */
 int members_ready(baton_engine *e);

@@ -40,6 +40,7 @@ enum on_failure { ON_FAILURE_FAIL, ON_FAILURE_CONTINUE };
 #define MAX_WORKFLOW_RESULTS (16 * 1024 * 1024)
 
 #define MAX_NAME 128
+#define MAX_URL	 255 /* a node's --advertise-url */
 
 const char *wf_status_name(int s);
 int wf_status_parse(const char *s); /* -1 when unknown */

@@ -287,9 +287,10 @@ static void answer_stored(baton_engine *e, waiter *w, const char *id)
 		return;
 	}
 	if (stored_unfinished(wf)) { /* another node drives it: only it can say what it holds */
-		eng_may_promise(e, json_string_value(json_object_get(wf, "resource")), &err);
+		const char *resource = json_string_value(json_object_get(wf, "resource"));
+		eng_may_promise(e, resource, &err);
+		eng_refuse(e, w, resource, &err);
 		json_decref(wf);
-		eng_waiter_done(w, err.code ? err.code : BATON_EBUSY, 0, err.msg);
 		return;
 	}
 	w->lease = stored_lease_json(wf);
@@ -331,7 +332,7 @@ static void apply_acquire(baton_engine *e, msg *m, int64_t now)
 			answer_stored(e, m->w, wf->id);
 		else if (cur->steps[0].status == ST_RUNNING) {
 			if (eng_may_promise(e, cur->resource, &err) != BATON_OK) {
-				eng_waiter_done(m->w, err.code, 0, err.msg);
+				eng_refuse(e, m->w, cur->resource, &err);
 			} else {
 				/* Its caller counts the ttl from this request's send: so does the
 				 * lease from now, as a renewal would; and it has a caller again. */
@@ -357,12 +358,12 @@ static void apply_acquire(baton_engine *e, msg *m, int64_t now)
 		return;
 	}
 	if (!eng_drives(e, wf->resource)) {
-		char who[MAX_NAME + 1], why[MAX_NAME * 2 + 128];
+		char who[MAX_NAME + 1];
 		members_who(e, wf->resource, who, sizeof who);
-		snprintf(why, sizeof why,
-			 "resource \"%s\" is driven by node %s: ask that node for a lease",
-			 wf->resource, who);
-		eng_waiter_done(m->w, BATON_EBUSY, 0, why);
+		err_set(&err, BATON_EBUSY,
+			"resource \"%s\" is driven by node %s: ask that node for a lease",
+			wf->resource, who);
+		eng_refuse(e, m->w, wf->resource, &err);
 		wf_row_free(wf);
 		return;
 	}
@@ -425,10 +426,13 @@ static void stored_op(baton_engine *e, msg *m)
 		json_decref(lease);
 		return;
 	}
-	if (live && m->idx != LEASE_GET) { /* another node drives it: it alone can change it */
-		eng_may_promise(e, json_string_value(json_object_get(lease, "resource")), &err);
+	const char *resource = json_string_value(json_object_get(lease, "resource"));
+	if (live && (m->idx != LEASE_GET || members_elsewhere(e, resource))) {
+		/* Another node drives it: it alone can change it, and tell its expiry (a
+		 * renewal that kept the ttl is not stored); read here when it cannot be asked. */
+		eng_may_promise(e, resource, &err);
+		eng_refuse(e, m->w, resource, &err);
 		json_decref(lease);
-		eng_waiter_done(m->w, err.code ? err.code : BATON_EBUSY, 0, err.msg);
 		return;
 	}
 	if (m->idx != LEASE_GET && strcmp(state, "expired") == 0) {
@@ -474,7 +478,7 @@ static void apply_op(baton_engine *e, msg *m, int64_t now)
 		}
 		baton_error err = {0};
 		if (eng_may_promise(e, wf->resource, &err) != BATON_OK) {
-			eng_waiter_done(m->w, err.code, 0, err.msg);
+			eng_refuse(e, m->w, wf->resource, &err);
 			return;
 		}
 		if (m->ttl_ms > 0 && m->ttl_ms != wf->lease_ttl_ms) {

@@ -79,7 +79,8 @@ int members_join(baton_engine *e, const baton_engine_config *cfg, baton_error *e
 	}
 	store_cluster_hooks h = {post_ownership, post_inbox, e};
 	int64_t lease = cfg->lease_ms > 0 ? cfg->lease_ms : DEFAULT_LEASE_MS;
-	int rc = e->st->ops->join(e->st, e->node_id, lease, &h, e->epoch, err);
+	int rc = e->st->ops->join(e->st, e->node_id, cfg->advertise_url ? cfg->advertise_url : "",
+				  lease, &h, e->epoch, err);
 	if (rc == BATON_OK)
 		e->clustered = 1;
 	/* Until the membership thread says what a fair share is, what was claimed is kept. */
@@ -311,6 +312,7 @@ void members_apply(baton_engine *e, msg *m, int64_t now)
 	store_ownership *o = m->own;
 	e->want = o->want;
 	memcpy(e->owner, o->owner, sizeof e->owner);
+	memcpy(e->owner_url, o->url, sizeof e->owner_url);
 	uint64_t lost = 0;
 	for (int p = 0; p < PARTS; p++) {
 		if (e->epoch[p] && o->epoch[p] != e->epoch[p])
@@ -488,6 +490,33 @@ int eng_may_promise(baton_engine *e, const char *resource, baton_error *err)
 	return BATON_OK;
 }
 
+void baton_engine_advertise(baton_engine *e, const char *url)
+{
+	pthread_mutex_lock(&e->metrics_mu);
+	snprintf(e->advertise_url, sizeof e->advertise_url, "%s", url);
+	pthread_mutex_unlock(&e->metrics_mu);
+	if (e->clustered && e->st->ops->advertise)
+		e->st->ops->advertise(e->st, url);
+}
+
+int members_elsewhere(const baton_engine *e, const char *resource)
+{
+	if (!resource || !e->clustered || eng_drives(e, resource))
+		return 0;
+	int p = part_of(resource);
+	return e->owner[p][0] && strcmp(e->owner[p], e->node_id) != 0 && e->owner_url[p][0];
+}
+
+void eng_refuse(baton_engine *e, waiter *w, const char *resource, const baton_error *err)
+{
+	int p = resource ? part_of(resource) : 0;
+	if (members_elsewhere(e, resource)) {
+		json_decref(w->lease);
+		w->lease = json_pack("{s:s, s:s}", "node", e->owner[p], "url", e->owner_url[p]);
+	}
+	eng_waiter_done(w, err->code ? err->code : BATON_EBUSY, 0, err->msg);
+}
+
 int members_ready(baton_engine *e)
 {
 	if (!e->clustered || !e->st->ops->cluster_stats)
@@ -505,10 +534,14 @@ int baton_engine_nodes(baton_engine *e, json_t **out, baton_error *err)
 {
 	json_t *list = json_array();
 	if (!e->clustered || !e->st->ops->list_nodes) {
-		json_array_append_new(list, json_pack("{s:s, s:b, s:n, s:i, s:n, s:n}", "id",
-						      e->node_id[0] ? e->node_id : "local", "self",
-						      1, "lease_expires_at", "partitions", PARTS,
-						      "resources", "running_steps"));
+		pthread_mutex_lock(&e->metrics_mu);
+		json_t *url = json_string(e->advertise_url);
+		pthread_mutex_unlock(&e->metrics_mu);
+		json_array_append_new(list,
+				      json_pack("{s:s, s:o, s:b, s:n, s:i, s:n, s:n}", "id",
+						e->node_id[0] ? e->node_id : "local", "url", url,
+						"self", 1, "lease_expires_at", "partitions", PARTS,
+						"resources", "running_steps"));
 		*out = json_pack("{s:o}", "nodes", list);
 		return BATON_OK;
 	}
@@ -520,11 +553,11 @@ int baton_engine_nodes(baton_engine *e, json_t **out, baton_error *err)
 		return rc;
 	}
 	for (int i = 0; i < n; i++) {
-		json_t *j = json_pack("{s:s, s:b, s:o, s:i, s:I, s:I}", "id", v[i].id, "self",
-				      strcmp(v[i].id, e->node_id) == 0, "lease_expires_at",
-				      time_json(v[i].lease_expires_at), "partitions",
-				      v[i].partitions, "resources", (json_int_t)v[i].resources,
-				      "running_steps", (json_int_t)v[i].running_steps);
+		json_t *j = json_pack(
+		    "{s:s, s:s, s:b, s:o, s:i, s:I, s:I}", "id", v[i].id, "url", v[i].url, "self",
+		    strcmp(v[i].id, e->node_id) == 0, "lease_expires_at",
+		    time_json(v[i].lease_expires_at), "partitions", v[i].partitions, "resources",
+		    (json_int_t)v[i].resources, "running_steps", (json_int_t)v[i].running_steps);
 		json_array_append_new(list, j);
 	}
 	store_nodes_free(v, n);

@@ -215,9 +215,10 @@ int pg_load_where(pg_store *s, const char *where, uint64_t parts, void (*fn)(voi
 		  void *ctx, baton_error *err);
 
 /* pg_cluster.c: the cluster operations of pg_store_ops */
-int pg_join(store *s, const char *node_id, int64_t lease_ms, const store_cluster_hooks *h,
-	    int64_t epochs[PARTS], baton_error *err);
+int pg_join(store *s, const char *node_id, const char *url, int64_t lease_ms,
+	    const store_cluster_hooks *h, int64_t epochs[PARTS], baton_error *err);
 void pg_leave(store *s);
+void pg_advertise(store *s, const char *url);
 int pg_owned(store *s, int64_t epochs[PARTS], baton_error *err);
 int pg_release(store *s, int part, int64_t epoch, baton_error *err);
 int pg_load_inbox(store *s, uint64_t parts, void (*wf_fn)(void *ctx, wf_row *wf), void *ctx,

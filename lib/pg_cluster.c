@@ -51,25 +51,28 @@ typedef struct pg_cluster {
 	store_cluster_stats stats;
 	int64_t renewed_at; /* mono_ms when the last renewal was sent */
 	char incarnation[33];
-	int free_parts; /* partitions with no owner, as last read */
-	int joined;	/* the row is this process's: renewals are conditional from now on */
+	char url[MAX_URL + 1]; /* this node's, as the others reach it (under mu) */
+	int free_parts;	       /* partitions with no owner, as last read */
+	int joined;	       /* the row is this process's: renewals are conditional from now on */
 } pg_cluster;
 
 /* A node's row belongs to the process that joined last under its id (its incarnation): a
  * second batond started with the same --node-id takes the row over, and the first one's
  * next renewal finds nothing to renew and stops. */
 static const char join_sql[] =
-    "INSERT INTO nodes (id, expires, incarnation) VALUES ($1, clock_timestamp() + $2 *"
-    " interval '1 ms', $3) ON CONFLICT (id) DO UPDATE SET expires = excluded.expires,"
-    " incarnation = excluded.incarnation"
+    "INSERT INTO nodes (id, expires, incarnation, url) VALUES ($1, clock_timestamp() + $2 *"
+    " interval '1 ms', $3, $4) ON CONFLICT (id) DO UPDATE SET expires = excluded.expires,"
+    " incarnation = excluded.incarnation, url = excluded.url"
     " RETURNING (extract(epoch FROM expires) * 1000)::bigint,"
     " (SELECT count(*) FROM nodes WHERE expires > now() AND id <> $1) + 1";
 static const char renew_sql[] =
-    "UPDATE nodes SET expires = clock_timestamp() + $2 * interval '1 ms'"
+    "UPDATE nodes SET expires = clock_timestamp() + $2 * interval '1 ms', url = $4"
     " WHERE id = $1 AND incarnation = $3"
     " RETURNING (extract(epoch FROM expires) * 1000)::bigint,"
     " (SELECT count(*) FROM nodes WHERE expires > now() AND id <> $1) + 1";
-static const char read_sql[] = "SELECT id, epoch, coalesce(owner, '') FROM partitions ORDER BY id";
+static const char read_sql[] =
+    "SELECT p.id, p.epoch, coalesce(p.owner, ''), coalesce(n.url, '') FROM partitions p"
+    " LEFT JOIN nodes n ON n.id = p.owner ORDER BY p.id";
 /* Free partitions first, then (with $3) those whose owner is not live. */
 static const char claim_sql[] =
     "UPDATE partitions p SET owner = $1, epoch = p.epoch + 1 FROM (SELECT id FROM partitions q"
@@ -108,6 +111,11 @@ static int renew(pg_cluster *cl, int *live, baton_error *err)
 	pg_text(&p, cl->s->node_id);
 	pg_int(&p, cl->lease_ms);
 	pg_text(&p, cl->incarnation);
+	char url[sizeof cl->url];
+	pthread_mutex_lock(&cl->mu);
+	memcpy(url, cl->url, sizeof url);
+	pthread_mutex_unlock(&cl->mu);
+	pg_text(&p, url);
 	PGresult *r;
 	int64_t t0 = mono_ms();
 	int rc =
@@ -147,6 +155,7 @@ static int read_owners(pg_cluster *cl, baton_error *err)
 			continue;
 		snprintf(cl->owner.owner[id], sizeof cl->owner.owner[id], "%s",
 			 PQgetvalue(r, i, 2));
+		snprintf(cl->owner.url[id], sizeof cl->owner.url[id], "%s", PQgetvalue(r, i, 3));
 		if (strcmp(cl->owner.owner[id], cl->s->node_id) == 0)
 			cl->owner.epoch[id] = pg_col_int(r, i, 1);
 	}
@@ -320,8 +329,8 @@ static void *member_main(void *arg)
 	return NULL;
 }
 
-int pg_join(store *base, const char *node_id, int64_t lease_ms, const store_cluster_hooks *h,
-	    int64_t epochs[PARTS], baton_error *err)
+int pg_join(store *base, const char *node_id, const char *url, int64_t lease_ms,
+	    const store_cluster_hooks *h, int64_t epochs[PARTS], baton_error *err)
 {
 	pg_store *s = (pg_store *)base;
 	pg_cluster *cl = xcalloc(1, sizeof *cl);
@@ -331,6 +340,7 @@ int pg_join(store *base, const char *node_id, int64_t lease_ms, const store_clus
 	cl->stop_pipe[0] = cl->stop_pipe[1] = -1;
 	pthread_mutex_init(&cl->mu, NULL);
 	snprintf(s->node_id, sizeof s->node_id, "%s", node_id);
+	snprintf(cl->url, sizeof cl->url, "%s", url ? url : "");
 	random_id(cl->incarnation);
 	s->cluster = cl;
 	/* A session stuck in a transaction ends within a lease (pg_connect); the writer's,
@@ -378,6 +388,16 @@ int pg_join(store *base, const char *node_id, int64_t lease_ms, const store_clus
 	       "node %s joined the cluster (%d node%s live, %d of %d partitions, lease %lld ms)",
 	       node_id, live, live == 1 ? "" : "s", n, PARTS, (long long)lease_ms);
 	return BATON_OK;
+}
+
+void pg_advertise(store *base, const char *url)
+{
+	pg_cluster *cl = ((pg_store *)base)->cluster;
+	if (!cl)
+		return;
+	pthread_mutex_lock(&cl->mu);
+	snprintf(cl->url, sizeof cl->url, "%s", url);
+	pthread_mutex_unlock(&cl->mu);
 }
 
 void pg_leave(store *base)

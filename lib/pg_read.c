@@ -45,7 +45,7 @@ static const char *const reader_sql[PR_NSTMT] = {
 		" ORDER BY seq DESC LIMIT $4",
     [PR_OWNER] = "SELECT owner FROM partitions WHERE id=$1",
     /* The live nodes (the database's clock judges), with what each drives. */
-    [PR_NODES] = "SELECT n.id, (extract(epoch FROM n.expires) * 1000)::bigint,"
+    [PR_NODES] = "SELECT n.id, n.url, (extract(epoch FROM n.expires) * 1000)::bigint,"
 		 " (SELECT count(*) FROM partitions p WHERE p.owner = n.id),"
 		 " (SELECT count(DISTINCT w.resource) FROM workflows w"
 		 " WHERE w.status IN ('pending', 'running') AND w.part IN"
@@ -513,10 +513,11 @@ int pg_list_nodes(store *base, store_node **out, int *n, baton_error *err)
 	for (int i = 0; i < *n; i++)
 		(*out)[i] = (store_node){
 		    .id = pg_col_str(q, i, 0),
-		    .lease_expires_at = pg_col_int(q, i, 1),
-		    .partitions = (int)pg_col_int(q, i, 2),
-		    .resources = pg_col_int(q, i, 3),
-		    .running_steps = pg_col_int(q, i, 4),
+		    .url = pg_col_str(q, i, 1),
+		    .lease_expires_at = pg_col_int(q, i, 2),
+		    .partitions = (int)pg_col_int(q, i, 3),
+		    .resources = pg_col_int(q, i, 4),
+		    .running_steps = pg_col_int(q, i, 5),
 		};
 	PQclear(q);
 	return BATON_OK;

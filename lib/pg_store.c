@@ -33,7 +33,7 @@
  * lost, a token going backwards) BATON_ECONFLICT, XX (internal, corruption)
  * BATON_ECORRUPT, anything else BATON_EINTERNAL: a retry cannot help those.
  *
- * Schema (baton_meta 'schema' = 4; a database of an older schema is migrated when opened,
+ * Schema (baton_meta 'schema' = 5; a database of an older schema is migrated when opened,
  * one version at a time, under a lock): the same tables and columns as the SQLite
  * store's, so that operators can read either with the same SQL, with boolean columns
  * where SQLite has integers, and counters for ids in baton_meta.
@@ -43,7 +43,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define PG_SCHEMA_VERSION 4
+#define PG_SCHEMA_VERSION 5
 /* Advisory lock key of the schema migration (per transaction). */
 #define LOCK_MIGRATE "7303122311001"
 
@@ -126,6 +126,11 @@ static const char migrate_v3_sql[] =
     " RAISE EXCEPTION 'node % no longer owns every partition it writes', me"
     " USING ERRCODE = 'BT003'; END $$;"
     "UPDATE baton_meta SET value = 4 WHERE key = 'schema'";
+
+/* Schema 4 to 5: each node's URL (--advertise-url), which the other nodes pass the
+ * requests on to that only it can answer (a lease or task of a partition it owns). */
+static const char migrate_v4_sql[] = "ALTER TABLE nodes ADD COLUMN url text NOT NULL DEFAULT '';"
+				     "UPDATE baton_meta SET value = 5 WHERE key = 'schema'";
 
 /* Deletes the finished workflows that d picks, with everything that names them, in one
  * statement; the ids deleted come back. Event seqs and workflow seqs come from
@@ -512,6 +517,10 @@ static int migrate(pg_store *s, PGconn *c, baton_error *err)
 		rc = pg_exec_ok(c, migrate_v3_sql, err, "migrating schema 3 to 4");
 		version = 4;
 	}
+	if (rc == BATON_OK && version == 4) {
+		rc = pg_exec_ok(c, migrate_v4_sql, err, "migrating schema 4 to 5");
+		version = 5;
+	}
 	if (rc == BATON_OK && version != PG_SCHEMA_VERSION)
 		rc = err_set(err, BATON_ECORRUPT,
 			     "%s: schema version %lld is not one this batond knows (%d)", s->shown,
@@ -855,6 +864,7 @@ const store_ops pg_store_ops = {
     .delete_workflows = pg_delete_workflows,
     .backup = pg_backup,
     .join = pg_join,
+    .advertise = pg_advertise,
     .leave = pg_leave,
     .owned = pg_owned,
     .release = pg_release,

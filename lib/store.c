@@ -24,8 +24,10 @@ void store_base_fini(store *s)
 
 void store_nodes_free(store_node *v, int n)
 {
-	for (int i = 0; i < n; i++)
+	for (int i = 0; i < n; i++) {
 		free(v[i].id);
+		free(v[i].url);
+	}
 	free(v);
 }
 

@@ -129,6 +129,7 @@ typedef void (*store_deleted_fn)(void *ctx, const char *id);
 typedef struct store_ownership {
 	int64_t epoch[PARTS];		 /* this node's, 0 where it holds none */
 	char owner[PARTS][MAX_NAME + 1]; /* every partition's owner, "" when none */
+	char url[PARTS][MAX_URL + 1];	 /* and that owner's --advertise-url, "" when none */
 	int want;			 /* this node's fair share of partitions */
 } store_ownership;
 
@@ -143,6 +144,7 @@ typedef struct store_cluster_hooks {
 
 typedef struct store_node {
 	char *id;
+	char *url;		  /* as it advertises itself, "" when it does not */
 	int64_t lease_expires_at; /* ms since the epoch, the database's clock */
 	int partitions;
 	int64_t resources, running_steps;
@@ -188,11 +190,14 @@ typedef struct store_ops {
 		    int64_t *lock_seq, baton_error *err);
 
 	/* Cluster operations: NULL where the store has no cluster (SQLite). */
-	/* Joins as node_id with a lease of lease_ms: this node's epochs of the partitions it
+	/* Joins as node_id (reached by the other nodes at url, "" if they cannot) with a lease
+	 * of lease_ms: this node's epochs of the partitions it
 	 * holds at once (those it held in an earlier life, taken again, and its fair share),
 	 * then the membership thread renews the lease, takes a share and calls hooks. */
-	int (*join)(store *s, const char *node_id, int64_t lease_ms, const store_cluster_hooks *h,
-		    int64_t epochs[PARTS], baton_error *err);
+	int (*join)(store *s, const char *node_id, const char *url, int64_t lease_ms,
+		    const store_cluster_hooks *h, int64_t epochs[PARTS], baton_error *err);
+	/* The url the other nodes reach this node at, from its next lease renewal on. */
+	void (*advertise)(store *s, const char *url);
 	/* Stops the membership thread, gives up every partition and the node's row, and
 	 * wakes the other nodes to take them. Accepts a store that never joined. */
 	void (*leave)(store *s);

@@ -182,7 +182,7 @@ static void apply_claim(baton_engine *e, msg *m, int64_t now)
 	if (m->resource && eng_may_promise(e, m->resource, &err) != BATON_OK) {
 		/* Another node drives it (or this one cannot prove it still does): only that
 		 * node has its tasks, so the worker is told to ask it, not "no task". */
-		eng_waiter_done(m->w, err.code, 0, err.msg);
+		eng_refuse(e, m->w, m->resource, &err);
 		claim_done(m);
 		return;
 	}
@@ -263,10 +263,11 @@ static void apply_op(baton_engine *e, msg *m, int64_t now)
 			/* Another node drives the workflow: only it can tell whether the attempt
 			 * still runs, and only it can record its end. */
 			json_t *d = json_loads(def, 0, NULL);
-			eng_may_promise(e, json_string_value(json_object_get(d, "resource")), &err);
+			const char *resource = json_string_value(json_object_get(d, "resource"));
+			eng_may_promise(e, resource, &err);
+			eng_refuse(e, m->w, resource, &err);
 			json_decref(d);
 			free(def);
-			eng_waiter_done(m->w, err.code ? err.code : BATON_EBUSY, 0, err.msg);
 			return;
 		}
 		free(def);
@@ -281,7 +282,7 @@ static void apply_op(baton_engine *e, msg *m, int64_t now)
 	if (m->idx == TASK_HEARTBEAT) {
 		baton_error err = {0};
 		if (eng_may_promise(e, wf->resource, &err) != BATON_OK) {
-			eng_waiter_done(m->w, err.code, 0, err.msg);
+			eng_refuse(e, m->w, wf->resource, &err);
 			return;
 		}
 		wf->task_expires_at = now + wf->task_ttl_ms;

@@ -35,68 +35,74 @@ static const config defaults = {
 
 static void usage(FILE *f)
 {
-	fprintf(f,
-		"usage: batond [options]\n"
-		"\n"
-		"baton serializes access to a shared resource: workflows of workers, one step\n"
-		"at a time, each step checkpointed in its store (SQLite or PostgreSQL) before the\n"
-		"next begins.\n"
-		"\n"
-		"options (each but --pid-file also an environment variable, which counts as\n"
-		"unset when it is empty; flags win):\n"
-		"  --listen HOST:PORT       address to serve HTTP on; :PORT for every interface,\n"
-		"                           port 0 picks a free port (BATON_LISTEN, default %s)\n"
-		"  --db PATH|URL            the store: a SQLite file (PATH or sqlite:PATH; made\n"
-		"                           0600, its directory 0700 when created) or a\n"
-		"                           PostgreSQL URL (postgresql://USER@HOST:PORT/DBNAME,\n"
-		"                           any libpq URL) (BATON_DB, default %s)\n"
-		"  --threads N              steps running at once (BATON_THREADS, default %d)\n"
-		"  --http-threads N         HTTP threads (BATON_HTTP_THREADS, default %d)\n"
-		"  --log-level LEVEL        debug, info, warn or error (BATON_LOG_LEVEL, default "
-		"info)\n"
-		"  --shutdown-timeout SECS  how long SIGTERM waits for running steps\n"
-		"                           (BATON_SHUTDOWN_TIMEOUT, default %lld)\n"
-		"  --retention DURATION     delete finished workflows (with their events) this\n"
-		"                           long after they finished: N with s, m, h or d\n"
-		"                           (30d, 12h); 0 or forever keeps them\n"
-		"                           (BATON_RETENTION, default forever)\n"
-		"  --allow-call PREFIX      let HTTP steps call URLs under PREFIX, which names at\n"
-		"                           least a host (http[s]://HOST[:PORT][/PATH]);\n"
-		"                           repeatable (BATON_ALLOW_CALL, comma-separated;\n"
-		"                           default: none)\n"
-		"  --token TOKEN            require Authorization: Bearer TOKEN on every path but\n"
-		"                           /healthz and /readyz (BATON_TOKEN; default: none)\n"
-		"  --token-file PATH        read the token from a file (BATON_TOKEN_FILE)\n"
-		"  --log-format FORMAT      text or json (BATON_LOG_FORMAT, default text)\n"
-		"  --max-connections N      open connections at most; past 90%% new requests get\n"
-		"                           503 (BATON_MAX_CONNECTIONS, default %d)\n"
-		"  --conn-timeout SECS      idle connections are closed (BATON_CONN_TIMEOUT,\n"
-		"                           default %d)\n"
-		"  --max-per-ip N           connections per client address, 0 = no limit\n"
-		"                           (BATON_MAX_PER_IP, default 0)\n"
-		"  --idle-resources N       free resources kept in memory, the most recently\n"
-		"                           used; others are read back from the store when\n"
-		"                           needed (BATON_IDLE_RESOURCES, default %d)\n"
-		"  --cache-bytes N          memory for finished workflows' answers, 0 = none\n"
-		"                           (BATON_CACHE_BYTES, default %lld)\n"
-		"  --stream-buffer N        bytes an event stream buffers at most; past it the\n"
-		"                           stream ends with an error event and the client\n"
-		"                           resumes (BATON_STREAM_BUFFER, default %lld)\n"
-		"  --node-id ID             this node's name in a cluster on PostgreSQL, unique\n"
-		"                           among its nodes (BATON_NODE_ID, default: the host\n"
-		"                           name and a suffix made from --listen)\n"
-		"  --lease-ms MS            how long a node's ownership lasts without renewal;\n"
-		"                           its work moves to the others that long after it\n"
-		"                           dies (BATON_LEASE_MS, default %lld)\n"
-		"  --pid-file PATH          write batond's process id to PATH once it listens\n"
-		"                           (0600; its directory created 0700) and remove it\n"
-		"                           when batond stops (a flag only; default: none)\n"
-		"  --help                   print this help\n"
-		"  --version                print the version\n",
-		defaults.listen, defaults.db, defaults.threads, defaults.http_threads,
-		(long long)defaults.shutdown_timeout_ms / 1000, defaults.max_connections,
-		defaults.conn_timeout_s, defaults.idle_resources, defaults.cache_bytes,
-		defaults.stream_buffer, (long long)defaults.lease_ms);
+	fprintf(
+	    f,
+	    "usage: batond [options]\n"
+	    "\n"
+	    "baton serializes access to a shared resource: workflows of workers, one step\n"
+	    "at a time, each step checkpointed in its store (SQLite or PostgreSQL) before the\n"
+	    "next begins.\n"
+	    "\n"
+	    "options (each but --pid-file also an environment variable, which counts as\n"
+	    "unset when it is empty; flags win):\n"
+	    "  --listen HOST:PORT       address to serve HTTP on; :PORT for every interface,\n"
+	    "                           port 0 picks a free port (BATON_LISTEN, default %s)\n"
+	    "  --db PATH|URL            the store: a SQLite file (PATH or sqlite:PATH; made\n"
+	    "                           0600, its directory 0700 when created) or a\n"
+	    "                           PostgreSQL URL (postgresql://USER@HOST:PORT/DBNAME,\n"
+	    "                           any libpq URL) (BATON_DB, default %s)\n"
+	    "  --threads N              steps running at once (BATON_THREADS, default %d)\n"
+	    "  --http-threads N         HTTP threads (BATON_HTTP_THREADS, default %d)\n"
+	    "  --log-level LEVEL        debug, info, warn or error (BATON_LOG_LEVEL, default "
+	    "info)\n"
+	    "  --shutdown-timeout SECS  how long SIGTERM waits for running steps\n"
+	    "                           (BATON_SHUTDOWN_TIMEOUT, default %lld)\n"
+	    "  --retention DURATION     delete finished workflows (with their events) this\n"
+	    "                           long after they finished: N with s, m, h or d\n"
+	    "                           (30d, 12h); 0 or forever keeps them\n"
+	    "                           (BATON_RETENTION, default forever)\n"
+	    "  --allow-call PREFIX      let HTTP steps call URLs under PREFIX, which names at\n"
+	    "                           least a host (http[s]://HOST[:PORT][/PATH]);\n"
+	    "                           repeatable (BATON_ALLOW_CALL, comma-separated;\n"
+	    "                           default: none)\n"
+	    "  --token TOKEN            require Authorization: Bearer TOKEN on every path but\n"
+	    "                           /healthz and /readyz (BATON_TOKEN; default: none)\n"
+	    "  --token-file PATH        read the token from a file (BATON_TOKEN_FILE)\n"
+	    "  --log-format FORMAT      text or json (BATON_LOG_FORMAT, default text)\n"
+	    "  --max-connections N      open connections at most; past 90%% new requests get\n"
+	    "                           503 (BATON_MAX_CONNECTIONS, default %d)\n"
+	    "  --conn-timeout SECS      idle connections are closed (BATON_CONN_TIMEOUT,\n"
+	    "                           default %d)\n"
+	    "  --max-per-ip N           connections per client address, 0 = no limit\n"
+	    "                           (BATON_MAX_PER_IP, default 0)\n"
+	    "  --idle-resources N       free resources kept in memory, the most recently\n"
+	    "                           used; others are read back from the store when\n"
+	    "                           needed (BATON_IDLE_RESOURCES, default %d)\n"
+	    "  --cache-bytes N          memory for finished workflows' answers, 0 = none\n"
+	    "                           (BATON_CACHE_BYTES, default %lld)\n"
+	    "  --stream-buffer N        bytes an event stream buffers at most; past it the\n"
+	    "                           stream ends with an error event and the client\n"
+	    "                           resumes (BATON_STREAM_BUFFER, default %lld)\n"
+	    "  --node-id ID             this node's name in a cluster on PostgreSQL, unique\n"
+	    "                           among its nodes (BATON_NODE_ID, default: the host\n"
+	    "                           name and a suffix made from --listen)\n"
+	    "  --lease-ms MS            how long a node's ownership lasts without renewal;\n"
+	    "                           its work moves to the others that long after it\n"
+	    "                           dies (BATON_LEASE_MS, default %lld)\n"
+	    "  --advertise-url URL      http://HOST:PORT at which the other nodes of a cluster\n"
+	    "                           reach this one: they pass it the lease and task\n"
+	    "                           requests of the resources it drives\n"
+	    "                           (BATON_ADVERTISE_URL, default: http:// and --listen,\n"
+	    "                           with the host name for an address of every interface)\n"
+	    "  --pid-file PATH          write batond's process id to PATH once it listens\n"
+	    "                           (0600; its directory created 0700) and remove it\n"
+	    "                           when batond stops (a flag only; default: none)\n"
+	    "  --help                   print this help\n"
+	    "  --version                print the version\n",
+	    defaults.listen, defaults.db, defaults.threads, defaults.http_threads,
+	    (long long)defaults.shutdown_timeout_ms / 1000, defaults.max_connections,
+	    defaults.conn_timeout_s, defaults.idle_resources, defaults.cache_bytes,
+	    defaults.stream_buffer, (long long)defaults.lease_ms);
 }
 
 static int valid_node_id(const char *v)
@@ -134,6 +140,19 @@ static void default_node_id(config *c)
 		h = (h ^ (unsigned char)*p) * 16777619u;
 	snprintf(c->node_id, sizeof c->node_id, "%s-%04x", host[0] ? host : "node",
 		 (unsigned)(h & 0xffff));
+}
+
+void config_default_advertise_url(config *c, int port)
+{
+	char host[256] = "";
+	int any = !c->host[0] || strcmp(c->host, "0.0.0.0") == 0 || strcmp(c->host, "::") == 0;
+	if (c->advertise_url[0] || port <= 0 || (any && gethostname(host, sizeof host) != 0))
+		return;
+	host[sizeof host - 1] = 0;
+	const char *h = any ? host : c->host;
+	int v6 = strchr(h, ':') != NULL;
+	snprintf(c->advertise_url, sizeof c->advertise_url, "http://%s%.200s%s:%d", v6 ? "[" : "",
+		 h, v6 ? "]" : "", port);
 }
 
 static int parse_int(const char *what, const char *s, long lo, long hi, long *out)
@@ -360,6 +379,20 @@ static int set_option(config *c, const char *name, const char *v)
 		snprintf(c->node_id, sizeof c->node_id, "%s", v);
 		return 0;
 	}
+	if (strcmp(name, "advertise-url") == 0) {
+		size_t len = strlen(v);
+		if (strncmp(v, "http://", 7) != 0 || len <= 7 || len >= sizeof c->advertise_url ||
+		    strpbrk(v, " \t\r\n?#")) {
+			fprintf(stderr,
+				"batond: --advertise-url wants http://HOST:PORT (under %zu bytes),"
+				" not \"%s\"\n",
+				sizeof c->advertise_url, v);
+			return -1;
+		}
+		snprintf(c->advertise_url, sizeof c->advertise_url, "%.*s",
+			 (int)len - (v[len - 1] == '/'), v);
+		return 0;
+	}
 	if (strcmp(name, "lease-ms") == 0) {
 		if (parse_int("--lease-ms", v, 500, 600000, &n))
 			return -1;
@@ -473,6 +506,7 @@ static const char *const env_names[][2] = {
     {"stream-buffer", "BATON_STREAM_BUFFER"},
     {"node-id", "BATON_NODE_ID"},
     {"lease-ms", "BATON_LEASE_MS"},
+    {"advertise-url", "BATON_ADVERTISE_URL"},
 };
 
 int config_load(config *c, int argc, char **argv)
@@ -497,6 +531,7 @@ int config_load(config *c, int argc, char **argv)
 	    {"stream-buffer", required_argument, NULL, 0},
 	    {"node-id", required_argument, NULL, 0},
 	    {"lease-ms", required_argument, NULL, 0},
+	    {"advertise-url", required_argument, NULL, 0},
 	    {"pid-file", required_argument, NULL, 0},
 	    {"help", no_argument, NULL, 'h'},
 	    {"version", no_argument, NULL, 'V'},

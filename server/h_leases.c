@@ -128,6 +128,9 @@ typedef struct lease_answer {
 	int rc, created, acquire;
 	json_t *lease;
 	char why[512];
+	int64_t wait_ms;
+	int forwarded; /* passed on to the node that drives the resource: its answer in fwd */
+	srv_forward fwd;
 } lease_answer;
 
 /* The engine thread's answer: recorded, and the connection resumed. */
@@ -137,6 +140,15 @@ static void on_lease(void *ud, int rc, int created, json_t *lease, const char *w
 	lease_answer *a = r->wait.data;
 	if (a->acquire)
 		watch_del(r);
+	if (srv_forwardable(rc, lease) &&
+	    srv_forward_start(r->wait.srv, r, &a->fwd,
+			      json_string_value(json_object_get(lease, "node")),
+			      json_string_value(json_object_get(lease, "url")),
+			      a->wait_ms + FORWARD_SLACK_MS, a->acquire && a->wait_ms > 0) == 0) {
+		a->forwarded = 1; /* answered by forward.c's thread */
+		json_decref(lease);
+		return;
+	}
 	a->rc = rc;
 	a->created = created;
 	a->lease = lease;
@@ -144,10 +156,34 @@ static void on_lease(void *ud, int rc, int created, json_t *lease, const char *w
 	srv_wait_done(r);
 }
 
+/* The answer of the node that drives the resource, relayed. A grant for a client that has
+ * gone is released there at once, as answered does here. */
+static int relayed(srv *s, request *r, lease_answer *a, response *out)
+{
+	int status = srv_forward_reply(&a->fwd, out);
+	if (a->acquire && status == 201 && out->location[0]) {
+		if (srv_peer_gone(r->fd)) {
+			srv_forward_release(s, a->fwd.url, r->authorization, out->location);
+			free(out->text);
+			out->text = NULL;
+			return reply_problem(
+			    out, 409,
+			    "the client closed its side of the connection before the"
+			    " grant could be answered: the lease was released");
+		}
+		snprintf(r->lease_granted, sizeof r->lease_granted, "%.47s", out->location);
+		snprintf(r->granted_by, sizeof r->granted_by, "%s", a->fwd.url);
+	}
+	srv_forward_fini(&a->fwd);
+	return status;
+}
+
 /* The answer on an HTTP thread. */
 static int answered(srv *s, request *r, void *data, response *out)
 {
 	lease_answer *a = data;
+	if (a->forwarded)
+		return relayed(s, r, a, out);
 	json_t *lease = a->lease;
 	a->lease = NULL;
 	if (a->rc) {
@@ -156,6 +192,7 @@ static int answered(srv *s, request *r, void *data, response *out)
 		reply_error(out, &err);
 		if (a->rc == BATON_ECONFLICT && lease && out->body) /* who holds it */
 			json_object_update(out->body, lease);
+		srv_driven_by(a->rc, lease, out);
 		json_decref(lease);
 		return out->status;
 	}
@@ -189,6 +226,13 @@ static int answered(srv *s, request *r, void *data, response *out)
 static void dropped(srv *s, void *data)
 {
 	lease_answer *a = data;
+	if (a->forwarded) {
+		if (a->acquire && a->fwd.status == 201 && a->fwd.location[0])
+			srv_forward_release(s, a->fwd.url, srv_forward_auth(&a->fwd),
+					    a->fwd.location);
+		srv_forward_fini(&a->fwd);
+		return;
+	}
 	const char *id = json_string_value(json_object_get(a->lease, "id"));
 	if (!a->rc && a->acquire && a->created && id)
 		baton_lease_abandon(s->engine, id, 1);
@@ -198,11 +242,13 @@ static void dropped(srv *s, void *data)
 
 void srv_lease_unsent(srv *s, request *r)
 {
-	if (r->lease_granted[0])
+	if (r->lease_granted[0] && r->granted_by[0]) /* "/leases/ID" at that node */
+		srv_forward_release(s, r->granted_by, r->authorization, r->lease_granted);
+	else if (r->lease_granted[0])
 		baton_lease_abandon(s->engine, r->lease_granted, 1);
 }
 
-static lease_answer *begin(srv *s, request *r, int acquire, response *out)
+static lease_answer *begin(srv *s, request *r, int acquire, int64_t wait_ms, response *out)
 {
 	lease_answer *a = calloc(1, sizeof *a);
 	if (!a) {
@@ -210,6 +256,7 @@ static lease_answer *begin(srv *s, request *r, int acquire, response *out)
 		return NULL;
 	}
 	a->acquire = acquire;
+	a->wait_ms = wait_ms;
 	if (srv_wait_begin(s, r, a, answered, out))
 		return NULL;
 	srv_wait_on_discard(r, dropped);
@@ -282,7 +329,7 @@ int h_lease_acquire(srv *s, const request *cr, const char *const *p, response *o
 		json_decref(body);
 		return out->status;
 	}
-	lease_answer *a = begin(s, r, 1, out);
+	lease_answer *a = begin(s, r, 1, req.wait_ms, out);
 	if (!a) {
 		json_decref(body);
 		return out->status;
@@ -323,7 +370,7 @@ static int call_release(baton_engine *e, const char *id, int64_t ttl, baton_leas
 static int lease_op(srv *s, request *r, const char *id, int64_t ttl_ms, lease_call call,
 		    response *out)
 {
-	if (!begin(s, r, 0, out))
+	if (!begin(s, r, 0, 0, out))
 		return out->status;
 	baton_error err = {0};
 	if (call(s->engine, id, ttl_ms, on_lease, r, &err)) {

@@ -15,6 +15,9 @@ typedef struct task_answer {
 	int rc, claim;
 	json_t *task;
 	char why[512];
+	int64_t wait_ms;
+	int forwarded; /* passed on to the node that drives the resource: its answer in fwd */
+	srv_forward fwd;
 } task_answer;
 
 static void on_task(void *ud, int rc, int created, json_t *task, const char *why)
@@ -22,6 +25,15 @@ static void on_task(void *ud, int rc, int created, json_t *task, const char *why
 	request *r = ud;
 	task_answer *a = r->wait.data;
 	(void)created;
+	if (srv_forwardable(rc, task) &&
+	    srv_forward_start(r->wait.srv, r, &a->fwd,
+			      json_string_value(json_object_get(task, "node")),
+			      json_string_value(json_object_get(task, "url")),
+			      a->wait_ms + FORWARD_SLACK_MS, a->claim && a->wait_ms > 0) == 0) {
+		a->forwarded = 1; /* answered by forward.c's thread */
+		json_decref(task);
+		return;
+	}
 	a->rc = rc;
 	a->task = task;
 	snprintf(a->why, sizeof a->why, "%s", why ? why : "");
@@ -38,13 +50,20 @@ static void unclaim(srv *s, const char *id)
 static int answered(srv *s, request *r, void *data, response *out)
 {
 	task_answer *a = data;
+	if (a->forwarded) { /* a claim relayed to a worker that has gone runs out with its ttl */
+		int status = srv_forward_reply(&a->fwd, out);
+		srv_forward_fini(&a->fwd);
+		return status;
+	}
 	json_t *task = a->task;
 	a->task = NULL;
 	if (a->rc) {
-		json_decref(task);
 		baton_error err = {.code = a->rc};
 		snprintf(err.msg, sizeof err.msg, "%s", a->why);
-		return reply_error(out, &err);
+		reply_error(out, &err);
+		srv_driven_by(a->rc, task, out);
+		json_decref(task);
+		return out->status;
 	}
 	if (!task) { /* no task within wait_ms */
 		out->status = 204;
@@ -72,6 +91,10 @@ static int answered(srv *s, request *r, void *data, response *out)
 static void dropped(srv *s, void *data)
 {
 	task_answer *a = data;
+	if (a->forwarded) {
+		srv_forward_fini(&a->fwd);
+		return;
+	}
 	const char *id = json_string_value(json_object_get(a->task, "id"));
 	if (!a->rc && a->claim && id)
 		unclaim(s, id);
@@ -85,7 +108,7 @@ void srv_task_unsent(srv *s, request *r)
 		unclaim(s, r->task_claimed);
 }
 
-static task_answer *begin(srv *s, request *r, int claim, response *out)
+static task_answer *begin(srv *s, request *r, int claim, int64_t wait_ms, response *out)
 {
 	task_answer *a = calloc(1, sizeof *a);
 	if (!a) {
@@ -93,6 +116,7 @@ static task_answer *begin(srv *s, request *r, int claim, response *out)
 		return NULL;
 	}
 	a->claim = claim;
+	a->wait_ms = wait_ms;
 	if (srv_wait_begin(s, r, a, answered, out))
 		return NULL;
 	srv_wait_on_discard(r, dropped);
@@ -116,7 +140,7 @@ int h_task_claim(srv *s, const request *cr, const char *const *p, response *out)
 		json_decref(body);
 		return out->status;
 	}
-	if (!begin(s, r, 1, out)) {
+	if (!begin(s, r, 1, wait_ms, out)) {
 		json_decref(body);
 		return out->status;
 	}
@@ -133,7 +157,7 @@ int h_task_claim(srv *s, const request *cr, const char *const *p, response *out)
 static int report(srv *s, request *r, const char *id, int op, json_t *result, const char *error,
 		  int retryable, response *out)
 {
-	if (!begin(s, r, 0, out)) {
+	if (!begin(s, r, 0, 0, out)) {
 		json_decref(result);
 		return out->status;
 	}

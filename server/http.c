@@ -230,6 +230,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 		r->conn = conn;
 		r->method = method;
 		r->path = url;
+		r->fd = srv_conn_fd(conn);
+		r->forwarded_by =
+		    MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Baton-Forwarded");
+		r->authorization = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
+							       MHD_HTTP_HEADER_AUTHORIZATION);
 		clock_gettime(CLOCK_MONOTONIC, &r->started);
 		*con_cls = r;
 		if (overloaded(s) && strcmp(url, "/healthz") != 0) {
@@ -402,6 +407,7 @@ void srv_stop(srv *s)
 	/* Suspended connections must be resumed before the daemon stops: the requests with
 	 * the engine are answered first (the engine still runs), then the streams. */
 	srv_leases_stop(s);
+	srv_forwards_stop();
 	srv_waits_drain(s);
 	srv_streams_close();
 	if (s->daemon)

@@ -169,6 +169,7 @@ int main(int argc, char **argv)
 	    .cache_bytes = cfg.cache_bytes ? cfg.cache_bytes : -1,
 	    .node_id = cfg.node_id[0] ? cfg.node_id : NULL,
 	    .lease_ms = cfg.lease_ms,
+	    .advertise_url = cfg.advertise_url,
 	};
 	srv s = {.cfg = &cfg,
 		 .conn_mu = PTHREAD_MUTEX_INITIALIZER,
@@ -194,6 +195,10 @@ int main(int argc, char **argv)
 			remove_database(file);
 		srv_log_close();
 		return 1;
+	}
+	if (!cfg.advertise_url[0]) { /* known now: --listen may have asked for any port */
+		config_default_advertise_url(&cfg, s.port);
+		baton_engine_advertise(s.engine, cfg.advertise_url);
 	}
 	char retention[64];
 	retention_text(cfg.retention_ms, retention, sizeof retention);

@@ -44,10 +44,14 @@ typedef struct config {
 	long long cache_bytes;	 /* finished workflows' text in memory; 0: no cache */
 	long long stream_buffer; /* bytes one event stream buffers at most */
 	char pid_file[4096];	 /* empty: none */
+	char advertise_url[256]; /* how the other nodes reach this one; empty: they cannot */
 } config;
 
 /* 0: run; 1: done (--help, --version printed); -1: invalid, message printed. */
 int config_load(config *c, int argc, char **argv);
+/* Without --advertise-url: http:// and the host of --listen with the port it listens on,
+ * the host name in place of an address of every interface (:PORT, 0.0.0.0, ::). */
+void config_default_advertise_url(config *c, int port);
 
 /* ---- log.c ---- */
 extern int srv_log_level;
@@ -98,6 +102,8 @@ typedef struct srv_wait {
 	const char *route;	 /* the matched pattern, for the answer's metrics */
 } srv_wait;
 
+#define MAX_FORWARD_URL 256 /* a node's --advertise-url (forward.c) */
+
 typedef struct request {
 	struct MHD_Connection *conn;
 	const char *method;
@@ -109,10 +115,16 @@ typedef struct request {
 	char *body;
 	size_t body_len, body_cap;
 	int too_large;
-	srv_wait wait;		/* while the engine has it (wait.c) */
-	char lease_granted[48]; /* a lease granted in this answer (h_leases.c) */
-	char task_claimed[200]; /* a task claimed in this answer (h_tasks.c) */
+	srv_wait wait;			  /* while the engine has it (wait.c) */
+	int fd;				  /* the client's socket */
+	const char *forwarded_by;	  /* Baton-Forwarded: passed on by that node (forward.c) */
+	const char *authorization;	  /* as the client sent it, to pass on */
+	char lease_granted[48];		  /* a lease granted in this answer (h_leases.c) */
+	char granted_by[MAX_FORWARD_URL]; /* the node that granted it, when passed on */
+	char task_claimed[200];		  /* a task claimed in this answer (h_tasks.c) */
 } request;
+
+void srv_forward_counts(unsigned long long *total, unsigned long long *failed);
 
 typedef struct response {
 	int status;
@@ -127,6 +139,44 @@ typedef struct response {
 	int retry_after; /* seconds, 0: no Retry-After */
 	int pending;	 /* the connection is suspended; the answer comes later */
 } response;
+
+/* ---- forward.c: requests passed on to the node that drives their resource ---- */
+typedef struct srv_forward {
+	long status; /* the owner's answer; 0: none came (why) */
+	char *body;
+	size_t body_len;
+	char content_type[128];
+	char location[300];
+	int retry_after;
+	char why[256];
+	char node[130];		   /* the owner */
+	char url[MAX_FORWARD_URL]; /* and its --advertise-url */
+	char auth[600];		   /* "Authorization: ..." as the client sent it */
+} srv_forward;
+
+/* Passes r on to the node `node` at url in the background, for up to timeout_ms; when
+ * waits, a client that goes away meanwhile cuts the exchange. Once f holds the answer
+ * (or why none came), srv_wait_done(r). 0 when started; -1 when r may not or cannot be
+ * passed on (it was passed on to this node already, no url, too many at once). */
+int srv_forward_start(srv *s, request *r, srv_forward *f, const char *node, const char *url,
+		      int64_t timeout_ms, int waits);
+/* The answer to relay (f->status 0: 503 naming the owner). */
+int srv_forward_reply(const srv_forward *f, response *out);
+void srv_forward_fini(srv_forward *f);
+/* DELETE path at the node at url: a lease it granted for a client that has gone. 0 when
+ * released (or found ended). */
+int srv_forward_release(srv *s, const char *url, const char *authorization, const char *path);
+/* Cuts every exchange under way and waits for their threads; none starts after. */
+void srv_forwards_stop(void);
+/* The Authorization value that f passes on, NULL when none. */
+const char *srv_forward_auth(const srv_forward *f);
+/* Whether the engine's answer (rc, its JSON) refuses because another node drives the
+ * resource and says where that node is: the request is then passed on to it. */
+int srv_forwardable(int rc, const json_t *answer);
+/* In a 503 answer, "driven_by": {"node", "url"} from such a refusal. */
+void srv_driven_by(int rc, json_t *answer, response *out);
+/* How much longer than the request's own wait an exchange may take. */
+#define FORWARD_SLACK_MS 15000
 
 int srv_start(srv *s, baton_error *err);
 void srv_stop(srv *s);

@@ -170,6 +170,7 @@ typedef struct hs_request {
 	size_t body_len;
 	bool chunked;	      /* send the body with Transfer-Encoding: chunked */
 	bool expect_continue; /* send Expect: 100-continue (by default no Expect) */
+	const char *header;   /* one more header line, "Name: value"; NULL: none */
 } hs_request;
 
 typedef struct hs_response {

@@ -101,6 +101,8 @@ int hs_send(const hs_server *s, const hs_request *req, hs_response *r)
 	} else {
 		headers = curl_slist_append(headers, "Content-Type:");
 	}
+	if (req->header)
+		headers = curl_slist_append(headers, req->header);
 	upload up = {req->body, req->body_len, 0};
 	char errbuf[CURL_ERROR_SIZE] = "";
 	curl_body b = {0};

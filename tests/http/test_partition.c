@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <signal.h>
+#include <pthread.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -405,23 +406,188 @@ static void test_lock_survives_owner_kill(void **state)
 	assert_int_equal(WEXITSTATUS(status), 0); /* 76 would say the lease was lost */
 }
 
-/* A claim for a resource this node does not drive answers 503 naming the node that does (a
- * `baton worker` naming several nodes moves on to the next), not 204 "no task" forever. */
-static void test_claim_elsewhere_answers_503(void **state)
+/* One request with one more header line; as call(). */
+static long call_with(const hs_server *s, const char *header, const char *method, const char *path,
+		      const char *body, json_t **out)
+{
+	hs_request req = {.method = method,
+			  .path = path,
+			  .content_type = body ? "application/json" : NULL,
+			  .body = body,
+			  .body_len = body ? strlen(body) : 0,
+			  .header = header};
+	hs_response r;
+	long status = hs_send(s, &req, &r) == 0 ? r.status : 0;
+	if (out)
+		*out = status ? json_incref(r.json) : NULL;
+	hs_response_fini(&r);
+	return status;
+}
+
+/* The same lease, read through either node: its state, holder, token and expiry. */
+static void assert_same_lease(cluster *c, const char *id, const char *state)
+{
+	char path[200];
+	snprintf(path, sizeof path, "/leases/%s", id);
+	json_t *a, *b;
+	assert_int_equal(call(c->node[0], "GET", path, NULL, &a), 200);
+	assert_int_equal(call(c->node[1], "GET", path, NULL, &b), 200);
+	assert_string_equal(hs_str(a, "state"), state);
+	assert_string_equal(hs_str(b, "state"), state);
+	assert_int_equal(hs_int(a, "fencing_token"), hs_int(b, "fencing_token"));
+	assert_true(json_equal(json_object_get(a, "expires_at"), json_object_get(b, "expires_at")));
+	json_decref(a);
+	json_decref(b);
+}
+
+static bool waiting_on(void *arg)
+{
+	void **a = arg;
+	char path[200];
+	snprintf(path, sizeof path, "/resources/%s", (const char *)a[1]);
+	json_t *res = hs_get_json(a[0], path, 200);
+	bool yes = json_array_size(json_object_get(res, "waiters")) == (size_t)(intptr_t)a[2];
+	json_decref(res);
+	return yes;
+}
+
+typedef struct acquirer {
+	const hs_server *via;
+	char path[200];
+	long status;
+	json_t *lease;
+} acquirer;
+
+static void *acquire_main(void *arg)
+{
+	acquirer *q = arg;
+	q->status =
+	    call(q->via, "POST", q->path,
+		 "{\"holder\": \"second\", \"wait_ms\": 60000, \"ttl_ms\": 60000}", &q->lease);
+	return NULL;
+}
+
+/* Every node serves every lease request with the answer of the node that drives the
+ * resource: node1 passes them on to node0. Acquire (201, then 409 naming the holder), get
+ * (the same state, token and expiry as node0 tells), renew, a waiting acquire granted when
+ * the holder releases, and release. Before, node1 answered 503 ("ask that node"). */
+static void test_every_node_serves_leases(void **state)
 {
 	SKIP_UNLESS_PG();
 	cluster *c = *state;
 	assert_int_equal(cl_open(c, 2, LEASE_MS, NULL), 0);
 	assert_true(cl_wait_balanced(c, 0, 3, WAIT_MS));
 	unsigned long long avoid = 0;
-	char res[64], body[200];
+	char res[64], path[200];
+	cl_pick_resource(c, 0, "fwd", &avoid, res, sizeof res);
+	snprintf(path, sizeof path, "/resources/%s/leases", res);
+	json_t *lease, *p;
+	assert_int_equal(
+	    call(c->node[1], "POST", path, "{\"holder\": \"first\", \"ttl_ms\": 60000}", &lease),
+	    201);
+	assert_string_equal(hs_str(lease, "holder"), "first");
+	assert_int_equal(hs_int(lease, "fencing_token"), 1);
+	assert_int_equal(call(c->node[1], "POST", path, "{\"holder\": \"other\"}", &p), 409);
+	assert_string_equal(hs_str(p, "holder"), "first");
+	json_decref(p);
+	assert_same_lease(c, hs_str(lease, "id"), "held");
+
+	char renew[200], one[200];
+	snprintf(one, sizeof one, "/leases/%s", hs_str(lease, "id"));
+	snprintf(renew, sizeof renew, "/leases/%s/renew", hs_str(lease, "id"));
+	assert_int_equal(call(c->node[1], "POST", renew, "{\"ttl_ms\": 30000}", &p), 200);
+	assert_int_equal(hs_int(p, "ttl_ms"), 30000);
+	json_decref(p);
+	assert_same_lease(c, hs_str(lease, "id"), "held");
+
+	acquirer q = {.via = c->node[1]};
+	snprintf(q.path, sizeof q.path, "%s", path);
+	pthread_t t;
+	assert_int_equal(pthread_create(&t, NULL, acquire_main, &q), 0);
+	void *args[3] = {c->node[0], res, (void *)(intptr_t)1};
+	bool queued = hs_wait_until(waiting_on, args, WAIT_MS);
+	long released = call(c->node[1], "DELETE", one, NULL, NULL);
+	pthread_join(t, NULL);
+	assert_true(queued);
+	assert_int_equal(released, 204);
+	assert_int_equal(q.status, 201);
+	assert_string_equal(hs_str(q.lease, "holder"), "second");
+	assert_int_equal(hs_int(q.lease, "fencing_token"), 2);
+	assert_same_lease(c, hs_str(lease, "id"), "released");
+	assert_same_lease(c, hs_str(q.lease, "id"), "held");
+	json_decref(q.lease);
+	json_decref(lease);
+}
+
+/* Every node serves every task request: a claim naming the resource, heartbeats and the
+ * completion, all through node1, are node0's answers, and the workflow completes with the
+ * worker's result. Before, the claim answered 503 and the rest could not be reached. */
+static void test_every_node_serves_tasks(void **state)
+{
+	SKIP_UNLESS_PG();
+	cluster *c = *state;
+	assert_int_equal(cl_open(c, 2, LEASE_MS, NULL), 0);
+	assert_true(cl_wait_balanced(c, 0, 3, WAIT_MS));
+	unsigned long long avoid = 0;
+	char res[64], body[300], path[300];
 	cl_pick_resource(c, 0, "claim", &avoid, res, sizeof res);
 	snprintf(body, sizeof body, "{\"resource\": \"%s\", \"wait_ms\": 0}", res);
-	json_t *p;
-	assert_int_equal(call(c->node[1], "POST", "/tasks/claim", body, &p), 503);
-	assert_non_null(strstr(hs_str(p, "detail"), "node0"));
+	assert_int_equal(call(c->node[1], "POST", "/tasks/claim", body, NULL), 204);
+	snprintf(body, sizeof body,
+		 "{\"id\": \"fw\", \"resource\": \"%s\", \"workers\": [{\"name\": \"x\","
+		 " \"external\": true}]}",
+		 res);
+	assert_int_equal(call(c->node[0], "POST", "/workflows", body, NULL), 201);
+	snprintf(body, sizeof body, "{\"resource\": \"%s\", \"wait_ms\": 30000}", res);
+	json_t *task, *p;
+	assert_int_equal(call(c->node[1], "POST", "/tasks/claim", body, &task), 200);
+	snprintf(path, sizeof path, "/tasks/%s/heartbeat", hs_str(task, "id"));
+	assert_int_equal(call(c->node[1], "POST", path, NULL, &p), 200);
 	json_decref(p);
-	assert_int_equal(call(c->node[0], "POST", "/tasks/claim", body, NULL), 204);
+	snprintf(path, sizeof path, "/tasks/%s/complete", hs_str(task, "id"));
+	assert_int_equal(call(c->node[1], "POST", path, "{\"result\": {\"done\": 1}}", &p), 200);
+	json_decref(p);
+	json_t *wf = hs_wait_workflow(c->node[0], "fw", "completed", WAIT_MS);
+	assert_int_equal(hs_int(json_object_get(hs_step_at(wf, 0), "result"), "done"), 1);
+	json_decref(wf);
+	json_decref(task);
+}
+
+/* A request is passed on once at most: one that node1 received from another node, for a
+ * resource node0 drives, answers 503 naming node0 (whose URL it gives), never a loop. */
+static void test_passed_on_once(void **state)
+{
+	SKIP_UNLESS_PG();
+	cluster *c = *state;
+	assert_int_equal(cl_open(c, 2, LEASE_MS, NULL), 0);
+	assert_true(cl_wait_balanced(c, 0, 3, WAIT_MS));
+	unsigned long long avoid = 0;
+	char res[64], path[200], url[64];
+	cl_pick_resource(c, 0, "hop", &avoid, res, sizeof res);
+	snprintf(path, sizeof path, "/resources/%s/leases", res);
+	json_t *p;
+	assert_int_equal(call_with(c->node[1], "Baton-Forwarded: node9", "POST", path, NULL, &p),
+			 503);
+	json_t *by = json_object_get(p, "driven_by");
+	assert_string_equal(hs_str(by, "node"), "node0");
+	snprintf(url, sizeof url, "http://127.0.0.1:%d", hs_port(c->node[0]));
+	assert_string_equal(hs_str(by, "url"), url);
+	json_decref(p);
+	/* and GET /nodes says where each node is reached */
+	json_t *nodes = hs_get_json(c->node[1], "/nodes", 200);
+	json_t *n;
+	size_t i;
+	int seen = 0;
+	json_array_foreach(json_object_get(nodes, "nodes"), i, n)
+	{
+		int k = cl_index(c, hs_str(n, "id"));
+		assert_true(k >= 0);
+		snprintf(url, sizeof url, "http://127.0.0.1:%d", hs_port(c->node[k]));
+		assert_string_equal(hs_str(n, "url"), url);
+		seen++;
+	}
+	assert_int_equal(seen, 2);
+	json_decref(nodes);
 }
 
 int main(void)
@@ -436,7 +602,9 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_failover_keeps_fifo, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_start_logs_one_summary, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_lock_survives_owner_kill, setup, teardown),
-	    cmocka_unit_test_setup_teardown(test_claim_elsewhere_answers_503, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_every_node_serves_leases, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_every_node_serves_tasks, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_passed_on_once, setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

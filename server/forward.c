@@ -1,0 +1,253 @@
+/*
+ * forward.c - lease and task requests that only another node can answer, passed on to it.
+ *
+ * A lease or an external task belongs to the node that drives its resource's partition
+ * (lib/members.c). When the engine refuses a request because another node drives the
+ * resource, it names that node and its --advertise-url (eng_refuse). The request is then
+ * passed on to that node as it came (method, path, body, Authorization), with
+ * "Baton-Forwarded: <this node's id>", and its answer is relayed as it came back: status,
+ * body, Location, Retry-After. So every node serves every lease and task request with the
+ * owner's own answer, and a client needs no idea of who drives what.
+ *
+ * One hop at most: a node does not pass on a request that was passed to it. When the
+ * ownership moved in between, it answers 503 with Retry-After, and the client asks again.
+ * A node that cannot reach the owner answers 503 as well. The answer promises nothing the
+ * owner did not: a holder counts its ttl from when it sent its request, before the owner
+ * granted or renewed, and the owner proves its ownership as for a client of its own.
+ *
+ * Each exchange runs on a thread of its own, since an acquisition or a claim may wait up
+ * to 300 s; at most MAX_FORWARDS at once, 503 beyond. The client's connection stays
+ * suspended meanwhile (wait.c), and a client that goes away from a waiting acquisition or
+ * claim is noticed (its socket polled, as h_leases.c's watch does) and the exchange cut:
+ * the owner sees its connection close and takes the request out of its queue, as for a
+ * client of its own. A grant that comes back for a client that has gone is released at
+ * the owner (h_leases.c); a claim, which no other node can give back, runs out with its ttl.
+ */
+#include "server.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_FORWARDS 256
+
+static struct {
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	int running; /* threads */
+	int stop;
+	unsigned long long total, failed;
+} fw = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+
+typedef struct job {
+	request *r;
+	srv_forward *f;
+	char url[MAX_FORWARD_URL + 400];
+	char auth[sizeof((srv_forward *)0)->auth];
+	char by[200];
+	char *body;
+	size_t body_len;
+	char method[16];
+	int64_t timeout_ms;
+	int fd; /* the client's socket, watched while a waiting request waits; -1: not */
+} job;
+
+static int stopping(void)
+{
+	pthread_mutex_lock(&fw.mu);
+	int stop = fw.stop;
+	pthread_mutex_unlock(&fw.mu);
+	return stop;
+}
+
+static int aborted(void *ud)
+{
+	const job *j = ud;
+	return stopping() || (j->fd >= 0 && srv_peer_gone(j->fd));
+}
+
+static void *forward_main(void *arg)
+{
+	job *j = arg;
+	pthread_setname_np(pthread_self(), "baton-forward");
+	const char *headers[4];
+	int h = 0;
+	headers[h++] = "Content-Type: application/json";
+	if (j->auth[0])
+		headers[h++] = j->auth;
+	headers[h++] = j->by;
+	headers[h] = NULL;
+	baton_http_req q = {.method = j->method,
+			    .url = j->url,
+			    .headers = headers,
+			    .body = j->body,
+			    .body_len = j->body_len,
+			    .timeout_ms = j->timeout_ms,
+			    .aborted = aborted,
+			    .ud = j};
+	baton_http_resp p;
+	srv_forward *f = j->f;
+	if (baton_http_exchange(&q, &p) == 0) {
+		f->status = p.status;
+		f->body = p.body;
+		f->body_len = p.body_len;
+		snprintf(f->content_type, sizeof f->content_type, "%s", p.content_type);
+		snprintf(f->location, sizeof f->location, "%s", p.location);
+		f->retry_after = p.retry_after;
+	} else {
+		f->status = 0;
+		snprintf(f->why, sizeof f->why, "%s", p.why);
+	}
+	free(j->body);
+	request *r = j->r;
+	free(j);
+	pthread_mutex_lock(&fw.mu);
+	fw.failed += f->status == 0;
+	pthread_mutex_unlock(&fw.mu);
+	srv_wait_done(r); /* r may be gone from here on */
+	pthread_mutex_lock(&fw.mu);
+	if (--fw.running == 0)
+		pthread_cond_broadcast(&fw.cv);
+	pthread_mutex_unlock(&fw.mu);
+	return NULL;
+}
+
+int srv_forward_start(srv *s, request *r, srv_forward *f, const char *node, const char *url,
+		      int64_t timeout_ms, int waits)
+{
+	memset(f, 0, sizeof *f);
+	snprintf(f->node, sizeof f->node, "%s", node);
+	snprintf(f->url, sizeof f->url, "%s", url ? url : "");
+	if (r->authorization)
+		snprintf(f->auth, sizeof f->auth, "Authorization: %s", r->authorization);
+	if (r->forwarded_by || !url || !url[0])
+		return -1;
+	job *j = calloc(1, sizeof *j);
+	char *body = r->body_len ? malloc(r->body_len) : NULL;
+	if (!j || (r->body_len && !body)) {
+		free(j);
+		free(body);
+		return -1;
+	}
+	if (body)
+		memcpy(body, r->body, r->body_len);
+	j->r = r;
+	j->f = f;
+	j->body = body;
+	j->body_len = r->body_len;
+	snprintf(j->url, sizeof j->url, "%s%s", url, r->path);
+	snprintf(j->method, sizeof j->method, "%s", r->method);
+	snprintf(j->auth, sizeof j->auth, "%s", f->auth);
+	snprintf(j->by, sizeof j->by, "Baton-Forwarded: %s", s->cfg->node_id);
+	j->timeout_ms = timeout_ms;
+	j->fd = waits ? r->fd : -1;
+	pthread_mutex_lock(&fw.mu);
+	int room = !fw.stop && fw.running < MAX_FORWARDS;
+	fw.running += room;
+	fw.total += room;
+	pthread_mutex_unlock(&fw.mu);
+	pthread_t t;
+	pthread_attr_t attr;
+	pthread_attr_init(&attr);
+	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+	int started = room && pthread_create(&t, &attr, forward_main, j) == 0;
+	pthread_attr_destroy(&attr);
+	if (started)
+		return 0;
+	if (room) {
+		pthread_mutex_lock(&fw.mu);
+		fw.running--;
+		fw.total--;
+		pthread_mutex_unlock(&fw.mu);
+	}
+	snprintf(f->why, sizeof f->why, "%s",
+		 room ? "cannot start a thread" : "too many requests are being passed on");
+	free(j->body);
+	free(j);
+	return -1;
+}
+
+int srv_forward_reply(const srv_forward *f, response *out)
+{
+	if (f->status == 0) {
+		reply_problem(out, 503,
+			      "node %s drives this resource and could not be asked (%s); try again",
+			      f->node, f->why);
+		out->retry_after = 1;
+		return out->status;
+	}
+	out->status = (int)f->status;
+	if (f->body_len) {
+		out->text = malloc(f->body_len + 1);
+		if (!out->text)
+			return reply_problem(out, 500, "out of memory");
+		memcpy(out->text, f->body, f->body_len);
+		out->text[f->body_len] = 0;
+		out->content_type = strncmp(f->content_type, "application/problem+json", 24) == 0
+					? "application/problem+json"
+					: "application/json";
+	}
+	snprintf(out->location, sizeof out->location, "%s", f->location);
+	out->retry_after = f->retry_after;
+	return out->status;
+}
+
+void srv_forward_fini(srv_forward *f)
+{
+	free(f->body);
+	f->body = NULL;
+	f->body_len = 0;
+}
+
+int srv_forward_release(srv *s, const char *base, const char *authorization, const char *path)
+{
+	char url[MAX_FORWARD_URL + 400], by[200], auth[600] = "";
+	snprintf(url, sizeof url, "%s%s", base, path);
+	snprintf(by, sizeof by, "Baton-Forwarded: %s", s->cfg->node_id);
+	if (authorization)
+		snprintf(auth, sizeof auth, "Authorization: %s", authorization);
+	const char *headers[] = {by, auth[0] ? auth : NULL, NULL};
+	baton_http_req q = {.method = "DELETE", .url = url, .headers = headers, .timeout_ms = 5000};
+	baton_http_resp p;
+	int rc = baton_http_exchange(&q, &p);
+	free(p.body);
+	return rc == 0 && (p.status == 204 || p.status == 404 || p.status == 410) ? 0 : -1;
+}
+
+const char *srv_forward_auth(const srv_forward *f)
+{
+	static const char prefix[] = "Authorization: ";
+	return strncmp(f->auth, prefix, sizeof prefix - 1) == 0 ? f->auth + sizeof prefix - 1
+								: NULL;
+}
+
+int srv_forwardable(int rc, const json_t *answer)
+{
+	const char *url = json_string_value(json_object_get(answer, "url"));
+	return rc == BATON_EBUSY && json_string_value(json_object_get(answer, "node")) && url &&
+	       url[0];
+}
+
+void srv_driven_by(int rc, json_t *answer, response *out)
+{
+	if (srv_forwardable(rc, answer) && out->body)
+		json_object_set(out->body, "driven_by", answer);
+}
+
+void srv_forwards_stop(void)
+{
+	pthread_mutex_lock(&fw.mu);
+	fw.stop = 1; /* for good: the engine refuses new requests from now on */
+	while (fw.running > 0)
+		pthread_cond_wait(&fw.cv, &fw.mu);
+	pthread_mutex_unlock(&fw.mu);
+}
+
+void srv_forward_counts(unsigned long long *total, unsigned long long *failed)
+{
+	pthread_mutex_lock(&fw.mu);
+	*total = fw.total;
+	*failed = fw.failed;
+	pthread_mutex_unlock(&fw.mu);
+}
