@@ -146,7 +146,9 @@ int baton_engine_open(const baton_engine_config *cfg, baton_engine **out, baton_
  * headers: "Name: value" lines, NULL-terminated. aborted(ud), when set, is asked several
  * times a second and ends the exchange by returning 1. 0 with the answer in p (its body
  * malloc'd, freed by the caller), or -1 with p->why: no answer came (p->status 0).
- * Any thread.
+ * handle, when not NULL, keeps a libcurl handle (and its kept-alive connections) from one
+ * exchange to the next of one thread: NULL at first, closed with baton_http_close. Any
+ * thread.
  */
 typedef struct baton_http_req {
 	const char *method, *url;
@@ -166,7 +168,8 @@ typedef struct baton_http_resp {
 	int retry_after; /* seconds, 0: none */
 	char why[256];
 } baton_http_resp;
-int baton_http_exchange(const baton_http_req *q, baton_http_resp *p);
+int baton_http_exchange(void **handle, const baton_http_req *q, baton_http_resp *p);
+void baton_http_close(void *handle);
 
 /* Sets the URL at which the other nodes reach this one (as advertise_url does at open;
  * for one known only once the server listens), from the next lease renewal on. Any

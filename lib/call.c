@@ -408,13 +408,19 @@ static int on_exchange_progress(void *ud, curl_off_t a, curl_off_t b, curl_off_t
 	return x->q->aborted && x->q->aborted(x->q->ud) ? 1 : 0;
 }
 
-int baton_http_exchange(const baton_http_req *q, baton_http_resp *p)
+void baton_http_close(void *handle)
+{
+	if (handle)
+		cu.easy_cleanup(handle);
+}
+
+int baton_http_exchange(void **handle, const baton_http_req *q, baton_http_resp *p)
 {
 	memset(p, 0, sizeof *p);
 	if (call_load(p->why, sizeof p->why))
 		return -1;
 	exchange x = {.q = q, .p = p};
-	CURL *c = cu.easy_init();
+	CURL *c = handle && *handle ? *handle : cu.easy_init();
 	if (!c) {
 		snprintf(p->why, sizeof p->why, "curl_easy_init failed");
 		return -1;
@@ -430,15 +436,17 @@ int baton_http_exchange(const baton_http_req *q, baton_http_resp *p)
 	size_t wn = sizeof p->why;
 	int rc = fixed_options(c, why, wn);
 	rc |= SETOPT(c, CURLOPT_URL, q->url, why, wn);
-	rc |= SETOPT(c, CURLOPT_CUSTOMREQUEST, q->method, why, wn);
-	if (strcmp(q->method, "GET") == 0)
+	/* Every option that differs between requests is set each time: a handle is reused
+	 * (its connections kept alive) without a reset. */
+	int get = strcmp(q->method, "GET") == 0, head = strcmp(q->method, "HEAD") == 0;
+	rc |= SETOPT(c, CURLOPT_NOBODY, head ? 1L : 0L, why, wn);
+	if (get || head) {
 		rc |= SETOPT(c, CURLOPT_HTTPGET, 1L, why, wn);
-	else if (strcmp(q->method, "HEAD") == 0)
-		rc |= SETOPT(c, CURLOPT_NOBODY, 1L, why, wn);
-	else if (strcmp(q->method, "DELETE") != 0 || q->body_len) {
+	} else {
 		rc |= SETOPT(c, CURLOPT_POSTFIELDSIZE, (long)q->body_len, why, wn);
 		rc |= SETOPT(c, CURLOPT_POSTFIELDS, q->body ? q->body : "", why, wn);
 	}
+	rc |= SETOPT(c, CURLOPT_CUSTOMREQUEST, get || head ? NULL : q->method, why, wn);
 	rc |= SETOPT(c, CURLOPT_HTTPHEADER, h, why, wn);
 	rc |= SETOPT(c, CURLOPT_TIMEOUT_MS, (long)q->timeout_ms, why, wn);
 	rc |= SETOPT(c, CURLOPT_CONNECTTIMEOUT_MS, 2000L, why, wn);
@@ -466,7 +474,10 @@ int baton_http_exchange(const baton_http_req *q, baton_http_resp *p)
 		}
 	}
 	cu.slist_free_all(h);
-	cu.easy_cleanup(c);
+	if (handle)
+		*handle = c;
+	else
+		cu.easy_cleanup(c);
 	if (rc) {
 		free(p->body);
 		p->body = NULL;

@@ -15,8 +15,9 @@
  * owner did not: a holder counts its ttl from when it sent its request, before the owner
  * granted or renewed, and the owner proves its ownership as for a client of its own.
  *
- * Each exchange runs on a thread of its own, since an acquisition or a claim may wait up
- * to 300 s; at most MAX_FORWARDS at once, 503 beyond. The client's connection stays
+ * Exchanges run on a pool of threads that grows as needed (an acquisition or a claim may
+ * wait up to 300 s on one) and shrinks when idle; each thread keeps its connections to
+ * the other nodes alive. At most MAX_FORWARDS at once, 503 beyond. The client's connection stays
  * suspended meanwhile (wait.c), and a client that goes away from a waiting acquisition or
  * claim is noticed (its socket polled, as h_leases.c's watch does) and the exchange cut:
  * the owner sees its connection close and takes the request out of its queue, as for a
@@ -27,18 +28,12 @@
 
 #include <pthread.h>
 #include <stdio.h>
+#include <time.h>
 #include <stdlib.h>
 #include <string.h>
 
 #define MAX_FORWARDS 256
-
-static struct {
-	pthread_mutex_t mu;
-	pthread_cond_t cv;
-	int running; /* threads */
-	int stop;
-	unsigned long long total, failed;
-} fw = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+#define IDLE_MS	     30000 /* a thread with nothing to pass on for this long ends */
 
 typedef struct job {
 	request *r;
@@ -51,7 +46,21 @@ typedef struct job {
 	char method[16];
 	int64_t timeout_ms;
 	int fd; /* the client's socket, watched while a waiting request waits; -1: not */
+	struct job *next;
 } job;
+
+/* The threads that pass requests on: each keeps its libcurl handle, and so its
+ * connections to the other nodes, from one request to the next. */
+static struct {
+	pthread_mutex_t mu;
+	pthread_cond_t work, ended;
+	job *head, *tail;
+	int threads, idle, busy; /* busy: jobs queued or under way */
+	int stop;
+	unsigned long long total, failed;
+} fw = {.mu = PTHREAD_MUTEX_INITIALIZER,
+	.work = PTHREAD_COND_INITIALIZER,
+	.ended = PTHREAD_COND_INITIALIZER};
 
 static int stopping(void)
 {
@@ -67,10 +76,9 @@ static int aborted(void *ud)
 	return stopping() || (j->fd >= 0 && srv_peer_gone(j->fd));
 }
 
-static void *forward_main(void *arg)
+/* One exchange; then r is answered (srv_wait_done). */
+static void run(job *j, void **curl)
 {
-	job *j = arg;
-	pthread_setname_np(pthread_self(), "baton-forward");
 	const char *headers[4];
 	int h = 0;
 	headers[h++] = "Content-Type: application/json";
@@ -88,7 +96,7 @@ static void *forward_main(void *arg)
 			    .ud = j};
 	baton_http_resp p;
 	srv_forward *f = j->f;
-	if (baton_http_exchange(&q, &p) == 0) {
+	if (baton_http_exchange(curl, &q, &p) == 0) {
 		f->status = p.status;
 		f->body = p.body;
 		f->body_len = p.body_len;
@@ -99,17 +107,46 @@ static void *forward_main(void *arg)
 		f->status = 0;
 		snprintf(f->why, sizeof f->why, "%s", p.why);
 	}
-	free(j->body);
-	request *r = j->r;
-	free(j);
 	pthread_mutex_lock(&fw.mu);
 	fw.failed += f->status == 0;
 	pthread_mutex_unlock(&fw.mu);
-	srv_wait_done(r); /* r may be gone from here on */
+	srv_wait_done(j->r); /* r may be gone from here on */
+}
+
+static void *forward_main(void *arg)
+{
+	(void)arg;
+	pthread_setname_np(pthread_self(), "baton-forward");
+	void *curl = NULL;
 	pthread_mutex_lock(&fw.mu);
-	if (--fw.running == 0)
-		pthread_cond_broadcast(&fw.cv);
+	for (;;) {
+		while (!fw.head && !fw.stop) {
+			struct timespec until;
+			clock_gettime(CLOCK_REALTIME, &until);
+			until.tv_sec += IDLE_MS / 1000;
+			fw.idle++;
+			int rc = pthread_cond_timedwait(&fw.work, &fw.mu, &until);
+			fw.idle--;
+			if (rc && !fw.head)
+				break; /* idle too long */
+		}
+		job *j = fw.head;
+		if (!j)
+			break;
+		fw.head = j->next;
+		if (!fw.head)
+			fw.tail = NULL;
+		pthread_mutex_unlock(&fw.mu);
+		run(j, &curl);
+		free(j->body);
+		free(j);
+		pthread_mutex_lock(&fw.mu);
+		fw.busy--;
+	}
+	fw.threads--;
+	pthread_cond_broadcast(&fw.ended);
 	pthread_mutex_unlock(&fw.mu);
+	baton_http_close(curl);
 	return NULL;
 }
 
@@ -143,26 +180,37 @@ int srv_forward_start(srv *s, request *r, srv_forward *f, const char *node, cons
 	j->timeout_ms = timeout_ms;
 	j->fd = waits ? r->fd : -1;
 	pthread_mutex_lock(&fw.mu);
-	int room = !fw.stop && fw.running < MAX_FORWARDS;
-	fw.running += room;
-	fw.total += room;
-	pthread_mutex_unlock(&fw.mu);
-	pthread_t t;
-	pthread_attr_t attr;
-	pthread_attr_init(&attr);
-	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-	int started = room && pthread_create(&t, &attr, forward_main, j) == 0;
-	pthread_attr_destroy(&attr);
-	if (started)
-		return 0;
+	int room = !fw.stop && fw.busy < MAX_FORWARDS;
 	if (room) {
-		pthread_mutex_lock(&fw.mu);
-		fw.running--;
-		fw.total--;
-		pthread_mutex_unlock(&fw.mu);
+		fw.busy++;
+		fw.total++;
+		if (fw.tail)
+			fw.tail->next = j;
+		else
+			fw.head = j;
+		fw.tail = j;
+		if (fw.idle > 0) {
+			pthread_cond_signal(&fw.work);
+		} else {
+			pthread_t t;
+			pthread_attr_t attr;
+			pthread_attr_init(&attr);
+			pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+			if (pthread_create(&t, &attr, forward_main, NULL) == 0) {
+				fw.threads++;
+			} else if (fw.threads == 0) { /* nobody would ever take it */
+				fw.head = fw.tail = NULL;
+				fw.busy--;
+				fw.total--;
+				room = 0;
+			}
+			pthread_attr_destroy(&attr);
+		}
 	}
-	snprintf(f->why, sizeof f->why, "%s",
-		 room ? "cannot start a thread" : "too many requests are being passed on");
+	pthread_mutex_unlock(&fw.mu);
+	if (room)
+		return 0;
+	snprintf(f->why, sizeof f->why, "no room to pass it on");
 	free(j->body);
 	free(j);
 	return -1;
@@ -210,7 +258,7 @@ int srv_forward_release(srv *s, const char *base, const char *authorization, con
 	const char *headers[] = {by, auth[0] ? auth : NULL, NULL};
 	baton_http_req q = {.method = "DELETE", .url = url, .headers = headers, .timeout_ms = 5000};
 	baton_http_resp p;
-	int rc = baton_http_exchange(&q, &p);
+	int rc = baton_http_exchange(NULL, &q, &p);
 	free(p.body);
 	return rc == 0 && (p.status == 204 || p.status == 404 || p.status == 410) ? 0 : -1;
 }
@@ -239,8 +287,9 @@ void srv_forwards_stop(void)
 {
 	pthread_mutex_lock(&fw.mu);
 	fw.stop = 1; /* for good: the engine refuses new requests from now on */
-	while (fw.running > 0)
-		pthread_cond_wait(&fw.cv, &fw.mu);
+	pthread_cond_broadcast(&fw.work);
+	while (fw.threads > 0)
+		pthread_cond_wait(&fw.ended, &fw.mu);
 	pthread_mutex_unlock(&fw.mu);
 }
 
