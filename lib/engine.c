@@ -85,6 +85,14 @@ void eng_waiter_done(waiter *w, int rc, int created, const char *msg_text)
 
 /* ---- timers: a binary heap of (time, workflow id) ---- */
 
+void eng_timer_arm(baton_engine *e, wf_row *wf, int64_t at)
+{
+	if (at <= 0 || (wf->hold_timer_at && wf->hold_timer_at <= at))
+		return;
+	eng_timer_push(e, at, wf->id);
+	wf->hold_timer_at = at;
+}
+
 void eng_timer_push(baton_engine *e, int64_t at, const char *id)
 {
 	timer t = {at, xstrdup(id)};
@@ -436,6 +444,8 @@ static void fire_timers(baton_engine *e, int64_t now)
 	while (e->timers.n && e->timers.v[0].at <= now) {
 		timer t = timer_pop(e);
 		wf_row *wf = strmap_get(e->wfs, t.id);
+		if (wf && wf->hold_timer_at && t.at >= wf->hold_timer_at)
+			wf->hold_timer_at = 0; /* the armed one fired (eng_timer_arm) */
 		if (t.id[0] == TASK_CLAIMS_TIMER[0]) {
 			task_claims_timer(e, now);
 		} else if (wf && wf->lease) {
@@ -449,6 +459,12 @@ static void fire_timers(baton_engine *e, int64_t now)
 				eng_request(e, wf, tr.request, now);
 			}
 		}
+		/* A deadline moved later since (a renewal, a heartbeat): armed again. */
+		wf = t.id[0] == TASK_CLAIMS_TIMER[0] ? NULL : strmap_get(e->wfs, t.id);
+		if (wf && !wf->done && wf->lease)
+			eng_timer_arm(e, wf, lease_deadline(wf));
+		else if (wf && !wf->done && wf->task_claimed)
+			eng_timer_arm(e, wf, wf->task_expires_at);
 		free(t.id);
 	}
 }
@@ -538,6 +554,9 @@ static void *engine_main(void *arg)
 		}
 		members_round(e, now); /* what the messages gained, a hinted inbox */
 		fire_timers(e, now);
+		pthread_mutex_lock(&e->metrics_mu);
+		e->timers_pending = e->timers.n;
+		pthread_mutex_unlock(&e->metrics_mu);
 		if (e->no_new_work && !e->leases_stopped)
 			lease_stop(e);
 		eng_load_pending(e);

@@ -176,7 +176,8 @@ struct baton_engine {
 	VEC(char *) tasks_ready; /* ids of workflows whose external step waits for a claim */
 	VEC(msg *) claims;	 /* claims waiting for a task, oldest first */
 	uint64_t leases_granted, leases_released, leases_expired, leases_refused; /* metrics_mu */
-	textbuf text; /* the event rows being written (batch.c) */
+	size_t timers_pending; /* metrics_mu: the timer heap's size, as of the last round */
+	textbuf text;	       /* the event rows being written (batch.c) */
 	VEC(store_event_row) event_rows;
 	VEC(const resource_row *) res_rows;
 	/* Idle resources kept in memory, least recently used first (idle.c). */
@@ -207,6 +208,13 @@ struct baton_engine {
 /* engine.c */
 void eng_waiter_done(waiter *w, int rc, int created, const char *msg_text);
 void eng_timer_push(baton_engine *e, int64_t at, const char *id);
+/* A timer for wf's lease or claim at `at`, unless one at or before it is pending: a
+ * renewal or a heartbeat, which only moves a deadline later, adds no timer. When the
+ * pending one fires early, the next deadline (lease_deadline, the claim's expiry) is
+ * armed again. */
+void eng_timer_arm(baton_engine *e, wf_row *wf, int64_t at);
+/* The next time a lease's timer must fire: its expiry, grace or wait deadline; 0: none. */
+int64_t lease_deadline(const wf_row *wf);
 void eng_on_event(void *ctx, const wf_row *wf, const char *type, json_t *data);
 void eng_touch_wf(baton_engine *e, wf_row *wf);
 void eng_touch_lock(baton_engine *e, res_lock *l);

@@ -114,6 +114,8 @@ typedef struct wf_row {
 	/* An external step (task.c) that a process has claimed, until when, for how long. */
 	unsigned task_claimed : 1;
 	int64_t task_expires_at, task_ttl_ms;
+	/* The earliest timer pending for its lease or claim (eng_timer_arm), 0: none. */
+	int64_t hold_timer_at;
 } wf_row;
 
 /* The compact JSON size of the completed steps' results (recovery counts them again). */

@@ -108,7 +108,7 @@ static json_t *stored_lease_json(const json_t *wf)
 static void set_expiry(baton_engine *e, wf_row *wf, int64_t now)
 {
 	wf->lease_expires_at = now + wf->lease_ttl_ms;
-	eng_timer_push(e, wf->lease_expires_at, wf->id);
+	eng_timer_arm(e, wf, wf->lease_expires_at);
 }
 
 /* A renewal gave the lease another ttl: it is written with this round, and the renewal is
@@ -196,11 +196,23 @@ void lease_granted(baton_engine *e, wf_row *wf, int64_t now)
 	if (!w) { /* its caller is gone with a restart; it may come back for it */
 		int64_t grace = wf->lease_ttl_ms < GRACE_MS ? wf->lease_ttl_ms : GRACE_MS;
 		wf->lease_grace_until = now + grace;
-		eng_timer_push(e, wf->lease_grace_until, wf->id);
+		eng_timer_arm(e, wf, wf->lease_grace_until);
 		return;
 	}
 	w->lease = lease_json(wf);
 	eng_reply_grant(e, w, 1, wf->resource); /* answered once the grant is durable */
+}
+
+int64_t lease_deadline(const wf_row *wf)
+{
+	const step_row *st = &wf->steps[0];
+	if (wf->done)
+		return 0;
+	if (st->status == ST_RUNNING) {
+		int64_t g = wf->lease_grace_until;
+		return g && g < wf->lease_expires_at ? g : wf->lease_expires_at;
+	}
+	return st->status == ST_WAITING ? wf->lease_wait_until : 0;
 }
 
 void lease_timer(baton_engine *e, wf_row *wf, int64_t now)
@@ -244,7 +256,7 @@ int lease_recover(baton_engine *e, wf_row *wf)
 		int64_t at = json_integer_value(until), most = e->now + MAX_WAIT_MS;
 		wf->lease_named = 1;
 		wf->lease_wait_until = at < most ? at : most;
-		eng_timer_push(e, wf->lease_wait_until, wf->id);
+		eng_timer_arm(e, wf, wf->lease_wait_until);
 		return 0; /* queued again in its order, as every waiter */
 	}
 	/* Its caller was answered nothing and cannot find it again. */
@@ -302,7 +314,7 @@ static void answer_stored(baton_engine *e, waiter *w, const char *id)
 static void wait_until(baton_engine *e, wf_row *wf, int64_t at)
 {
 	wf->lease_wait_until = at;
-	eng_timer_push(e, at, wf->id);
+	eng_timer_arm(e, wf, at);
 	if (wf->lease_named)
 		eng_set_param(e, wf, 0, "wait_until", json_integer(at));
 }
@@ -397,7 +409,7 @@ static void apply_acquire(baton_engine *e, msg *m, int64_t now)
 	eng_request(e, wf, 0, now);
 	eng_touch_wf(e, wf);
 	if (m->wait_ms > 0)
-		eng_timer_push(e, wf->lease_wait_until, wf->id);
+		eng_timer_arm(e, wf, wf->lease_wait_until);
 }
 
 /* A lease op on one that is no longer in memory: from the store. */

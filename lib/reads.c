@@ -109,6 +109,9 @@ int baton_engine_metrics(baton_engine *e, json_t **out, baton_error *err)
 	pthread_mutex_unlock(&e->metrics_mu);
 	json_object_set_new(m, "workflows", counts);
 	json_object_set_new(m, "resources", resources);
+	pthread_mutex_lock(&e->metrics_mu);
+	json_object_set_new(m, "timers", json_integer((json_int_t)e->timers_pending));
+	pthread_mutex_unlock(&e->metrics_mu);
 	json_object_set_new(m, "finished_cache_bytes",
 			    json_integer((json_int_t)store_cache_bytes(e->st)));
 	*out = m;

@@ -79,7 +79,7 @@ static void assign(baton_engine *e, wf_row *wf, msg *claim, int64_t now)
 	wf->task_claimed = 1;
 	wf->task_ttl_ms = claim->ttl_ms;
 	wf->task_expires_at = now + claim->ttl_ms;
-	eng_timer_push(e, wf->task_expires_at, wf->id);
+	eng_timer_arm(e, wf, wf->task_expires_at);
 	waiter *w = claim->w;
 	w->lease = task_json(wf);
 	eng_reply_grant(e, w, 0, wf->resource);
@@ -139,7 +139,7 @@ int task_recover(baton_engine *e, wf_row *wf)
 	wf->task_claimed = 1;
 	wf->task_ttl_ms = ttl;
 	wf->task_expires_at = e->now + ttl;
-	eng_timer_push(e, wf->task_expires_at, wf->id);
+	eng_timer_arm(e, wf, wf->task_expires_at);
 	return 1;
 }
 
@@ -286,7 +286,7 @@ static void apply_op(baton_engine *e, msg *m, int64_t now)
 			return;
 		}
 		wf->task_expires_at = now + wf->task_ttl_ms;
-		eng_timer_push(e, wf->task_expires_at, wf->id);
+		eng_timer_arm(e, wf, wf->task_expires_at);
 		m->w->lease = task_json(wf);
 		eng_waiter_done(m->w, BATON_OK, 0, NULL);
 		return;

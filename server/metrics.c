@@ -162,6 +162,10 @@ static void engine_metrics(buf *b, const json_t *m)
 	       "Step outcomes sharing one commit (group commit).");
 	histogram(b, "baton_checkpoints_per_commit", "",
 		  json_object_get(m, "checkpoints_per_commit"));
+	family(b, "baton_engine_timers", "gauge",
+	       "Timers the engine keeps: retries, lease and claim deadlines.");
+	put(b, "baton_engine_timers %lld\n",
+	    (long long)json_integer_value(json_object_get(m, "timers")));
 	family(b, "baton_finished_cache_bytes", "gauge",
 	       "Bytes of finished workflows' text kept in memory (at most --cache-bytes).");
 	put(b, "baton_finished_cache_bytes %lld\n",

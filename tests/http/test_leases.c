@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "../harness/harness.h"
+#include "../harness/prom.h"
 #include "../harness/sse.h"
 
 #define WAIT_MS 60000
@@ -562,6 +563,36 @@ static void test_metrics_count_leases(void **state)
 	json_decref(a);
 }
 
+static bool lease_expired(void *arg)
+{
+	void **a = arg;
+	json_t *p = NULL;
+	long st = lease_call(a[0], "GET", a[1], "", NULL, &p);
+	bool yes = st == 200 && strcmp(hs_str(p, "state"), "expired") == 0;
+	json_decref(p);
+	return yes;
+}
+
+/* Renewals add no timers: 2,000 renewals leave the engine a handful of timers (before,
+ * each one pushed a timer that stayed until its time came, 2,000+ here), and the lease
+ * still expires on time once they stop. */
+static void test_renewals_add_no_timers(void **state)
+{
+	hs_server *s = *state;
+	json_t *a = acquire_ok(s, "db", "{\"holder\": \"a\", \"ttl_ms\": 3000}");
+	const char *id = hs_str(a, "id");
+	for (int i = 0; i < 2000; i++)
+		assert_int_equal(lease_call(s, "POST", id, "/renew", NULL, NULL), 200);
+	json_t *m = prom_scrape(s);
+	double timers = prom_metric(m, "baton_engine_timers", "");
+	print_message("timers after 2000 renewals: %.0f\n", timers);
+	assert_true(timers >= 1 && timers <= 8);
+	json_decref(m);
+	void *args[2] = {s, (void *)id};
+	assert_true(hs_wait_until(lease_expired, args, WAIT_MS));
+	json_decref(a);
+}
+
 static bool stream_has_all(void *arg)
 {
 	const sse *st = arg;
@@ -613,6 +644,7 @@ int main(void)
 					    hs_teardown),
 	    cmocka_unit_test_setup_teardown(test_bad_input_changes_nothing, hs_setup, hs_teardown),
 	    cmocka_unit_test_setup_teardown(test_metrics_count_leases, hs_setup, hs_teardown),
+	    cmocka_unit_test_setup_teardown(test_renewals_add_no_timers, hs_setup, hs_teardown),
 	    cmocka_unit_test_setup_teardown(test_stream_shows_grants_releases_expiries, hs_setup,
 					    hs_teardown),
 	};
