@@ -199,14 +199,16 @@ demo-crash:
 # drift from what the programs say.
 MAN_PAGES = $(BUILD)/man/baton.1 $(BUILD)/man/batond.8
 man: $(MAN_PAGES)
-$(BUILD)/man/baton.1: $(CLIENT)
+# The sections --help has no room for (EXIT STATUS, SIGNALS, ENVIRONMENT, FILES, SEE ALSO)
+# come from man/*.h2m.
+$(BUILD)/man/baton.1: $(CLIENT) man/baton.h2m
 	@mkdir -p $(@D)
 	help2man -N -s 1 -n "client of batond, the durable serializer of shared resources" \
-	  -o $@ ./$(CLIENT)
-$(BUILD)/man/batond.8: $(BATOND)
+	  -i man/baton.h2m -o $@ ./$(CLIENT)
+$(BUILD)/man/batond.8: $(BATOND) man/batond.h2m
 	@mkdir -p $(@D)
 	help2man -N -s 8 -n "durable workflows whose steps take turns on shared resources" \
-	  -o $@ ./$(BATOND)
+	  -i man/batond.h2m -o $@ ./$(BATOND)
 
 # Generated at every install: they hold PREFIX and the directories. In baton.pc the
 # directories under PREFIX are written ${prefix}/..., so that pkg-config can move them

@@ -123,6 +123,14 @@ one_prefix() {
 	check "batond.8 true to --help" options_in_man "$root/bin/batond" "$root/share/man/man8/batond.8"
 	check "baton.1 true to --help" options_in_man "$root/bin/baton" "$root/share/man/man1/baton.1"
 	check "man pages are roff" sh -c "head -c 2000 '$root/share/man/man8/batond.8' | grep -q '^\.TH BATOND \"8\"'"
+	for page in "$root/share/man/man1/baton.1" "$root/share/man/man8/batond.8"; do
+		for section in '"EXIT STATUS"' SIGNALS ENVIRONMENT FILES '"SEE ALSO"'; do
+			check "${page##*/} has the section $section" grep -qx ".SH $section" "$page"
+		done
+	done
+	check "baton.1: exit statuses 75 and 76 are items of their own" sh -c \
+	    "grep -A1 -x '.TP' '$root/share/man/man1/baton.1' | grep -qx '.B 75' &&
+	     grep -A1 -x '.TP' '$root/share/man/man1/baton.1' | grep -qx '.B 76'"
 
 	pc="$root/lib/pkgconfig/baton.pc"
 	check "baton.pc prefix=$prefix" grep -qx "prefix=$prefix" "$pc"
