@@ -44,7 +44,8 @@ grep -qx 'BATON_LISTEN=${BATON_LISTEN:-0.0.0.0:8080}' "$work/compose" &&
 	bad "compose's BATON_LISTEN / BATON_DB defaults"
 
 # The cluster (profile "cluster"): PostgreSQL built from docker/postgres.Dockerfile,
-# three nodes with their own BATON_NODE_ID, BATON_DB at the postgres service with the
+# three nodes with their own BATON_NODE_ID and BATON_ADVERTISE_URL (their service's name
+# on the compose network, where the others pass them requests), BATON_DB at the postgres service with the
 # password PostgreSQL was given, every other BATON_* variable passed through as for the
 # lone batond, and nothing published but the nodes' ports on 127.0.0.1.
 python3 - docker/compose.yaml "$work/want" >"$work/cluster" 2>&1 <<'PY' &&
@@ -66,10 +67,11 @@ for n in (1, 2, 3):
     assert node["build"] == svc["batond"]["build"], f"batond-{n} builds another image"
     assert node["depends_on"]["postgres"]["condition"] == "service_healthy"
     ids.add(env["BATON_NODE_ID"])
+    assert env["BATON_ADVERTISE_URL"] == f"http://batond-{n}:8080", env["BATON_ADVERTISE_URL"]
     assert env["BATON_DB"] == f"postgresql://baton:{pw}@postgres:5432/baton", env["BATON_DB"]
     assert env["BATON_LISTEN"] == "0.0.0.0:8080", env["BATON_LISTEN"]
     for v in want:
-        if v not in ("BATON_NODE_ID", "BATON_DB", "BATON_LISTEN"):
+        if v not in ("BATON_NODE_ID", "BATON_DB", "BATON_LISTEN", "BATON_ADVERTISE_URL"):
             assert env.get(v) == one[v], f"batond-{n}: {v} is not passed through as for batond"
     assert node["ports"] == [f"127.0.0.1:{8080 + n}:8080"], node["ports"]
 assert ids == {"node-1", "node-2", "node-3"}, ids

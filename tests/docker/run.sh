@@ -519,7 +519,8 @@ run_service() {
 	fi
 	local svc=$1 ctr=$2
 	shift 2
-	quiet run -d --name "$ctr" --network "$NET" "$@" "${args[@]}"
+	# The service's name on the network, as compose gives it (a node's BATON_ADVERTISE_URL).
+	quiet run -d --name "$ctr" --network "$NET" --network-alias "$svc" "$@" "${args[@]}"
 }
 
 # The image's own HEALTHCHECK (pg_isready on 127.0.0.1: the real server, not the one
