@@ -16,8 +16,9 @@
  * - 8 contenders on one lock, each on its own connection (and, for etcd, its own lease),
  *   looping on the same pair: handoffs (pairs) per second.
  * - in the cluster: the lone pair through the node that drives the resource and through
- *   the one that does not. A node answers 503 for leases on resources it does not drive;
- *   that is reported as "not served", with the 503's own round trip as an aside.
+ *   the one that does not, which passes each request on to the owner. A batond that
+ *   answers 503 there instead is reported as "not served", with the 503's own round trip
+ *   as an aside.
  *
  * The floor of a pair is two commits and two trivial HTTP requests: the median commit of
  * the store's floor (floor.c: SQLite in the same directory, or PostgreSQL's over libpq on
