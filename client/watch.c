@@ -430,7 +430,17 @@ static void line_details(struct sbuf *b, const json_t *ev, const char *type)
 		else
 			sbuf_text(b, "; no retries left");
 	} else if (!strcmp(type, "step_interrupted")) {
-		sbuf_text(b, "  batond restarted during this attempt; it runs again");
+		const char *node = jstr(ev, "node", NULL), *was = jstr(ev, "previous_node", NULL);
+		if (node && was)
+			sbuf_printf(b,
+				    "  taken over by node %s after node %s stopped renewing its"
+				    " lease; it runs again",
+				    node, was);
+		else if (node)
+			sbuf_printf(b, "  node %s restarted during this attempt; it runs again",
+				    node);
+		else
+			sbuf_text(b, "  batond restarted during this attempt; it runs again");
 	} else if (!strcmp(type, "workflow_completed")) {
 		const json_t *result = json_object_get(ev, "result");
 		size_t failed = json_array_size(json_object_get(result, "failed"));

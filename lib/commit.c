@@ -47,9 +47,17 @@ static void log_event(baton_engine *e, const pending_event *ev)
 			       "[%s] FAILED — %s (lock released, giving up after %lld attempts)", w,
 			       why, (long long)attempt);
 	} else if (strcmp(ev->type, "step_interrupted") == 0) {
-		log_at(lg, BATON_LOG_WARN, id,
-		       "[%s] attempt %lld was cut off by a restart; it runs again", w,
-		       (long long)attempt);
+		const char *was = json_string_value(json_object_get(ev->data, "previous_node"));
+		if (was)
+			log_at(
+			    lg, BATON_LOG_WARN, id,
+			    "[%s] attempt %lld was cut off: node %s stopped renewing its lease and"
+			    " this node took the resource over; it runs again",
+			    w, (long long)attempt, was);
+		else
+			log_at(lg, BATON_LOG_WARN, id,
+			       "[%s] attempt %lld was cut off by a restart; it runs again", w,
+			       (long long)attempt);
 	} else if (strcmp(ev->type, "workflow_completed") == 0) {
 		log_at(lg, BATON_LOG_INFO, id, "workflow completed in %lld ms",
 		       (long long)(ev->wf->finished_at - ev->wf->started_at));

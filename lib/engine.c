@@ -136,6 +136,15 @@ void eng_on_event(void *ctx, const wf_row *wf, const char *type, json_t *data)
 	/* In a cluster every grant is recorded with the node that made it. */
 	if (e->clustered && json_is_object(data) && strcmp(type, "lock_acquired") == 0)
 		json_object_set_new(data, "node", json_string(e->node_id));
+	/* An attempt cut off says which node runs it again, and which one ran it when that
+	 * was another node (which stopped renewing its lease: a crash, a cut, a pause). */
+	if (e->clustered && json_is_object(data) && strcmp(type, "step_interrupted") == 0) {
+		json_int_t idx = json_integer_value(json_object_get(data, "step"));
+		const char *was = idx >= 0 && idx < wf->steps_total ? wf->steps[idx].node : NULL;
+		json_object_set_new(data, "node", json_string(e->node_id));
+		if (was && was[0] && strcmp(was, e->node_id) != 0)
+			json_object_set_new(data, "previous_node", json_string(was));
+	}
 	/* Every event of a round carries the round's time, the time its transitions used. */
 	pending_event ev = {.ts = e->now, .wf = (wf_row *)wf, .type = type, .data = data};
 	VEC_PUSH(e->events, ev);

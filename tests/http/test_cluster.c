@@ -353,7 +353,8 @@ static void test_round_robin(void **state)
  * node1 (which drives resources 0 and 3) is killed with SIGKILL while resource 0 holds
  * one of its calls: the workflows finish on node0 and node2 within the lease + 20 s of the
  * kill; the cut-off attempt ran again as attempt 2 with a higher token (and the history
- * says it was interrupted); resources 1 and 2, driven by the others, saw each step once.
+ * says it was interrupted: taken over from node1 by the node that drives it now); resources 1 and
+ * 2, driven by the others, saw each step once.
  */
 static void test_kill_node(void **state)
 {
@@ -393,7 +394,13 @@ static void test_kill_node(void **state)
 		 rec[0].idempotency_key);
 	int step = atoi(slash + 1);
 	json_t *events = hs_get_events(c->cl.node[2], wf_id);
-	assert_non_null(hs_event_find(events, "step_interrupted", step, 1));
+	const json_t *cut = hs_event_find(events, "step_interrupted", step, 1);
+	assert_non_null(cut);
+	/* ... and says what happened: node1 stopped renewing, the new owner took it over */
+	assert_string_equal(hs_str(cut, "previous_node"), "node1");
+	int now = cl_part_owner(&c->cl, cl_part_of(c->name[0]));
+	assert_true(now == 0 || now == 2);
+	assert_string_equal(hs_str(cut, "node"), c->cl.id[now]);
 	json_decref(events);
 	fragile_records_free(rec, n);
 
