@@ -40,9 +40,11 @@ static const char *const reader_sql[PR_NSTMT] = {
     [PR_RESOURCES] = "SELECT name FROM resources WHERE name COLLATE \"C\" > $1"
 		     " ORDER BY name COLLATE \"C\" LIMIT $2",
     [PR_WF_COUNTS] = "SELECT status, count(*) FROM workflows GROUP BY status",
-    [PR_LIST] = "SELECT " PG_WF_READ_COLS " FROM workflows WHERE seq < $1"
+    /* Newest first by the time the accepting node took it (the seqs of a cluster come from
+     * each node's blocks), then by seq; a page starts below the last one's pair. */
+    [PR_LIST] = "SELECT " PG_WF_READ_COLS " FROM workflows WHERE (created_at, seq) < ($5, $1)"
 		" AND ($2::text IS NULL OR status = $2) AND ($3::text IS NULL OR resource = $3)"
-		" ORDER BY seq DESC LIMIT $4",
+		" ORDER BY created_at DESC, seq DESC LIMIT $4",
     [PR_OWNER] = "SELECT owner FROM partitions WHERE id=$1",
     /* The live nodes (the database's clock judges), with what each drives. */
     [PR_NODES] = "SELECT n.id, n.url, (extract(epoch FROM n.expires) * 1000)::bigint,"
@@ -280,6 +282,7 @@ int pg_list_workflows(store *base, const store_list *q, wf_row ***out, int *n, b
 	pg_text(&p, q->status);
 	pg_text(&p, q->resource);
 	pg_int(&p, q->limit);
+	pg_int(&p, q->before_at);
 	int rc;
 	PGresult *res = query(r, PR_LIST, &p, &rc, err, "listing workflows");
 	reader_put(s, r);

@@ -128,9 +128,13 @@ static const char migrate_v3_sql[] =
     "UPDATE baton_meta SET value = 4 WHERE key = 'schema'";
 
 /* Schema 4 to 5: each node's URL (--advertise-url), which the other nodes pass the
- * requests on to that only it can answer (a lease or task of a partition it owns). */
-static const char migrate_v4_sql[] = "ALTER TABLE nodes ADD COLUMN url text NOT NULL DEFAULT '';"
-				     "UPDATE baton_meta SET value = 5 WHERE key = 'schema'";
+ * requests on to that only it can answer (a lease or task of a partition it owns), and
+ * the order of GET /workflows in a cluster. */
+static const char migrate_v4_sql[] =
+    "ALTER TABLE nodes ADD COLUMN url text NOT NULL DEFAULT '';"
+    /* GET /workflows, newest first across the nodes' seq blocks (pg_read.c) */
+    "CREATE INDEX workflows_created ON workflows(created_at DESC, seq DESC);"
+    "UPDATE baton_meta SET value = 5 WHERE key = 'schema'";
 
 /* Deletes the finished workflows that d picks, with everything that names them, in one
  * statement; the ids deleted come back. Event seqs and workflow seqs come from

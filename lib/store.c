@@ -207,34 +207,56 @@ int store_list_steps(store *s, const char *id, int after, int limit, json_t **ou
 }
 
 /* A list cursor is "w" and the last seq shown, in base 36. */
-static int parse_cursor(const char *c, int64_t *seq)
+/* A cursor: "w" and the last row's seq in base 36 (before schema 5), or "t", its
+ * created_at, "." and its seq (both base 36). */
+static int parse_cursor(const char *c, int64_t *at, int64_t *seq)
 {
 	char *end;
-	if (!c || c[0] != 'w' || !c[1])
+	if (!c || (c[0] != 'w' && c[0] != 't') || !c[1])
 		return -1;
-	long long v = strtoll(c + 1, &end, 36);
+	long long a = INT64_MAX, v;
+	const char *p = c + 1;
+	if (c[0] == 't') {
+		a = strtoll(p, &end, 36);
+		if (*end != '.' || a <= 0)
+			return -1;
+		p = end + 1;
+	}
+	v = strtoll(p, &end, 36);
 	if (*end || v <= 0)
 		return -1;
+	*at = a;
 	*seq = v;
 	return 0;
 }
 
-static json_t *cursor_json(int64_t last)
+static void base36(char *out, int64_t v)
 {
-	char buf[32], tmp[32];
+	char tmp[32];
 	int i = 0;
-	for (int64_t v = last; v > 0; v /= 36)
+	for (; v > 0; v /= 36)
 		tmp[i++] = "0123456789abcdefghijklmnopqrstuvwxyz"[v % 36];
-	buf[0] = 'w';
 	for (int j = 0; j < i; j++)
-		buf[1 + j] = tmp[i - 1 - j];
-	buf[1 + i] = 0;
+		out[j] = tmp[i - 1 - j];
+	out[i] = 0;
+}
+
+static json_t *cursor_json(const wf_row *last)
+{
+	char at[16], seq[16], buf[40];
+	base36(at, last->created_at > 0 ? last->created_at : 1);
+	base36(seq, last->seq);
+	snprintf(buf, sizeof buf, "t%s.%s", at, seq);
 	return json_string(buf);
 }
 
 int store_list_workflows(store *s, const baton_list_query *q, json_t **out, baton_error *err)
 {
-	store_list l = {INT64_MAX, q->status, q->resource, q->limit ? q->limit : 50};
+	store_list l = {.before = INT64_MAX,
+			.before_at = INT64_MAX,
+			.status = q->status,
+			.resource = q->resource,
+			.limit = q->limit ? q->limit : 50};
 	if (l.limit < 1 || l.limit > 1000)
 		return err_set(err, BATON_EINVAL, "limit: must be between 1 and 1000");
 	if (q->status && wf_status_parse(q->status) < 0)
@@ -243,7 +265,7 @@ int store_list_workflows(store *s, const baton_list_query *q, json_t **out, bato
 	if (q->resource && !valid_name(q->resource))
 		return err_set(err, BATON_EINVAL,
 			       "resource: must be 1-128 characters of [A-Za-z0-9._:-]");
-	if (q->cursor && parse_cursor(q->cursor, &l.before))
+	if (q->cursor && parse_cursor(q->cursor, &l.before_at, &l.before))
 		return err_set(err, BATON_EINVAL, "cursor: not a cursor this server returned");
 	int limit = l.limit, n = 0;
 	l.limit = limit + 1; /* one more tells whether there is a next page */
@@ -254,7 +276,7 @@ int store_list_workflows(store *s, const baton_list_query *q, json_t **out, bato
 	json_t *list = json_array();
 	for (int i = 0; i < n && i < limit; i++)
 		json_array_append_new(list, codec_workflow_summary(rows[i]));
-	json_t *next = n > limit ? cursor_json(rows[limit - 1]->seq) : json_null();
+	json_t *next = n > limit ? cursor_json(rows[limit - 1]) : json_null();
 	for (int i = 0; i < n; i++)
 		wf_row_free(rows[i]);
 	free(rows);

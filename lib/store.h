@@ -116,6 +116,9 @@ void store_resource_fini(store_resource *r);
 
 typedef struct store_list {
 	int64_t before; /* seq, exclusive */
+	/* In a cluster (PostgreSQL) seqs come from each node's blocks: the order is by
+	 * created_at, then seq, and a page starts below (before_at, before). */
+	int64_t before_at;
 	const char *status, *resource;
 	int limit;
 } store_list;
