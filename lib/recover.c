@@ -66,6 +66,11 @@ static void recover_workflow(void *ctx, wf_row *wf)
 	} else if (st->status == ST_WAITING) {
 		VEC_PUSH(rc->waiting, wf);
 	} else if (st->status == ST_RETRYING) {
+		/* The wait was stored as a time of the wall clock, which may have been stepped
+		 * back while batond was down: it ends its backoff after now at the latest. */
+		int64_t delay = st->next_attempt_at - st->finished_at;
+		if (st->finished_at > 0 && delay > 0 && st->next_attempt_at > e->now + delay)
+			st->next_attempt_at = e->now + delay;
 		eng_timer_push(e, st->next_attempt_at, wf->id);
 	} else {
 		VEC_PUSH(rc->fresh, wf);

@@ -224,6 +224,34 @@ static void test_step_back_keeps_retry_schedule(void **state)
 	free(id);
 }
 
+/* -1 h while batond is down, a failed step waiting for its retry: the retry comes after its
+ * backoff counted from the restart at the latest, not an hour late (the wait is stored as
+ * a time of the clock that was stepped). */
+static void test_step_back_while_down_keeps_retry_schedule(void **state)
+{
+	stepped *t = *state;
+	if (!t)
+		skip(); /* a ThreadSanitizer build: see hs_faketime_lib */
+	json_t *created =
+	    hs_create_workflow(t->s, json_pack("{s:s, s:[{s:s, s:i}]}", "resource", "gateway",
+					       "workers", "name", "worker-C", "fail_attempts", 1));
+	char *id = strdup(hs_str(created, "id"));
+	json_decref(created);
+	json_decref(hs_wait_step(t->s, id, 0, "retrying", WAIT_MS));
+	hs_kill(t->s);
+	set_offset(t, "-3600");
+	hs_faketime_env(1);
+	setenv("FAKETIME_TIMESTAMP_FILE", t->file, 1);
+	int started = hs_start(t->s);
+	unsetenv("FAKETIME_TIMESTAMP_FILE");
+	hs_faketime_env(0);
+	assert_int_equal(started, 0);
+	json_t *wf = hs_wait_workflow(t->s, id, "completed", WAIT_MS);
+	assert_int_equal(hs_int(hs_step_at(wf, 0), "attempts"), 2);
+	json_decref(wf);
+	free(id);
+}
+
 int main(void)
 {
 	hs_filters_from_env();
@@ -232,6 +260,8 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_step_forward_keeps_a_wait, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_step_back_still_expires, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_step_back_keeps_retry_schedule, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_step_back_while_down_keeps_retry_schedule, setup,
+					    teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
