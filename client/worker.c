@@ -21,6 +21,11 @@
  * loop ends (exit 0). --once: one task, then exit 0 if it completed, 1 if not; when no
  * task came within --wait (default 60 s; each claim's long poll shortened to what is
  * left of it), EXIT_NOT_ACQUIRED, as baton lock does when no lease came: nothing ran.
+ *
+ * In a cluster a claim naming its resource is passed on to the node that drives it, but a
+ * node has only the tasks of the resources it drives: without --resource and with several
+ * servers, each long poll gets its share of CLAIM_WAIT and a claim that found nothing
+ * moves on to the next server, so that every node is asked in turn.
  */
 #include "client.h"
 
@@ -364,8 +369,13 @@ int cmd_worker(struct cli *cli, int argc, char **argv)
 	 * and failures sent twice are refused the second time (410), never applied twice */
 	http_set_resend(cli->http, 1);
 	long long deadline = monotonic_ms() + o.wait_ms; /* --once */
+	/* Without --resource, each node has only the tasks of the resources it drives: the
+	 * claims go round the servers, each long poll a share of CLAIM_WAIT. */
+	size_t servers = http_server_count(cli->http);
+	int round = !o.resource && servers > 1;
 	while (!stop_signal) {
-		long long wait = CLAIM_WAIT, left = deadline - monotonic_ms();
+		long long wait = round ? CLAIM_WAIT / (long long)servers : CLAIM_WAIT,
+			  left = deadline - monotonic_ms();
 		if (o.once && left < wait)
 			wait = left > 0 ? left : 0;
 		json_t *body = json_pack("{s:s, s:I, s:I}", "worker", o.worker, "wait_ms",
@@ -388,6 +398,8 @@ int cmd_worker(struct cli *cli, int argc, char **argv)
 			return rc;
 		if (r.status == 204) {
 			http_reply_fini(&r);
+			if (round)
+				http_next_server(cli->http);
 			if (o.once && monotonic_ms() >= deadline) {
 				fprintf(stderr, "baton: worker: no task for %s within --wait\n",
 					o.worker);

@@ -639,6 +639,48 @@ static void test_list_newest_first_across_nodes(void **state)
 	}
 }
 
+/* A `baton worker` that names no resource and every node gets a task that the node named
+ * last drives: a claim that found nothing goes to the next node. Before, it long-polled
+ * the first node alone and exited 75 ("no task within --wait"). */
+static void test_worker_without_resource_asks_every_node(void **state)
+{
+	SKIP_UNLESS_PG();
+	cluster *c = *state;
+	assert_int_equal(cl_open(c, 2, LEASE_MS, NULL), 0);
+	assert_true(cl_wait_balanced(c, 0, 3, WAIT_MS));
+	unsigned long long avoid = 0;
+	char res[64], urls[128], body[300];
+	cl_pick_resource(c, 1, "anywhere", &avoid, res, sizeof res);
+	snprintf(body, sizeof body,
+		 "{\"id\": \"far\", \"resource\": \"%s\", \"workers\": [{\"name\": \"x\","
+		 " \"external\": true}]}",
+		 res);
+	assert_int_equal(call(c->node[0], "POST", "/workflows", body, NULL), 201);
+	snprintf(urls, sizeof urls, "http://127.0.0.1:%d,http://127.0.0.1:%d", hs_port(c->node[0]),
+		 hs_port(c->node[1]));
+	pid_t pid = fork();
+	if (pid == 0) {
+		const char *bin = getenv("BATON_CLIENT");
+		execl(bin, bin, "--server", urls, "worker", "--worker", "x", "--once", "--wait",
+		      "90s", "--", "sh", "-c", "cat >/dev/null; echo 1", (char *)NULL);
+		_exit(127);
+	}
+	assert_true(pid > 0);
+	int status = -1;
+	for (int64_t end = hs_mono_ms() + 120000; hs_mono_ms() < end;) {
+		if (waitpid(pid, &status, WNOHANG) == pid)
+			break;
+		hs_pause_ms(100);
+	}
+	if (waitpid(pid, &status, WNOHANG) == 0) {
+		kill(pid, SIGKILL);
+		waitpid(pid, &status, 0);
+	}
+	assert_true(WIFEXITED(status));
+	assert_int_equal(WEXITSTATUS(status), 0);
+	json_decref(hs_wait_workflow(c->node[0], "far", "completed", WAIT_MS));
+}
+
 int main(void)
 {
 	hs_filters_from_env();
@@ -655,6 +697,8 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_every_node_serves_tasks, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_passed_on_once, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_list_newest_first_across_nodes, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_worker_without_resource_asks_every_node, setup,
+					    teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
