@@ -216,6 +216,19 @@ int srv_forward_start(srv *s, request *r, srv_forward *f, const char *node, cons
 	return -1;
 }
 
+int srv_forward_refused(request *r, int rc, const json_t *answer, srv_forward *f, int64_t wait_ms,
+			int waits, int *forwarded)
+{
+	*forwarded = srv_forwardable(rc, answer);
+	if (*forwarded &&
+	    srv_forward_start(r->wait.srv, r, f, json_string_value(json_object_get(answer, "node")),
+			      json_string_value(json_object_get(answer, "url")),
+			      wait_ms + FORWARD_SLACK_MS, waits) == 0)
+		return 1;
+	*forwarded = 0;
+	return 0;
+}
+
 int srv_forward_reply(const srv_forward *f, response *out)
 {
 	if (f->status == 0) {

@@ -140,17 +140,11 @@ static void on_lease(void *ud, int rc, int created, json_t *lease, const char *w
 	lease_answer *a = r->wait.data;
 	if (a->acquire)
 		watch_del(r);
-	/* Set before the exchange starts: its answer may be finished before this returns. */
-	a->forwarded = srv_forwardable(rc, lease);
-	if (a->forwarded &&
-	    srv_forward_start(r->wait.srv, r, &a->fwd,
-			      json_string_value(json_object_get(lease, "node")),
-			      json_string_value(json_object_get(lease, "url")),
-			      a->wait_ms + FORWARD_SLACK_MS, a->acquire && a->wait_ms > 0) == 0) {
+	if (srv_forward_refused(r, rc, lease, &a->fwd, a->wait_ms, a->acquire && a->wait_ms > 0,
+				&a->forwarded)) {
 		json_decref(lease); /* answered by forward.c's thread */
 		return;
 	}
-	a->forwarded = 0;
 	a->rc = rc;
 	a->created = created;
 	a->lease = lease;

@@ -25,17 +25,11 @@ static void on_task(void *ud, int rc, int created, json_t *task, const char *why
 	request *r = ud;
 	task_answer *a = r->wait.data;
 	(void)created;
-	/* Set before the exchange starts: its answer may be finished before this returns. */
-	a->forwarded = srv_forwardable(rc, task);
-	if (a->forwarded &&
-	    srv_forward_start(r->wait.srv, r, &a->fwd,
-			      json_string_value(json_object_get(task, "node")),
-			      json_string_value(json_object_get(task, "url")),
-			      a->wait_ms + FORWARD_SLACK_MS, a->claim && a->wait_ms > 0) == 0) {
+	if (srv_forward_refused(r, rc, task, &a->fwd, a->wait_ms, a->claim && a->wait_ms > 0,
+				&a->forwarded)) {
 		json_decref(task); /* answered by forward.c's thread */
 		return;
 	}
-	a->forwarded = 0;
 	a->rc = rc;
 	a->task = task;
 	snprintf(a->why, sizeof a->why, "%s", why ? why : "");

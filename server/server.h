@@ -160,6 +160,13 @@ typedef struct srv_forward {
  * passed on (it was passed on to this node already, no url, too many at once). */
 int srv_forward_start(srv *s, request *r, srv_forward *f, const char *node, const char *url,
 		      int64_t timeout_ms, int waits);
+/* When the engine's answer (rc, its JSON) refuses r because another node drives the
+ * resource, passes r on to that node (srv_forward_start, for the request's own wait_ms
+ * and FORWARD_SLACK_MS more) and returns 1: r is answered by forward.c. *forwarded is set
+ * before the exchange starts (its answer may be built before this returns), and left 1
+ * only then. */
+int srv_forward_refused(request *r, int rc, const json_t *answer, srv_forward *f, int64_t wait_ms,
+			int waits, int *forwarded);
 /* The answer to relay (f->status 0: 503 naming the owner). */
 int srv_forward_reply(const srv_forward *f, response *out);
 void srv_forward_fini(srv_forward *f);

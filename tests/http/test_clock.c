@@ -205,18 +205,25 @@ static void test_step_back_still_expires(void **state)
 	json_decref(b);
 }
 
-/* -1 h while a failed step waits for its retry: it is retried after its backoff, not 1 h. */
-static void test_step_back_keeps_retry_schedule(void **state)
+/* A workflow whose one step fails once, once it waits for its retry; its id (malloc'd). */
+static char *failed_once(const stepped *t)
 {
-	stepped *t = *state;
-	if (!t)
-		skip(); /* a ThreadSanitizer build: see hs_faketime_lib */
 	json_t *created =
 	    hs_create_workflow(t->s, json_pack("{s:s, s:[{s:s, s:i}]}", "resource", "gateway",
 					       "workers", "name", "worker-C", "fail_attempts", 1));
 	char *id = strdup(hs_str(created, "id"));
 	json_decref(created);
 	json_decref(hs_wait_step(t->s, id, 0, "retrying", WAIT_MS));
+	return id;
+}
+
+/* -1 h while a failed step waits for its retry: it is retried after its backoff, not 1 h. */
+static void test_step_back_keeps_retry_schedule(void **state)
+{
+	stepped *t = *state;
+	if (!t)
+		skip(); /* a ThreadSanitizer build: see hs_faketime_lib */
+	char *id = failed_once(t);
 	set_offset(t, "-3600");
 	json_t *wf = hs_wait_workflow(t->s, id, "completed", WAIT_MS);
 	assert_int_equal(hs_int(hs_step_at(wf, 0), "attempts"), 2);
@@ -232,12 +239,7 @@ static void test_step_back_while_down_keeps_retry_schedule(void **state)
 	stepped *t = *state;
 	if (!t)
 		skip(); /* a ThreadSanitizer build: see hs_faketime_lib */
-	json_t *created =
-	    hs_create_workflow(t->s, json_pack("{s:s, s:[{s:s, s:i}]}", "resource", "gateway",
-					       "workers", "name", "worker-C", "fail_attempts", 1));
-	char *id = strdup(hs_str(created, "id"));
-	json_decref(created);
-	json_decref(hs_wait_step(t->s, id, 0, "retrying", WAIT_MS));
+	char *id = failed_once(t);
 	hs_kill(t->s);
 	set_offset(t, "-3600");
 	hs_faketime_env(1);

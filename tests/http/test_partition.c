@@ -54,6 +54,27 @@ static int teardown(void **state)
 	return rc;
 }
 
+/* Waits up to ms for child pid to exit (killed with SIGKILL after that); its status. */
+static int wait_child(pid_t pid, int64_t ms)
+{
+	int status = -1;
+	for (int64_t end = hs_mono_ms() + ms; hs_mono_ms() < end;) {
+		if (waitpid(pid, &status, WNOHANG) == pid)
+			return status;
+		hs_pause_ms(100);
+	}
+	kill(pid, SIGKILL);
+	waitpid(pid, &status, 0);
+	return status;
+}
+
+/* Two nodes, balanced: each drives its share of the partitions. */
+static void two_nodes(cluster *c)
+{
+	assert_int_equal(cl_open(c, 2, LEASE_MS, NULL), 0);
+	assert_true(cl_wait_balanced(c, 0, 3, WAIT_MS));
+}
+
 /* One request; its status (0 when no answer came) and JSON (new reference, or NULL). */
 static long call(const hs_server *s, const char *method, const char *path, const char *body,
 		 json_t **out)
@@ -295,8 +316,7 @@ static void test_failover_keeps_fifo(void **state)
 {
 	SKIP_UNLESS_PG();
 	cluster *c = *state;
-	assert_int_equal(cl_open(c, 2, LEASE_MS, NULL), 0);
-	assert_true(cl_wait_balanced(c, 0, 3, WAIT_MS));
+	two_nodes(c);
 	unsigned long long avoid = 0;
 	char res[64], path[200], body[300];
 	cl_pick_resource(c, 0, "fifo", &avoid, res, sizeof res);
@@ -391,16 +411,7 @@ static void test_lock_survives_owner_kill(void **state)
 	}
 	hs_pause_ms(3000); /* a renewal or two first */
 	hs_kill(c->node[0]);
-	int status = -1;
-	for (int64_t end = hs_mono_ms() + 120000; hs_mono_ms() < end;) {
-		if (waitpid(pid, &status, WNOHANG) == pid)
-			break;
-		hs_pause_ms(100);
-	}
-	if (waitpid(pid, &status, WNOHANG) == 0) {
-		kill(pid, SIGKILL);
-		waitpid(pid, &status, 0);
-	}
+	int status = wait_child(pid, 120000);
 	assert_true(held);
 	assert_true(WIFEXITED(status));
 	assert_int_equal(WEXITSTATUS(status), 0); /* 76 would say the lease was lost */
@@ -475,8 +486,7 @@ static void test_every_node_serves_leases(void **state)
 {
 	SKIP_UNLESS_PG();
 	cluster *c = *state;
-	assert_int_equal(cl_open(c, 2, LEASE_MS, NULL), 0);
-	assert_true(cl_wait_balanced(c, 0, 3, WAIT_MS));
+	two_nodes(c);
 	unsigned long long avoid = 0;
 	char res[64], path[200];
 	cl_pick_resource(c, 0, "fwd", &avoid, res, sizeof res);
@@ -526,8 +536,7 @@ static void test_every_node_serves_tasks(void **state)
 {
 	SKIP_UNLESS_PG();
 	cluster *c = *state;
-	assert_int_equal(cl_open(c, 2, LEASE_MS, NULL), 0);
-	assert_true(cl_wait_balanced(c, 0, 3, WAIT_MS));
+	two_nodes(c);
 	unsigned long long avoid = 0;
 	char res[64], body[300], path[300];
 	cl_pick_resource(c, 0, "claim", &avoid, res, sizeof res);
@@ -559,8 +568,7 @@ static void test_passed_on_once(void **state)
 {
 	SKIP_UNLESS_PG();
 	cluster *c = *state;
-	assert_int_equal(cl_open(c, 2, LEASE_MS, NULL), 0);
-	assert_true(cl_wait_balanced(c, 0, 3, WAIT_MS));
+	two_nodes(c);
 	unsigned long long avoid = 0;
 	char res[64], path[200], url[64];
 	cl_pick_resource(c, 0, "hop", &avoid, res, sizeof res);
@@ -598,8 +606,7 @@ static void test_list_newest_first_across_nodes(void **state)
 {
 	SKIP_UNLESS_PG();
 	cluster *c = *state;
-	assert_int_equal(cl_open(c, 2, LEASE_MS, NULL), 0);
-	assert_true(cl_wait_balanced(c, 0, 3, WAIT_MS));
+	two_nodes(c);
 	unsigned long long avoid = 0;
 	char res[2][64], body[300], ids[8][16];
 	cl_pick_resource(c, 0, "lista", &avoid, res[0], sizeof res[0]);
@@ -646,8 +653,7 @@ static void test_worker_without_resource_asks_every_node(void **state)
 {
 	SKIP_UNLESS_PG();
 	cluster *c = *state;
-	assert_int_equal(cl_open(c, 2, LEASE_MS, NULL), 0);
-	assert_true(cl_wait_balanced(c, 0, 3, WAIT_MS));
+	two_nodes(c);
 	unsigned long long avoid = 0;
 	char res[64], urls[128], body[300];
 	cl_pick_resource(c, 1, "anywhere", &avoid, res, sizeof res);
@@ -666,16 +672,7 @@ static void test_worker_without_resource_asks_every_node(void **state)
 		_exit(127);
 	}
 	assert_true(pid > 0);
-	int status = -1;
-	for (int64_t end = hs_mono_ms() + 120000; hs_mono_ms() < end;) {
-		if (waitpid(pid, &status, WNOHANG) == pid)
-			break;
-		hs_pause_ms(100);
-	}
-	if (waitpid(pid, &status, WNOHANG) == 0) {
-		kill(pid, SIGKILL);
-		waitpid(pid, &status, 0);
-	}
+	int status = wait_child(pid, 120000);
 	assert_true(WIFEXITED(status));
 	assert_int_equal(WEXITSTATUS(status), 0);
 	json_decref(hs_wait_workflow(c->node[0], "far", "completed", WAIT_MS));
