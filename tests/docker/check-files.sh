@@ -74,6 +74,8 @@ for n in (1, 2, 3):
         if v not in ("BATON_NODE_ID", "BATON_DB", "BATON_LISTEN", "BATON_ADVERTISE_URL"):
             assert env.get(v) == one[v], f"batond-{n}: {v} is not passed through as for batond"
     assert node["ports"] == [f"127.0.0.1:{8080 + n}:8080"], node["ports"]
+    assert "/data" in (node.get("tmpfs") or []), f"batond-{n}: /data is an anonymous volume"
+    assert "volumes" not in node, f"batond-{n} has volumes"
 assert ids == {"node-1", "node-2", "node-3"}, ids
 print("ok")
 PY
