@@ -217,6 +217,14 @@ static void http_metrics(buf *b)
 	pthread_mutex_unlock(&http.mu);
 	family(b, "baton_event_streams", "gauge", "Open event streams.");
 	put(b, "baton_event_streams %d\n", srv_streams_count());
+	unsigned long long passed, failed;
+	srv_forward_counts(&passed, &failed);
+	family(b, "baton_requests_passed_on_total", "counter",
+	       "Lease and task requests passed on to the node that drives their resource.");
+	put(b, "baton_requests_passed_on_total %llu\n", passed);
+	family(b, "baton_requests_passed_on_failed_total", "counter",
+	       "Of those, the ones that got no answer from that node (answered 503 here).");
+	put(b, "baton_requests_passed_on_failed_total %llu\n", failed);
 }
 
 /* This node's place in the cluster (one node alone on SQLite). */

@@ -28,6 +28,7 @@
 
 #include "../harness/cluster.h"
 #include "../harness/harness.h"
+#include "../harness/prom.h"
 
 #define WAIT_MS	 60000
 #define LEASE_MS 3000 /* the nodes' --lease-ms */
@@ -525,6 +526,11 @@ static void test_every_node_serves_leases(void **state)
 	assert_int_equal(hs_int(q.lease, "fencing_token"), 2);
 	assert_same_lease(c, hs_str(lease, "id"), "released");
 	assert_same_lease(c, hs_str(q.lease, "id"), "held");
+	/* node1 counts what it passed on: at least the 8 requests above sent to it */
+	json_t *m = prom_scrape(c->node[1]);
+	assert_true(prom_metric(m, "baton_requests_passed_on_total", "") >= 8);
+	assert_true(prom_metric(m, "baton_requests_passed_on_failed_total", "") == 0);
+	json_decref(m);
 	json_decref(q.lease);
 	json_decref(lease);
 }
