@@ -16,16 +16,15 @@
 #
 #   bash tests/docker/run.sh            (as root where only podman can be set up)
 #
-# Engine, first that works: `docker` (a reachable daemon); else, as root,
-# ../shared/tools/container-check.sh (rootful podman with runc and a local
-# debian:bookworm-slim, for machines with no Docker engine and no registry), which
-# builds the image and smoke-tests it (/healthz, HEALTHCHECK) with --keep-image; else a
-# working `podman`. BATON_TEST_ENGINE=docker|podman|container-check forces one,
-# CONTAINER_CHECK=PATH names the script. The engine's layer cache is kept, as after any
-# build, so that reruns are fast.
+# Engine, first that works: `docker` (a reachable daemon); else, as root, rootful podman
+# set up by tests/docker/podman-setup.sh (Debian's podman and runc, and a
+# debian:bookworm-slim made locally with debootstrap, for machines with no Docker engine
+# and no registry: the builds then use that image and the host's network); else a
+# working `podman`. BATON_TEST_ENGINE=docker|podman forces one. The engine's layer cache
+# is kept, as after any build, so that reruns are fast.
 #
 # Skips (exit 0, "0 passed, 0 failed, 1 skipped") only when container tooling cannot
-# start here: container-check's exit 3, or no engine and no container-check at all.
+# start here: podman-setup.sh's exit 3, or no engine and not root.
 # A failed build or check is a failure. All traffic goes to 127.0.0.1, every wait is
 # bounded, and the containers, the volumes, the network and the images are removed at
 # the end, also on failure (trap). Last line: "N passed, N failed"; exit status non-zero on any failure.
@@ -33,7 +32,6 @@
 set -uo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-CONTAINER_CHECK=${CONTAINER_CHECK:-$ROOT/../shared/tools/container-check.sh}
 RUN_ID=baton-dtest-$(date +%Y%m%d%H%M%S)-$$
 CTR=$RUN_ID
 VOL=$RUN_ID-data
@@ -54,7 +52,7 @@ NODES=(1 2 3)
 LEASE_MS=3000 # batond's minimum is 500; 3 s keeps a takeover short and lease renewal
 # (every second) safe on a loaded CI machine
 TMP=$(mktemp -d)
-ENG="" IMAGE_OURS=0 PG_IMAGE_OURS=0 PORT="" CLEANED=0
+ENG="" LOCAL_BASE=0 IMAGE_OURS=0 PG_IMAGE_OURS=0 PORT="" CLEANED=0
 declare -A NPORT=() # node number -> its published port on 127.0.0.1
 pass=0 fail=0
 NODE_CTRS=()
@@ -144,63 +142,42 @@ need_tools() {
 # ------------------------------------------------------------------ engine and build
 engine_works() { command -v "$1" >/dev/null && timeout 20 "$1" info >/dev/null 2>&1; }
 
-# Sets KIND: docker, podman or container-check; skips when none can work here.
+# Sets KIND: docker or podman; skips when neither can work here.
 pick_engine() {
 	KIND=${BATON_TEST_ENGINE:-}
 	[[ -z $KIND ]] || return 0
+	local conf
 	if engine_works docker; then
 		KIND=docker
-	elif [[ $(id -u) == 0 && -f $CONTAINER_CHECK ]]; then
-		KIND=container-check
+	elif [[ $(id -u) == 0 ]]; then
+		say "setting podman up: bash tests/docker/podman-setup.sh"
+		conf=$(bash "$ROOT/tests/docker/podman-setup.sh") ||
+			skip "tests/docker/podman-setup.sh could not set podman up (exit 3)"
+		export CONTAINERS_CONF=$conf
+		KIND=podman LOCAL_BASE=1
 	elif engine_works podman; then
 		KIND=podman
 	else
-		skip "no working docker or podman, and no $CONTAINER_CHECK (run as root) to set" \
-			"podman up"
+		skip "no working docker or podman, and not root to set podman up"
 	fi
 }
 
-# container-check.sh builds the image and smoke-tests it; it keeps the image for us.
-build_with_container_check() {
-	local log=$TMP/container-check.log rc t
-	t=$(date +%s.%N)
-	say "building and smoke-testing with $CONTAINER_CHECK --keep-image"
-	bash "$CONTAINER_CHECK" --keep-image "$ROOT" "http://localhost:$CPORT/healthz" 2>&1 |
-		tee "$log" | sed 's/^/    /'
-	rc=${PIPESTATUS[0]}
-	# It keeps the image even when a later check fails: remove it in the end all the same.
-	local kept
-	kept=$(sed -n 's/.*kept image \([^ ]*\).*/\1/p' "$log" | tail -n 1)
-	if ((rc != 3)) && [[ -n $kept ]]; then
-		IMAGE=$kept IMAGE_OURS=1 ENG=podman
-		# The settings container-check wrote for this machine (runc, cgroupfs, rlimits).
-		local conf=${CONTAINER_CHECK_STATE:-/var/lib/container-check}/containers.conf
-		[[ -n ${CONTAINERS_CONF:-} || ! -f $conf ]] || export CONTAINERS_CONF=$conf
-	fi
-	case $rc in
-	0) ;;
-	3) skip "container-check.sh could not set up podman or the base image (exit 3)" ;;
-	*)
-		local why=("" "no 200 from /healthz, the container exited, or HEALTHCHECK failed"
-			"usage error" "" "the image build failed" "the container would not start")
-		not_ok "image builds and passes container-check (exit $rc: ${why[rc]:-unknown})"
-		return 1
-		;;
-	esac
-	if [[ -z $kept ]]; then
-		not_ok "container-check.sh said which image it kept"
-		return 1
-	fi
-	ok "image builds and passes container-check: /healthz 200 and HEALTHCHECK ($(secs "$t")s)"
+# The build's options: podman keeps HEALTHCHECK only in the docker format; with the base
+# image made here, nothing is pulled, and the build's apt-get uses the host's network.
+build_args() {
+	BUILD_ARGS=()
+	[[ $ENG == podman ]] && BUILD_ARGS=(--format docker)
+	((LOCAL_BASE)) && BUILD_ARGS+=(--pull=never --network host)
+	return 0
 }
 
 build_direct() {
-	local t log=$TMP/build.log args=()
+	local t log=$TMP/build.log
 	t=$(date +%s.%N)
-	[[ $ENG == podman ]] && args=(--format docker) # OCI format would drop HEALTHCHECK
-	say "building: $ENG build ${args[*]}${args[*]:+ }-f docker/Dockerfile -t $IMAGE $ROOT"
+	build_args
+	say "building: $ENG build ${BUILD_ARGS[*]}${BUILD_ARGS[*]:+ }-f docker/Dockerfile -t $IMAGE $ROOT"
 	IMAGE_OURS=1
-	if ! timeout 1800 "$ENG" build "${args[@]}" -f "$ROOT/docker/Dockerfile" -t "$IMAGE" \
+	if ! timeout 1800 "$ENG" build "${BUILD_ARGS[@]}" -f "$ROOT/docker/Dockerfile" -t "$IMAGE" \
 		"$ROOT" >"$log" 2>&1; then
 		tail -n 40 "$log" | sed 's/^/    /'
 		not_ok "image builds ($ENG build)"
@@ -488,15 +465,12 @@ new_container_same_volume() {
 # docker/postgres.Dockerfile, built as docker/compose.yaml's postgres service builds it
 # (context docker/).
 build_pg_image() {
-	local t log=$TMP/pg-build.log args=()
+	local t log=$TMP/pg-build.log
 	t=$(date +%s.%N)
-	case $KIND in
-	container-check) args=(--format docker --pull=never --network host) ;;
-	podman) args=(--format docker) ;;
-	esac
-	say "building: $ENG build ${args[*]}${args[*]:+ }-f docker/postgres.Dockerfile -t $PG_IMAGE $ROOT/docker"
+	build_args
+	say "building: $ENG build ${BUILD_ARGS[*]}${BUILD_ARGS[*]:+ }-f docker/postgres.Dockerfile -t $PG_IMAGE $ROOT/docker"
 	PG_IMAGE_OURS=1
-	if ! timeout 1800 "$ENG" build "${args[@]}" -f "$ROOT/docker/postgres.Dockerfile" \
+	if ! timeout 1800 "$ENG" build "${BUILD_ARGS[@]}" -f "$ROOT/docker/postgres.Dockerfile" \
 		-t "$PG_IMAGE" "$ROOT/docker" >"$log" 2>&1; then
 		tail -n 40 "$log" | sed 's/^/    /'
 		not_ok "the PostgreSQL image builds ($ENG build docker/postgres.Dockerfile)"
@@ -775,10 +749,6 @@ cleanup_checks() {
 # ------------------------------------------------------------------ main
 main() {
 	need_tools
-	# Podman set up earlier by container-check needs its settings (runc, cgroupfs,
-	# rlimits this machine allows), whichever way it is driven.
-	local conf=${CONTAINER_CHECK_STATE:-/var/lib/container-check}/containers.conf
-	[[ -n ${CONTAINERS_CONF:-} || ! -f $conf ]] || export CONTAINERS_CONF=$conf
 	pick_engine
 	case $KIND in
 	docker | podman)
@@ -788,14 +758,8 @@ main() {
 			return
 		}
 		;;
-	container-check)
-		build_with_container_check || {
-			summary
-			return
-		}
-		;;
 	*)
-		not_ok "BATON_TEST_ENGINE must be docker, podman or container-check, not \"$KIND\""
+		not_ok "BATON_TEST_ENGINE must be docker or podman, not \"$KIND\""
 		summary
 		return
 		;;
