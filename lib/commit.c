@@ -187,6 +187,12 @@ static void notify(baton_engine *e)
 	e->on_commit(e->on_commit_ud, e->changes.v, e->changes.n);
 }
 
+/* Whether the answer is a 201: something new was stored (a workflow, a lease's grant). */
+static int created(const reply *r)
+{
+	return r->kind == REPLY_STORED || r->kind == REPLY_LEASE_GRANTED;
+}
+
 /* After a durable commit: answer callers, start granted steps, log, free finished rows. */
 static void effects(baton_engine *e, double commit_seconds)
 {
@@ -201,7 +207,7 @@ static void effects(baton_engine *e, double commit_seconds)
 	}
 	e->dispatches.n = 0;
 	for (size_t i = 0; i < e->replies.n; i++)
-		eng_waiter_done(e->replies.v[i].w, e->replies.v[i].rc, e->replies.v[i].created,
+		eng_waiter_done(e->replies.v[i].w, e->replies.v[i].rc, created(&e->replies.v[i]),
 				NULL);
 	e->replies.n = 0;
 	account(e, commit_seconds);
@@ -304,10 +310,10 @@ static int fail_unwritable(baton_engine *e, wf_row *wf, int code, const char *wh
 		free(stored);
 		for (size_t i = 0; i < e->replies.n; i++) {
 			reply *r = &e->replies.v[i];
-			if (!r->created || strcmp(r->w->id, wf->id) != 0)
+			if (!created(r) || strcmp(r->w->id, wf->id) != 0)
 				continue;
 			if (found && answer == BATON_OK) {
-				r->created = 0; /* answered 200 with this round */
+				r->kind = REPLY_CHANGED; /* answered 200 with this round */
 				continue;
 			}
 			eng_waiter_done(
@@ -362,33 +368,34 @@ static int fail_unwritable(baton_engine *e, wf_row *wf, int code, const char *wh
 	return 1;
 }
 
-void eng_reply(baton_engine *e, waiter *w, int rc, int created, const char *resource)
+void eng_reply(baton_engine *e, waiter *w, int rc, int kind, const char *resource)
 {
-	reply r = {w, rc, created, resource ? part_of(resource) : -1, 0};
+	reply r = {w, rc, kind, resource ? part_of(resource) : -1};
 	VEC_PUSH(e->replies, r);
 }
 
-void eng_reply_grant(baton_engine *e, waiter *w, int created, const char *resource)
-{
-	reply r = {w, BATON_OK, created, part_of(resource), 1};
-	VEC_PUSH(e->replies, r);
-}
-
-/* A grant's caller is told 503 because its round could not be committed: the grant is given
- * back by the next round (a lease released, a claim offered again), as when its answer
- * could not be delivered, so nobody holds what nobody was told it holds. A lease asked for
- * in this very round was taken back with its submission (drop_unacknowledged). */
-static void undo_grant(baton_engine *e, const reply *r)
+/* The caller of r is told 503 because its round could not be committed: what r was to tell
+ * it is taken back. A new workflow or lease leaves memory (drop_unacknowledged); a grant of
+ * an older lease or a claim is given back by the next round, as when its answer could not
+ * be delivered, so nobody holds what nobody was told it holds. */
+static void take_back(baton_engine *e, const reply *r)
 {
 	const char *id = json_string_value(json_object_get(r->w->lease, "id"));
-	if (!r->grant || !id)
-		return;
 	baton_error err;
-	if (r->created) {
-		if (strmap_get(e->wfs, id))
+	switch (r->kind) {
+	case REPLY_STORED:
+		drop_unacknowledged(e, r->w->id);
+		break;
+	case REPLY_LEASE_GRANTED:
+		drop_unacknowledged(e, r->w->id);
+		if (id && strmap_get(e->wfs, id))
 			baton_lease_abandon(e, id, 1);
-	} else {
-		baton_task_report(e, id, BATON_TASK_UNCLAIM, NULL, NULL, 0, NULL, NULL, &err);
+		break;
+	case REPLY_TASK_CLAIMED:
+		if (id)
+			baton_task_report(e, id, BATON_TASK_UNCLAIM, NULL, NULL, 0, NULL, NULL,
+					  &err);
+		break;
 	}
 }
 
@@ -430,11 +437,9 @@ void eng_flush(baton_engine *e)
 	 * back; other changes (a cancel, step outcomes) stay in memory and commit when storage
 	 * recovers. */
 	for (size_t i = 0; !e->write_unknown && i < e->replies.n; i++) {
-		reply *r = &e->replies.v[i];
-		if (r->created)
-			drop_unacknowledged(e, r->w->id);
-		undo_grant(e, r);
-		eng_waiter_done(r->w, BATON_EBUSY, 0, "storage is failing; try again later");
+		take_back(e, &e->replies.v[i]);
+		eng_waiter_done(e->replies.v[i].w, BATON_EBUSY, 0,
+				"storage is failing; try again later");
 	}
 	if (!e->write_unknown)
 		e->replies.n = 0;

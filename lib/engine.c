@@ -265,7 +265,7 @@ static void apply_submit(baton_engine *e, msg *m, int64_t now)
 		 * the one that stores the first POST. */
 		snprintf(m->w->id, sizeof m->w->id, "%s", wf->id);
 		if (rc == BATON_OK) {
-			eng_reply(e, m->w, BATON_OK, 0, wf->resource);
+			eng_reply(e, m->w, BATON_OK, REPLY_CHANGED, wf->resource);
 		} else {
 			eng_waiter_done(m->w, rc, 0, detail);
 		}
@@ -295,7 +295,7 @@ static void apply_submit(baton_engine *e, msg *m, int64_t now)
 		VEC_PUSH(e->finished, wf);
 	}
 	eng_touch_wf(e, wf);
-	eng_reply(e, m->w, BATON_OK, 1, wf->resource);
+	eng_reply(e, m->w, BATON_OK, REPLY_STORED, wf->resource);
 }
 
 void eng_cancel_wf(baton_engine *e, wf_row *wf, int64_t now)
@@ -334,14 +334,14 @@ static void apply_cancel(baton_engine *e, msg *m, int64_t now)
 		else if (rc)
 			eng_waiter_done(m->w, rc, 0, err.msg);
 		else if (status == WF_CANCELLED)
-			eng_reply(e, m->w, BATON_OK, 0, NULL);
+			eng_reply(e, m->w, BATON_OK, REPLY_CHANGED, NULL);
 		else
 			eng_waiter_done(m->w, BATON_ECONFLICT, 0,
 					"the workflow has already finished");
 		return;
 	}
 	eng_cancel_wf(e, wf, now);
-	eng_reply(e, m->w, BATON_OK, 0, wf->resource);
+	eng_reply(e, m->w, BATON_OK, REPLY_CHANGED, wf->resource);
 }
 
 static void count_deleted(baton_engine *e, int n)

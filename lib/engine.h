@@ -21,13 +21,6 @@ enum msg_type {
 	MSG_TASK_CLAIM,
 	MSG_TASK_OP
 };
-enum task_op {
-	TASK_HEARTBEAT = BATON_TASK_HEARTBEAT,
-	TASK_COMPLETE = BATON_TASK_COMPLETE,
-	TASK_FAIL = BATON_TASK_FAIL,
-	TASK_UNCLAIM = BATON_TASK_UNCLAIM
-};
-enum lease_op { LEASE_RENEW, LEASE_RELEASE, LEASE_GET, LEASE_ABANDON, LEASE_ABANDON_GRANTED };
 
 /* Submissions waiting for the engine at most; more are refused with BATON_EBUSY. */
 #define MAX_PENDING_SUBMITS 4096
@@ -53,8 +46,9 @@ typedef struct msg {
 	wf_row *wf;		 /* SUBMIT: the new row (owned); OUTCOME: the running workflow */
 	char *id;		 /* CANCEL, DELETE */
 	waiter *w;		 /* SUBMIT, CANCEL, DELETE */
-	int idx, attempt;	 /* OUTCOME; LEASE_OP: idx is the lease_op */
+	int idx, attempt;	 /* OUTCOME; LEASE_OP, TASK_OP: idx is the event */
 	int64_t ttl_ms, wait_ms; /* LEASE, LEASE_OP, TASK_CLAIM */
+	int64_t wait_until;	 /* TASK_CLAIM, once it waits: its deadline */
 	char *worker, *resource; /* TASK_CLAIM: its filters (NULL: any) */
 	step_output out;	 /* OUTCOME */
 	store_ownership *own;	 /* OWNERSHIP (owned) */
@@ -99,20 +93,25 @@ typedef struct dispatch {
 } dispatch;
 
 /*
- * An answer owed once this round commits (eng_reply). `created`: the answer is a 201 (a new
- * workflow stored, a lease granted). `part`: the partition of the resource the answer is
- * about, -1 for none; when the ownership check refuses the round and that partition leaves
- * memory, the answer becomes a 503, since what it reports was not written. `grant`: it tells
- * its caller "you hold it" (a lease granted, a task claimed); when the round cannot be
- * committed the caller is told 503 instead and the grant is given back (commit.c), so that
- * the resource is not held for nobody once storage recovers.
+ * An answer owed once this round commits (eng_reply). Its kind says what it tells its
+ * caller, and so what becomes of it when the round is not committed (commit.c):
  */
+enum reply_kind {
+	REPLY_CHANGED,	     /* rc (200): a change was recorded; 503 when the round fails */
+	REPLY_STORED,	     /* 201: a new workflow was stored; taken back with it when not */
+	REPLY_LEASE_GRANTED, /* 201: "you hold it", a lease; when the round fails the caller is
+				told 503 and the grant undone (a new lease taken back, an older
+				one released), so nothing is held for nobody */
+	REPLY_TASK_CLAIMED   /* 200: "you hold it", a task; when not, offered again */
+};
+/* `part`: the partition of the resource the answer is about, -1 for none; when the ownership
+ * check refuses the round and that partition leaves memory, the answer becomes a 503, since
+ * what it reports was not written. */
 typedef struct reply {
 	waiter *w;
 	int rc;
-	int created;
+	int kind;
 	int part;
-	int grant;
 } reply;
 
 /* Metrics of one resource, read by other threads under metrics_mu. */
@@ -298,33 +297,31 @@ int members_fenced(baton_engine *e, baton_error *err);
 int64_t members_send_by(baton_engine *e);
 /*
  * May this node tell a client "you hold it" (a renewal, a heartbeat, a held lease or claim
- * answered from memory) for `resource` now? Only while it drives the resource's partition
- * and, in a cluster, its node lease as the database last confirmed it has not run out by
- * this node's monotonic clock, less a tenth for clock-rate drift (members_send_by): until
- * then no other node can claim the partition, and one that claims it later counts every
- * lease's ttl again from its claim, after any expiry promised here. BATON_OK, or
- * BATON_EBUSY (503) with why in err. Every answer path that promises from memory calls
- * it; what is answered after a commit is proven by the commit's ownership check. Engine
- * thread.
+ * answered from memory: hold_move.proof) for `resource` now? Only while it drives the
+ * resource's partition and, in a cluster, its node lease as the database last confirmed it
+ * has not run out by this node's monotonic clock, less a tenth for clock-rate drift
+ * (members_send_by): until then no other node can claim the partition, and one that claims
+ * it later counts every lease's ttl again from its claim, after any expiry promised here.
+ * 1: it may. 0: it may not, and w (if any) is answered 503 with why and, when another node
+ * drives the resource, w->lease = {"node", "url"}: that node, to which the HTTP layer passes
+ * the request on. The one check before every answer that promises from memory; what is
+ * answered after a commit is proven by the commit's ownership check. Engine thread.
  */
-int eng_may_promise(baton_engine *e, const char *resource, baton_error *err);
-/* Answers w with what eng_may_promise refused (err), and, when another node drives the
- * resource, w->lease = {"node", "url"}: that node, to which the HTTP layer passes the
- * request on. Engine thread. */
-void eng_refuse(baton_engine *e, waiter *w, const char *resource, const baton_error *err);
+int eng_promise(baton_engine *e, waiter *w, const char *resource);
+/* Answers w 503 for a resource that another node drives (or that this one is taking over
+ * and has not loaded yet), naming that node as eng_promise does. Engine thread. */
+void eng_pass_on(baton_engine *e, waiter *w, const char *resource);
 /* Whether another node drives resource, as last read, and says where it is reached. */
 int members_elsewhere(const baton_engine *e, const char *resource);
 /* Whether the node lease is fresh enough to call this node ready (/readyz): false from half
- * a lease without a confirmed renewal, before eng_may_promise refuses. Any thread. */
+ * a lease without a confirmed renewal, before eng_promise refuses. Any thread. */
 int members_ready(baton_engine *e);
 /* Sets (value: stolen) or removes (NULL) a key of step idx's params, which are written with
  * this round (step_row.params_dirty): what a lease or a claim must keep across a restart or
  * a failover. The params object is copied first: it may be shared. */
 void eng_set_param(baton_engine *e, wf_row *wf, int idx, const char *key, json_t *value);
 /* Owes w the answer rc once this round commits (see reply); resource may be NULL. */
-void eng_reply(baton_engine *e, waiter *w, int rc, int created, const char *resource);
-/* The same for an answer that grants (see reply): a lease (created) or a claim. */
-void eng_reply_grant(baton_engine *e, waiter *w, int created, const char *resource);
+void eng_reply(baton_engine *e, waiter *w, int rc, int kind, const char *resource);
 /* For a 503: who drives the resource. */
 void members_who(const baton_engine *e, const char *resource, char *out, size_t n);
 

@@ -315,6 +315,103 @@ int machine_resource_event(const char *type);
 transition machine_cancel(wf_row *wf, const workflow_def *def, int64_t now, const event_sink *ev);
 void machine_interrupted(wf_row *wf, const event_sink *ev);
 
+/* ---- lease_machine.c, task_machine.c: what an outside process holds, pure ---- */
+
+/* How the caller of an event is answered. */
+enum hold_answer {
+	HOLD_SILENT,	/* the event has no caller to answer */
+	HOLD_PROMISE,	/* "you hold it", from memory: only once eng_promise proves it */
+	HOLD_READ,	/* its state as it is now: a read that promises nothing */
+	HOLD_COMMITTED, /* its state once this round is durable, under the ownership check */
+	HOLD_GRANT,	/* "you hold it" once the grant is durable; given back when it is not */
+	HOLD_WAIT,	/* the caller waits for a later event (its grant, its wait deadline) */
+	HOLD_REFUSE,	/* refused: code and why; nothing changed */
+	HOLD_PASS_ON	/* another node drives it: 503 naming that node, which the HTTP layer
+			   asks in the caller's stead */
+};
+
+/* One transition: the state after, what the engine does, how the caller is answered. */
+typedef struct hold_move {
+	int to;		 /* the state after */
+	int act;	 /* LEASE_KEEP ... or TASK_KEEP ...: the engine's part */
+	int answer;	 /* enum hold_answer */
+	int proof;	 /* made only once eng_promise proves this node drives the resource;
+			    otherwise the caller is refused and nothing changes */
+	int code;	 /* HOLD_REFUSE: a BATON_E* code */
+	const char *why; /* HOLD_REFUSE: why; LEASE_LEAVE: what its waiting caller is told */
+} hold_move;
+
+/* A lease, as the API names its states. */
+enum lease_state { LEASE_WAITING, LEASE_HELD, LEASE_RELEASED, LEASE_EXPIRED, LEASE_ABANDONED };
+enum lease_event {
+	LEASE_ACQUIRE,	   /* its request_id is asked for again */
+	LEASE_RENEW,	   /* its holder renews it (maybe with a new ttl) */
+	LEASE_RELEASE,	   /* its holder releases it (or gives up its wait) */
+	LEASE_GET,	   /* somebody reads it */
+	LEASE_LEFT,	   /* the caller waiting for its grant went away */
+	LEASE_UNDELIVERED, /* its grant could not be told (or committed) to its caller */
+	LEASE_GRANTED,	   /* its resource's queue granted it */
+	LEASE_TIMER,	   /* one of its deadlines came (lease_facts says which) */
+	LEASE_STOP	   /* the server stops */
+};
+enum lease_act {
+	LEASE_KEEP,	    /* nothing changes */
+	LEASE_EXTEND,	    /* its expiry counted again from now */
+	LEASE_NEW_TTL,	    /* its new ttl written with this round; its expiry from now */
+	LEASE_ADOPT,	    /* a caller came back for it: no grace any more; expiry from now */
+	LEASE_REATTACH,	    /* the caller takes the waiting one's place (it is told 409) */
+	LEASE_START,	    /* granted: its expiry from now; its caller answered once durable */
+	LEASE_START_UNSEEN, /* granted while nobody waits for it: kept a grace for its caller to
+			       come back with its request_id, then released */
+	LEASE_END_RELEASED, /* the hold ends; the resource goes to the next waiter */
+	LEASE_END_EXPIRED,  /* the hold ends, expired; the resource goes to the next waiter */
+	LEASE_LEAVE	    /* leaves its queue ungranted; its waiting caller is told why (409) */
+};
+/* What the engine knows of the lease when the event comes. */
+typedef struct lease_facts {
+	int here;      /* this node has it in memory, not ended (else: as the store has it) */
+	int elsewhere; /* not here, not ended: another node drives it and can be asked */
+	int caller;    /* somebody waits for the answer to its acquisition */
+	int new_ttl;   /* LEASE_RENEW: with a ttl other than its own */
+	int expired, grace_over, wait_over; /* LEASE_TIMER: which of its deadlines came */
+} lease_facts;
+hold_move lease_next(int state, int event, const lease_facts *f);
+/* "waiting", "held", ... (static), and back; an unknown name reads as abandoned. */
+const char *lease_state_name(int state);
+int lease_state_of(const char *name);
+
+/* An external step's attempt (a task). */
+enum task_state {
+	TASK_READY,   /* its step holds the resource and waits for a claim */
+	TASK_CLAIMED, /* a worker claimed this attempt */
+	TASK_OVER,    /* not the claimed attempt: it ended, expired or was given back */
+	TASK_UNKNOWN  /* no such task */
+};
+enum task_event {
+	TASK_HEARTBEAT = BATON_TASK_HEARTBEAT,
+	TASK_COMPLETE = BATON_TASK_COMPLETE,
+	TASK_FAIL = BATON_TASK_FAIL,
+	TASK_UNCLAIM = BATON_TASK_UNCLAIM, /* its claim is given back: its claimer was not told */
+	TASK_CLAIM,			   /* a waiting claim matches it */
+	TASK_TIMER,			   /* its claim's deadline came */
+	TASK_CANCEL			   /* its workflow is cancelled */
+};
+enum task_act {
+	TASK_KEEP,	    /* nothing changes */
+	TASK_ASSIGN,	    /* the claim's ttl written with this round; expiry from now */
+	TASK_EXTEND,	    /* expiry from now */
+	TASK_OFFER,	    /* offered to the next claim */
+	TASK_END,	    /* the attempt ends with its worker's outcome */
+	TASK_END_EXPIRED,   /* the attempt fails, retryable: no heartbeat in time */
+	TASK_END_CANCELLED, /* the attempt fails: cancelled before a worker claimed it */
+};
+typedef struct task_facts {
+	int here;      /* this node has its workflow in memory, not ended */
+	int elsewhere; /* not here, not ended: another node drives the workflow */
+	int expired;   /* TASK_TIMER: its claim's deadline came */
+} task_facts;
+hold_move task_next(int state, int event, const task_facts *f);
+
 /* ---- lock.c: per-resource FIFO queue, pure ---- */
 typedef struct lock_waiter {
 	wf_row *wf;

@@ -24,8 +24,10 @@
  * after GRACE_MS unless a caller comes back for it, so nothing is held for nobody for long.
  * A waiter without a request_id cannot be found again: recovery abandons it.
  *
- * States as the API shows them: waiting, held, released (its step completed), expired
- * (its step failed with lease_expired), abandoned (it left the queue ungranted).
+ * Its states (waiting, held, released: its step completed, expired: its step failed with
+ * lease_expired, abandoned: it left the queue ungranted) and what every call, deadline and
+ * grant does to it are lease_machine.c's rules; this file reads the facts, carries the
+ * machine's moves out (step, step_stored) and answers as the move says.
  */
 #include "engine.h"
 
@@ -41,20 +43,21 @@ static int is_lease_step(const step_row *st)
 	return json_is_true(json_object_get(st->params, "lease"));
 }
 
-static const char *state_name(const wf_row *wf)
+/* Its state in memory (lease_machine.c). */
+static int state_of(const wf_row *wf)
 {
 	switch (wf->steps[0].status) {
 	case ST_WAITING:
 	case ST_PENDING:
-		return "waiting";
+		return LEASE_WAITING;
 	case ST_RUNNING:
-		return "held";
+		return LEASE_HELD;
 	case ST_COMPLETED:
-		return "released";
+		return LEASE_RELEASED;
 	case ST_FAILED:
-		return "expired";
+		return LEASE_EXPIRED;
 	default:
-		return "abandoned";
+		return LEASE_ABANDONED;
 	}
 }
 
@@ -62,10 +65,9 @@ static const char *state_name(const wf_row *wf)
 static json_t *lease_json(const wf_row *wf)
 {
 	const step_row *st = &wf->steps[0];
-	const char *state = state_name(wf);
-	int held = strcmp(state, "held") == 0;
+	int held = state_of(wf) == LEASE_HELD;
 	json_t *o = json_pack("{s:s, s:s, s:s, s:s}", "id", wf->id, "resource", wf->resource,
-			      "holder", st->worker, "state", state);
+			      "holder", st->worker, "state", lease_state_name(state_of(wf)));
 	json_object_set_new(o, "fencing_token",
 			    st->token > 0 ? json_integer(st->token) : json_null());
 	json_object_set_new(o, "ttl_ms", json_integer(wf->lease_ttl_ms));
@@ -153,7 +155,7 @@ static void give_up(baton_engine *e, wf_row *wf, const char *what, int64_t now)
 	if (w) { /* answered once its leaving the queue is durable */
 		w->lease = busy_json(l, w->msg, sizeof w->msg, what);
 		count(e, &e->leases_refused);
-		eng_reply(e, w, BATON_ECONFLICT, 0, wf->resource);
+		eng_reply(e, w, BATON_ECONFLICT, REPLY_CHANGED, wf->resource);
 	}
 	event_sink ev = {eng_on_event, e};
 	eng_follow(e, wf, machine_cancel(wf, e->def, now, &ev), now);
@@ -187,20 +189,149 @@ static void end_hold(baton_engine *e, wf_row *wf, int ok, int64_t now)
 		eng_grant_lock(e, eng_lock_of(e, wf->resource), now);
 }
 
-void lease_granted(baton_engine *e, wf_row *wf, int64_t now)
+/* ---- moves: lease_machine.c decides, this carries them out ---- */
+
+/* A waiter's new deadline; stored for a named one, so that it holds across a restart. */
+static void wait_until(baton_engine *e, wf_row *wf, int64_t at)
+{
+	wf->lease_wait_until = at;
+	eng_timer_arm(e, wf, at);
+	if (wf->lease_named)
+		eng_set_param(e, wf, 0, "wait_until", json_integer(at));
+}
+
+/* The resource granted wf: its expiry runs, and its caller is told once it is durable; with
+ * no caller (gone with a restart) it is kept a grace for that caller to come back. */
+static void start(baton_engine *e, wf_row *wf, int unseen, int64_t now)
 {
 	set_expiry(e, wf, now);
 	count(e, &e->leases_granted);
-	waiter *w = wf->lease_w;
-	wf->lease_w = NULL;
-	if (!w) { /* its caller is gone with a restart; it may come back for it */
+	if (unseen) {
 		int64_t grace = wf->lease_ttl_ms < GRACE_MS ? wf->lease_ttl_ms : GRACE_MS;
 		wf->lease_grace_until = now + grace;
 		eng_timer_arm(e, wf, wf->lease_grace_until);
+	}
+}
+
+/* What the engine knows of wf, a lease in memory that has not ended, at `now`. */
+static lease_facts facts_of(const wf_row *wf, int64_t now)
+{
+	return (lease_facts){.here = 1,
+			     .caller = wf->lease_w != NULL,
+			     .expired = wf->lease_expires_at <= now,
+			     .grace_over = wf->lease_grace_until && wf->lease_grace_until <= now,
+			     .wait_over = wf->lease_wait_until <= now};
+}
+
+/* Answers w, the event's caller, as mv says; lease is what it is shown (stolen). */
+static void answer(baton_engine *e, waiter *w, const hold_move *mv, json_t *lease,
+		   const char *resource)
+{
+	if (!w || mv->answer == HOLD_SILENT || mv->answer == HOLD_WAIT) {
+		json_decref(lease);
 		return;
 	}
-	w->lease = lease_json(wf);
-	eng_reply_grant(e, w, 1, wf->resource); /* answered once the grant is durable */
+	if (mv->answer == HOLD_REFUSE || mv->answer == HOLD_PASS_ON) {
+		json_decref(lease);
+		if (mv->answer == HOLD_REFUSE)
+			eng_waiter_done(w, mv->code, 0, mv->why);
+		else
+			eng_pass_on(e, w, resource);
+		return;
+	}
+	w->lease = lease;
+	if (mv->answer == HOLD_COMMITTED)
+		eng_reply(e, w, BATON_OK, REPLY_CHANGED, resource);
+	else if (mv->answer == HOLD_GRANT)
+		eng_reply(e, w, BATON_OK, REPLY_LEASE_GRANTED, resource);
+	else /* HOLD_PROMISE (proven) or HOLD_READ */
+		eng_waiter_done(w, BATON_OK, 0, NULL);
+}
+
+/* Carries out the event for wf, a lease in memory in `state`; w: the event's caller (NULL:
+ * none), ttl_ms and wait_ms: what a renewal or a retried acquire asks. */
+static void step_in(baton_engine *e, wf_row *wf, int state, int event, waiter *w, int64_t ttl_ms,
+		    int64_t wait_ms, int64_t now)
+{
+	lease_facts f = facts_of(wf, now);
+	f.new_ttl = ttl_ms > 0 && ttl_ms != wf->lease_ttl_ms;
+	hold_move mv = lease_next(state, event, &f);
+	if (mv.proof && !eng_promise(e, w, wf->resource))
+		return;
+	switch (mv.act) {
+	case LEASE_NEW_TTL:
+		change_ttl(e, wf, ttl_ms);
+		/* fall through */
+	case LEASE_EXTEND:
+		set_expiry(e, wf, now);
+		break;
+	case LEASE_ADOPT:
+		wf->lease_grace_until = 0;
+		set_expiry(e, wf, now);
+		break;
+	case LEASE_REATTACH:
+		if (wf->lease_w)
+			eng_waiter_done(wf->lease_w, BATON_ECONFLICT, 0,
+					"superseded by a retry with the same request_id");
+		wf->lease_w = w;
+		wait_until(e, wf, now + wait_ms);
+		break;
+	case LEASE_START:
+	case LEASE_START_UNSEEN:
+		start(e, wf, mv.act == LEASE_START_UNSEEN, now);
+		w = wf->lease_w; /* the grant answers the caller of the acquisition */
+		wf->lease_w = NULL;
+		break;
+	case LEASE_END_RELEASED:
+	case LEASE_END_EXPIRED:
+		end_hold(e, wf, mv.act == LEASE_END_RELEASED, now);
+		break;
+	case LEASE_LEAVE:
+		give_up(e, wf, mv.why, now);
+		break;
+	}
+	answer(e, w, &mv, mv.answer == HOLD_SILENT ? NULL : lease_json(wf), wf->resource);
+}
+
+static void step(baton_engine *e, wf_row *wf, int event, waiter *w, int64_t ttl_ms, int64_t wait_ms,
+		 int64_t now)
+{
+	step_in(e, wf, state_of(wf), event, w, ttl_ms, wait_ms, now);
+}
+
+/* The event for a lease that is not in this node's memory (or has ended in it): as the
+ * store has it. One that has not ended is another node's (or being taken over here). */
+static void step_stored(baton_engine *e, int event, waiter *w, const char *id)
+{
+	json_t *wf = NULL;
+	baton_error err = {0};
+	int rc = store_get_workflow(e->st, id, &wf, &err);
+	const json_t *st = rc ? NULL : json_array_get(json_object_get(wf, "steps"), 0);
+	if (rc == BATON_OK && !json_is_true(json_object_get(st, "lease"))) {
+		json_decref(wf); /* a workflow's, not a lease's */
+		rc = BATON_ENOTFOUND;
+	}
+	if (rc) {
+		if (rc == BATON_ENOTFOUND)
+			err_set(&err, rc, "no lease with id \"%.128s\"", id);
+		if (w)
+			eng_waiter_done(w, rc, 0, err.msg);
+		return;
+	}
+	json_t *lease = stored_lease_json(wf);
+	json_decref(wf);
+	int state = lease_state_of(json_string_value(json_object_get(lease, "state")));
+	const char *resource = json_string_value(json_object_get(lease, "resource"));
+	lease_facts f = {.elsewhere = members_elsewhere(e, resource)};
+	hold_move mv = lease_next(state, event, &f);
+	answer(e, w, &mv, json_incref(lease), resource);
+	json_decref(lease);
+}
+
+void lease_granted(baton_engine *e, wf_row *wf, int64_t now)
+{
+	/* machine_grant has made its step running: the lease was waiting until now */
+	step_in(e, wf, LEASE_WAITING, LEASE_GRANTED, NULL, 0, 0, now);
 }
 
 int64_t lease_deadline(const wf_row *wf)
@@ -217,15 +348,8 @@ int64_t lease_deadline(const wf_row *wf)
 
 void lease_timer(baton_engine *e, wf_row *wf, int64_t now)
 {
-	step_row *st = &wf->steps[0];
-	if (wf->done)
-		return;
-	if (st->status == ST_RUNNING && wf->lease_expires_at <= now)
-		end_hold(e, wf, 0, now);
-	else if (st->status == ST_RUNNING && wf->lease_grace_until && wf->lease_grace_until <= now)
-		end_hold(e, wf, 1, now); /* granted to nobody: nobody came back for it */
-	else if (st->status == ST_WAITING && wf->lease_wait_until <= now)
-		give_up(e, wf, "not granted within wait_ms", now);
+	if (!wf->done)
+		step(e, wf, LEASE_TIMER, NULL, 0, 0, now);
 }
 
 void lease_cancelled(baton_engine *e, wf_row *wf)
@@ -269,15 +393,16 @@ static void stop_one(void *ctx, void *value)
 {
 	baton_engine *e = ctx;
 	wf_row *wf = value;
-	if (wf->lease && wf->lease_w && !wf->done && wf->steps[0].status == ST_WAITING)
-		give_up(e, wf, "the server is shutting down", e->now);
+	if (wf->lease && !wf->done)
+		step(e, wf, LEASE_STOP, NULL, 0, 0, e->now);
 }
 
 void lease_stop(baton_engine *e)
 {
 	e->leases_stopped = 1;
 	task_stop(e);
-	/* give_up changes no map entry (finished rows are freed after the commit) */
+	/* a lease leaving its queue changes no map entry (finished rows are freed after the
+	 * commit) */
 	strmap_each(e->wfs, stop_one, e);
 }
 
@@ -288,35 +413,17 @@ static int busy_now(const res_lock *l)
 	return l && (l->holder || l->head);
 }
 
-/* Answers w with a lease that is no longer in memory, read from the store. */
-static void answer_stored(baton_engine *e, waiter *w, const char *id)
+/* A lease asked for again with its request_id: cur, the one in memory (maybe ended in this
+ * round), or stored, its stored definition. */
+static void acquire_again(baton_engine *e, msg *m, wf_row *cur, const char *stored, int64_t now)
 {
-	json_t *wf;
-	baton_error err = {0};
-	int rc = store_get_workflow(e->st, id, &wf, &err);
-	if (rc) {
-		eng_waiter_done(w, rc, 0, err.msg);
-		return;
-	}
-	if (stored_unfinished(wf)) { /* another node drives it: only it can say what it holds */
-		const char *resource = json_string_value(json_object_get(wf, "resource"));
-		eng_may_promise(e, resource, &err);
-		eng_refuse(e, w, resource, &err);
-		json_decref(wf);
-		return;
-	}
-	w->lease = stored_lease_json(wf);
-	json_decref(wf);
-	eng_waiter_done(w, BATON_OK, 0, NULL);
-}
-
-/* A waiter's new deadline; stored for a named one, so that it holds across a restart. */
-static void wait_until(baton_engine *e, wf_row *wf, int64_t at)
-{
-	wf->lease_wait_until = at;
-	eng_timer_arm(e, wf, at);
-	if (wf->lease_named)
-		eng_set_param(e, wf, 0, "wait_until", json_integer(at));
+	if (strcmp(cur ? cur->definition : stored, m->wf->definition) != 0)
+		eng_waiter_done(m->w, BATON_ECONFLICT, 0,
+				"this request_id was used for another lease request");
+	else if (cur)
+		step(e, cur, LEASE_ACQUIRE, m->w, 0, m->wait_ms, now);
+	else
+		step_stored(e, LEASE_ACQUIRE, m->w, m->wf->id);
 }
 
 static void apply_acquire(baton_engine *e, msg *m, int64_t now)
@@ -334,48 +441,16 @@ static void apply_acquire(baton_engine *e, msg *m, int64_t now)
 	baton_error err = {0};
 	int rc = cur ? BATON_OK : store_find_workflow(e->st, wf->id, &stored, &status, &err);
 	if (rc != BATON_ENOTFOUND) { /* the same request_id again */
-		const char *def = cur ? cur->definition : stored;
 		if (rc)
 			eng_waiter_done(m->w, rc, 0, err.msg);
-		else if (strcmp(def, wf->definition) != 0)
-			eng_waiter_done(m->w, BATON_ECONFLICT, 0,
-					"this request_id was used for another lease request");
-		else if (!cur) /* it has ended */
-			answer_stored(e, m->w, wf->id);
-		else if (cur->steps[0].status == ST_RUNNING) {
-			if (eng_may_promise(e, cur->resource, &err) != BATON_OK) {
-				eng_refuse(e, m->w, cur->resource, &err);
-			} else {
-				/* Its caller counts the ttl from this request's send: so does the
-				 * lease from now, as a renewal would; and it has a caller again. */
-				cur->lease_grace_until = 0;
-				set_expiry(e, cur, now);
-				m->w->lease = lease_json(cur);
-				eng_waiter_done(m->w, BATON_OK, 0, NULL);
-			}
-		} else if (cur->steps[0].status == ST_WAITING) {
-			/* The first caller's answer was lost, or a restart cut it off: the retry
-			 * waits in its place. */
-			if (cur->lease_w)
-				eng_waiter_done(cur->lease_w, BATON_ECONFLICT, 0,
-						"superseded by a retry with the same request_id");
-			cur->lease_w = m->w;
-			wait_until(e, cur, now + m->wait_ms);
-		} else {
-			m->w->lease = lease_json(cur);
-			eng_waiter_done(m->w, BATON_OK, 0, NULL);
-		}
+		else
+			acquire_again(e, m, cur, stored, now);
 		free(stored);
 		wf_row_free(wf);
 		return;
 	}
 	if (!eng_drives(e, wf->resource)) {
-		char who[MAX_NAME + 1];
-		members_who(e, wf->resource, who, sizeof who);
-		err_set(&err, BATON_EBUSY,
-			"resource \"%s\" is driven by node %s: ask that node for a lease",
-			wf->resource, who);
-		eng_refuse(e, m->w, wf->resource, &err);
+		eng_pass_on(e, m->w, wf->resource);
 		wf_row_free(wf);
 		return;
 	}
@@ -393,6 +468,7 @@ static void apply_acquire(baton_engine *e, msg *m, int64_t now)
 		wf_row_free(wf);
 		return;
 	}
+	/* A new lease: it starts waiting in its resource's queue. */
 	wf->status = WF_PENDING;
 	wf->created_at = now;
 	wf->is_new = 1;
@@ -412,111 +488,16 @@ static void apply_acquire(baton_engine *e, msg *m, int64_t now)
 		eng_timer_arm(e, wf, wf->lease_wait_until);
 }
 
-/* A lease op on one that is no longer in memory: from the store. */
-static void stored_op(baton_engine *e, msg *m)
-{
-	json_t *wf = NULL;
-	baton_error err = {0};
-	int rc = store_get_workflow(e->st, m->id, &wf, &err);
-	const json_t *st = rc ? NULL : json_array_get(json_object_get(wf, "steps"), 0);
-	if (rc == BATON_OK && !json_is_true(json_object_get(st, "lease"))) {
-		json_decref(wf); /* a workflow's, not a lease's */
-		rc = BATON_ENOTFOUND;
-	}
-	if (rc) {
-		if (rc == BATON_ENOTFOUND)
-			err_set(&err, rc, "no lease with id \"%.128s\"", m->id);
-		if (m->w)
-			eng_waiter_done(m->w, rc, 0, err.msg);
-		return;
-	}
-	json_t *lease = stored_lease_json(wf);
-	int live = stored_unfinished(wf);
-	json_decref(wf);
-	const char *state = json_string_value(json_object_get(lease, "state"));
-	if (!m->w) {
-		json_decref(lease);
-		return;
-	}
-	const char *resource = json_string_value(json_object_get(lease, "resource"));
-	if (live && (m->idx != LEASE_GET || members_elsewhere(e, resource))) {
-		/* Another node drives it: it alone can change it, and tell its expiry (a
-		 * renewal that kept the ttl is not stored); read here when it cannot be asked. */
-		eng_may_promise(e, resource, &err);
-		eng_refuse(e, m->w, resource, &err);
-		json_decref(lease);
-		return;
-	}
-	if (m->idx != LEASE_GET && strcmp(state, "expired") == 0) {
-		json_decref(lease);
-		eng_waiter_done(
-		    m->w, BATON_EGONE, 0,
-		    "the lease expired: whatever was done under it since was unprotected");
-		return;
-	}
-	if (m->idx == LEASE_RENEW) {
-		char why[128];
-		snprintf(why, sizeof why, "the lease has ended (%s)", state);
-		json_decref(lease);
-		eng_waiter_done(m->w, BATON_ECONFLICT, 0, why);
-		return;
-	}
-	m->w->lease = lease;
-	eng_waiter_done(m->w, BATON_OK, 0, NULL);
-}
-
 static void apply_op(baton_engine *e, msg *m, int64_t now)
 {
 	wf_row *wf = strmap_get(e->wfs, m->id);
 	if (wf && !wf->lease) {
 		if (m->w)
 			eng_waiter_done(m->w, BATON_ENOTFOUND, 0, "no lease with that id");
-		return;
-	}
-	if (!wf || wf->done) {
-		stored_op(e, m);
-		return;
-	}
-	int st = wf->steps[0].status;
-	switch (m->idx) {
-	case LEASE_GET:
-		m->w->lease = lease_json(wf);
-		eng_waiter_done(m->w, BATON_OK, 0, NULL);
-		return;
-	case LEASE_RENEW:
-		if (st != ST_RUNNING) {
-			eng_waiter_done(m->w, BATON_ECONFLICT, 0, "the lease is not held yet");
-			return;
-		}
-		baton_error err = {0};
-		if (eng_may_promise(e, wf->resource, &err) != BATON_OK) {
-			eng_refuse(e, m->w, wf->resource, &err);
-			return;
-		}
-		if (m->ttl_ms > 0 && m->ttl_ms != wf->lease_ttl_ms) {
-			change_ttl(e, wf, m->ttl_ms);
-			set_expiry(e, wf, now);
-			m->w->lease = lease_json(wf);
-			eng_reply(e, m->w, BATON_OK, 0, wf->resource); /* once the ttl is durable */
-			return;
-		}
-		set_expiry(e, wf, now);
-		m->w->lease = lease_json(wf);
-		eng_waiter_done(m->w, BATON_OK, 0, NULL);
-		return;
-	case LEASE_ABANDON:
-		if (st == ST_WAITING)
-			give_up(e, wf, "the client went away", now);
-		return;
-	default: /* LEASE_RELEASE, LEASE_ABANDON_GRANTED */
-		if (st == ST_RUNNING)
-			end_hold(e, wf, 1, now);
-		else if (st == ST_WAITING && m->idx == LEASE_RELEASE)
-			give_up(e, wf, "released while it waited", now);
-		if (m->w) {
-			m->w->lease = lease_json(wf);
-			eng_reply(e, m->w, BATON_OK, 0, wf->resource); /* once durable */
-		}
+	} else if (!wf || wf->done) {
+		step_stored(e, m->idx, m->w, m->id);
+	} else {
+		step(e, wf, m->idx, m->w, m->ttl_ms, 0, now);
 	}
 }
 
@@ -627,7 +608,7 @@ static int post_op(baton_engine *e, const char *id, int op, int64_t ttl_ms, bato
 void baton_lease_abandon(baton_engine *e, const char *id, int release)
 {
 	baton_error err;
-	post_op(e, id, release ? LEASE_ABANDON_GRANTED : LEASE_ABANDON, 0, NULL, NULL, &err);
+	post_op(e, id, release ? LEASE_UNDELIVERED : LEASE_LEFT, 0, NULL, NULL, &err);
 }
 
 int baton_lease_renew(baton_engine *e, const char *id, int64_t ttl_ms, baton_lease_fn done,

@@ -472,7 +472,7 @@ int64_t members_send_by(baton_engine *e)
 	return mono_ms() + st.lease_left_ms - st.lease_ms / 10;
 }
 
-int eng_may_promise(baton_engine *e, const char *resource, baton_error *err)
+static int may_promise(baton_engine *e, const char *resource, baton_error *err)
 {
 	if (!eng_drives(e, resource)) {
 		char who[MAX_NAME + 1];
@@ -507,14 +507,37 @@ int members_elsewhere(const baton_engine *e, const char *resource)
 	return e->owner[p][0] && strcmp(e->owner[p], e->node_id) != 0 && e->owner_url[p][0];
 }
 
-void eng_refuse(baton_engine *e, waiter *w, const char *resource, const baton_error *err)
+/* Answers w with what may_promise refused, naming the node that drives the resource. */
+static void refuse(baton_engine *e, waiter *w, const char *resource, const baton_error *err)
 {
 	int p = resource ? part_of(resource) : 0;
+	if (!w)
+		return;
 	if (members_elsewhere(e, resource)) {
 		json_decref(w->lease);
 		w->lease = json_pack("{s:s, s:s}", "node", e->owner[p], "url", e->owner_url[p]);
 	}
 	eng_waiter_done(w, err->code ? err->code : BATON_EBUSY, 0, err->msg);
+}
+
+int eng_promise(baton_engine *e, waiter *w, const char *resource)
+{
+	baton_error err = {0};
+	if (may_promise(e, resource, &err) == BATON_OK)
+		return 1;
+	refuse(e, w, resource, &err);
+	return 0;
+}
+
+void eng_pass_on(baton_engine *e, waiter *w, const char *resource)
+{
+	baton_error err = {0};
+	if (may_promise(e, resource, &err) == BATON_OK) /* it was stored before this node took
+							   its partition, and is not loaded yet */
+		err_set(&err, BATON_EBUSY,
+			"resource \"%s\" has just been taken over by node %s: try again shortly",
+			resource, e->node_id);
+	refuse(e, w, resource, &err);
 }
 
 int members_ready(baton_engine *e)
@@ -524,7 +547,7 @@ int members_ready(baton_engine *e)
 	store_cluster_stats st;
 	e->st->ops->cluster_stats(e->st, &st);
 	/* Renewals go every third of the lease: half a lease without one is a node that is
-	 * about to lose its proof (eng_may_promise), told before it does. */
+	 * about to lose its proof (eng_promise), told before it does. */
 	return st.lease_left_ms > st.lease_ms / 2;
 }
 

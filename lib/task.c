@@ -21,9 +21,13 @@
  * then, as a lease's is: its worker may still be at work, so nobody else is given the step
  * before that worker could know it lost it, and it heartbeats and completes as before. A
  * step that was granted but not claimed runs again as a new attempt and waits for a claim.
+ *
+ * What each heartbeat, outcome, give-back, deadline and cancel does to an attempt is
+ * task_machine.c's rule; this file carries the moves out (carry_out) and answers.
  */
 #include "engine.h"
 
+#include <assert.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -72,9 +76,14 @@ static void claim_done(msg *claim)
 	claim->w = NULL;
 }
 
-/* Gives wf's step to claim; answered once durable (the grant may be this round's). */
+/* Gives wf's step to claim (task_next: ready, a claim matches); answered once durable, as
+ * the grant may be this round's. */
 static void assign(baton_engine *e, wf_row *wf, msg *claim, int64_t now)
 {
+	task_facts f = {.here = 1};
+	hold_move mv = task_next(TASK_READY, TASK_CLAIM, &f);
+	assert(mv.act == TASK_ASSIGN && mv.answer == HOLD_GRANT);
+	(void)mv;
 	eng_set_param(e, wf, wf->cur, "claim_ttl_ms", json_integer(claim->ttl_ms));
 	wf->task_claimed = 1;
 	wf->task_ttl_ms = claim->ttl_ms;
@@ -82,7 +91,7 @@ static void assign(baton_engine *e, wf_row *wf, msg *claim, int64_t now)
 	eng_timer_arm(e, wf, wf->task_expires_at);
 	waiter *w = claim->w;
 	w->lease = task_json(wf);
-	eng_reply_grant(e, w, 0, wf->resource);
+	eng_reply(e, w, BATON_OK, REPLY_TASK_CLAIMED, wf->resource);
 	claim_done(claim);
 }
 
@@ -115,18 +124,63 @@ static void outcome(baton_engine *e, wf_row *wf, step_output *out, int64_t now)
 		eng_grant_lock(e, eng_lock_of(e, wf->resource), now);
 }
 
+/* The attempt's state: is wf's current step this attempt, claimed or waiting for a claim. */
+static int state_of(const wf_row *wf, int step, int attempt)
+{
+	const step_row *st = &wf->steps[wf->cur];
+	if (wf->done || st->index != step || st->attempts != attempt || st->status != ST_RUNNING ||
+	    !task_is_external(st))
+		return TASK_OVER;
+	return wf->task_claimed ? TASK_CLAIMED : TASK_READY;
+}
+
+/* Carries out mv for wf's current attempt; out: the worker's outcome (TASK_END). */
+static void carry_out(baton_engine *e, wf_row *wf, const hold_move *mv, step_output *out,
+		      int64_t now)
+{
+	if (mv->act == TASK_KEEP)
+		return;
+	const step_row *st = &wf->steps[wf->cur];
+	switch (mv->act) {
+	case TASK_EXTEND:
+		wf->task_expires_at = now + wf->task_ttl_ms;
+		eng_timer_arm(e, wf, wf->task_expires_at);
+		break;
+	case TASK_OFFER:
+		task_ready(e, wf, now);
+		break;
+	case TASK_END:
+		out->duration_ms = now - st->started_at;
+		outcome(e, wf, out, now);
+		break;
+	case TASK_END_EXPIRED:
+	case TASK_END_CANCELLED: {
+		step_output o = {.retryable = mv->act == TASK_END_EXPIRED,
+				 .duration_ms = now - st->started_at};
+		if (mv->act == TASK_END_EXPIRED) {
+			snprintf(o.error, sizeof o.error,
+				 "claim expired: no heartbeat within %lld ms",
+				 (long long)wf->task_ttl_ms);
+			log_at(&e->log, BATON_LOG_WARN, wf->id, "step %d (%s): %s", st->index,
+			       st->worker, o.error);
+		} else {
+			snprintf(o.error, sizeof o.error, "cancelled before a worker claimed it");
+		}
+		outcome(e, wf, &o, now);
+		break;
+	}
+	}
+}
+
 int task_timer(baton_engine *e, wf_row *wf, int64_t now)
 {
 	const step_row *st = &wf->steps[wf->cur];
-	if (wf->done || !wf->task_claimed || st->status != ST_RUNNING || wf->task_expires_at > now)
+	if (wf->done || !task_is_external(st))
 		return 0;
-	step_output out = {.retryable = 1, .duration_ms = now - st->started_at};
-	snprintf(out.error, sizeof out.error, "claim expired: no heartbeat within %lld ms",
-		 (long long)wf->task_ttl_ms);
-	log_at(&e->log, BATON_LOG_WARN, wf->id, "step %d (%s): %s", st->index, st->worker,
-	       out.error);
-	outcome(e, wf, &out, now);
-	return 1;
+	task_facts f = {.here = 1, .expired = wf->task_expires_at <= now};
+	hold_move mv = task_next(state_of(wf, st->index, st->attempts), TASK_TIMER, &f);
+	carry_out(e, wf, &mv, NULL, now);
+	return mv.act != TASK_KEEP;
 }
 
 int task_recover(baton_engine *e, wf_row *wf)
@@ -145,14 +199,12 @@ int task_recover(baton_engine *e, wf_row *wf)
 
 void task_cancelled(baton_engine *e, wf_row *wf, int64_t now)
 {
-	if (wf->done || wf->task_claimed || !wf->cancel_requested)
-		return;
 	const step_row *st = &wf->steps[wf->cur];
-	if (st->status != ST_RUNNING || !task_is_external(st))
+	if (wf->done || !wf->cancel_requested)
 		return;
-	step_output out = {.duration_ms = now - st->started_at};
-	snprintf(out.error, sizeof out.error, "cancelled before a worker claimed it");
-	outcome(e, wf, &out, now);
+	task_facts f = {.here = 1};
+	hold_move mv = task_next(state_of(wf, st->index, st->attempts), TASK_CANCEL, &f);
+	carry_out(e, wf, &mv, NULL, now);
 }
 
 void task_claims_timer(baton_engine *e, int64_t now)
@@ -160,7 +212,7 @@ void task_claims_timer(baton_engine *e, int64_t now)
 	size_t k = 0;
 	for (size_t i = 0; i < e->claims.n; i++) {
 		msg *c = e->claims.v[i];
-		if (c->wait_ms > now) { /* wait_ms holds its deadline once it waits */
+		if (c->wait_until > now) {
 			e->claims.v[k++] = c;
 			continue;
 		}
@@ -178,11 +230,9 @@ static void apply_claim(baton_engine *e, msg *m, int64_t now)
 		claim_done(m);
 		return;
 	}
-	baton_error err = {0};
-	if (m->resource && eng_may_promise(e, m->resource, &err) != BATON_OK) {
+	if (m->resource && !eng_promise(e, m->w, m->resource)) {
 		/* Another node drives it (or this one cannot prove it still does): only that
 		 * node has its tasks, so the worker is told to ask it, not "no task". */
-		eng_refuse(e, m->w, m->resource, &err);
 		claim_done(m);
 		return;
 	}
@@ -213,9 +263,9 @@ static void apply_claim(baton_engine *e, msg *m, int64_t now)
 		claim_done(m);
 		return;
 	}
-	m->wait_ms += now; /* from now on: its deadline */
+	m->wait_until = now + m->wait_ms;
 	VEC_PUSH(e->claims, m);
-	eng_timer_push(e, m->wait_ms, TASK_CLAIMS_TIMER);
+	eng_timer_push(e, m->wait_until, TASK_CLAIMS_TIMER);
 }
 
 /* "<workflow id>.<step>.<attempt>" into its parts; 0, or -1 when malformed. */
@@ -240,70 +290,68 @@ static int parse_task_id(const char *id, char *wf_id, size_t n, int *step, int *
 	return 0;
 }
 
-static void apply_op(baton_engine *e, msg *m, int64_t now)
+/* A task that is not in this node's memory, as the store has it: its state (over, or
+ * unknown), whether another node drives it (f->elsewhere), and its resource (*resource:
+ * free it). */
+static int stored_state(baton_engine *e, const char *wf_id, task_facts *f, char **resource)
 {
-	char wf_id[MAX_NAME + 1];
-	int step, attempt;
-	wf_row *wf = NULL;
-	if (parse_task_id(m->id, wf_id, sizeof wf_id, &step, &attempt) == 0)
-		wf = strmap_get(e->wfs, wf_id);
-	const step_row *st = wf && !wf->done ? &wf->steps[wf->cur] : NULL;
-	if (!st || st->index != step || st->attempts != attempt || st->status != ST_RUNNING ||
-	    !wf->task_claimed) {
-		json_decref(m->out.result);
-		if (!m->w)
-			return;
-		char *def = NULL;
-		int status;
-		baton_error err = {0};
-		int known =
-		    wf || (parse_task_id(m->id, wf_id, sizeof wf_id, &step, &attempt) == 0 &&
-			   store_find_workflow(e->st, wf_id, &def, &status, &err) == BATON_OK);
-		if (!wf && known && e->clustered && status <= WF_RUNNING) {
-			/* Another node drives the workflow: only it can tell whether the attempt
-			 * still runs, and only it can record its end. */
-			json_t *d = json_loads(def, 0, NULL);
-			const char *resource = json_string_value(json_object_get(d, "resource"));
-			eng_may_promise(e, resource, &err);
-			eng_refuse(e, m->w, resource, &err);
-			json_decref(d);
-			free(def);
-			return;
-		}
-		free(def);
-		if (known)
-			eng_waiter_done(m->w, BATON_EGONE, 0,
-					"this attempt is over (it expired, was superseded or its "
-					"workflow ended): its work must not be used");
-		else
-			eng_waiter_done(m->w, BATON_ENOTFOUND, 0, "no such task");
-		return;
-	}
-	if (m->idx == TASK_HEARTBEAT) {
-		baton_error err = {0};
-		if (eng_may_promise(e, wf->resource, &err) != BATON_OK) {
-			eng_refuse(e, m->w, wf->resource, &err);
-			return;
-		}
-		wf->task_expires_at = now + wf->task_ttl_ms;
-		eng_timer_arm(e, wf, wf->task_expires_at);
+	char *def = NULL;
+	int status;
+	baton_error err = {0};
+	if (store_find_workflow(e->st, wf_id, &def, &status, &err) != BATON_OK)
+		return TASK_UNKNOWN;
+	f->elsewhere = e->clustered && status <= WF_RUNNING;
+	json_t *d = json_loads(def, 0, NULL);
+	const char *name = json_string_value(json_object_get(d, "resource"));
+	*resource = name ? xstrdup(name) : NULL;
+	json_decref(d);
+	free(def);
+	return TASK_OVER;
+}
+
+/* Answers the caller of a heartbeat, complete or fail as mv says. */
+static void answer(baton_engine *e, msg *m, const hold_move *mv, const wf_row *wf,
+		   const char *resource, int step, int attempt)
+{
+	switch (mv->answer) {
+	case HOLD_PROMISE:
 		m->w->lease = task_json(wf);
 		eng_waiter_done(m->w, BATON_OK, 0, NULL);
 		return;
-	}
-	if (m->idx == TASK_UNCLAIM) { /* its claimer could not be told: offer it again */
-		task_ready(e, wf, now);
+	case HOLD_COMMITTED:
+		m->w->lease = json_pack("{s:s, s:s, s:i, s:i, s:s}", "id", m->id, "workflow_id",
+					wf->id, "step", step, "attempt", attempt, "state",
+					m->idx == TASK_COMPLETE ? "completed" : "failed");
+		eng_reply(e, m->w, BATON_OK, REPLY_CHANGED, resource); /* once durable */
+		return;
+	case HOLD_REFUSE:
+		eng_waiter_done(m->w, mv->code, 0, mv->why);
+		return;
+	case HOLD_PASS_ON:
+		eng_pass_on(e, m->w, resource);
 		return;
 	}
-	json_t *answer = json_pack("{s:s, s:s, s:i, s:i}", "id", m->id, "workflow_id", wf->id,
-				   "step", step, "attempt", attempt);
-	m->out.duration_ms = now - st->started_at;
-	outcome(e, wf, &m->out, now);
-	json_object_set_new(answer, "state",
-			    json_string(m->idx == TASK_COMPLETE ? "completed" : "failed"));
+}
+
+static void apply_op(baton_engine *e, msg *m, int64_t now)
+{
+	char wf_id[MAX_NAME + 1], *stored_resource = NULL;
+	int step = 0, attempt = 0;
+	int parsed = parse_task_id(m->id, wf_id, sizeof wf_id, &step, &attempt) == 0;
+	wf_row *wf = parsed ? strmap_get(e->wfs, wf_id) : NULL;
+	task_facts f = {.here = wf && !wf->done};
+	int state = wf ? state_of(wf, step, attempt) : TASK_UNKNOWN;
+	if (!wf && parsed && m->w) /* only a caller needs to know what the store has */
+		state = stored_state(e, wf_id, &f, &stored_resource);
+	hold_move mv = task_next(state, m->idx, &f);
+	const char *resource = wf ? wf->resource : stored_resource;
+	if (!mv.proof || eng_promise(e, m->w, resource)) {
+		carry_out(e, wf, &mv, &m->out, now);
+		if (m->w)
+			answer(e, m, &mv, wf, resource, step, attempt);
+	}
 	json_decref(m->out.result);
-	m->w->lease = answer;
-	eng_reply(e, m->w, BATON_OK, 0, wf->resource); /* once the outcome is durable */
+	free(stored_resource);
 }
 
 void task_apply(baton_engine *e, msg *m, int64_t now)

@@ -1,0 +1,143 @@
+/*
+ * lease_machine.c - a lease's life, as pure transitions.
+ *
+ * Design. A lease (lease.c) waits in its resource's queue, is held, and ends released,
+ * expired or abandoned. Every call of its holder, each of its deadlines, its grant and
+ * the server's stop is an event. lease_next takes the state, the event and the facts
+ * the engine read (does a caller wait for the grant, which deadline came, does this node
+ * keep the lease), and says the state after, what the engine does, and how the event's
+ * caller is answered. It touches no thread, clock or database, so tests/unit/test_holds.c
+ * checks every rule on its own; lease.c carries the moves out and decides nothing.
+ *
+ * The answer is what keeps one holder: a promise ("you hold it", from memory) is made only
+ * once eng_promise proves that this node still drives the resource; a change is answered
+ * once it is durable, under the commit's ownership check; a read promises nothing. A
+ * lease that another node drives is that node's to change and to tell: every call about
+ * it is passed on (503 naming that node), except a read when nobody can be asked.
+ */
+#include "internal.h"
+
+#include <string.h>
+
+static int has_caller(int event)
+{
+	return event == LEASE_ACQUIRE || event == LEASE_RENEW || event == LEASE_RELEASE ||
+	       event == LEASE_GET;
+}
+
+static hold_move refuse(int state, int code, const char *why)
+{
+	return (hold_move){.to = state, .answer = HOLD_REFUSE, .code = code, .why = why};
+}
+
+static hold_move act(int to, int what, int answer)
+{
+	return (hold_move){.to = to, .act = what, .answer = answer};
+}
+
+static hold_move leave(const char *why, int answer)
+{
+	return (hold_move){.to = LEASE_ABANDONED, .act = LEASE_LEAVE, .answer = answer, .why = why};
+}
+
+/* It ended: the store has the last word, and nothing moves it again. */
+static hold_move ended(int state, int event)
+{
+	if (!has_caller(event))
+		return act(state, LEASE_KEEP, HOLD_SILENT);
+	if (state == LEASE_EXPIRED && (event == LEASE_RENEW || event == LEASE_RELEASE))
+		return refuse(
+		    state, BATON_EGONE,
+		    "the lease expired: whatever was done under it since was unprotected");
+	if (event == LEASE_RENEW)
+		return refuse(state, BATON_ECONFLICT,
+			      state == LEASE_RELEASED ? "the lease has ended (released)"
+						      : "the lease has ended (abandoned)");
+	return act(state, LEASE_KEEP, HOLD_READ); /* a retried acquire, a release again, a get */
+}
+
+static hold_move waiting(int event, const lease_facts *f)
+{
+	switch (event) {
+	case LEASE_ACQUIRE: /* the first caller's answer was lost, or a restart cut it off */
+		return act(LEASE_WAITING, LEASE_REATTACH, HOLD_WAIT);
+	case LEASE_RENEW:
+		return refuse(LEASE_WAITING, BATON_ECONFLICT, "the lease is not held yet");
+	case LEASE_RELEASE:
+		return leave("released while it waited", HOLD_COMMITTED);
+	case LEASE_GET:
+		return act(LEASE_WAITING, LEASE_KEEP, HOLD_READ);
+	case LEASE_LEFT:
+		return leave("the client went away", HOLD_SILENT);
+	case LEASE_GRANTED:
+		return f->caller ? act(LEASE_HELD, LEASE_START, HOLD_GRANT)
+				 : act(LEASE_HELD, LEASE_START_UNSEEN, HOLD_SILENT);
+	case LEASE_TIMER:
+		if (f->wait_over)
+			return leave("not granted within wait_ms", HOLD_SILENT);
+		break;
+	case LEASE_STOP:
+		if (f->caller)
+			return leave("the server is shutting down", HOLD_SILENT);
+		break; /* it keeps its place for its caller, who may come back after a restart */
+	}
+	return act(LEASE_WAITING, LEASE_KEEP, HOLD_SILENT);
+}
+
+static hold_move held(int event, const lease_facts *f)
+{
+	hold_move m = act(LEASE_HELD, LEASE_KEEP, HOLD_SILENT);
+	switch (event) {
+	case LEASE_ACQUIRE: /* its caller counts the ttl from this request: so does the lease */
+		m = act(LEASE_HELD, LEASE_ADOPT, HOLD_PROMISE);
+		break;
+	case LEASE_RENEW: /* a new ttl is answered once durable, as a restart counts it */
+		m = f->new_ttl ? act(LEASE_HELD, LEASE_NEW_TTL, HOLD_COMMITTED)
+			       : act(LEASE_HELD, LEASE_EXTEND, HOLD_PROMISE);
+		m.proof = 1;
+		break;
+	case LEASE_RELEASE:
+		return act(LEASE_RELEASED, LEASE_END_RELEASED, HOLD_COMMITTED);
+	case LEASE_GET:
+		return act(LEASE_HELD, LEASE_KEEP, HOLD_READ);
+	case LEASE_UNDELIVERED: /* nobody knows they hold it */
+		return act(LEASE_RELEASED, LEASE_END_RELEASED, HOLD_SILENT);
+	case LEASE_TIMER:
+		if (f->expired)
+			return act(LEASE_EXPIRED, LEASE_END_EXPIRED, HOLD_SILENT);
+		if (f->grace_over) /* granted to nobody, and nobody came back for it */
+			return act(LEASE_RELEASED, LEASE_END_RELEASED, HOLD_SILENT);
+		break;
+	}
+	if (m.answer == HOLD_PROMISE)
+		m.proof = 1;
+	return m;
+}
+
+hold_move lease_next(int state, int event, const lease_facts *f)
+{
+	if (state == LEASE_RELEASED || state == LEASE_EXPIRED || state == LEASE_ABANDONED)
+		return ended(state, event);
+	if (!f->here) { /* another node drives it, or is taking it over */
+		if (!has_caller(event))
+			return act(state, LEASE_KEEP, HOLD_SILENT);
+		if (event == LEASE_GET && !f->elsewhere) /* nobody else to ask: read here */
+			return act(state, LEASE_KEEP, HOLD_READ);
+		return act(state, LEASE_KEEP, HOLD_PASS_ON);
+	}
+	return state == LEASE_WAITING ? waiting(event, f) : held(event, f);
+}
+
+const char *lease_state_name(int state)
+{
+	static const char *const names[] = {"waiting", "held", "released", "expired", "abandoned"};
+	return state >= 0 && state <= LEASE_ABANDONED ? names[state] : "abandoned";
+}
+
+int lease_state_of(const char *name)
+{
+	for (int s = LEASE_WAITING; s <= LEASE_ABANDONED; s++)
+		if (name && strcmp(name, lease_state_name(s)) == 0)
+			return s;
+	return LEASE_ABANDONED;
+}

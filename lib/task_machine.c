@@ -1,0 +1,66 @@
+/*
+ * task_machine.c - an external step's attempt, as pure transitions.
+ *
+ * Design. Once its step is granted the resource, an attempt of an external worker (task.c)
+ * is ready for a claim; a claim makes it claimed; its worker's heartbeats keep it, and its
+ * outcome, a missed heartbeat, a give-back or a cancel moves it on. Its id names the
+ * attempt, so a call about an attempt that is no longer the claimed one finds it over.
+ * task_next says, for each state and event, the state after, what the engine does and how
+ * the caller is answered, under the same rules as lease_machine.c: a promise from memory
+ * only with proof (eng_promise), a change once durable, and an attempt that another node
+ * drives passed on to it. tests/unit/test_holds.c checks the rules; task.c carries them out.
+ */
+#include "internal.h"
+
+static int has_caller(int event)
+{
+	return event == TASK_HEARTBEAT || event == TASK_COMPLETE || event == TASK_FAIL;
+}
+
+static hold_move move(int to, int what, int answer)
+{
+	return (hold_move){.to = to, .act = what, .answer = answer};
+}
+
+static hold_move refuse(int state, int code, const char *why)
+{
+	return (hold_move){.to = state, .answer = HOLD_REFUSE, .code = code, .why = why};
+}
+
+static hold_move claimed(int event, const task_facts *f)
+{
+	switch (event) {
+	case TASK_HEARTBEAT:
+		return (hold_move){
+		    .to = TASK_CLAIMED, .act = TASK_EXTEND, .answer = HOLD_PROMISE, .proof = 1};
+	case TASK_COMPLETE:
+	case TASK_FAIL: /* through the workflow's retry policy, as a step thread's outcome */
+		return move(TASK_OVER, TASK_END, HOLD_COMMITTED);
+	case TASK_UNCLAIM: /* its claimer could not be told, or the claim was not durable */
+		return move(TASK_READY, TASK_OFFER, HOLD_SILENT);
+	case TASK_TIMER:
+		if (f->expired)
+			return move(TASK_OVER, TASK_END_EXPIRED, HOLD_SILENT);
+		break;
+	}
+	return move(TASK_CLAIMED, TASK_KEEP, HOLD_SILENT);
+}
+
+hold_move task_next(int state, int event, const task_facts *f)
+{
+	if (has_caller(event) && !f->here && f->elsewhere) /* only that node can tell or end it */
+		return move(state, TASK_KEEP, HOLD_PASS_ON);
+	if (has_caller(event) && state == TASK_UNKNOWN)
+		return refuse(state, BATON_ENOTFOUND, "no such task");
+	if (state == TASK_CLAIMED && f->here)
+		return claimed(event, f);
+	if (has_caller(event)) /* not the claimed attempt: given back, expired, or ended */
+		return refuse(state, BATON_EGONE,
+			      "this attempt is over (it expired, was superseded or its "
+			      "workflow ended): its work must not be used");
+	if (state == TASK_READY && f->here && event == TASK_CLAIM)
+		return move(TASK_CLAIMED, TASK_ASSIGN, HOLD_GRANT);
+	if (state == TASK_READY && f->here && event == TASK_CANCEL)
+		return move(TASK_OVER, TASK_END_CANCELLED, HOLD_SILENT);
+	return move(state, TASK_KEEP, HOLD_SILENT);
+}

@@ -1,0 +1,240 @@
+/*
+ * test_holds.c - the rules of a lease and of a claimed task (lease_machine.c,
+ * task_machine.c), without threads, clocks or a database: for each state and event, the
+ * state after, what the engine does and how the caller is answered; and the rules that
+ * keep one holder, checked over every state, event and fact.
+ */
+#include "unit.h"
+
+static const lease_facts here = {.here = 1};
+
+static void expect(hold_move m, int to, int act, int answer)
+{
+	assert_int_equal(m.to, to);
+	assert_int_equal(m.act, act);
+	assert_int_equal(m.answer, answer);
+}
+
+static void test_lease_waiting(void **state)
+{
+	(void)state;
+	lease_facts caller = {.here = 1, .caller = 1};
+	expect(lease_next(LEASE_WAITING, LEASE_GRANTED, &caller), LEASE_HELD, LEASE_START,
+	       HOLD_GRANT);
+	/* granted after a restart, before its caller came back: kept a grace, nobody told */
+	expect(lease_next(LEASE_WAITING, LEASE_GRANTED, &here), LEASE_HELD, LEASE_START_UNSEEN,
+	       HOLD_SILENT);
+	expect(lease_next(LEASE_WAITING, LEASE_ACQUIRE, &caller), LEASE_WAITING, LEASE_REATTACH,
+	       HOLD_WAIT);
+	hold_move m = lease_next(LEASE_WAITING, LEASE_RENEW, &caller);
+	expect(m, LEASE_WAITING, LEASE_KEEP, HOLD_REFUSE);
+	assert_int_equal(m.code, BATON_ECONFLICT);
+	m = lease_next(LEASE_WAITING, LEASE_RELEASE, &caller);
+	expect(m, LEASE_ABANDONED, LEASE_LEAVE, HOLD_COMMITTED);
+	assert_string_equal(m.why, "released while it waited");
+	expect(lease_next(LEASE_WAITING, LEASE_LEFT, &caller), LEASE_ABANDONED, LEASE_LEAVE,
+	       HOLD_SILENT);
+	/* a grant that could not be told to a waiter changes nothing: there was none */
+	expect(lease_next(LEASE_WAITING, LEASE_UNDELIVERED, &caller), LEASE_WAITING, LEASE_KEEP,
+	       HOLD_SILENT);
+	lease_facts due = {.here = 1, .caller = 1, .wait_over = 1, .expired = 1};
+	m = lease_next(LEASE_WAITING, LEASE_TIMER, &due);
+	expect(m, LEASE_ABANDONED, LEASE_LEAVE, HOLD_SILENT);
+	assert_string_equal(m.why, "not granted within wait_ms");
+	expect(lease_next(LEASE_WAITING, LEASE_TIMER, &caller), LEASE_WAITING, LEASE_KEEP,
+	       HOLD_SILENT);
+	/* the server stops: its caller is told; one without a caller keeps its place */
+	expect(lease_next(LEASE_WAITING, LEASE_STOP, &caller), LEASE_ABANDONED, LEASE_LEAVE,
+	       HOLD_SILENT);
+	expect(lease_next(LEASE_WAITING, LEASE_STOP, &here), LEASE_WAITING, LEASE_KEEP,
+	       HOLD_SILENT);
+}
+
+static void test_lease_held(void **state)
+{
+	(void)state;
+	hold_move m = lease_next(LEASE_HELD, LEASE_RENEW, &here);
+	expect(m, LEASE_HELD, LEASE_EXTEND, HOLD_PROMISE);
+	assert_true(m.proof);
+	lease_facts ttl = {.here = 1, .new_ttl = 1};
+	m = lease_next(LEASE_HELD, LEASE_RENEW, &ttl);
+	expect(m, LEASE_HELD, LEASE_NEW_TTL, HOLD_COMMITTED); /* told once the ttl is durable */
+	assert_true(m.proof);
+	m = lease_next(LEASE_HELD, LEASE_ACQUIRE, &here);
+	expect(m, LEASE_HELD, LEASE_ADOPT, HOLD_PROMISE);
+	assert_true(m.proof);
+	expect(lease_next(LEASE_HELD, LEASE_RELEASE, &here), LEASE_RELEASED, LEASE_END_RELEASED,
+	       HOLD_COMMITTED);
+	expect(lease_next(LEASE_HELD, LEASE_UNDELIVERED, &here), LEASE_RELEASED, LEASE_END_RELEASED,
+	       HOLD_SILENT);
+	expect(lease_next(LEASE_HELD, LEASE_LEFT, &here), LEASE_HELD, LEASE_KEEP, HOLD_SILENT);
+	expect(lease_next(LEASE_HELD, LEASE_STOP, &here), LEASE_HELD, LEASE_KEEP, HOLD_SILENT);
+	expect(lease_next(LEASE_HELD, LEASE_GET, &here), LEASE_HELD, LEASE_KEEP, HOLD_READ);
+	/* expiry wins over the grace when both came */
+	lease_facts both = {.here = 1, .expired = 1, .grace_over = 1};
+	expect(lease_next(LEASE_HELD, LEASE_TIMER, &both), LEASE_EXPIRED, LEASE_END_EXPIRED,
+	       HOLD_SILENT);
+	lease_facts grace = {.here = 1, .grace_over = 1, .wait_over = 1};
+	expect(lease_next(LEASE_HELD, LEASE_TIMER, &grace), LEASE_RELEASED, LEASE_END_RELEASED,
+	       HOLD_SILENT);
+	lease_facts early = {.here = 1, .wait_over = 1};
+	expect(lease_next(LEASE_HELD, LEASE_TIMER, &early), LEASE_HELD, LEASE_KEEP, HOLD_SILENT);
+}
+
+static void test_lease_ended(void **state)
+{
+	(void)state;
+	lease_facts stored = {0};
+	hold_move m = lease_next(LEASE_EXPIRED, LEASE_RENEW, &stored);
+	expect(m, LEASE_EXPIRED, LEASE_KEEP, HOLD_REFUSE);
+	assert_int_equal(m.code, BATON_EGONE);
+	m = lease_next(LEASE_EXPIRED, LEASE_RELEASE, &stored);
+	assert_int_equal(m.code, BATON_EGONE);
+	m = lease_next(LEASE_RELEASED, LEASE_RENEW, &stored);
+	assert_int_equal(m.code, BATON_ECONFLICT);
+	assert_string_equal(m.why, "the lease has ended (released)");
+	m = lease_next(LEASE_ABANDONED, LEASE_RENEW, &stored);
+	assert_string_equal(m.why, "the lease has ended (abandoned)");
+	expect(lease_next(LEASE_RELEASED, LEASE_RELEASE, &stored), LEASE_RELEASED, LEASE_KEEP,
+	       HOLD_READ);
+	expect(lease_next(LEASE_ABANDONED, LEASE_ACQUIRE, &stored), LEASE_ABANDONED, LEASE_KEEP,
+	       HOLD_READ);
+	expect(lease_next(LEASE_EXPIRED, LEASE_GET, &here), LEASE_EXPIRED, LEASE_KEEP, HOLD_READ);
+}
+
+static void test_lease_driven_elsewhere(void **state)
+{
+	(void)state;
+	lease_facts there = {.elsewhere = 1};
+	lease_facts nobody = {0};
+	for (int s = LEASE_WAITING; s <= LEASE_HELD; s++) {
+		for (int ev = LEASE_ACQUIRE; ev <= LEASE_RELEASE; ev++) {
+			expect(lease_next(s, ev, &there), s, LEASE_KEEP, HOLD_PASS_ON);
+			expect(lease_next(s, ev, &nobody), s, LEASE_KEEP, HOLD_PASS_ON);
+		}
+		expect(lease_next(s, LEASE_GET, &there), s, LEASE_KEEP, HOLD_PASS_ON);
+		/* nobody else can be asked: read here, which promises nothing */
+		expect(lease_next(s, LEASE_GET, &nobody), s, LEASE_KEEP, HOLD_READ);
+		expect(lease_next(s, LEASE_TIMER, &there), s, LEASE_KEEP, HOLD_SILENT);
+	}
+}
+
+/* Over every state, event and combination of facts: the rules that keep one holder. */
+static void test_lease_rules_hold_everywhere(void **state)
+{
+	(void)state;
+	for (int s = LEASE_WAITING; s <= LEASE_ABANDONED; s++)
+		for (int ev = LEASE_ACQUIRE; ev <= LEASE_STOP; ev++)
+			for (int bits = 0; bits < 128; bits++) {
+				lease_facts f = {bits & 1,	bits >> 1 & 1, bits >> 2 & 1,
+						 bits >> 3 & 1, bits >> 4 & 1, bits >> 5 & 1,
+						 bits >> 6 & 1};
+				hold_move m = lease_next(s, ev, &f);
+				int ended = s >= LEASE_RELEASED;
+				/* a promise from memory is made only with proof */
+				if (m.answer == HOLD_PROMISE)
+					assert_true(m.proof);
+				/* only the queue's grant makes a holder, and it is told once
+				 * durable */
+				if (m.to == LEASE_HELD && s != LEASE_HELD)
+					assert_int_equal(ev, LEASE_GRANTED);
+				if (m.answer == HOLD_GRANT)
+					assert_int_equal(m.act, LEASE_START);
+				/* an ended lease never moves again, and only a node that keeps the
+				 * lease changes it */
+				if (ended || !f.here)
+					expect(m, s, LEASE_KEEP, m.answer);
+				/* a caller is always answered or kept waiting; besides the grant,
+				 * which answers the acquisition's caller, nothing else answers */
+				int caller = ev <= LEASE_GET;
+				if (caller)
+					assert_true(m.answer != HOLD_SILENT);
+				else if (ev != LEASE_GRANTED)
+					assert_int_equal(m.answer, HOLD_SILENT);
+				if (m.answer == HOLD_REFUSE)
+					assert_true(m.code != BATON_OK && m.why);
+				if (m.act == LEASE_LEAVE)
+					assert_true(m.why && m.to == LEASE_ABANDONED);
+			}
+	assert_string_equal(lease_state_name(LEASE_HELD), "held");
+	for (int s = LEASE_WAITING; s <= LEASE_ABANDONED; s++)
+		assert_int_equal(lease_state_of(lease_state_name(s)), s);
+}
+
+static void test_task_claimed(void **state)
+{
+	(void)state;
+	task_facts f = {.here = 1};
+	expect(task_next(TASK_READY, TASK_CLAIM, &f), TASK_CLAIMED, TASK_ASSIGN, HOLD_GRANT);
+	hold_move m = task_next(TASK_CLAIMED, TASK_HEARTBEAT, &f);
+	expect(m, TASK_CLAIMED, TASK_EXTEND, HOLD_PROMISE);
+	assert_true(m.proof);
+	expect(task_next(TASK_CLAIMED, TASK_COMPLETE, &f), TASK_OVER, TASK_END, HOLD_COMMITTED);
+	expect(task_next(TASK_CLAIMED, TASK_FAIL, &f), TASK_OVER, TASK_END, HOLD_COMMITTED);
+	expect(task_next(TASK_CLAIMED, TASK_UNCLAIM, &f), TASK_READY, TASK_OFFER, HOLD_SILENT);
+	expect(task_next(TASK_CLAIMED, TASK_TIMER, &f), TASK_CLAIMED, TASK_KEEP, HOLD_SILENT);
+	task_facts due = {.here = 1, .expired = 1};
+	expect(task_next(TASK_CLAIMED, TASK_TIMER, &due), TASK_OVER, TASK_END_EXPIRED, HOLD_SILENT);
+	/* a claimed attempt finishes on its own; only an unclaimed one ends with the cancel */
+	expect(task_next(TASK_CLAIMED, TASK_CANCEL, &f), TASK_CLAIMED, TASK_KEEP, HOLD_SILENT);
+	expect(task_next(TASK_READY, TASK_CANCEL, &f), TASK_OVER, TASK_END_CANCELLED, HOLD_SILENT);
+}
+
+static void test_task_not_claimed_here(void **state)
+{
+	(void)state;
+	task_facts f = {.here = 1}, stored = {0}, there = {.elsewhere = 1};
+	for (int ev = TASK_HEARTBEAT; ev <= TASK_FAIL; ev++) {
+		hold_move m = task_next(TASK_READY, ev, &f); /* given back: the old claimer */
+		expect(m, TASK_READY, TASK_KEEP, HOLD_REFUSE);
+		assert_int_equal(m.code, BATON_EGONE);
+		m = task_next(TASK_OVER, ev, &stored);
+		assert_int_equal(m.code, BATON_EGONE);
+		m = task_next(TASK_UNKNOWN, ev, &stored);
+		assert_int_equal(m.code, BATON_ENOTFOUND);
+		expect(task_next(TASK_OVER, ev, &there), TASK_OVER, TASK_KEEP, HOLD_PASS_ON);
+		/* a claimed attempt this node no longer keeps is not its to answer */
+		expect(task_next(TASK_CLAIMED, ev, &there), TASK_CLAIMED, TASK_KEEP, HOLD_PASS_ON);
+	}
+	expect(task_next(TASK_OVER, TASK_UNCLAIM, &stored), TASK_OVER, TASK_KEEP, HOLD_SILENT);
+	expect(task_next(TASK_OVER, TASK_TIMER, &f), TASK_OVER, TASK_KEEP, HOLD_SILENT);
+}
+
+static void test_task_rules_hold_everywhere(void **state)
+{
+	(void)state;
+	for (int s = TASK_READY; s <= TASK_UNKNOWN; s++)
+		for (int ev = TASK_HEARTBEAT; ev <= TASK_CANCEL; ev++)
+			for (int bits = 0; bits < 8; bits++) {
+				task_facts f = {bits & 1, bits >> 1 & 1, bits >> 2 & 1};
+				hold_move m = task_next(s, ev, &f);
+				if (m.answer == HOLD_PROMISE)
+					assert_true(m.proof);
+				if (m.to == TASK_CLAIMED && s != TASK_CLAIMED)
+					assert_int_equal(ev, TASK_CLAIM);
+				if (m.act != TASK_KEEP)
+					assert_true(f.here);
+				int caller = ev <= TASK_FAIL;
+				assert_true(caller ? m.answer != HOLD_SILENT
+						   : m.answer == HOLD_SILENT ||
+							 m.answer == HOLD_GRANT);
+				/* a worker's outcome is recorded only for the claimed attempt */
+				if (m.act == TASK_END)
+					assert_int_equal(s, TASK_CLAIMED);
+			}
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test(test_lease_waiting),
+	    cmocka_unit_test(test_lease_held),
+	    cmocka_unit_test(test_lease_ended),
+	    cmocka_unit_test(test_lease_driven_elsewhere),
+	    cmocka_unit_test(test_lease_rules_hold_everywhere),
+	    cmocka_unit_test(test_task_claimed),
+	    cmocka_unit_test(test_task_not_claimed_here),
+	    cmocka_unit_test(test_task_rules_hold_everywhere),
+	};
+	return cmocka_run_group_tests_name("holds", tests, NULL, NULL);
+}
