@@ -23,6 +23,7 @@
 #include <stdio.h>
 
 #include <jansson.h>
+#include <signal.h>
 
 #include "../common/sse_lines.h"
 
@@ -225,6 +226,26 @@ struct cli {
 	http *http;
 	int json; /* --json: print the server's JSON instead of human output */
 };
+
+/* Whether a SIGTSTP would stop this process: not when its process group is orphaned (no
+ * parent in another group of its session, a shell, to continue it), which the kernel then
+ * spares the stop. */
+int job_can_stop(void);
+/*
+ * Stops this process as Ctrl-Z stops a job (SIGTSTP at its default action) until something
+ * continues it, while a keeper, a child in its process group with a connection of its own
+ * (a clone of cli's), calls keep(kc, shared, arg) every 20 ms: a renewal or a heartbeat that
+ * the stopped process cannot send. shared is a copy of state (size bytes) in memory both
+ * see, copied back into state at the end. The keeper ends when this process runs again, or
+ * when keep returns nonzero (what was kept is lost, and keep has acted on it), and then
+ * continues this process. *ending: this process's flag of an ending signal (SIGINT,
+ * SIGTERM, SIGHUP, SIGQUIT), which the keeper clears in its copy and watches. Returns 1
+ * when keep gave up, 0 when continued otherwise, -1 when no keeper could be started
+ * (nothing stopped).
+ */
+int job_stop_with_keeper(struct cli *cli, void *state, size_t size,
+			 int (*keep)(struct cli *kc, void *shared, void *arg), void *arg,
+			 volatile sig_atomic_t *ending);
 
 /*
  * watch.c: appends the line that `watch` and `events` print for the event ev of type

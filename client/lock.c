@@ -547,13 +547,21 @@ static void end_group(struct group *g, long long now, long long grace)
 	g->kill_at = now + grace;
 }
 
-/* Whether a SIGTSTP would stop baton lock: not when its process group is orphaned (no
- * parent in another group of its session, a shell, to continue it), which the kernel
- * then spares the stop. */
-static int can_stop(void)
+/* What the keeper renews with, and stops on loss, while baton lock is stopped (suspend). */
+struct keeper {
+	const struct lock_opts *o;
+	const struct group *g;
+};
+
+/* One turn of the keeper: renews the lease (shared) when due; nonzero when it was lost,
+ * after ending the command's group. */
+static int keep(struct cli *kc, void *shared, void *arg)
 {
-	pid_t parent = getppid();
-	return getsid(parent) == getsid(0) && getpgid(parent) != getpgrp();
+	const struct keeper *k = arg;
+	if (keep_lease(kc, k->o, shared, monotonic_ms()) != LOST)
+		return 0;
+	signal_group(k->g, SIGTERM);
+	return 1;
 }
 
 /*
@@ -568,61 +576,18 @@ static int can_stop(void)
 static int suspend(struct cli *cli, const struct lock_opts *o, struct lease *l, struct group *g)
 {
 	tty_take_back(g->pgid);
-	if (!can_stop())
+	if (!job_can_stop())
 		return 0; /* nobody to continue us: keep renewing until the command continues */
-	struct lease *shared =
-	    mmap(NULL, sizeof *shared, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-	struct cli keeper_cli = *cli;
-	keeper_cli.http = http_clone(cli->http);
-	if (shared == MAP_FAILED || !keeper_cli.http) {
-		if (shared != MAP_FAILED)
-			munmap(shared, sizeof *shared);
-		http_free(keeper_cli.http);
+	struct keeper k = {o, g};
+	int lost = job_stop_with_keeper(cli, l, sizeof *l, keep, &k, &got_signal);
+	if (lost < 0)
 		return 0; /* stays in the foreground of its shell, renewing */
-	}
-	*shared = *l;
-	fflush(stderr);
-	/* The stopping signals stay blocked across the fork: one that reaches the keeper before
-	 * it has cleared got_signal (a shell's `kill %1` right after the stop) must still end
-	 * it, not be cleared with the copy of baton lock's flag. */
-	sigset_t stops, old;
-	sigemptyset(&stops);
-	sigaddset(&stops, SIGINT);
-	sigaddset(&stops, SIGTERM);
-	sigaddset(&stops, SIGHUP);
-	sigprocmask(SIG_BLOCK, &stops, &old);
-	pid_t keeper = fork();
-	if (keeper == 0) {
-		got_signal = 0;
-		sigprocmask(SIG_SETMASK, &old, NULL);
-		while (!got_signal) { /* baton lock ends it once continued */
-			if (keep_lease(&keeper_cli, o, shared, monotonic_ms()) == LOST) {
-				signal_group(g, SIGTERM);
-				kill(getppid(), SIGCONT);
-				_exit(1);
-			}
-			sleep_ms(20);
-		}
-		_exit(0);
-	}
-	sigprocmask(SIG_SETMASK, &old, NULL);
-	http_free(keeper_cli.http);
-	int ws = 0;
-	if (keeper > 0) {
-		raise(SIGTSTP); /* returns once continued: `fg`, `bg`, or the keeper */
-		kill(keeper, SIGTERM);
-		while (waitpid(keeper, &ws, 0) < 0 && errno == EINTR)
-			;
-		*l = *shared;
-	}
-	munmap(shared, sizeof *shared);
-	int lost = keeper > 0 && !(WIFEXITED(ws) && WEXITSTATUS(ws) == 0);
-	if (!lost) {
+	if (lost == 0) {
 		if (tty >= 0 && tcgetpgrp(tty) == getpgrp()) /* `fg`; not after `bg` */
 			tty_give(g->pgid);
 		kill(-g->pgid, SIGCONT);
 	}
-	return lost;
+	return lost == 1;
 }
 
 /* Runs the command under the lease until nothing of its group is left; returns baton

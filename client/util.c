@@ -5,10 +5,14 @@
  * caller's default instead of a crash, so that a newer server never breaks an older client.
  */
 #include <errno.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "client.h"
 
@@ -248,6 +252,71 @@ int parse_duration(const char *s, long long max_ms, long long *ms)
 		return 0;
 	}
 	return -1;
+}
+
+int job_can_stop(void)
+{
+	pid_t parent = getppid();
+	return getsid(parent) == getsid(0) && getpgid(parent) != getpgrp();
+}
+
+int job_stop_with_keeper(struct cli *cli, void *state, size_t size,
+			 int (*keep)(struct cli *kc, void *shared, void *arg), void *arg,
+			 volatile sig_atomic_t *ending)
+{
+	void *shared = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	struct cli kc = *cli;
+	kc.http = http_clone(cli->http);
+	if (shared == MAP_FAILED || !kc.http) {
+		if (shared != MAP_FAILED)
+			munmap(shared, size);
+		http_free(kc.http);
+		return -1;
+	}
+	memcpy(shared, state, size);
+	fflush(stdout);
+	fflush(stderr);
+	/* The ending signals stay blocked across the fork: one that reaches the keeper before
+	 * it cleared its copy of *ending (a shell's `kill %1` right after the stop) must still
+	 * end it, not be cleared with that copy. */
+	sigset_t ends, old;
+	sigemptyset(&ends);
+	sigaddset(&ends, SIGINT);
+	sigaddset(&ends, SIGTERM);
+	sigaddset(&ends, SIGHUP);
+	sigaddset(&ends, SIGQUIT);
+	sigprocmask(SIG_BLOCK, &ends, &old);
+	pid_t keeper = fork();
+	if (keeper == 0) {
+		*ending = 0;
+		sigprocmask(SIG_SETMASK, &old, NULL);
+		while (!*ending) { /* ended once its parent runs again */
+			if (keep(&kc, shared, arg)) {
+				kill(getppid(), SIGCONT);
+				_exit(1);
+			}
+			sleep_ms(20);
+		}
+		_exit(0);
+	}
+	sigprocmask(SIG_SETMASK, &old, NULL);
+	http_free(kc.http);
+	int lost = -1;
+	if (keeper > 0) {
+		struct sigaction dfl = {.sa_handler = SIG_DFL}, was;
+		sigemptyset(&dfl.sa_mask);
+		sigaction(SIGTSTP, &dfl, &was);
+		raise(SIGTSTP); /* returns once continued: `fg`, `bg`, `kill %1`, or the keeper */
+		sigaction(SIGTSTP, &was, NULL);
+		kill(keeper, SIGTERM);
+		int ws = 0;
+		while (waitpid(keeper, &ws, 0) < 0 && errno == EINTR)
+			;
+		lost = !(WIFEXITED(ws) && WEXITSTATUS(ws) == 0);
+		memcpy(state, shared, size);
+	}
+	munmap(shared, size);
+	return lost;
 }
 
 long long monotonic_ms(void)

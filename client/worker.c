@@ -17,10 +17,21 @@
  * third of the ttl or more is heartbeaten before the command starts. When it ends,
  * exit status 0 completes the task with its stdout (JSON when it parses, else the text
  * as a string); any other status fails it (retryable) with the status and the last lines
- * of its stderr. SIGINT or SIGTERM: the command gets it, its outcome is reported, and the
- * loop ends (exit 0). --once: one task, then exit 0 if it completed, 1 if not; when no
- * task came within --wait (default 60 s; each claim's long poll shortened to what is
- * left of it), EXIT_NOT_ACQUIRED, as baton lock does when no lease came: nothing ran.
+ * of its stderr. SIGINT, SIGTERM, SIGHUP or SIGQUIT (Ctrl-C, Ctrl-\ in a terminal, whose
+ * foreground group is the worker's: the command reads its task, not the terminal): the
+ * command gets it, its outcome is reported, and the loop ends (exit 0).
+ *
+ * Ctrl-Z (SIGTSTP) while a command runs stops the command's group and then the worker, so
+ * that the shell sees its job stopped and gives its prompt back; `fg` continues the
+ * worker, which continues the command. A stopped worker cannot heartbeat, so a keeper, a
+ * child in the worker's group with its own connection and the claim in shared memory,
+ * heartbeats meanwhile, as baton lock's keeper renews its lease (lock.c): a stopped
+ * command keeps its claim, and one whose claim is lost meanwhile is ended (TERM) and the
+ * worker continued. Without a command running, Ctrl-Z simply stops the worker: a claim
+ * answered while it is stopped is heartbeaten before its command starts, as any late one. --once:
+ * one task, then exit 0 if it completed, 1 if not; when no task came within --wait (default 60 s;
+ * each claim's long poll shortened to what is left of it), EXIT_NOT_ACQUIRED, as baton lock does
+ * when no lease came: nothing ran.
  *
  * In a cluster a claim naming its resource is passed on to the node that drives it, but a
  * node has only the tasks of the resources it drives: without --resource and with several
@@ -42,11 +53,28 @@
 #define ERR_TAIL   2048
 #define CLAIM_WAIT 30000
 
-static volatile sig_atomic_t stop_signal;
+/* stop_signal: the last ending signal not yet passed to the command; stopping: one came,
+ * and the loop ends after this task; stop_asked: a SIGTSTP while a command runs. */
+static volatile sig_atomic_t stop_signal, stopping, stop_asked;
 
 static void on_stop(int sig)
 {
 	stop_signal = sig;
+	stopping = 1;
+}
+
+static void on_tstp(int sig)
+{
+	(void)sig;
+	stop_asked = 1;
+}
+
+/* SIGTSTP: noted while a command runs (on), the default (a plain stop) otherwise. */
+static void catch_tstp(int on)
+{
+	struct sigaction sa = {.sa_handler = on ? on_tstp : SIG_DFL};
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGTSTP, &sa, NULL);
 }
 
 struct worker_opts {
@@ -133,6 +161,9 @@ static pid_t spawn(char **command, const json_t *task, struct run *r)
 		setpgid(0, 0);
 		signal(SIGINT, SIG_DFL);
 		signal(SIGTERM, SIG_DFL);
+		signal(SIGHUP, SIG_DFL);
+		signal(SIGQUIT, SIG_DFL);
+		signal(SIGTSTP, SIG_DFL);
 		signal(SIGPIPE, SIG_DFL);
 		dup2(in[0], 0);
 		dup2(out[1], 1);
@@ -283,12 +314,43 @@ static enum beat keep_claim(struct cli *cli, struct claim *c, long long now)
 static int confirm_claim(struct cli *cli, struct claim *c)
 {
 	enum beat b = monotonic_ms() >= c->next ? BEAT_KEPT : BEAT_RENEWED;
-	while (b == BEAT_KEPT && !stop_signal) {
+	while (b == BEAT_KEPT && !stopping) {
 		b = keep_claim(cli, c, monotonic_ms());
 		if (b == BEAT_KEPT)
 			sleep_ms(20);
 	}
 	return b == BEAT_LOST ? -1 : 0;
+}
+
+/* One turn of the keeper while the worker is stopped (suspend): heartbeats the claim
+ * (shared) when due; nonzero when it was lost, after ending the command's group (arg). */
+static int keep(struct cli *kc, void *shared, void *arg)
+{
+	const pid_t *pgid = arg;
+	if (keep_claim(kc, shared, monotonic_ms()) != BEAT_LOST)
+		return 0;
+	kill(-*pgid, SIGTERM);
+	kill(-*pgid, SIGCONT);
+	return 1;
+}
+
+/*
+ * Ctrl-Z while the command (group pgid) runs: the command's group is stopped, then the
+ * worker, while a keeper (a child in the worker's own group, with its own connection and the
+ * claim in shared memory) heartbeats; once the worker is continued (`fg`, `bg`, a shell's
+ * `kill %1`, or the keeper) the keeper ends and the command is continued. A claim lost
+ * meanwhile: the keeper ends the command's group (TERM) and continues the worker. Returns 1
+ * then. When nobody could continue the worker (its group orphaned) nothing stops.
+ */
+static int suspend(struct cli *cli, struct claim *c, pid_t pgid)
+{
+	if (!job_can_stop())
+		return 0;
+	kill(-pgid, SIGTSTP);
+	int lost = job_stop_with_keeper(cli, c, sizeof *c, keep, &pgid, &stopping);
+	if (lost <= 0)
+		kill(-pgid, SIGCONT);
+	return lost == 1;
 }
 
 /* Runs one task claimed by a request sent at `sent`; 1 when it completed, 0 when not. */
@@ -321,10 +383,23 @@ static int run_task(struct cli *cli, const struct worker_opts *o, const json_t *
 	}
 	long long kill_at = 0;
 	int ws = 0, lost = 0;
+	stop_asked = 0;
+	catch_tstp(1);
 	while (waitpid(pid, &ws, WNOHANG) != pid) {
-		if (stop_signal && !lost) {
+		if (stop_asked && !lost) {
+			stop_asked = 0;
+			if (suspend(cli, &c, pid)) {
+				fprintf(stderr,
+					"baton: worker: the claim of %s was lost while stopped; "
+					"stopping the command\n",
+					c.id);
+				lost = 1;
+				kill_at = monotonic_ms() + c.ttl / 6;
+			}
+		}
+		if (stop_signal && !lost) { /* each signal once: a second Ctrl-C is a second */
 			kill(-pid, stop_signal);
-			stop_signal = stop_signal == SIGKILL ? 0 : stop_signal;
+			stop_signal = 0;
 		}
 		pump(&r, 20);
 		long long now = monotonic_ms();
@@ -337,6 +412,7 @@ static int run_task(struct cli *cli, const struct worker_opts *o, const json_t *
 			lost = 2;
 		}
 	}
+	catch_tstp(0);
 	while (r.fd_out >= 0 || r.fd_err >= 0) /* what it wrote before it ended */
 		pump(&r, 100);
 	if (r.fd_in >= 0)
@@ -364,6 +440,8 @@ int cmd_worker(struct cli *cli, int argc, char **argv)
 	sigemptyset(&sa.sa_mask);
 	sigaction(SIGINT, &sa, NULL);
 	sigaction(SIGTERM, &sa, NULL);
+	sigaction(SIGHUP, &sa, NULL);
+	sigaction(SIGQUIT, &sa, NULL);
 	signal(SIGPIPE, SIG_IGN);
 	/* a claim answered to nobody is given back by the server; heartbeats, completions
 	 * and failures sent twice are refused the second time (410), never applied twice */
@@ -373,7 +451,7 @@ int cmd_worker(struct cli *cli, int argc, char **argv)
 	 * claims go round the servers, each long poll a share of CLAIM_WAIT. */
 	size_t servers = http_server_count(cli->http);
 	int round = !o.resource && servers > 1;
-	while (!stop_signal) {
+	while (!stopping) {
 		long long wait = round ? CLAIM_WAIT / (long long)servers : CLAIM_WAIT,
 			  left = deadline - monotonic_ms();
 		if (o.once && left < wait)

@@ -7,8 +7,10 @@
  * is driven by tests/http/tty_drive.py (python3), which plays the shell: session
  * leader, baton lock in a group of its own given the terminal, keystrokes written to
  * the pty's master side; it prints what it saw as JSON. Without a terminal nothing
- * changed (test_lock). And `baton worker --once`: with no task it waits at most --wait,
- * then exits 75 without running anything.
+ * changed (test_lock). And `baton worker`, the terminal's foreground job itself (its
+ * command reads the task, not the terminal): Ctrl-Z stops the command and the worker
+ * while the claim is kept, and `fg` resumes both; Ctrl-\ reaches the command; `--once`
+ * with no task waits at most --wait, then exits 75 without running anything.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -185,7 +187,52 @@ static void test_sigterm_ends_a_stopped_command(void **state)
 	json_decref(r);
 }
 
-/* ---- baton worker --once ---- */
+/* ---- baton worker ---- */
+
+static void submit_external(const hs_server *s)
+{
+	json_decref(hs_create_workflow(s, json_pack("{s:s, s:s, s:[{s:s, s:b}], s:{s:i}}", "id",
+						    "w1", "resource", "db", "workers", "name", "tw",
+						    "external", 1, "retry", "max_attempts", 1)));
+}
+
+/* Ctrl-Z while the command runs: the command and the worker stopped, the claim kept for
+ * three ttls (heartbeaten by the keeper), then `fg` resumes the command, which completes
+ * the task in its first attempt. The old worker stopped alone: its command ran on
+ * unwatched, the claim expired and the step failed. */
+static void test_worker_ctrl_z_keeps_the_claim_until_fg(void **state)
+{
+	hs_server *s = *state;
+	submit_external(s);
+	json_t *r = drive(s, "wstop");
+	assert_true(json_is_true(json_object_get(r, "worker_stopped")));
+	assert_string_equal(hs_str(r, "cmd_state"), "T");
+	json_t *st = json_object_get(r, "step_while_stopped");
+	assert_string_equal(hs_str(st, "status"), "running");
+	assert_int_equal(hs_int(st, "attempts"), 1);
+	assert_int_equal(hs_int(r, "status"), 0);
+	st = json_object_get(r, "step");
+	assert_string_equal(hs_str(st, "status"), "completed");
+	assert_int_equal(hs_int(st, "attempts"), 1);
+	assert_string_equal(hs_str(st, "result"), "done");
+	json_decref(r);
+}
+
+/* Ctrl-\ goes to the worker, the terminal's foreground job, which passes it to the command:
+ * the command ends (131), its failure is reported, and the worker exits 1 (--once). The
+ * old worker died of the SIGQUIT and left its command running. */
+static void test_worker_ctrl_backslash_reaches_the_command(void **state)
+{
+	hs_server *s = *state;
+	submit_external(s);
+	json_t *r = drive(s, "wquit");
+	assert_int_equal(hs_int(r, "status"), 1);
+	assert_true(json_is_false(json_object_get(r, "cmd_alive")));
+	json_t *st = json_object_get(r, "step");
+	assert_string_equal(hs_str(st, "status"), "failed");
+	assert_non_null(strstr(hs_str(st, "error"), "exit status 131"));
+	json_decref(r);
+}
 
 /* The old worker waited forever for a task (and did not know --wait). */
 static void test_worker_once_waits_at_most_wait(void **state)
@@ -218,6 +265,10 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_ctrl_c_ends_the_command_with_130, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_ctrl_z_keeps_the_lease_until_fg, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_sigterm_ends_a_stopped_command, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_worker_ctrl_z_keeps_the_claim_until_fg, setup,
+					    teardown),
+	    cmocka_unit_test_setup_teardown(test_worker_ctrl_backslash_reaches_the_command, setup,
+					    teardown),
 	    cmocka_unit_test_setup_teardown(test_worker_once_waits_at_most_wait, setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

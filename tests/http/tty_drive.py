@@ -3,8 +3,11 @@
 # runs a foreground job (this process is the session leader, baton lock its own group,
 # given the terminal), types at it, and prints what it saw as one JSON object.
 # MODE: line (a line read by the command), intr (Ctrl-C during `sleep 30`), stop (Ctrl-Z,
-# six seconds stopped, then `fg` and a line), kill (Ctrl-Z, then `kill %1`). Pids go to
-# DIR/baton.pid and DIR/cmd.pid; everything is bounded by 60 s and killed on failure.
+# six seconds stopped, then `fg` and a line), kill (Ctrl-Z, then `kill %1`). And for
+# `BATON worker --worker tw --once --ttl 2s -- sh -c ...` (a task of workflow w1 waits):
+# wstop (Ctrl-Z while the command runs, six seconds stopped, then `fg`; the command ends
+# once DIR/go exists) and wquit (Ctrl-\ during `sleep 30`). Pids go to DIR/baton.pid and
+# DIR/cmd.pid; everything is bounded by 60 s and killed on failure.
 import fcntl, json, os, select, signal, sys, termios, time, urllib.request
 
 mode, baton, url, d = sys.argv[1:5]
@@ -40,6 +43,31 @@ def pump(master, until, text):
                 pass
 
 
+def get(path):
+    with urllib.request.urlopen(url + path, timeout=10) as r:
+        return json.load(r)
+
+
+def wait_file(name, until):
+    while not os.path.exists(os.path.join(d, name)):
+        if time.monotonic() > until:
+            raise TimeoutError("no %s" % name)
+        time.sleep(0.05)
+
+
+def state_of(p):
+    with open("/proc/%d/stat" % p) as f:
+        return f.read().rsplit(")", 1)[1].split()[0]
+
+
+def alive(p):
+    try:
+        os.kill(p, 0)
+        return state_of(p) != "Z"
+    except OSError:
+        return False
+
+
 def wait_pid(flags, until):
     while time.monotonic() < until:
         w, ws = os.waitpid(pid, flags | os.WNOHANG)
@@ -54,17 +82,24 @@ def run(master, slave):
     sh = {"line": 'echo $$ > %s/cmd.pid; echo ready; read x; echo "got $x"',
           "intr": "echo $$ > %s/cmd.pid; echo ready; sleep 30",
           "stop": 'echo $$ > %s/cmd.pid; echo ready; read x; echo "got $x"',
-          "kill": 'echo $$ > %s/cmd.pid; echo ready; read x; echo "got $x"'}[mode] % d
+          "kill": 'echo $$ > %s/cmd.pid; echo ready; read x; echo "got $x"',
+          "wstop": "echo $$ > {0}/cmd.pid; touch {0}/ready; "
+                   "while [ ! -e {0}/go ]; do sleep 0.1; done; echo done",
+          "wquit": "echo $$ > {0}/cmd.pid; touch {0}/ready; sleep 30"}[mode]
+    sh = sh.format(d) if mode.startswith("w") else sh % d
+    args = [baton, "--server", url, "lock", "db", "--ttl", "2s", "--", "sh", "-c", sh]
+    if mode.startswith("w"):
+        args = [baton, "--server", url, "worker", "--worker", "tw", "--once", "--ttl", "2s",
+                "--", "sh", "-c", sh]
     pid = os.fork()
     if pid == 0:
         os.setpgid(0, 0)
         os.tcsetpgrp(slave, os.getpid())
-        for s in (signal.SIGTTOU, signal.SIGPIPE, signal.SIGINT):
+        for s in (signal.SIGTTOU, signal.SIGPIPE, signal.SIGINT, signal.SIGQUIT):
             signal.signal(s, signal.SIG_DFL)
         for fd in (0, 1, 2):
             os.dup2(slave, fd)
-        os.execv(baton, [baton, "--server", url, "lock", "db", "--ttl", "2s", "--",
-                         "sh", "-c", sh])
+        os.execv(baton, args)
     with open(os.path.join(d, "baton.pid"), "w") as f:
         f.write("%d\n" % pid)
     try:
@@ -73,6 +108,9 @@ def run(master, slave):
         pass
     os.tcsetpgrp(slave, pid)  # a shell's foreground job
     until = start + 60
+    if mode.startswith("w"):
+        worker(master, slave, until)
+        return
     pump(master, until, "ready")
     out["held"] = holder()
     if mode == "line":
@@ -116,6 +154,34 @@ def run(master, slave):
     out["held_after"] = holder()
 
 
+def worker(master, slave, until):
+    global pid
+    wait_file("ready", until)
+    wait_file("cmd.pid", until)
+    if mode == "wquit":
+        os.write(master, b"\x1c")
+    else:
+        os.write(master, b"\x1a")
+        out["phase"] = "waiting for baton worker to stop"
+        ws = wait_pid(os.WUNTRACED, until)
+        out["worker_stopped"] = os.WIFSTOPPED(ws)
+        os.tcsetpgrp(slave, os.getpgrp())  # the shell takes its terminal back
+        out["cmd_state"] = state_of(pid_of("cmd.pid"))
+        t = time.monotonic()
+        while time.monotonic() < t + 6:  # three ttls: the claim expired unless heartbeaten
+            time.sleep(0.2)
+        out["step_while_stopped"] = get("/workflows/w1")["steps"][0]
+        os.tcsetpgrp(slave, pid)  # fg
+        os.killpg(pid, signal.SIGCONT)
+        open(os.path.join(d, "go"), "w").close()
+    out["phase"] = "waiting for baton worker to exit"
+    out["status"] = os.waitstatus_to_exitcode(wait_pid(0, until))
+    pid = -pid
+    os.tcsetpgrp(slave, os.getpgrp())
+    out["cmd_alive"] = alive(pid_of("cmd.pid"))
+    out["step"] = get("/workflows/w1")["steps"][0]
+
+
 def main():
     signal.signal(signal.SIGTTOU, signal.SIG_IGN)
     master, slave = os.openpty()
@@ -126,10 +192,10 @@ def main():
         out["error"] = repr(e)
         out["output"] = seen.decode(errors="replace")
     finally:
-        for p in (pid, pid_of("cmd.pid")):  # what a failed run left
-            if p > 0:
+        for p, kill in ((pid, os.kill), (pid_of("cmd.pid"), os.killpg)):  # what a failed
+            if p > 0:                                                 # run left
                 try:
-                    os.kill(p, signal.SIGKILL)
+                    kill(p, signal.SIGKILL)
                 except OSError:
                     pass
     print(json.dumps(out), flush=True)
