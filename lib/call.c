@@ -204,6 +204,41 @@ static int on_progress(void *ud, curl_off_t a, curl_off_t b, curl_off_t c, curl_
 	return in->aborted(in->sleep_ctx) ? 1 : 0;
 }
 
+/* Whether this node may have lost the resource since the grant: its lease may have run out
+ * (in->send_by), and another node may hold the resource now. */
+static int too_late(const step_input *in)
+{
+	return in->send_by && mono_ms() >= in->send_by;
+}
+
+/* The request not sent because it was too late: worth another attempt, on whichever node
+ * holds the resource then. */
+static void not_sent(step_output *out)
+{
+	out->retryable = 1;
+	snprintf(out->error, sizeof out->error,
+		 "not sent: this node's lease may have run out since the grant");
+}
+
+/* The call's own state for the callback below. */
+typedef struct send_check {
+	const step_input *in;
+	int late; /* the request was held back: too_late once connected */
+} send_check;
+
+/* Once the connection is up (and TLS too), right before the request goes out: a connect
+ * that took until this node lost its proof sends nothing, or the request would reach the
+ * resource with the token of a holder that may have been replaced. */
+static int on_prereq(void *ud, char *remote_ip, char *local_ip, int remote_port, int local_port)
+{
+	send_check *sc = ud;
+	(void)remote_ip, (void)local_ip, (void)remote_port, (void)local_port;
+	if (!too_late(sc->in))
+		return CURL_PREREQFUNC_OK;
+	sc->late = 1;
+	return CURL_PREREQFUNC_ABORT;
+}
+
 static struct curl_slist *add_header(struct curl_slist *list, const char *name, const char *value)
 {
 	char line[1024];
@@ -285,7 +320,7 @@ static int call_options(CURL *c, const step_input *in, const json_t *call, const
 
 /* Runs the prepared transfer and turns its outcome into out. */
 static void perform(CURL *c, const step_input *in, const char *url, response_buf *b,
-		    step_output *out)
+		    const send_check *sc, step_output *out)
 {
 	int64_t t0 = mono_ms();
 	CURLcode rc = cu.easy_perform(c);
@@ -297,7 +332,9 @@ static void perform(CURL *c, const step_input *in, const char *url, response_buf
 	if (cu.easy_getinfo(c, CURLINFO_CONTENT_TYPE, &content_type) != CURLE_OK)
 		content_type = NULL;
 	out->duration_ms = latency;
-	if (rc == CURLE_ABORTED_BY_CALLBACK) {
+	if (rc == CURLE_ABORTED_BY_CALLBACK && sc->late) {
+		not_sent(out);
+	} else if (rc == CURLE_ABORTED_BY_CALLBACK) {
 		out->aborted = 1;
 	} else if (rc != CURLE_OK) {
 		out->retryable = 1;
@@ -328,20 +365,22 @@ void call_run(const step_input *in, step_output *out)
 	CURL *c = cu.easy_init();
 	struct curl_slist *headers = c ? request_headers(in, call, payload != NULL) : NULL;
 	char refused[160] = "";
+	send_check sc = {in, 0};
 	out->detail = json_pack("{s:s, s:s, s:I, s:n}", "method", method, "url", url, "latency_ms",
 				(json_int_t)0, "http_status");
-	if (!c || call_options(c, in, call, payload, headers, &b, refused, sizeof refused)) {
+	if (!c || call_options(c, in, call, payload, headers, &b, refused, sizeof refused) ||
+	    SETOPT(c, CURLOPT_PREREQFUNCTION, on_prereq, refused, sizeof refused) || /* 7.80.0 */
+	    SETOPT(c, CURLOPT_PREREQDATA, &sc, refused, sizeof refused)) {
 		out->retryable = 1; /* nothing was sent */
 		snprintf(out->error, sizeof out->error, "%s",
 			 c ? refused : "curl_easy_init failed");
-	} else if (in->send_by && mono_ms() >= in->send_by) {
+	} else if (too_late(in)) {
 		/* This node was stopped or starved past its lease: another node may hold the
-		 * resource now, so nothing is sent (the call would reach it with an old token). */
-		out->retryable = 1;
-		snprintf(out->error, sizeof out->error,
-			 "not sent: this node's lease may have run out since the grant");
+		 * resource now, so nothing is sent (the call would reach it with an old token);
+		 * on_prereq checks again once connected. */
+		not_sent(out);
 	} else {
-		perform(c, in, url, &b, out);
+		perform(c, in, url, &b, &sc, out);
 	}
 	utf8_trim(out->error); /* snprintf may have cut the URL inside a character */
 	cu.slist_free_all(headers);

@@ -22,6 +22,10 @@
 #include <string.h>
 #include <signal.h>
 #include <pthread.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -160,6 +164,109 @@ static void test_cut_node_promises_nothing_it_cannot_keep(void **state)
 	assert_true(last_ok + TTL_MS <= granted);
 	json_decref(first);
 	json_decref(second);
+}
+
+/* A resource whose connects hang: a listening socket (backlog 0) whose one queue slot a
+ * first connection fills, so that the kernel drops the SYNs of the next connect until the
+ * test accepts that first one. Returns the listener; *port, *filler set. */
+static int hanging_listener(int *port, int *filler)
+{
+	int l = socket(AF_INET, SOCK_STREAM, 0);
+	struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	socklen_t len = sizeof a;
+	assert_true(l >= 0);
+	assert_int_equal(bind(l, (struct sockaddr *)&a, sizeof a), 0);
+	assert_int_equal(listen(l, 0), 0);
+	assert_int_equal(getsockname(l, (struct sockaddr *)&a, &len), 0);
+	*port = ntohs(a.sin_port);
+	*filler = socket(AF_INET, SOCK_STREAM, 0);
+	assert_int_equal(connect(*filler, (struct sockaddr *)&a, sizeof a), 0);
+	return l;
+}
+
+/* The bytes that arrive on the next connection to l within ms, until its end or the end
+ * of a request's head: 0 when none came, -1 when no connection came. */
+static long bytes_on_next(int l, int ms)
+{
+	struct pollfd p = {.fd = l, .events = POLLIN};
+	if (poll(&p, 1, ms) != 1)
+		return -1;
+	int fd = accept(l, NULL, NULL);
+	assert_true(fd >= 0);
+	long total = 0;
+	char buf[8192];
+	for (int64_t end = hs_mono_ms() + ms; hs_mono_ms() < end;) {
+		struct pollfd q = {.fd = fd, .events = POLLIN};
+		if (poll(&q, 1, 200) != 1)
+			continue;
+		ssize_t n = read(fd, buf + total, sizeof buf - 1 - (size_t)total);
+		if (n <= 0)
+			break;
+		total += n;
+		buf[total] = 0;
+		if (strstr(buf, "\r\n\r\n") || total == sizeof buf - 1)
+			break;
+	}
+	close(fd);
+	return total;
+}
+
+struct renewing {
+	const hs_server *s;
+	const char *path;
+};
+
+static bool renewal_refused(void *arg)
+{
+	const struct renewing *r = arg;
+	return call(r->s, "POST", r->path, NULL, NULL) == 503;
+}
+
+/* An HTTP step whose connect took until after its node lost the proof that it drives the
+ * resource sends nothing: the request would reach the resource with the token of a holder
+ * another node may have replaced. Before, send_by was checked only before connecting, and
+ * the request went out once the connect succeeded. One node (a cluster of one on
+ * PostgreSQL), so that no other node's attempt comes to the resource meanwhile. */
+static void test_late_connect_sends_nothing(void **state)
+{
+	SKIP_UNLESS_PG();
+	cluster *c = *state;
+	int port, filler, l = hanging_listener(&port, &filler);
+	char allow[64], url[80];
+	snprintf(allow, sizeof allow, "http://127.0.0.1:%d/", port);
+	snprintf(url, sizeof url, "http://127.0.0.1:%d/op", port);
+	const char *const extra[] = {"--allow-call", allow, NULL};
+	assert_int_equal(cl_open_proxied(c, 1, LEASE_MS, extra), 0);
+	assert_true(cl_wait_balanced(c, 0, 1, WAIT_MS));
+	unsigned long long avoid = 0;
+	char res[64], other[64], path[200], body[256];
+	cl_pick_resource(c, 0, "late", &avoid, res, sizeof res);
+	cl_pick_resource(c, 0, "probe", &avoid, other, sizeof other);
+	/* a lease through node 0, whose renewals say when node 0 has lost its proof */
+	snprintf(path, sizeof path, "/resources/%s/leases", other);
+	json_t *lease;
+	assert_int_equal(call(c->node[0], "POST", path, "{\"holder\": \"probe\"}", &lease), 201);
+	char renew[200];
+	snprintf(renew, sizeof renew, "/leases/%s/renew", hs_str(lease, "id"));
+	json_decref(lease);
+
+	snprintf(body, sizeof body,
+		 "{\"id\": \"late-1\", \"resource\": \"%s\", \"workers\": [\"w\"], \"call\":"
+		 " {\"url\": \"%s\"}, \"retry\": {\"max_attempts\": 1}}",
+		 res, url);
+	assert_int_equal(call(c->node[0], "POST", "/workflows", body, NULL), 201);
+	json_decref(hs_wait_step(c->node[0], "late-1", 0, "running", WAIT_MS)); /* connecting */
+	cl_cut(c, 0);
+	struct renewing r = {c->node[0], renew};
+	assert_true(hs_wait_until(renewal_refused, &r, WAIT_MS));
+	close(filler); /* ... and the slot is free: the step's next SYN gets through */
+	int fd = accept(l, NULL, NULL);
+	assert_true(fd >= 0);
+	close(fd);
+	long sent = bytes_on_next(l, 20000);
+	print_message("bytes of the step's request that reached the resource: %ld\n", sent);
+	assert_int_equal(sent, 0);
+	close(l);
 }
 
 /* Moves partition p, in the database, to a live node "elsewhere" (as its claim would leave
@@ -700,6 +807,7 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_refused_changes_are_not_answered_done, setup,
 					    teardown),
 	    cmocka_unit_test_setup_teardown(test_hand_over_moves_held_leases, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_late_connect_sends_nothing, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_failover_keeps_fifo, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_start_logs_one_summary, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_lock_survives_owner_kill, setup, teardown),
