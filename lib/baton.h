@@ -351,7 +351,9 @@ int baton_lease_acquire(baton_engine *e, const baton_lease_request *req, baton_l
 void baton_lease_abandon(baton_engine *e, const char *id, int release);
 /* Renews (ttl_ms > 0: with a new ttl), releases, or reads lease id; done answers
  * (release: once durable). BATON_EGONE when it expired, BATON_ENOTFOUND when there is
- * no such lease. Any thread. */
+ * no such lease. Any thread. Like every call below with a done (and submissions), it
+ * returns BATON_EBUSY at once, and done is never called, when 4,096 clients' calls
+ * already wait for the engine. */
 int baton_lease_renew(baton_engine *e, const char *id, int64_t ttl_ms, baton_lease_fn done,
 		      void *ud, baton_error *err);
 int baton_lease_release(baton_engine *e, const char *id, baton_lease_fn done, void *ud,

@@ -44,6 +44,21 @@ void eng_post(baton_engine *e, msg *m)
 	pthread_cond_signal(&e->cv);
 }
 
+int eng_post_call(baton_engine *e, msg *m, baton_error *err)
+{
+	pthread_mutex_lock(&e->mu);
+	int full = e->pending_submits >= MAX_PENDING_SUBMITS;
+	if (!full) {
+		e->pending_submits++;
+		m->counted = 1;
+	}
+	pthread_mutex_unlock(&e->mu);
+	if (full)
+		return err_set(err, BATON_EBUSY, "too many requests in flight; try again shortly");
+	eng_post(e, m);
+	return BATON_OK;
+}
+
 static void waiter_init(waiter *w)
 {
 	memset(w, 0, sizeof *w);
@@ -523,7 +538,7 @@ static msg *wait_for_work(baton_engine *e, int *stop)
 	msg *m = e->inbox;
 	e->inbox = e->inbox_tail = NULL;
 	for (msg *x = m; x; x = x->next)
-		e->pending_submits -= x->type == MSG_SUBMIT;
+		e->pending_submits -= x->counted;
 	*stop = e->stop;
 	e->no_new_work = e->draining;
 	pthread_mutex_unlock(&e->mu);
@@ -748,21 +763,15 @@ static int post_submission(baton_engine *e, const json_t *request_body, waiter *
 		wf_row_free(wf);
 		return rc;
 	}
-	pthread_mutex_lock(&e->mu);
-	int full = e->pending_submits >= MAX_PENDING_SUBMITS;
-	if (!full)
-		e->pending_submits++;
-	pthread_mutex_unlock(&e->mu);
-	if (full) {
-		wf_row_free(wf);
-		return err_set(err, BATON_EBUSY,
-			       "too many submissions in flight; try again shortly");
-	}
 	msg *m = xcalloc(1, sizeof *m);
 	m->type = MSG_SUBMIT;
 	m->wf = wf;
 	m->w = w;
-	eng_post(e, m);
+	if (eng_post_call(e, m, err)) {
+		wf_row_free(wf);
+		free(m);
+		return err->code;
+	}
 	return BATON_OK;
 }
 

@@ -22,7 +22,8 @@ enum msg_type {
 	MSG_TASK_OP
 };
 
-/* Submissions waiting for the engine at most; more are refused with BATON_EBUSY. */
+/* Clients' calls (submissions, lease and task calls) waiting for the engine at most; more
+ * are refused with BATON_EBUSY (eng_post_call). */
 #define MAX_PENDING_SUBMITS 4096
 
 /* A caller blocked until the engine has committed its request. */
@@ -52,6 +53,7 @@ typedef struct msg {
 	char *worker, *resource; /* TASK_CLAIM: its filters (NULL: any) */
 	step_output out;	 /* OUTCOME */
 	store_ownership *own;	 /* OWNERSHIP (owned) */
+	unsigned counted : 1;	 /* a client's call, counted in pending_submits (eng_post_call) */
 	struct msg *next;
 } msg;
 
@@ -145,7 +147,7 @@ struct baton_engine {
 	pthread_cond_t cv;
 	msg *inbox, *inbox_tail;
 	int stop;	     /* the engine thread must finish its work and exit */
-	int pending_submits; /* posted and not yet applied: bounds the inbox under overload */
+	int pending_submits; /* clients' calls posted and not yet taken: bounds the inbox */
 	int draining;	     /* no new grants: shutting down */
 
 	/* Engine thread only. */
@@ -221,6 +223,11 @@ void eng_request(baton_engine *e, wf_row *wf, int idx, int64_t now);
 void eng_follow(baton_engine *e, wf_row *wf, transition t, int64_t now);
 void eng_grant(baton_engine *e, int64_t now);
 void eng_post(baton_engine *e, msg *m);
+/* Posts m, a client's call, unless MAX_PENDING_SUBMITS of them wait for the engine already:
+ * BATON_OK, or BATON_EBUSY with why in err (m not posted; still the caller's). What the
+ * engine owes others (a grant given back, a waiter that left) goes through eng_post. Any
+ * thread. */
+int eng_post_call(baton_engine *e, msg *m, baton_error *err);
 void eng_grant_lock(baton_engine *e, res_lock *l, int64_t now);
 
 /* lease.c */

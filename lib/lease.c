@@ -576,17 +576,17 @@ int baton_lease_acquire(baton_engine *e, const baton_lease_request *req, baton_l
 		snprintf(buf, sizeof buf, LEASE_PREFIX "%s", hex);
 	}
 	snprintf(id, 48, "%.47s", buf);
-	pthread_mutex_lock(&e->mu);
-	int full = e->pending_submits >= MAX_PENDING_SUBMITS;
-	pthread_mutex_unlock(&e->mu);
-	if (full)
-		return err_set(err, BATON_EBUSY, "too many requests in flight; try again shortly");
 	msg *m = xcalloc(1, sizeof *m);
 	m->type = MSG_LEASE;
 	m->wf = new_lease_row(req, buf);
 	m->w = lease_waiter(done, ud, buf);
 	m->wait_ms = req->wait_ms;
-	eng_post(e, m);
+	if (eng_post_call(e, m, err)) {
+		wf_row_free(m->wf);
+		free(m->w);
+		free(m);
+		return err->code;
+	}
 	return BATON_OK;
 }
 
@@ -601,7 +601,16 @@ static int post_op(baton_engine *e, const char *id, int op, int64_t ttl_ms, bato
 	m->idx = op;
 	m->ttl_ms = ttl_ms;
 	m->w = done ? lease_waiter(done, ud, id) : NULL;
-	eng_post(e, m);
+	if (!m->w) { /* the engine's own (a waiter that left, a grant given back): never refused */
+		eng_post(e, m);
+		return BATON_OK;
+	}
+	if (eng_post_call(e, m, err)) {
+		free(m->id);
+		free(m->w);
+		free(m);
+		return err->code;
+	}
 	return BATON_OK;
 }
 

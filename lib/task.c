@@ -401,7 +401,12 @@ int baton_task_claim(baton_engine *e, const char *worker, const char *resource, 
 	m->w = xcalloc(1, sizeof *m->w);
 	m->w->lease_cb = done;
 	m->w->ud = ud;
-	eng_post(e, m);
+	if (eng_post_call(e, m, err)) {
+		free(m->w);
+		claim_done(m);
+		free(m);
+		return err->code;
+	}
 	return BATON_OK;
 }
 
@@ -426,12 +431,19 @@ int baton_task_report(baton_engine *e, const char *id, int op, json_t *result, c
 		snprintf(m->out.error, sizeof m->out.error, "%s", error);
 		utf8_trim(m->out.error);
 	}
-	if (done) {
-		m->w = xcalloc(1, sizeof *m->w);
-		m->w->lease_cb = done;
-		m->w->ud = ud;
+	if (!done) { /* the engine's own (a claim given back): never refused */
+		eng_post(e, m);
+		return BATON_OK;
 	}
-	eng_post(e, m);
-	(void)err;
+	m->w = xcalloc(1, sizeof *m->w);
+	m->w->lease_cb = done;
+	m->w->ud = ud;
+	if (eng_post_call(e, m, err)) {
+		json_decref(m->out.result);
+		free(m->id);
+		free(m->w);
+		free(m);
+		return err->code;
+	}
 	return BATON_OK;
 }

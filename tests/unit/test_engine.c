@@ -6,6 +6,7 @@
  */
 #include "unit.h"
 
+#include <pthread.h>
 #include <sqlite3.h>
 #include <time.h>
 #include <unistd.h>
@@ -475,6 +476,122 @@ static void test_pending_steps_have_no_row_until_reached(void **state)
 	json_decref(wf);
 }
 
+/* ---- the inbox's cap ---- */
+
+/* Holds the engine in its commit callback while `closed`, as a slow commit would. */
+typedef struct gate {
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	int closed, held, answered, granted;
+	char id[48];
+} gate;
+
+static void on_commit_gate(void *ud, const baton_change *changes, size_t n)
+{
+	gate *g = ud;
+	(void)changes, (void)n;
+	pthread_mutex_lock(&g->mu);
+	g->held = g->closed;
+	pthread_cond_broadcast(&g->cv);
+	while (g->closed)
+		pthread_cond_wait(&g->cv, &g->mu);
+	pthread_mutex_unlock(&g->mu);
+}
+
+static void on_answer(void *ud, int rc, int created, json_t *lease, const char *why)
+{
+	gate *g = ud;
+	(void)rc, (void)why;
+	json_decref(lease);
+	pthread_mutex_lock(&g->mu);
+	g->answered++;
+	g->granted += created;
+	pthread_cond_broadcast(&g->cv);
+	pthread_mutex_unlock(&g->mu);
+}
+
+static void on_submitted(void *ud, int rc, const char *id, int created, const char *msg)
+{
+	(void)ud, (void)rc, (void)id, (void)created, (void)msg; /* only when not refused */
+}
+
+/* Waits until pred-like field *v reaches want, within 60 s; whether it did. */
+static int gate_wait(gate *g, const int *v, int want)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_REALTIME, &t);
+	t.tv_sec += 60;
+	pthread_mutex_lock(&g->mu);
+	int rc = 0;
+	while (*v < want && rc == 0)
+		rc = pthread_cond_timedwait(&g->cv, &g->mu, &t);
+	int ok = *v >= want;
+	pthread_mutex_unlock(&g->mu);
+	return ok;
+}
+
+/* Every call a client makes waits for the engine under one cap (4,096): with the engine
+ * held in a slow commit, lease renewals fill it, and then a renewal, an acquire, a claim
+ * and a submission are all refused BATON_EBUSY at once; once the commit ends, every call
+ * that was taken is answered. Before, only submissions counted: lease and task calls
+ * queued without bound behind a stalled engine. */
+static gate the_gate; /* outlives a failed test: the engine may still answer into it */
+
+static void test_calls_share_the_inbox_cap(void **state)
+{
+	fixture *f = *state;
+	baton_engine_close(f->e, 0);
+	gate *g = &the_gate;
+	memset(g, 0, sizeof *g);
+	pthread_mutex_init(&g->mu, NULL);
+	pthread_cond_init(&g->cv, NULL);
+	baton_engine_config cfg = {.db_path = f->db,
+				   .threads = 2,
+				   .readers = 1,
+				   .log = quiet,
+				   .on_commit = on_commit_gate,
+				   .on_commit_ud = g};
+	baton_error err = {0};
+	assert_int_equal(baton_engine_open(&cfg, &f->e, &err), BATON_OK);
+	baton_lease_request held = {.resource = "held", .holder = "h", .ttl_ms = 600000};
+	assert_int_equal(baton_lease_acquire(f->e, &held, on_answer, g, g->id, &err), BATON_OK);
+	assert_true(gate_wait(g, &g->granted, 1));
+
+	pthread_mutex_lock(&g->mu);
+	g->closed = 1;
+	pthread_mutex_unlock(&g->mu);
+	char other[48];
+	baton_lease_request slow = {.resource = "slow", .holder = "s", .ttl_ms = 600000};
+	assert_int_equal(baton_lease_acquire(f->e, &slow, on_answer, g, other, &err), BATON_OK);
+	int held_in_commit = gate_wait(g, &g->held, 1); /* the engine waits in its commit */
+
+	int taken = 0, rc[6];
+	while (taken < 5000 && baton_lease_renew(f->e, g->id, 0, on_answer, g, &err) == BATON_OK)
+		taken++;
+	rc[0] = err.code;
+	rc[1] = baton_lease_renew(f->e, g->id, 0, on_answer, g, &err);
+	baton_lease_request more = {.resource = "more", .holder = "m", .ttl_ms = 60000};
+	rc[2] = baton_lease_acquire(f->e, &more, on_answer, g, other, &err);
+	rc[3] = baton_task_claim(f->e, NULL, NULL, 0, 60000, on_answer, g, &err);
+	rc[4] = baton_task_report(f->e, "w.0.1", BATON_TASK_HEARTBEAT, NULL, NULL, 0, on_answer, g,
+				  &err);
+	json_t *req = js("{\"resource\": \"r\", \"workers\": [\"a\"]}");
+	rc[5] = baton_engine_submit_async(f->e, req, on_submitted, NULL, &err);
+	json_decref(req);
+	pthread_mutex_lock(&g->mu); /* the commit ends, whatever was found */
+	g->closed = 0;
+	pthread_cond_broadcast(&g->cv);
+	pthread_mutex_unlock(&g->mu);
+
+	assert_true(held_in_commit);
+	assert_int_equal(taken, 4096);
+	for (int i = 0; i < 6; i++)
+		assert_int_equal(rc[i], BATON_EBUSY);
+	assert_true(gate_wait(g, &g->answered, 2 + 4096)); /* both grants, every renewal */
+	baton_engine_close(f->e, 0);
+	f->e = open_engine(f);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -491,6 +608,7 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_schema_2_database_opens_as_it_is, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_pending_steps_have_no_row_until_reached, setup,
 					    teardown),
+	    cmocka_unit_test_setup_teardown(test_calls_share_the_inbox_cap, setup, teardown),
 	};
 	return cmocka_run_group_tests_name("engine", tests, NULL, NULL);
 }
