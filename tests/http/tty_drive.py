@@ -68,6 +68,23 @@ def alive(p):
         return False
 
 
+def stay_stopped(slave, ws, key):
+    """The job stopped (ws): the shell takes its terminal back, notes whether the job and
+    its command are stopped, and waits three ttls, after which the lease or the claim had
+    run out unless something kept it."""
+    out[key] = os.WIFSTOPPED(ws)
+    os.tcsetpgrp(slave, os.getpgrp())
+    out["cmd_state"] = state_of(pid_of("cmd.pid"))
+    t = time.monotonic()
+    while time.monotonic() < t + 6:
+        time.sleep(0.2)
+
+
+def fg(slave):
+    os.tcsetpgrp(slave, pid)
+    os.killpg(pid, signal.SIGCONT)
+
+
 def wait_pid(flags, until):
     while time.monotonic() < until:
         w, ws = os.waitpid(pid, flags | os.WNOHANG)
@@ -131,16 +148,9 @@ def run(master, slave):
             pid = -pid
             out["held_after"] = holder()
             return
-        out["baton_stopped"] = os.WIFSTOPPED(ws)
-        os.tcsetpgrp(slave, os.getpgrp())  # the shell takes its terminal back
-        with open("/proc/%d/stat" % pid_of("cmd.pid")) as f:
-            out["cmd_state"] = f.read().rsplit(")", 1)[1].split()[0]
-        t = time.monotonic()
-        while time.monotonic() < t + 6:  # three ttls: expired unless renewed
-            time.sleep(0.2)
+        stay_stopped(slave, ws, "baton_stopped")
         out["held_while_stopped"] = holder()
-        os.tcsetpgrp(slave, pid)  # fg
-        os.killpg(pid, signal.SIGCONT)
+        fg(slave)
         os.write(master, b"hello\n")
     ws = wait_pid(0, until)
     out["status"] = os.waitstatus_to_exitcode(ws)
@@ -164,15 +174,9 @@ def worker(master, slave, until):
         os.write(master, b"\x1a")
         out["phase"] = "waiting for baton worker to stop"
         ws = wait_pid(os.WUNTRACED, until)
-        out["worker_stopped"] = os.WIFSTOPPED(ws)
-        os.tcsetpgrp(slave, os.getpgrp())  # the shell takes its terminal back
-        out["cmd_state"] = state_of(pid_of("cmd.pid"))
-        t = time.monotonic()
-        while time.monotonic() < t + 6:  # three ttls: the claim expired unless heartbeaten
-            time.sleep(0.2)
+        stay_stopped(slave, ws, "worker_stopped")
         out["step_while_stopped"] = get("/workflows/w1")["steps"][0]
-        os.tcsetpgrp(slave, pid)  # fg
-        os.killpg(pid, signal.SIGCONT)
+        fg(slave)
         open(os.path.join(d, "go"), "w").close()
     out["phase"] = "waiting for baton worker to exit"
     out["status"] = os.waitstatus_to_exitcode(wait_pid(0, until))
