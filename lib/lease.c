@@ -321,11 +321,14 @@ static void step_stored(baton_engine *e, int event, waiter *w, const char *id)
 	json_t *lease = stored_lease_json(wf);
 	json_decref(wf);
 	int state = lease_state_of(json_string_value(json_object_get(lease, "state")));
-	const char *resource = json_string_value(json_object_get(lease, "resource"));
+	/* A copy: the lease goes to its caller's thread with the answer, and this thread must
+	 * not touch it (not even its reference count) after that. */
+	char resource[MAX_NAME + 1];
+	snprintf(resource, sizeof resource, "%s",
+		 json_string_value(json_object_get(lease, "resource")));
 	lease_facts f = {.elsewhere = members_elsewhere(e, resource)};
 	hold_move mv = lease_next(state, event, &f);
-	answer(e, w, &mv, json_incref(lease), resource);
-	json_decref(lease);
+	answer(e, w, &mv, lease, resource);
 }
 
 void lease_granted(baton_engine *e, wf_row *wf, int64_t now)
