@@ -482,7 +482,7 @@ static void test_pending_steps_have_no_row_until_reached(void **state)
 typedef struct gate {
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
-	int closed, held, answered, granted;
+	int closed, held, answered, granted, commits;
 	char id[48];
 } gate;
 
@@ -495,6 +495,8 @@ static void on_commit_gate(void *ud, const baton_change *changes, size_t n)
 	pthread_cond_broadcast(&g->cv);
 	while (g->closed)
 		pthread_cond_wait(&g->cv, &g->mu);
+	g->commits++;
+	pthread_cond_broadcast(&g->cv);
 	pthread_mutex_unlock(&g->mu);
 }
 
@@ -556,6 +558,9 @@ static void test_calls_share_the_inbox_cap(void **state)
 	baton_lease_request held = {.resource = "held", .holder = "h", .ttl_ms = 600000};
 	assert_int_equal(baton_lease_acquire(f->e, &held, on_answer, g, g->id, &err), BATON_OK);
 	assert_true(gate_wait(g, &g->granted, 1));
+	/* the grant is answered before its commit's callback runs: that callback returns
+	 * first, so that the gate closes on the next commit, the slow acquire's */
+	assert_true(gate_wait(g, &g->commits, 1));
 
 	pthread_mutex_lock(&g->mu);
 	g->closed = 1;
