@@ -1,15 +1,17 @@
 #!/usr/bin/env python3
-"""tests/docker/compose-args.py - the `run` arguments of one docker/compose.yaml service.
+"""tests/docker/compose-args.py - the `run` arguments of one service of a compose file.
 
-tests/docker/run.sh has no compose tool where it runs (podman only), so it starts the
-cluster's containers itself, from what the compose file says, not from a copy of it:
+tests/docker/run.sh starts the cluster of docker/cluster.yaml once with the compose tool
+(podman-compose or docker compose) and once container by container, from what the file
+says, not from a copy of it, so that it can kill one node and wait for health itself:
 
   compose-args.py [--set NAME=VALUE]... [--volume-prefix P] [--image DOCKERFILE=IMAGE]...
                   COMPOSE_FILE SERVICE
 
 prints, NUL-separated, the arguments for `podman run -d --name ... --network ...`:
 --network-alias SERVICE, -e NAME=VALUE for its environment (interpolated as compose
-does, from the --set variables only: everything else counts as unset), --read-only,
+does, from the --set variables only: everything else counts as unset; a name without a
+value is passed only when it is set), --read-only,
 --tmpfs, --cap-drop, --security-opt, --stop-timeout (stop_grace_period), -v for named
 volumes (renamed P-NAME), -p 127.0.0.1::PORT for each published port, and last the
 image: the one given for the Dockerfile the service builds (a path relative to the
@@ -34,7 +36,8 @@ def fail(msg):
 
 
 def interpolate(value, env):
-    """${NAME:-default}, ${NAME-default}, ${NAME}, $NAME and $$, as compose reads them."""
+    """${NAME:-default}, ${NAME-default}, ${NAME:?error}, ${NAME}, $NAME and $$, as compose
+    reads them."""
     def one(m):
         if m.group(0) == "$$":
             return "$"
@@ -47,9 +50,13 @@ def interpolate(value, env):
             return val if val else default
         if op == "-":
             return val if val is not None else default
+        if op == ":?":
+            if not val:
+                fail(f"{name} is required: {default}")
+            return val
         return val or ""
 
-    pat = re.compile(r"\$\$|\$\{(?P<braced>[A-Za-z_][A-Za-z0-9_]*)(?P<rest>(?P<op>:-|-)"
+    pat = re.compile(r"\$\$|\$\{(?P<braced>[A-Za-z_][A-Za-z0-9_]*)(?P<rest>(?P<op>:-|-|:\?)"
                      r"(?P<default>[^}]*)|[^}]*)\}|\$(?P<bare>[A-Za-z_][A-Za-z0-9_]*)")
     out = pat.sub(one, str(value))
     if "${" in out:
@@ -94,7 +101,11 @@ def main(argv):
     if isinstance(env_of, list):
         env_of = dict((e.split("=", 1) + [""])[:2] for e in env_of)
     for k, v in env_of.items():
-        args += ["-e", f"{k}={interpolate('' if v is None else v, env)}"]
+        if v is None:
+            if k in env:
+                args += ["-e", f"{k}={env[k]}"]
+        else:
+            args += ["-e", f"{k}={interpolate(v, env)}"]
     if svc.get("read_only"):
         args.append("--read-only")
     for t in svc.get("tmpfs") or []:
@@ -111,7 +122,7 @@ def main(argv):
             fail(f"service {name}: volume {v!r} is not a named volume of the file")
         args += ["-v", f"{prefix}{src}:{dst}"]
     for p in svc.get("ports") or []:
-        parts = str(p).split(":")
+        parts = interpolate(p, env).split(":")
         if len(parts) != 3 or parts[0] != "127.0.0.1":
             fail(f"service {name}: port {p!r} is not published on 127.0.0.1 only")
         args += ["-p", f"127.0.0.1::{parts[2]}"]

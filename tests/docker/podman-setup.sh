@@ -4,7 +4,8 @@
 # tests/docker/run.sh. Run as root; prints the CONTAINERS_CONF path to export.
 #
 #  1. Installs what is missing, from Debian, as scripts/install-deps.sh does for make test:
-#     podman, runc, debootstrap, iptables, uidmap, fuse-overlayfs, slirp4netns, curl.
+#     podman, podman-compose, runc, debootstrap, iptables, uidmap, fuse-overlayfs,
+#     slirp4netns, curl.
 #  2. Writes $STATE/containers.conf with what such a machine needs: runc, not crun (crun 1.8
 #     refuses cgroup v1/v2 hybrid hosts), the cgroupfs manager, a file events logger, and
 #     default rlimits no higher than the hard limits (podman asks for 1048576 open files,
@@ -34,7 +35,7 @@ mkdir -p "$STATE"
 
 # ---- 1. packages
 need=()
-for tool in podman runc debootstrap iptables curl; do
+for tool in podman podman-compose runc debootstrap iptables curl; do
 	command -v "$tool" >/dev/null || need+=("$tool")
 done
 if ((${#need[@]})); then

@@ -3,16 +3,18 @@
 # README says: it serves on its published port, runs a workflow, stops cleanly on
 # SIGTERM (exit 0, running step drained), keeps its workflows on the /data volume across
 # a restart and a brand-new container, runs as non-root, ships baton, and its
-# HEALTHCHECK (baton health) works. Then the cluster of docker/compose.yaml (profile
-# "cluster"): docker/postgres.Dockerfile built and started, three batond nodes on it,
-# GET /nodes shows the three, a workflow posted to node 1, the node that drives its
-# resource killed (SIGKILL) in the middle of a step, and the workflow finished by
-# another node, read through the survivors. With no compose tool here, the containers
-# are started as the compose file describes them (tests/docker/compose-args.py reads
-# it), on a network of their own (the nodes find postgres through --add-host, see
-# start_nodes), with BATON_LEASE_MS=3000 so that the takeover takes seconds; only the
-# nodes' ports are published, on 127.0.0.1. The cluster adds about 20 s with a warm
-# build cache (the first build of the PostgreSQL image, about 35 s more).
+# HEALTHCHECK (baton health) works. Then the cluster of docker/cluster.yaml:
+# docker/postgres.Dockerfile built and started, three batond nodes on it, GET /nodes
+# shows the three, a workflow posted to node 1, the node that drives its resource killed
+# (SIGKILL) in the middle of a step, and the workflow finished by another node, read
+# through the survivors. Those containers are started one by one as the file describes
+# them (tests/docker/compose-args.py reads it), on a network of their own (the nodes find
+# postgres through --add-host, see start_nodes), with BATON_LEASE_MS=3000 so that the
+# takeover takes seconds; only the nodes' ports are published, on 127.0.0.1. Last, both
+# compose files through the engine's compose tool, as README gives the commands
+# (podman-compose with podman, docker compose with docker; compose_checks). The cluster
+# adds about 20 s with a warm build cache (the first build of the PostgreSQL image, about
+# 35 s more), the compose tool about 20 s.
 #
 #   bash tests/docker/run.sh            (as root where only podman can be set up)
 #
@@ -41,8 +43,8 @@ CPORT=8080
 STOP_TIMEOUT=40 # > batond's 30 s shutdown timeout: SIGTERM must never become SIGKILL
 STOP_LIMIT=15   # the longest step here is 2.5 s: a clean stop takes far less than this
 # The cluster: containers $RUN_ID-postgres and $RUN_ID-batond-1..3, named as the
-# services of docker/compose.yaml, on the network $NET; volume $RUN_ID-baton-pg-data.
-COMPOSE=$ROOT/docker/compose.yaml
+# services of docker/cluster.yaml, on the network $NET; volume $RUN_ID-baton-pg-data.
+COMPOSE=$ROOT/docker/cluster.yaml
 NET=$RUN_ID-net
 PG_IMAGE=localhost/baton-dtest-pg:$RUN_ID
 PG_CTR=$RUN_ID-postgres
@@ -105,6 +107,8 @@ remove_all() {
 		eng rm -f -v "${NODE_CTRS[@]}" "$PG_CTR" >/dev/null 2>&1
 	eng volume rm -f "$VOL" "$PG_VOL" >/dev/null 2>&1
 	eng network rm "$NET" >/dev/null 2>&1
+	remove_project "$CPROJ"
+	remove_project "$CLPROJ"
 	# --no-prune: the tags go, the layers stay as the engine's build cache.
 	((IMAGE_OURS)) && eng rmi -f --no-prune "$IMAGE" >/dev/null 2>&1
 	((PG_IMAGE_OURS)) && eng rmi -f --no-prune "$PG_IMAGE" >/dev/null 2>&1
@@ -317,14 +321,16 @@ check_image_config() {
 		jq_true '(.Env | index("BATON_LISTEN=0.0.0.0:8080")) and (.Env | index("BATON_DB=/data/baton.db"))' "$cfg"
 }
 
-# docker/compose.yaml is validated where Compose v2 is installed (not on every machine).
+# The compose files are validated where Compose v2 is installed (not on every machine).
 check_compose_file() {
 	if ! timeout 20 docker compose version >/dev/null 2>&1; then
-		say "note: no 'docker compose' here; docker/compose.yaml not validated"
+		say "note: no 'docker compose' here; docker/compose.yaml and cluster.yaml not validated"
 		return 0
 	fi
 	check "docker/compose.yaml is valid (docker compose config)" \
 		timeout 60 docker compose -f "$ROOT/docker/compose.yaml" config -q
+	check "docker/cluster.yaml is valid (docker compose config)" \
+		env BATON_PG_PASSWORD=x timeout 60 docker compose -f "$ROOT/docker/cluster.yaml" config -q
 }
 
 start_first() {
@@ -462,7 +468,7 @@ new_container_same_volume() {
 }
 
 # ------------------------------------------------------------------ the cluster
-# docker/postgres.Dockerfile, built as docker/compose.yaml's postgres service builds it
+# docker/postgres.Dockerfile, built as docker/cluster.yaml's postgres service builds it
 # (context docker/).
 build_pg_image() {
 	local t log=$TMP/pg-build.log
@@ -479,8 +485,8 @@ build_pg_image() {
 	ok "the PostgreSQL image builds (docker/postgres.Dockerfile, $(secs "$t")s)"
 }
 
-# run_service SERVICE CONTAINER [RUN-ARGS...]: `run -d` the compose service as
-# compose.yaml says.
+# run_service SERVICE CONTAINER [RUN-ARGS...]: `run -d` the service as docker/cluster.yaml
+# says.
 run_service() {
 	local args=()
 	if ! mapfile -d '' args < <(python3 "$ROOT/tests/docker/compose-args.py" \
@@ -488,7 +494,7 @@ run_service() {
 		--set "BATON_PG_PASSWORD=$PG_PASSWORD" --volume-prefix "$RUN_ID-" \
 		--image "docker/Dockerfile=$IMAGE" --image "docker/postgres.Dockerfile=$PG_IMAGE" \
 		"$COMPOSE" "$1") || ((${#args[@]} == 0)); then
-		echo "    could not read service $1 of docker/compose.yaml"
+		echo "    could not read service $1 of docker/cluster.yaml"
 		return 1
 	fi
 	local svc=$1 ctr=$2
@@ -727,6 +733,188 @@ cluster_checks() {
 	say "cluster checks took $(secs "$t")s"
 }
 
+# ------------------------------------------------------------------ the compose tool
+# README's compose commands as a user runs them: the engine's compose tool (Debian 12's
+# podman-compose 1.0.3 with podman, Compose v2 with docker) on docker/compose.yaml and
+# docker/cluster.yaml, with the images built above (BATON_IMAGE, BATON_PG_IMAGE: `up
+# --no-build`), free ports on 127.0.0.1 (BATON_PORT*) and projects of this run's own.
+CPROJ=$RUN_ID-one
+CLPROJ=$RUN_ID-three
+COMPOSE_CMD=()
+CPORTS=()
+
+pick_compose() {
+	if [[ $ENG == podman ]] && command -v podman-compose >/dev/null; then
+		COMPOSE_CMD=(podman-compose)
+	elif [[ $ENG == docker ]] && timeout 20 docker compose version >/dev/null 2>&1; then
+		COMPOSE_CMD=(docker compose)
+	fi
+	((${#COMPOSE_CMD[@]}))
+}
+
+# compose PROJECT FILE ARGS...: the compose tool, bounded, with this run's settings in
+# its environment and nothing else of batond's (the test's shell may have BATON_*).
+compose() {
+	local proj=$1 file=$2
+	shift 2
+	(
+		for v in $(compgen -e | grep '^BATON_'); do unset "$v"; done
+		export BATON_IMAGE=$IMAGE BATON_PG_IMAGE=$PG_IMAGE BATON_PG_PASSWORD=$PG_PASSWORD \
+			BATON_TOKEN=$TOKEN BATON_LEASE_MS=$LEASE_MS BATON_PORT=${CPORTS[0]} \
+			BATON_PORT_1=${CPORTS[1]} BATON_PORT_2=${CPORTS[2]} BATON_PORT_3=${CPORTS[3]}
+		timeout 300 "${COMPOSE_CMD[@]}" -p "$proj" -f "$ROOT/docker/$file" "$@"
+	) >"$TMP/compose.log" 2>&1 && return 0
+	grep -v 'unable to get systemd connection' "$TMP/compose.log" | tail -n 15 | sed 's/^/    /'
+	return 1
+}
+
+# The container of SERVICE in PROJECT (both tools label them so).
+compose_ctr() {
+	eng ps -a --filter "label=com.docker.compose.project=$1" \
+		--filter "label=com.docker.compose.service=$2" --format '{{.Names}}' 2>/dev/null |
+		head -n 1
+}
+
+project_left() {
+	eng ps -a -q --filter "label=com.docker.compose.project=$1" 2>/dev/null
+	eng volume ls -q --filter "label=com.docker.compose.project=$1" 2>/dev/null
+}
+
+remove_project() {
+	local ids
+	ids=$(eng ps -a -q --filter "label=com.docker.compose.project=$1" 2>/dev/null)
+	[[ -n $ids ]] && eng rm -f -v -t 0 $ids >/dev/null 2>&1
+	ids=$(eng volume ls -q --filter "label=com.docker.compose.project=$1" 2>/dev/null)
+	[[ -n $ids ]] && eng volume rm -f $ids >/dev/null 2>&1
+	# podman-compose 1.0.3's down leaves the project's network.
+	eng network rm "$1_default" >/dev/null 2>&1
+	return 0
+}
+
+# Four ports that nothing listens on now, for BATON_PORT and BATON_PORT_1..3.
+free_ports() {
+	mapfile -t CPORTS < <(python3 -c '
+import socket
+ss = [socket.socket() for _ in range(4)]
+for s in ss:
+    s.bind(("127.0.0.1", 0))
+for s in ss:
+    print(s.getsockname()[1])')
+	((${#CPORTS[@]} == 4))
+}
+
+compose_down() {
+	local t=(-t "$STOP_TIMEOUT")
+	[[ ${COMPOSE_CMD[0]} == docker ]] && t=() # Compose v2 reads stop_grace_period
+	compose "$1" "$2" down "${t[@]}"
+}
+
+compose_single() {
+	local t ctr
+	t=$(date +%s.%N)
+	if ! compose "$CPROJ" compose.yaml up -d --no-build; then
+		not_ok "${COMPOSE_CMD[*]} -f docker/compose.yaml up -d starts batond"
+		return 1
+	fi
+	ctr=$(compose_ctr "$CPROJ" batond)
+	if [[ -z $ctr ]] || ! wait_healthy "$ctr" 60 || [[ $PORT != "${CPORTS[0]}" ]]; then
+		not_ok "${COMPOSE_CMD[*]} up: batond answers /healthz 200 on 127.0.0.1:\$BATON_PORT within 60 s"
+		[[ -n $ctr ]] && show_logs "$ctr"
+		return 1
+	fi
+	ok "${COMPOSE_CMD[*]} -f docker/compose.yaml up -d: /healthz 200 on 127.0.0.1:$PORT ($(secs "$t")s)"
+	eng exec "$ctr" env >"$TMP/env" 2>/dev/null
+	check "the variables set where compose ran reach batond, the unset ones stay unset" \
+		jq_true -n --rawfile env "$TMP/env" --arg token "$TOKEN" '
+			($env | split("\n") | map(select(startswith("BATON_")))) as $b
+			| ($b | index("BATON_TOKEN=" + $token)) != null
+			and (($b | any(startswith("BATON_THREADS") or startswith("BATON_NODE_ID"))) | not)'
+	api GET /workflows "" --no-token
+	local anon=$CODE
+	api POST /workflows '{"id": "compose-wf", "resource": "compose-r", "workers": ["a", "b"]}'
+	check "BATON_TOKEN is in force (GET /workflows without it: $anon), a workflow runs" \
+		eval '[ "$anon" = 401 ] && [ "$CODE" = 201 ] && wait_workflow compose-wf 30 &&
+			jq_true ".status == \"completed\"" "$TMP/body"'
+	check "${COMPOSE_CMD[*]} down: batond gone, its volume kept" \
+		eval 'compose_down "$CPROJ" compose.yaml && [ -z "$(compose_ctr "$CPROJ" batond)" ] &&
+			eng volume inspect "${CPROJ}_baton-data" >/dev/null 2>&1'
+	if compose "$CPROJ" compose.yaml up -d --no-build && ctr=$(compose_ctr "$CPROJ" batond) &&
+		wait_healthy "$ctr" 60; then
+		api GET /workflows/compose-wf
+		check "up again on the same volume: the workflow is still there, completed" \
+			jq_true '.status == "completed"' "$TMP/body"
+	else
+		not_ok "${COMPOSE_CMD[*]} up again on the same volume"
+	fi
+	compose_down "$CPROJ" compose.yaml >/dev/null
+	remove_project "$CPROJ"
+}
+
+compose_cluster() {
+	local t n ctr vols_before
+	t=$(date +%s.%N)
+	vols_before=$(eng volume ls -q 2>/dev/null | sort)
+	if ! compose "$CLPROJ" cluster.yaml up -d --no-build; then
+		not_ok "${COMPOSE_CMD[*]} -f docker/cluster.yaml up -d starts postgres and three nodes"
+		return 1
+	fi
+	for n in "${NODES[@]}"; do NPORT[$n]=${CPORTS[$n]}; done
+	# The nodes start before PostgreSQL accepts connections (podman-compose 1.0.3 does not
+	# wait for service_healthy): they exit 1 and restart: until it does.
+	if nodes_are 1 "node-1 node-2 node-3" 120; then
+		ok "${COMPOSE_CMD[*]} -f docker/cluster.yaml up -d: GET /nodes on node-1 lists node-1..3 ($(secs "$t")s)"
+	else
+		not_ok "${COMPOSE_CMD[*]} cluster: GET /nodes on node-1 lists node-1..3 within 120 s"
+		for n in postgres batond-1 batond-2 batond-3; do
+			ctr=$(compose_ctr "$CLPROJ" "$n")
+			[[ -n $ctr ]] && show_logs "$ctr"
+		done
+		compose_down "$CLPROJ" cluster.yaml >/dev/null
+		remove_project "$CLPROJ"
+		return 1
+	fi
+	PORT=${NPORT[2]}
+	api POST /workflows '{"id": "compose-cluster-wf", "resource": "compose-r", "workers": ["a", "b"]}'
+	local posted=$CODE
+	PORT=${NPORT[3]}
+	check "a workflow posted to node-2 ($posted) completes, read on node-3" \
+		eval '[ "$posted" = 201 ] && wait_workflow compose-cluster-wf 60 &&
+			jq_true ".status == \"completed\"" "$TMP/body"'
+	if compose_down "$CLPROJ" cluster.yaml; then
+		check "${COMPOSE_CMD[*]} down: no container left, and no volume but ${CLPROJ}_baton-pg-data" \
+			eval '[ -z "$(eng ps -a -q --filter label=com.docker.compose.project=$CLPROJ)" ] &&
+				[ "$(comm -13 <(echo "$vols_before") <(eng volume ls -q | sort))" = "${CLPROJ}_baton-pg-data" ]'
+	else
+		not_ok "${COMPOSE_CMD[*]} -f docker/cluster.yaml down"
+	fi
+	remove_project "$CLPROJ"
+}
+
+compose_checks() {
+	local t
+	if ! pick_compose; then
+		if [[ $ENG == podman ]]; then
+			not_ok "podman-compose is installed (Debian's package podman-compose)"
+		else
+			say "note: no 'docker compose' here; the compose files were not run"
+		fi
+		return 0
+	fi
+	t=$(date +%s.%N)
+	say "compose tool: ${COMPOSE_CMD[*]} ($("${COMPOSE_CMD[@]}" version 2>/dev/null | grep -i -m1 "compose.* version" | tr -s " "))"
+	free_ports || {
+		not_ok "four free ports on 127.0.0.1"
+		return 0
+	}
+	compose_single
+	if eng image inspect "$PG_IMAGE" >/dev/null 2>&1; then
+		compose_cluster
+	else
+		not_ok "the cluster with ${COMPOSE_CMD[*]}: no PostgreSQL image was built"
+	fi
+	say "compose tool checks took $(secs "$t")s"
+}
+
 cleanup_checks() {
 	remove_all
 	CLEANED=1
@@ -740,6 +928,8 @@ cleanup_checks() {
 	eng volume inspect "$VOL" >/dev/null 2>&1 && left+=("$VOL")
 	eng volume inspect "$PG_VOL" >/dev/null 2>&1 && left+=("$PG_VOL")
 	eng network inspect "$NET" >/dev/null 2>&1 && left+=("$NET")
+	[[ -n $(project_left "$CPROJ") ]] && left+=("project $CPROJ")
+	[[ -n $(project_left "$CLPROJ") ]] && left+=("project $CLPROJ")
 	eng image inspect "$IMAGE" >/dev/null 2>&1 && left+=("$IMAGE")
 	eng image inspect "$PG_IMAGE" >/dev/null 2>&1 && left+=("$PG_IMAGE")
 	check "cleanup removed the containers, volumes, network and images${left:+ (left: ${left[*]})}" \
@@ -773,6 +963,7 @@ main() {
 		restart_same_container && new_container_same_volume
 	fi
 	cluster_checks
+	compose_checks
 	cleanup_checks
 	summary
 }
