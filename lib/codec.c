@@ -5,6 +5,7 @@
  */
 #include "internal.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -12,7 +13,7 @@
 /* Defaults of a workflow's retry policy: the first retry comes after 2 s. */
 static const retry_policy default_retry = {
     .max_attempts = 10,
-    .initial_delay_ms = 1000,
+    .first_retry_ms = 2000,
     .backoff = 2.0,
     .max_delay_ms = 30000,
 };
@@ -108,33 +109,51 @@ static int int_field(const json_t *obj, const char *key, json_int_t lo, json_int
 	return BATON_OK;
 }
 
+static int parse_backoff(const json_t *b, double *out, baton_error *err)
+{
+	if (!b)
+		return BATON_OK;
+	if (!json_is_number(b))
+		return err_set(err, BATON_EINVAL, "retry.backoff: must be a number");
+	double d = json_number_value(b);
+	if (!(d >= 1.0 && d <= 100.0))
+		return err_set(err, BATON_EINVAL, "retry.backoff: must be between 1.0 and 100.0");
+	*out = d;
+	return BATON_OK;
+}
+
+/*
+ * initial_delay_ms, the name first_retry_ms had before, meant that the first retry came
+ * after initial_delay_ms * backoff; it is still taken (and still in databases written
+ * then) with that meaning, and shown as first_retry_ms.
+ */
 static int parse_retry(const json_t *r, retry_policy *p, baton_error *err)
 {
-	static const char *const fields[] = {"max_attempts", "initial_delay_ms", "backoff",
-					     "max_delay_ms", NULL};
+	static const char *const fields[] = {"max_attempts", "first_retry_ms", "initial_delay_ms",
+					     "backoff",	     "max_delay_ms",   NULL};
 	*p = default_retry;
 	if (!r)
 		return BATON_OK;
 	if (!json_is_object(r))
 		return err_set(err, BATON_EINVAL, "retry: must be an object");
-	int64_t max_attempts = p->max_attempts;
+	int64_t max_attempts = p->max_attempts, initial = -1;
 	int rc;
-	if ((rc = only_fields(r, fields, "retry", err)) ||
-	    (rc = int_field(r, "max_attempts", 1, MAX_ATTEMPTS, &max_attempts, "retry.", err)) ||
-	    (rc = int_field(r, "initial_delay_ms", 0, MAX_DELAY_MS, &p->initial_delay_ms, "retry.",
+	if ((rc = only_fields(r, fields, "retry", err)))
+		return rc;
+	if (json_object_get(r, "first_retry_ms") && json_object_get(r, "initial_delay_ms"))
+		return err_set(err, BATON_EINVAL,
+			       "retry: give first_retry_ms or initial_delay_ms, not both");
+	if ((rc = int_field(r, "max_attempts", 1, MAX_ATTEMPTS, &max_attempts, "retry.", err)) ||
+	    (rc = int_field(r, "first_retry_ms", 0, MAX_DELAY_MS, &p->first_retry_ms, "retry.",
 			    err)) ||
-	    (rc = int_field(r, "max_delay_ms", 0, MAX_DELAY_MS, &p->max_delay_ms, "retry.", err)))
+	    (rc = int_field(r, "initial_delay_ms", 0, MAX_DELAY_MS, &initial, "retry.", err)) ||
+	    (rc = int_field(r, "max_delay_ms", 0, MAX_DELAY_MS, &p->max_delay_ms, "retry.", err)) ||
+	    (rc = parse_backoff(json_object_get(r, "backoff"), &p->backoff, err)))
 		return rc;
 	p->max_attempts = (int)max_attempts;
-	json_t *b = json_object_get(r, "backoff");
-	if (b) {
-		if (!json_is_number(b))
-			return err_set(err, BATON_EINVAL, "retry.backoff: must be a number");
-		double d = json_number_value(b);
-		if (!(d >= 1.0 && d <= 100.0))
-			return err_set(err, BATON_EINVAL,
-				       "retry.backoff: must be between 1.0 and 100.0");
-		p->backoff = d;
+	if (initial >= 0) {
+		double first = round((double)initial * p->backoff);
+		p->first_retry_ms = first < MAX_DELAY_MS ? (int64_t)first : MAX_DELAY_MS;
 	}
 	return BATON_OK;
 }
@@ -507,9 +526,9 @@ static int parse_name_field(const json_t *req, const char *key, int required, ch
 
 static json_t *retry_json(const retry_policy *p)
 {
-	return json_pack("{s:i, s:I, s:f, s:I}", "max_attempts", p->max_attempts,
-			 "initial_delay_ms", (json_int_t)p->initial_delay_ms, "backoff", p->backoff,
-			 "max_delay_ms", (json_int_t)p->max_delay_ms);
+	return json_pack("{s:i, s:I, s:f, s:I}", "max_attempts", p->max_attempts, "first_retry_ms",
+			 (json_int_t)p->first_retry_ms, "backoff", p->backoff, "max_delay_ms",
+			 (json_int_t)p->max_delay_ms);
 }
 
 static int parse_request(const json_t *req, wf_row *wf, const char *const *allow_call,

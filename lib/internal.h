@@ -47,9 +47,10 @@ int wf_status_parse(const char *s); /* -1 when unknown */
 const char *step_status_name(int s);
 int step_status_parse(const char *s);
 
+/* Retry n (n >= 1) waits min(first_retry_ms * backoff^(n-1), max_delay_ms). */
 typedef struct retry_policy {
 	int max_attempts;
-	int64_t initial_delay_ms;
+	int64_t first_retry_ms;
 	double backoff;
 	int64_t max_delay_ms;
 } retry_policy;
@@ -232,7 +233,7 @@ void hist_observe(histogram *h, const double *bounds, double v);
 json_t *hist_json(const histogram *h, const double *bounds); /* new reference */
 
 /* ---- retry policy (machine.c) ---- */
-/* Wait before retry n (n >= 1): min(initial * backoff^n, max). */
+/* Wait before retry n (n >= 1): min(first_retry_ms * backoff^(n-1), max_delay_ms). */
 int64_t retry_delay_ms(const retry_policy *p, int n);
 
 /* ---- steps and workflow definitions ---- */
@@ -478,7 +479,8 @@ json_t *codec_params_defaults(const char *name); /* worker object with defaults 
 /* Fills the steps of wf that have no worker yet as pending steps of the stored
  * definition (normalized request text); -1 when it does not describe wf's steps. */
 int codec_pending_steps(wf_row *wf, const char *definition);
-/* A retry policy as stored (compact JSON, malloc'd) and read back. */
+/* A retry policy as stored (compact JSON, malloc'd) and read back; a text stored before
+ * first_retry_ms (with initial_delay_ms) reads as the same policy. */
 char *codec_retry_text(const retry_policy *p);
 int codec_parse_retry(const char *text, retry_policy *p);
 

@@ -526,7 +526,7 @@ static wf_row *new_lease_row(const baton_lease_request *req, const char *id)
 	wf->lease_named = req->request_id != NULL;
 	wf->lease_ttl_ms = req->ttl_ms;
 	wf->retry = (retry_policy){
-	    .max_attempts = 1, .initial_delay_ms = 1000, .backoff = 2, .max_delay_ms = 1000};
+	    .max_attempts = 1, .first_retry_ms = 1000, .backoff = 2, .max_delay_ms = 1000};
 	wf->on_failure = ON_FAILURE_FAIL;
 	wf->steps_total = 1;
 	wf->steps = xcalloc(1, sizeof *wf->steps);

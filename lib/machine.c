@@ -22,7 +22,7 @@
 
 int64_t retry_delay_ms(const retry_policy *p, int n)
 {
-	double d = (double)p->initial_delay_ms * pow(p->backoff, n);
+	double d = (double)p->first_retry_ms * pow(p->backoff, n - 1);
 	if (!(d < (double)p->max_delay_ms)) /* also catches inf and nan */
 		return p->max_delay_ms;
 	return (int64_t)d;

@@ -120,10 +120,10 @@ char *calls_key_of(const char *wf_id, int step)
 	return k;
 }
 
-/* A retry policy with a short backoff: the first retry after 2 * initial ms. */
-json_t *calls_quick_retry(int initial_ms)
+/* A retry policy with a short backoff: the first retry after first_ms, then twice as long. */
+json_t *calls_quick_retry(int first_ms)
 {
-	return json_pack("{s:i, s:f, s:i}", "initial_delay_ms", initial_ms, "backoff", 2.0,
+	return json_pack("{s:i, s:f, s:i}", "first_retry_ms", first_ms, "backoff", 2.0,
 			 "max_delay_ms", 2000);
 }
 

@@ -30,8 +30,8 @@ int calls_setup_resource_only(void **state); /* the resource, no batond */
 int calls_teardown(void **state);
 
 char *calls_key_of(const char *wf_id, int step); /* "<id>/<step>", malloc'ed */
-/* A retry policy with a short backoff: the first retry after 2 * initial ms. */
-json_t *calls_quick_retry(int initial_ms);
+/* A retry policy with a short backoff: the first retry after first_ms, then twice as long. */
+json_t *calls_quick_retry(int first_ms);
 /* A workflow `id` on "gateway" whose workflow-level call posts to `url` and whose `n`
  * workers are named "w0".."w<n-1>", each with its own call body {"n": i}; retry (stolen)
  * may be NULL. */

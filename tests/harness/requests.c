@@ -402,7 +402,7 @@ void hs_assert_workflow_shape(const json_t *wf)
 	json_t *retry = json_object_get(wf, "retry");
 	want_type(wf, "retry", JSON_OBJECT, false);
 	hs_int(retry, "max_attempts");
-	hs_int(retry, "initial_delay_ms");
+	hs_int(retry, "first_retry_ms");
 	want_type(retry, "backoff", JSON_REAL, false);
 	hs_int(retry, "max_delay_ms");
 	const char *on_failure = hs_str(wf, "on_failure");

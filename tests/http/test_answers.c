@@ -349,7 +349,7 @@ static void test_binary_answer_survives_kill_mid_workflow(void **state)
 						.body_len = sizeof bin,
 						.content_type = "application/octet-stream"});
 	fragile_push(ctx->res, (fragile_action){.status = 200, .delay_ms = 60000});
-	calls_create(ctx->s, calls_workflow("midway", ctx->url, 2, calls_quick_retry(50)));
+	calls_create(ctx->s, calls_workflow("midway", ctx->url, 2, calls_quick_retry(100)));
 	assert_true(fragile_wait_held(ctx->res, 1, WAIT_MS));
 	hs_kill(ctx->s);
 	assert_true(fragile_wait_finished(ctx->res, 2, WAIT_MS));

@@ -229,6 +229,11 @@ static void test_wrong_types(void **state)
 	    RT("{\"max_attempts\":2.5}"),
 	    RT("{\"initial_delay_ms\":\"1\"}"),
 	    RT("{\"initial_delay_ms\":1.5}"),
+	    RT("{\"first_retry_ms\":\"1\"}"),
+	    RT("{\"first_retry_ms\":1.5}"),
+	    RT("{\"first_retry_ms\":null}"),
+	    RT("{\"first_retry_ms\":2000,\"initial_delay_ms\":1000}"),
+	    RT("{\"initial_delay_ms\":0,\"first_retry_ms\":0}"),
 	    RT("{\"backoff\":\"2\"}"),
 	    RT("{\"backoff\":true}"),
 	    RT("{\"backoff\":[2]}"),
@@ -293,6 +298,8 @@ static void test_out_of_range(void **state)
 	    RT("{\"max_attempts\":1001}"),
 	    RT("{\"initial_delay_ms\":-1}"),
 	    RT("{\"initial_delay_ms\":86400001}"),
+	    RT("{\"first_retry_ms\":-1}"),
+	    RT("{\"first_retry_ms\":86400001}"),
 	    RT("{\"backoff\":0.99}"),
 	    RT("{\"backoff\":0}"),
 	    RT("{\"backoff\":-2.0}"),
@@ -642,7 +649,7 @@ static void test_limits_are_accepted(void **state)
 				     "s:s}",
 				     "id", "slowest-retry", "resource", "limits", "workers", "name",
 				     "first", "work_ms", 0, "fail_attempts", 1000, "retry",
-				     "max_attempts", 1000, "initial_delay_ms", 86400000, "backoff",
+				     "max_attempts", 1000, "first_retry_ms", 86400000, "backoff",
 				     100.0, "max_delay_ms", 86400000, "on_failure", "continue"));
 	json_decref(wf);
 	wf = hs_wait_step(s, "slowest-retry", 0, "retrying", WAIT_MS);
@@ -660,7 +667,7 @@ static void test_limits_are_accepted(void **state)
 	/* backoff bounds, as integers and reals; zero delays. */
 	static const char *const bodies[] = {
 	    "{\"id\":\"b1\",\"resource\":\"limits\",\"workers\":[{\"name\":\"w\",\"work_ms\":0}],"
-	    "\"retry\":{\"backoff\":1,\"initial_delay_ms\":0,\"max_delay_ms\":0}}",
+	    "\"retry\":{\"backoff\":1,\"first_retry_ms\":0,\"max_delay_ms\":0}}",
 	    "{\"id\":\"b2\",\"resource\":\"limits\",\"workers\":[{\"name\":\"w\",\"work_ms\":0}],"
 	    "\"retry\":{\"backoff\":100}}",
 	    "{\"id\":\"b3\",\"resource\":\"limits\",\"workers\":[{\"name\":\"w\",\"work_ms\":0}],"

@@ -205,7 +205,7 @@ static void test_header_values_not_echoed(void **state)
 {
 	calls_ctx *c = *state;
 	fragile_push(c->res, (fragile_action){.status = 503}); /* a failure event and log line */
-	json_t *body = calls_workflow("sec", c->url, 2, calls_quick_retry(50));
+	json_t *body = calls_workflow("sec", c->url, 2, calls_quick_retry(100));
 	json_object_set_new(json_object_get(body, "call"), "headers",
 			    json_pack("{s:s, s:s}", "Authorization", SECRET, "X-Tenant", "acme"));
 	json_t *w0call =
@@ -272,7 +272,7 @@ static void test_redirect_not_followed(void **state)
 	calls_ctx *c = *state;
 	char *elsewhere = fragile_url(c->res, "/elsewhere");
 	fragile_push(c->res, (fragile_action){.status = 302, .location = elsewhere});
-	calls_create(c->s, calls_workflow("redir", c->url, 1, calls_quick_retry(50)));
+	calls_create(c->s, calls_workflow("redir", c->url, 1, calls_quick_retry(100)));
 	json_t *wf = hs_wait_workflow(c->s, "redir", "failed", WAIT_MS);
 	fragile_record *r = calls_records_exactly(c->res, 1);
 	assert_string_equal(r[0].path, "/op");

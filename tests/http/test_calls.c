@@ -322,7 +322,7 @@ static void test_503_then_200_retried(void **state)
 {
 	calls_ctx *c = *state;
 	fragile_push(c->res, (fragile_action){.status = 503});
-	calls_create(c->s, calls_workflow("r503", c->url, 1, calls_quick_retry(50)));
+	calls_create(c->s, calls_workflow("r503", c->url, 1, calls_quick_retry(100)));
 	json_t *wf = hs_wait_workflow(c->s, "r503", "completed", WAIT_MS);
 	fragile_record *r = calls_records_exactly(c->res, 2);
 	assert_string_equal(r[0].idempotency_key, "r503/0");
@@ -371,7 +371,7 @@ static void test_400_not_retried(void **state)
 {
 	calls_ctx *c = *state;
 	fragile_push(c->res, (fragile_action){.status = 400});
-	calls_create(c->s, calls_workflow("r400", c->url, 2, calls_quick_retry(50)));
+	calls_create(c->s, calls_workflow("r400", c->url, 2, calls_quick_retry(100)));
 	json_t *wf = hs_wait_workflow(c->s, "r400", "failed", WAIT_MS);
 	fragile_record *r = calls_records_exactly(c->res, 1);
 	assert_string_equal(r[0].idempotency_key, "r400/0");
@@ -400,7 +400,7 @@ static void test_429_retry_after_honoured(void **state)
 {
 	calls_ctx *c = *state;
 	fragile_push(c->res, (fragile_action){.status = 429, .retry_after = "3"});
-	calls_create(c->s, calls_workflow("r429", c->url, 1, calls_quick_retry(100)));
+	calls_create(c->s, calls_workflow("r429", c->url, 1, calls_quick_retry(200)));
 	json_t *wf = hs_wait_workflow(c->s, "r429", "completed", WAIT_MS);
 	fragile_record *r = calls_records_exactly(c->res, 2);
 	int64_t gap = r[1].arrived_ms - r[0].finished_ms;
@@ -425,7 +425,7 @@ static void test_timeout_retried(void **state)
 {
 	calls_ctx *c = *state;
 	fragile_push(c->res, (fragile_action){.status = 200, .delay_ms = 20000});
-	json_t *body = calls_workflow("rto", c->url, 1, calls_quick_retry(100));
+	json_t *body = calls_workflow("rto", c->url, 1, calls_quick_retry(200));
 	json_object_set_new(json_object_get(body, "call"), "timeout_ms", json_integer(300));
 	calls_create(c->s, body);
 	json_t *wf = hs_wait_workflow(c->s, "rto", "completed", WAIT_MS);
@@ -470,7 +470,7 @@ static void test_lost_answer_applied_once(void **state)
 {
 	calls_ctx *c = *state;
 	fragile_push(c->res, (fragile_action){.drop = true});
-	calls_create(c->s, calls_workflow("rlost", c->url, 1, calls_quick_retry(50)));
+	calls_create(c->s, calls_workflow("rlost", c->url, 1, calls_quick_retry(100)));
 	json_t *wf = hs_wait_workflow(c->s, "rlost", "completed", WAIT_MS);
 	fragile_record *r = calls_records_exactly(c->res, 2);
 	assert_int_equal(r[0].outcome, FRAGILE_DROPPED);
@@ -514,7 +514,7 @@ static void test_sigkill_during_call(void **state)
 	fragile_push(c->res, (fragile_action){.status = 200});
 	fragile_push(c->res, (fragile_action){.drop = true, .delay_ms = 60000});
 	fragile_push(c->res, (fragile_action){.status = 200, .delay_ms = 60000});
-	calls_create(c->s, calls_workflow("kill", c->url, 3, calls_quick_retry(50)));
+	calls_create(c->s, calls_workflow("kill", c->url, 3, calls_quick_retry(100)));
 	assert_true(fragile_wait_held(c->res, 1, WAIT_MS));
 	json_t *during = hs_get_workflow(c->s, "kill");
 	assert_string_equal(hs_str(hs_step_at(during, 1), "status"), "running");
@@ -590,7 +590,7 @@ static void test_stored_call_waits_for_libcurl(void **state)
 	fragile_push(c->res, (fragile_action){.status = 200, .delay_ms = 60000});
 	calls_create(c->s, calls_workflow("nocurl", c->url, 1,
 					  json_pack("{s:i, s:i, s:f}", "max_attempts", 50,
-						    "initial_delay_ms", 300, "backoff", 1.0)));
+						    "first_retry_ms", 300, "backoff", 1.0)));
 	assert_true(fragile_wait_held(c->res, 1, WAIT_MS));
 	hs_kill(c->s);
 	assert_true(fragile_wait_finished(c->res, 1, WAIT_MS));

@@ -188,7 +188,7 @@ static void test_cancel_retrying(void **state)
 	json_t *body =
 	    json_pack("{s:s, s:s, s:[{s:s, s:i, s:i}], s:{s:i, s:f}}", "id", "cx-retry", "resource",
 		      "cx", "workers", "name", "flaky", "work_ms", 10, "fail_attempts", 1, "retry",
-		      "initial_delay_ms", 10000, "backoff", 1.0);
+		      "first_retry_ms", 10000, "backoff", 1.0);
 	json_decref(hs_create_workflow(s, body));
 	json_t *retrying = hs_wait_step(s, "cx-retry", 0, "retrying", WAIT_MS);
 	int64_t next_at = hs_time(hs_step_at(retrying, 0), "next_attempt_at");

@@ -174,7 +174,7 @@ static void test_events_lines_are_watch_lines(void **state)
 	const char *url = client_url_of(s);
 	json_t *body = json_pack("{s:s, s:s, s:[s, {s:s, s:i}], s:{s:i}}", "id", "w", "resource",
 				 "gw", "workers", "worker-A", "name", "worker-B", "fail_attempts",
-				 1, "retry", "initial_delay_ms", 10);
+				 1, "retry", "first_retry_ms", 20);
 	json_decref(hs_create_workflow(s, body));
 	json_decref(hs_wait_workflow(s, "w", "completed", 60000));
 

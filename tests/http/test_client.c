@@ -85,7 +85,7 @@ static void submit_retrying(const hs_server *s, const char *id, int retry_ms)
 	json_t *body = json_pack("{s:s, s:s, s:[s, {s:s, s:i, s:i}, s], s:{s:i, s:f}}", "id", id,
 				 "resource", "gw", "workers", "worker-A", "name", "worker-B",
 				 "fail_attempts", 1, "work_ms", 400, "worker-C", "retry",
-				 "initial_delay_ms", retry_ms, "backoff", 1.0);
+				 "first_retry_ms", retry_ms, "backoff", 1.0);
 	assert_non_null(body);
 	json_decref(hs_create_workflow(s, body));
 }
@@ -96,7 +96,7 @@ static void submit_stuck(const hs_server *s, const char *id)
 {
 	json_t *body = json_pack("{s:s, s:s, s:[{s:s, s:i}], s:{s:i, s:i}}", "id", id, "resource",
 				 "gw", "workers", "name", "worker-S", "fail_attempts", 1, "retry",
-				 "initial_delay_ms", 600000, "max_delay_ms", 600000);
+				 "first_retry_ms", 600000, "max_delay_ms", 600000);
 	assert_non_null(body);
 	json_decref(hs_create_workflow(s, body));
 }

@@ -131,7 +131,7 @@ static void cluster_up(ctx *c, int lease_ms, const char *const *extra)
 /* A workflow of `steps` call steps on resource r: worker wI calls res[r] with {"n": I}. */
 static json_t *call_workflow(const ctx *c, const char *id, int r, int steps)
 {
-	json_t *body = calls_workflow(id, c->url[r], steps, calls_quick_retry(50));
+	json_t *body = calls_workflow(id, c->url[r], steps, calls_quick_retry(100));
 	json_object_set_new(body, "resource", json_string(c->name[r]));
 	return body;
 }

@@ -466,7 +466,7 @@ static void test_results_past_the_workflow_cap_fail_the_step(void **state)
 						     .body_len = BODY,
 						     .content_type = "application/json"});
 	free(body);
-	calls_create(c->s, calls_workflow("heavy", c->url, 18, calls_quick_retry(10)));
+	calls_create(c->s, calls_workflow("heavy", c->url, 18, calls_quick_retry(20)));
 	heavy_wait w = {c->s, "heavy", "failed"};
 	if (!hs_wait_until(has_status, &w, WAIT_MS * 2))
 		fail_msg("the workflow of 1 MB results did not fail");

@@ -413,7 +413,7 @@ static void submit_tasks(suite *t, int n)
 		snprintf(body, sizeof body,
 			 "{\"id\": \"lfw-%d\", \"resource\": \"" WRESOURCE "\", \"workers\":"
 			 " [{\"name\": \"lfw\", \"external\": true}], \"retry\":"
-			 " {\"max_attempts\": 50, \"initial_delay_ms\": 100}}",
+			 " {\"max_attempts\": 50, \"first_retry_ms\": 200}}",
 			 t->ntasks);
 		long st = 0;
 		for (int64_t end = mono() + 60000; mono() < end && st != 201;) {

@@ -62,7 +62,7 @@ static json_t *submit(const hs_server *s, const char *id, const char *resource, 
 	return hs_create_workflow(s, json_pack("{s:s, s:s, s:[s, {s:s, s:b}], s:{s:i, s:i}}", "id",
 					       id, "resource", resource, "workers", "prep", "name",
 					       worker, "external", 1, "retry", "max_attempts",
-					       max_attempts, "initial_delay_ms", 100));
+					       max_attempts, "first_retry_ms", 200));
 }
 
 static void test_claim_and_complete(void **state)

@@ -48,11 +48,15 @@ static void test_repost_same_id(void **state)
 	snprintf(explicit_defaults, sizeof explicit_defaults,
 		 "{\"on_failure\":\"fail\",\"workers\":[{\"name\":\"worker-A\",\"work_ms\":%d,"
 		 "\"fail_attempts\":0},{\"work_ms\":20,\"name\":\"worker-B\"}],"
-		 "\"retry\":{\"max_attempts\":10,\"initial_delay_ms\":1000,\"backoff\":2.0,"
+		 "\"retry\":{\"max_attempts\":10,\"first_retry_ms\":2000,\"backoff\":2.0,"
 		 "\"max_delay_ms\":30000},\"resource\":\"till\",\"id\":\"order-42\"}",
 		 hs_default_work_ms("worker-A"));
-	const char *same[] = {original, explicit_defaults};
-	for (size_t i = 0; i < 2; i++) {
+	/* the deprecated spelling of the default first retry: 1000 ms times the backoff */
+	static const char deprecated_defaults[] =
+	    "{\"id\":\"order-42\",\"resource\":\"till\",\"retry\":{\"initial_delay_ms\":1000},"
+	    "\"workers\":[\"worker-A\",{\"name\":\"worker-B\",\"work_ms\":20}]}";
+	const char *same[] = {original, explicit_defaults, deprecated_defaults};
+	for (size_t i = 0; i < 3; i++) {
 		r = post_text(s, same[i]);
 		if (r.status != 200)
 			fail_msg("re-POST of the same definition %s: %ld %s, expected 200", same[i],
@@ -109,6 +113,63 @@ static void test_repost_same_id(void **state)
 	json_decref(events);
 	json_decref(now);
 	json_decref(stored);
+}
+
+/* POSTs a one-worker workflow `id` with retry policy `retry` (JSON text); asserts 201 and
+ * returns the retry policy it shows (new reference). */
+static json_t *created_retry(hs_server *s, const char *id, const char *retry)
+{
+	char body[512];
+	snprintf(body, sizeof body,
+		 "{\"id\":\"%s\",\"resource\":\"alias\",\"workers\":[{\"name\":\"w\","
+		 "\"work_ms\":0}],\"retry\":%s}",
+		 id, retry);
+	hs_response r = post_text(s, body);
+	if (r.status != 201)
+		fail_msg("POST %s: %ld %s, expected 201", body, r.status, r.body ? r.body : "");
+	json_t *policy = json_incref(json_object_get(r.json, "retry"));
+	hs_response_fini(&r);
+	assert_null(json_object_get(policy, "initial_delay_ms"));
+	return policy;
+}
+
+/*
+ * initial_delay_ms, the deprecated name, keeps its meaning (the first retry came after
+ * initial_delay_ms * backoff): it is taken as first_retry_ms = initial_delay_ms * backoff,
+ * rounded and at most 86400000, and shown as first_retry_ms; first_retry_ms is taken as
+ * given. Both at once are refused, naming both, and nothing is created.
+ */
+static void test_initial_delay_ms_is_an_alias(void **state)
+{
+	hs_server *s = *state;
+	static const struct {
+		const char *id, *retry;
+		json_int_t first;
+	} cases[] = {
+	    {"old-default", "{\"initial_delay_ms\":1000}", 2000},
+	    {"old-flat", "{\"initial_delay_ms\":300,\"backoff\":1.0}", 300},
+	    {"old-rounded", "{\"initial_delay_ms\":333,\"backoff\":1.5}", 500},
+	    {"old-capped", "{\"initial_delay_ms\":86400000,\"backoff\":3}", 86400000},
+	    {"new", "{\"first_retry_ms\":333,\"backoff\":1.5}", 333},
+	};
+	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+		json_t *policy = created_retry(s, cases[i].id, cases[i].retry);
+		if (hs_int(policy, "first_retry_ms") != cases[i].first)
+			fail_msg("retry %s shows first_retry_ms %lld, expected %lld",
+				 cases[i].retry, (long long)hs_int(policy, "first_retry_ms"),
+				 (long long)cases[i].first);
+		json_decref(policy);
+	}
+	hs_response r = post_text(s, "{\"id\":\"both\",\"resource\":\"alias\",\"workers\":"
+				     "[\"w\"],\"retry\":{\"first_retry_ms\":2000,"
+				     "\"initial_delay_ms\":1000}}");
+	hs_assert_problem(&r, 400, "invalid-request", "both retry fields");
+	const char *detail = hs_str(r.json, "detail");
+	if (!strstr(detail, "first_retry_ms") || !strstr(detail, "initial_delay_ms"))
+		fail_msg("the refusal of both fields does not name both: %s", detail);
+	hs_response_fini(&r);
+	json_t *gone = hs_get_json(s, "/workflows/both", 404);
+	json_decref(gone);
 }
 
 static bool is_hex32(const char *id)
@@ -403,6 +464,8 @@ int main(void)
 	hs_filters_from_env();
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test_setup_teardown(test_repost_same_id, hs_setup, hs_teardown),
+	    cmocka_unit_test_setup_teardown(test_initial_delay_ms_is_an_alias, hs_setup,
+					    hs_teardown),
 	    cmocka_unit_test_setup_teardown(test_generated_ids, hs_setup, hs_teardown),
 	    cmocka_unit_test_setup_teardown(test_list_filters_and_paging, calls_setup,
 					    calls_teardown),

@@ -133,7 +133,8 @@ static void test_happy_path(void **state)
 	assert_string_equal(hs_str(wf, "on_failure"), "fail");
 	json_t *retry = json_object_get(wf, "retry");
 	assert_int_equal(hs_int(retry, "max_attempts"), 10);
-	assert_int_equal(hs_int(retry, "initial_delay_ms"), 1000);
+	assert_int_equal(hs_int(retry, "first_retry_ms"), 2000);
+	assert_null(json_object_get(retry, "initial_delay_ms"));
 	assert_true(json_number_value(json_object_get(retry, "backoff")) == 2.0);
 	assert_int_equal(hs_int(retry, "max_delay_ms"), 30000);
 	int64_t created_at = hs_time(wf, "created_at"), started_at = hs_time(wf, "started_at");
@@ -440,7 +441,7 @@ static void test_restart_during_retry_wait_keeps_schedule(void **state)
 	    json_pack("{s:s, s:s, s:[{s:s, s:i, s:i}, {s:s, s:i}], s:{s:i, s:f}}", "id",
 		      "retry-restart", "resource", "printer", "workers", "name", "worker-A",
 		      "work_ms", 10, "fail_attempts", 1, "name", "worker-B", "work_ms", 10, "retry",
-		      "initial_delay_ms", RESTART_WAIT_MS, "backoff", 1.0);
+		      "first_retry_ms", RESTART_WAIT_MS, "backoff", 1.0);
 	json_decref(hs_create_workflow(s, body));
 
 	json_t *before = hs_wait_step(s, "retry-restart", 0, "retrying", WAIT_MS);
@@ -487,8 +488,8 @@ static void test_restart_during_retry_wait_keeps_schedule(void **state)
 }
 
 /*
- * The retry policy: wait before retry n = min(initial_delay_ms * backoff^n, max_delay_ms),
- * here 50 ms * 3^n capped at 500 ms: 150, 450, 500; no retry starts before its time.
+ * The retry policy: wait before retry n = min(first_retry_ms * backoff^(n-1), max_delay_ms),
+ * here 100 ms, then times 3 capped at 500 ms: 100, 300, 500; no retry starts before its time.
  */
 static void test_retry_backoff_schedule(void **state)
 {
@@ -496,12 +497,12 @@ static void test_retry_backoff_schedule(void **state)
 	json_t *body = json_pack("{s:s, s:s, s:[{s:s, s:i, s:i}], s:{s:i, s:i, s:f, s:i}}", "id",
 				 "backoff", "resource", "printer", "workers", "name", "flaky",
 				 "work_ms", 0, "fail_attempts", 3, "retry", "max_attempts", 4,
-				 "initial_delay_ms", 50, "backoff", 3.0, "max_delay_ms", 500);
+				 "first_retry_ms", 100, "backoff", 3.0, "max_delay_ms", 500);
 	json_decref(hs_create_workflow(s, body));
 	json_t *wf = hs_wait_workflow(s, "backoff", "completed", WAIT_MS);
 	assert_int_equal(hs_int(hs_step_at(wf, 0), "attempts"), 4);
 	json_t *events = hs_get_events(s, "backoff");
-	static const json_int_t waits[] = {150, 450, 500};
+	static const json_int_t waits[] = {100, 300, 500};
 	for (int n = 1; n <= 3; n++) {
 		json_t *fail = hs_event_find(events, "step_failed", 0, n);
 		json_t *next = hs_event_find(events, "lock_acquired", 0, n + 1);
@@ -522,7 +523,7 @@ static void test_retry_backoff_schedule(void **state)
 }
 
 /*
- * A retry wait is slept through: while the only thing due is a step's next attempt, 3 s
+ * A retry wait is slept through: while the only thing due is a step's next attempt, 6 s
  * away, batond uses a small part of one core (an engine that timed its waits on the wrong
  * clock woke at once, again and again, and used all of it until the attempt).
  */
@@ -532,7 +533,7 @@ static void test_retry_wait_is_slept_through(void **state)
 	json_t *body =
 	    json_pack("{s:s, s:s, s:[{s:s, s:i, s:i}], s:{s:i, s:i}}", "id", "sleepy", "resource",
 		      "printer", "workers", "name", "flaky", "work_ms", 0, "fail_attempts", 1,
-		      "retry", "max_attempts", 2, "initial_delay_ms", 3000);
+		      "retry", "max_attempts", 2, "first_retry_ms", 6000);
 	json_decref(hs_create_workflow(s, body));
 	json_decref(hs_wait_step(s, "sleepy", 0, "retrying", WAIT_MS));
 	int64_t cpu0 = hs_cpu_ms(s), t0 = hs_mono_ms();
@@ -588,7 +589,7 @@ static void test_long_event_history_is_complete(void **state)
 	json_decref(
 	    hs_create_workflow(s, json_pack("{s:s, s:s, s:o, s:{s:i, s:i}}", "id", "long-history",
 					    "resource", "history", "workers", workers, "retry",
-					    "max_attempts", 1000, "initial_delay_ms", 0)));
+					    "max_attempts", 1000, "first_retry_ms", 0)));
 	json_t *wf = hs_wait_workflow(s, "long-history", "completed", 120000);
 	for (size_t i = 0; i < 3; i++)
 		assert_int_equal(hs_int(hs_step_at(wf, i), "attempts"), 1000);
@@ -618,7 +619,7 @@ static json_t *failing_middle(const char *id, const char *on_failure)
 				 "s:{s:i, s:i}}",
 				 "id", id, "resource", "ledger", "workers", "name", "a", "work_ms",
 				 10, "name", "b", "work_ms", 10, "fail_attempts", 5, "name", "c",
-				 "work_ms", 10, "retry", "max_attempts", 2, "initial_delay_ms", 0);
+				 "work_ms", 10, "retry", "max_attempts", 2, "first_retry_ms", 0);
 	if (on_failure)
 		json_object_set_new(body, "on_failure", json_string(on_failure));
 	return body;

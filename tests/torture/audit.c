@@ -423,7 +423,7 @@ void check_retry_waits(run *r, check *c)
 			if (f->type != E_FAIL || f->retry_in < 0)
 				continue;
 			c->examined++;
-			double d = w->initial * pow(w->backoff, f->attempt);
+			double d = w->first_retry * pow(w->backoff, f->attempt - 1);
 			int64_t policy = d < w->max_delay ? (int64_t)d : w->max_delay;
 			if (f->retry_in < policy)
 				violation(c,

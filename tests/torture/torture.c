@@ -213,8 +213,8 @@ static wf *make_workflow(run *r, uint64_t *rng, size_t n)
 	int k = rnd(rng, 0, 99);
 	w->kind = k < 60 ? K_CALL : k < 92 ? K_SIM : K_FAIL;
 	w->n = rnd(rng, 3, MAX_STEPS);
-	w->initial = rnd(rng, 50, 200);
 	w->backoff = 1.5;
+	w->first_retry = (int)(rnd(rng, 50, 200) * w->backoff);
 	w->max_delay = 800;
 	w->max_attempts = w->kind == K_FAIL ? rnd(rng, 2, 3) : 30;
 	w->fail_step = w->kind == K_FAIL ? rnd(rng, 0, w->n - 1) : -1;
@@ -236,7 +236,7 @@ static wf *make_workflow(run *r, uint64_t *rng, size_t n)
 	json_t *body =
 	    json_pack("{s:s, s:s, s:o, s:{s:i, s:i, s:f, s:i}, s:s}", "id", w->id, "resource",
 		      res_name(w->res), "workers", workers, "retry", "max_attempts",
-		      w->max_attempts, "initial_delay_ms", w->initial, "backoff", w->backoff,
+		      w->max_attempts, "first_retry_ms", w->first_retry, "backoff", w->backoff,
 		      "max_delay_ms", w->max_delay, "on_failure", w->cont ? "continue" : "fail");
 	w->body = json_dumps(body, JSON_COMPACT);
 	json_decref(body);

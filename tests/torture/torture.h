@@ -50,7 +50,7 @@ typedef struct wf {
 	char id[64];
 	int res, kind, n, fail_step, cont; /* fail_step -1: none; cont: on_failure continue */
 	int is_call[MAX_STEPS];
-	int initial, max_delay, max_attempts;
+	int first_retry, max_delay, max_attempts;
 	double backoff;
 	char *body;
 	int acked, unknown, posts; /* unknown: some POST of it got no answer */

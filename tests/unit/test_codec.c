@@ -38,6 +38,17 @@ static const struct {
     {"{\"resource\":\"gw\",\"workers\":[\"a\"],\"retry\":{\"max_attempts\":0}}",
      "retry.max_attempts"},
     {"{\"resource\":\"gw\",\"workers\":[\"a\"],\"retry\":{\"backoff\":0.5}}", "retry.backoff"},
+    {"{\"resource\":\"gw\",\"workers\":[\"a\"],\"retry\":{\"first_retry_ms\":-1}}",
+     "retry.first_retry_ms: must be between 0 and 86400000"},
+    {"{\"resource\":\"gw\",\"workers\":[\"a\"],\"retry\":{\"first_retry_ms\":0.5}}",
+     "retry.first_retry_ms: must be an integer"},
+    {"{\"resource\":\"gw\",\"workers\":[\"a\"],\"retry\":{\"initial_delay_ms\":86400001}}",
+     "retry.initial_delay_ms: must be between 0 and 86400000"},
+    {"{\"resource\":\"gw\",\"workers\":[\"a\"],\"retry\":{\"initial_delay_ms\":\"1\"}}",
+     "retry.initial_delay_ms: must be an integer"},
+    {"{\"resource\":\"gw\",\"workers\":[\"a\"],\"retry\":{\"first_retry_ms\":1,"
+     "\"initial_delay_ms\":1}}",
+     "retry: give first_retry_ms or initial_delay_ms, not both"},
     {"{\"resource\":\"gw\",\"workers\":[\"a\"],\"retry\":{\"jitter\":1}}", "unknown field"},
     {"{\"resource\":\"gw\",\"workers\":[\"a\"],\"on_failure\":\"ignore\"}", "on_failure"},
 };
@@ -100,7 +111,7 @@ static void test_defaults_and_normalized_definition(void **state)
 	(void)state;
 	wf_row *a = wf_from("{\"resource\":\"gw\",\"workers\":[\"worker-A\"]}");
 	assert_int_equal(a->retry.max_attempts, 10);
-	assert_int_equal(a->retry.initial_delay_ms, 1000);
+	assert_int_equal(a->retry.first_retry_ms, 2000);
 	assert_int_equal(a->retry.max_delay_ms, 30000);
 	assert_true(a->retry.backoff == 2.0);
 	assert_int_equal(a->on_failure, ON_FAILURE_FAIL);
@@ -121,6 +132,27 @@ static void test_defaults_and_normalized_definition(void **state)
 	wf_row_free(a);
 	wf_row_free(b);
 	wf_row_free(c);
+}
+
+/*
+ * Texts stored before first_retry_ms, which said initial_delay_ms (first retry after
+ * initial_delay_ms * backoff): a row's policy reads as the same policy.
+ */
+static void test_initial_delay_ms_in_stored_texts(void **state)
+{
+	(void)state;
+	retry_policy p;
+	assert_int_equal(codec_parse_retry("{\"max_attempts\":3,\"initial_delay_ms\":300,"
+					   "\"backoff\":1.5,\"max_delay_ms\":30000}",
+					   &p),
+			 BATON_OK);
+	assert_int_equal(p.max_attempts, 3);
+	assert_int_equal(p.first_retry_ms, 450);
+	assert_true(p.backoff == 1.5);
+	char *text = codec_retry_text(&p);
+	assert_string_equal(text, "{\"max_attempts\":3,\"first_retry_ms\":450,\"backoff\":1.5,"
+				  "\"max_delay_ms\":30000}");
+	free(text);
 }
 
 static void test_call_urls_stay_under_allowed_prefixes(void **state)
@@ -307,6 +339,7 @@ int main(void)
 	    cmocka_unit_test(test_name_limits),
 	    cmocka_unit_test(test_too_many_workers),
 	    cmocka_unit_test(test_defaults_and_normalized_definition),
+	    cmocka_unit_test(test_initial_delay_ms_in_stored_texts),
 	    cmocka_unit_test(test_call_urls_stay_under_allowed_prefixes),
 	    cmocka_unit_test(test_call_headers_and_defaults),
 	    cmocka_unit_test(test_event_text_matches_jansson),

@@ -239,7 +239,7 @@ static void test_retry_wait_survives_reopen(void **state)
 	json_decref(submit(f->e,
 			   "{\"id\":\"r\",\"resource\":\"gw\",\"workers\":["
 			   "{\"name\":\"a\",\"work_ms\":0,\"fail_attempts\":1}],"
-			   "\"retry\":{\"initial_delay_ms\":300,\"backoff\":1.0}}",
+			   "\"retry\":{\"first_retry_ms\":300,\"backoff\":1.0}}",
 			   &created, BATON_OK));
 	json_t *wf = wait_step_status(f->e, "r", 0, "retrying");
 	char next[40];

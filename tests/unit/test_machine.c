@@ -52,7 +52,7 @@ static step_output failed_output(int retryable)
 static void test_retry_delay_policy(void **state)
 {
 	(void)state;
-	retry_policy p = {10, 1000, 2.0, 30000};
+	retry_policy p = {10, 2000, 2.0, 30000};
 	assert_int_equal(retry_delay_ms(&p, 1), 2000); /* the origin's first retry: 2 s */
 	assert_int_equal(retry_delay_ms(&p, 2), 4000);
 	assert_int_equal(retry_delay_ms(&p, 4), 16000);
