@@ -629,6 +629,26 @@ int codec_parse_retry(const char *text, retry_policy *p)
 	return j ? rc : BATON_ECORRUPT;
 }
 
+int codec_same_definition(const char *stored, const char *def)
+{
+	if (strcmp(stored, def) == 0)
+		return 1;
+	/* the one way an equal definition is stored in other words: written before
+	 * first_retry_ms */
+	json_t *old = json_loads(stored, 0, NULL);
+	json_t *r = json_object_get(old, "retry");
+	retry_policy p;
+	int same = 0;
+	if (json_object_get(r, "initial_delay_ms") && parse_retry(r, &p, NULL) == BATON_OK &&
+	    json_object_set_new(old, "retry", retry_json(&p)) == 0) {
+		char *text = codec_text_sorted(old);
+		same = text && strcmp(text, def) == 0;
+		free(text);
+	}
+	json_decref(old);
+	return same;
+}
+
 static json_t *nullable_string(const char *s)
 {
 	return s ? json_string(s) : json_null();

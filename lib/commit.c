@@ -305,7 +305,8 @@ static int fail_unwritable(baton_engine *e, wf_row *wf, int code, const char *wh
 		if (code == BATON_ECONFLICT &&
 		    store_find_workflow(e->st, wf->id, &stored, &status, &err) == BATON_OK) {
 			found = 1;
-			answer = strcmp(stored, wf->definition) == 0 ? BATON_OK : BATON_ECONFLICT;
+			answer = codec_same_definition(stored, wf->definition) ? BATON_OK
+									       : BATON_ECONFLICT;
 		}
 		free(stored);
 		for (size_t i = 0; i < e->replies.n; i++) {

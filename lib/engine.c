@@ -244,7 +244,7 @@ static int same_definition(baton_engine *e, const char *id, const char *def, int
 	if (rc) {
 		*rc_out = rc;
 		snprintf(detail, dlen, "%s", err.msg);
-	} else if (strcmp(stored, def) == 0) {
+	} else if (codec_same_definition(stored, def)) {
 		*rc_out = BATON_OK;
 	} else {
 		*rc_out = BATON_ECONFLICT;

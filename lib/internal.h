@@ -483,6 +483,10 @@ int codec_pending_steps(wf_row *wf, const char *definition);
  * first_retry_ms (with initial_delay_ms) reads as the same policy. */
 char *codec_retry_text(const retry_policy *p);
 int codec_parse_retry(const char *text, retry_policy *p);
+/* Whether a stored definition and a new one (normalized texts, as codec_parse_request
+ * makes them) describe the same workflow: equal texts, or equal once the stored retry
+ * policy, written before first_retry_ms, is normalized as it would be now. */
+int codec_same_definition(const char *stored, const char *def);
 
 /* ---- text.c: JSON text as jansson's compact dump writes it, for hot rows ---- */
 

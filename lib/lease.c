@@ -420,7 +420,7 @@ static int busy_now(const res_lock *l)
  * round), or stored, its stored definition. */
 static void acquire_again(baton_engine *e, msg *m, wf_row *cur, const char *stored, int64_t now)
 {
-	if (strcmp(cur ? cur->definition : stored, m->wf->definition) != 0)
+	if (!codec_same_definition(cur ? cur->definition : stored, m->wf->definition))
 		eng_waiter_done(m->w, BATON_ECONFLICT, 0,
 				"this request_id was used for another lease request");
 	else if (cur)

@@ -16,6 +16,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "../harness/harness.h"
 
@@ -487,6 +489,88 @@ static void test_restart_during_retry_wait_keeps_schedule(void **state)
 	json_decref(before);
 }
 
+/* Runs the sqlite3 shell on `db` with `sql`; asserts it exited 0. */
+static void sqlite3_shell(const char *db, const char *sql)
+{
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		execlp("sqlite3", "sqlite3", db, sql, (char *)NULL);
+		perror("sqlite3 (apt-get install sqlite3)");
+		_exit(127);
+	}
+	int status;
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+}
+
+/*
+ * Puts the stored retry policy of the one workflow of the (stopped) server's database back
+ * as the previous batond wrote it, in its definition and in its row: the default policy's
+ * "first_retry_ms":2000 becomes "initial_delay_ms":1000.
+ */
+static void store_old_retry_field(hs_server *s)
+{
+#define TO_OLD "'\"first_retry_ms\":2000', '\"initial_delay_ms\":1000'"
+	if (hs_store_is_pg())
+		assert_int_equal(
+		    hs_db_count(s, "WITH d AS (UPDATE definitions SET definition ="
+				   " replace(definition, " TO_OLD ") RETURNING 1),"
+				   " w AS (UPDATE workflows SET retry = replace(retry, " TO_OLD ")"
+				   " RETURNING 1) SELECT count(*) FROM d, w"),
+		    1);
+	else
+		sqlite3_shell(hs_db_path(s),
+			      "UPDATE definitions SET definition = replace(definition, " TO_OLD ");"
+			      " UPDATE workflows SET retry = replace(retry, " TO_OLD ");");
+#undef TO_OLD
+	assert_int_equal(
+	    hs_db_count(s, "SELECT count(*) FROM definitions WHERE definition"
+			   " LIKE '%\"retry\":{\"backoff\":2.0,\"initial_delay_ms\":1000,%'"),
+	    1);
+	assert_int_equal(hs_db_count(s, "SELECT count(*) FROM workflows WHERE retry"
+					" LIKE '%\"initial_delay_ms\":1000,%'"),
+			 1);
+}
+
+/*
+ * An upgrade: a workflow stored by the previous batond, whose retry policy says
+ * initial_delay_ms (here the default policy, 1000 then), is the same workflow to this one.
+ * Re-posting its body answers 200, not 409, and it shows first_retry_ms 2000; a body that
+ * does change the policy (first retry after 1 s) is still a conflict.
+ */
+static void test_upgrade_keeps_workflows_with_initial_delay_ms(void **state)
+{
+	hs_server *s = *state;
+	static const char body[] = "{\"id\":\"upgraded\",\"resource\":\"printer\","
+				   "\"workers\":[{\"name\":\"a\",\"work_ms\":0}]}";
+	static const char changed[] = "{\"id\":\"upgraded\",\"resource\":\"printer\","
+				      "\"workers\":[{\"name\":\"a\",\"work_ms\":0}],"
+				      "\"retry\":{\"first_retry_ms\":1000}}";
+	hs_response r;
+	hs_post(s, "/workflows", body, &r);
+	assert_int_equal(r.status, 201);
+	hs_response_fini(&r);
+	json_decref(hs_wait_workflow(s, "upgraded", "completed", WAIT_MS));
+	assert_int_equal(hs_stop(s), 0);
+	store_old_retry_field(s);
+	assert_int_equal(hs_start(s), 0);
+
+	hs_post(s, "/workflows", body, &r);
+	if (r.status != 200)
+		fail_msg("re-POST after the upgrade: %ld %s, expected 200", r.status,
+			 r.body ? r.body : "");
+	hs_response_fini(&r);
+	hs_post(s, "/workflows", changed, &r);
+	hs_assert_problem(&r, 409, "conflict", "a re-POST with another retry policy");
+	hs_response_fini(&r);
+	json_t *wf = hs_get_workflow(s, "upgraded");
+	json_t *retry = json_object_get(wf, "retry");
+	assert_int_equal(hs_int(retry, "first_retry_ms"), 2000);
+	assert_null(json_object_get(retry, "initial_delay_ms"));
+	json_decref(wf);
+}
+
 /*
  * The retry policy: wait before retry n = min(first_retry_ms * backoff^(n-1), max_delay_ms),
  * here 100 ms, then times 3 capped at 500 ms: 100, 300, 500; no retry starts before its time.
@@ -725,6 +809,8 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_sigkill_mid_step_resumes, hs_setup, hs_teardown),
 	    cmocka_unit_test_setup_teardown(test_restart_during_retry_wait_keeps_schedule, hs_setup,
 					    hs_teardown),
+	    cmocka_unit_test_setup_teardown(test_upgrade_keeps_workflows_with_initial_delay_ms,
+					    hs_setup, hs_teardown),
 	    cmocka_unit_test_setup_teardown(test_retry_backoff_schedule, hs_setup, hs_teardown),
 	    cmocka_unit_test_setup_teardown(test_retry_wait_is_slept_through, hs_setup,
 					    hs_teardown),

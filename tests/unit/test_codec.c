@@ -134,9 +134,15 @@ static void test_defaults_and_normalized_definition(void **state)
 	wf_row_free(c);
 }
 
+/* The default retry policy as the batond before first_retry_ms stored it. */
+#define OLD_DEFAULT_RETRY                                                                          \
+	"\"retry\":{\"backoff\":2.0,\"initial_delay_ms\":1000,\"max_attempts\":10,"                \
+	"\"max_delay_ms\":30000}"
+
 /*
  * Texts stored before first_retry_ms, which said initial_delay_ms (first retry after
- * initial_delay_ms * backoff): a row's policy reads as the same policy.
+ * initial_delay_ms * backoff): a row's policy reads as the same policy, and a definition
+ * is the same as the one of the same request now; a changed one is not.
  */
 static void test_initial_delay_ms_in_stored_texts(void **state)
 {
@@ -153,6 +159,25 @@ static void test_initial_delay_ms_in_stored_texts(void **state)
 	assert_string_equal(text, "{\"max_attempts\":3,\"first_retry_ms\":450,\"backoff\":1.5,"
 				  "\"max_delay_ms\":30000}");
 	free(text);
+
+	static const char stored[] =
+	    "{\"on_failure\":\"fail\",\"resource\":\"ledger\"," OLD_DEFAULT_RETRY
+	    ",\"workers\":[{\"fail_attempts\":0,\"name\":\"a\",\"work_ms\":0}]}";
+	wf_row *same = wf_from("{\"resource\":\"ledger\",\"workers\":[{\"name\":\"a\","
+			       "\"work_ms\":0}]}");
+	wf_row *other = wf_from("{\"resource\":\"ledger\",\"workers\":[{\"name\":\"a\","
+				"\"work_ms\":0}],\"retry\":{\"first_retry_ms\":1000}}");
+	assert_string_not_equal(stored, same->definition);
+	assert_true(codec_same_definition(stored, same->definition));
+	assert_true(codec_same_definition(same->definition, same->definition));
+	assert_false(codec_same_definition(stored, other->definition));
+	assert_false(codec_same_definition("not json", same->definition));
+	/* a lease's definition has no retry policy */
+	assert_false(codec_same_definition("{\"lease\":{\"holder\":\"h\",\"ttl_ms\":1000},"
+					   "\"resource\":\"ledger\"}",
+					   same->definition));
+	wf_row_free(same);
+	wf_row_free(other);
 }
 
 static void test_call_urls_stay_under_allowed_prefixes(void **state)
