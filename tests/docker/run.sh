@@ -860,11 +860,13 @@ compose_cluster() {
 	fi
 	for n in "${NODES[@]}"; do NPORT[$n]=${CPORTS[$n]}; done
 	# The nodes start before PostgreSQL accepts connections (podman-compose 1.0.3 does not
-	# wait for service_healthy): they exit 1 and restart: until it does.
-	if nodes_are 1 "node-1 node-2 node-3" 120; then
+	# wait for service_healthy): they exit 1 and restart: until it does. They find it by
+	# name, through podman's DNS, which can stall lookups for 20-40 s while containers
+	# join the network (see start_nodes): a generous deadline.
+	if nodes_are 1 "node-1 node-2 node-3" 180; then
 		ok "${COMPOSE_CMD[*]} -f docker/cluster.yaml up -d: GET /nodes on node-1 lists node-1..3 ($(secs "$t")s)"
 	else
-		not_ok "${COMPOSE_CMD[*]} cluster: GET /nodes on node-1 lists node-1..3 within 120 s"
+		not_ok "${COMPOSE_CMD[*]} cluster: GET /nodes on node-1 lists node-1..3 within 180 s"
 		for n in postgres batond-1 batond-2 batond-3; do
 			ctr=$(compose_ctr "$CLPROJ" "$n")
 			[[ -n $ctr ]] && show_logs "$ctr"
