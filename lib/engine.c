@@ -310,7 +310,10 @@ static void apply_submit(baton_engine *e, msg *m, int64_t now)
 		VEC_PUSH(e->finished, wf);
 	}
 	eng_touch_wf(e, wf);
-	eng_reply(e, m->w, BATON_OK, REPLY_STORED, wf->resource);
+	/* A foreign submission is written whoever drives its partition (its owner adopts it),
+	 * so its answer belongs to no partition: one that changes hands in this round, gained
+	 * or lost, leaves it in the batch, and must not turn its 201 into a 503. */
+	eng_reply(e, m->w, BATON_OK, REPLY_STORED, wf->foreign ? NULL : wf->resource);
 }
 
 void eng_cancel_wf(baton_engine *e, wf_row *wf, int64_t now)

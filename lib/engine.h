@@ -108,7 +108,8 @@ enum reply_kind {
 };
 /* `part`: the partition of the resource the answer is about, -1 for none; when the ownership
  * check refuses the round and that partition leaves memory, the answer becomes a 503, since
- * what it reports was not written. */
+ * what it reports was not written. A submission stored for another node (wf_row.foreign)
+ * has none: it stays in the batch whoever drives its partition. */
 typedef struct reply {
 	waiter *w;
 	int rc;
