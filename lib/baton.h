@@ -184,6 +184,19 @@ int baton_engine_nodes(baton_engine *e, json_t **out, baton_error *err);
 json_t *baton_engine_cluster(baton_engine *e);
 
 /*
+ * A request's round on its own thread. Between baton_engine_hold and baton_engine_help,
+ * what the calling thread posts to `e` (a submission, a lease or task request) does not
+ * wake the engine thread. baton_engine_help then runs the engine's next round on the
+ * calling thread when the engine thread is idle: the request is applied, committed and
+ * answered (its callback called) before it returns, with no hand-over between threads
+ * and back. Otherwise it wakes the engine thread, as the post would have. Every hold
+ * must be followed by a help on the same thread, with no lock held that an answer's
+ * callback takes.
+ */
+void baton_engine_hold(baton_engine *e);
+void baton_engine_help(baton_engine *e);
+
+/*
  * Stops the engine: no new step starts, running steps get up to `timeout_ms` to finish
  * and be checkpointed; steps still running then are abandoned and run again after the
  * next open, as after a crash. Closes the database. Accepts NULL. Call from one thread,

@@ -19,6 +19,17 @@
  * When a commit fails (I/O error, full disk), the transaction is rolled back, the rows
  * stay marked dirty, their effects stay pending, and the commit is retried with backoff:
  * running workflows pause instead of failing, and new submissions get BATON_EBUSY.
+ *
+ * Helpers. A round may also run on the thread of the request that posted (an HTTP
+ * thread: baton_engine_hold, then baton_engine_help), when the engine thread is idle:
+ * a lone lease acquire is then applied, committed and answered on the thread that read
+ * it, without waking the engine thread and being woken back (two hand-overs of some
+ * 10 us each on this kind of machine, and the cache they cost). Rounds never overlap:
+ * whoever runs one sets `in_round` under `mu`, and everything "engine thread only" in
+ * engine.h belongs to the thread in a round. The engine thread, idle, waits until its next
+ * timed work (`sleep_until`); a helper wakes it when its round brought that closer or
+ * left messages. Work that may take long stays on the engine thread: the retention pass,
+ * and every round while shutting down.
  */
 #include "engine.h"
 
@@ -29,6 +40,10 @@
 
 /* ---- inbox ---- */
 
+/* The engine this thread's posts do not wake (baton_engine_hold), and whether it posted. */
+static _Thread_local baton_engine *held;
+static _Thread_local int held_posted;
+
 void eng_post(baton_engine *e, msg *m)
 {
 	pthread_mutex_lock(&e->mu);
@@ -38,6 +53,10 @@ void eng_post(baton_engine *e, msg *m)
 		e->inbox = m;
 	e->inbox_tail = m;
 	pthread_mutex_unlock(&e->mu);
+	if (held == e) { /* baton_engine_help runs the round, or wakes the engine thread */
+		held_posted = 1;
+		return;
+	}
 	/* Signalled after the unlock, so that the engine does not wake only to block on the
 	 * mutex still held here (a lone workflow's step made 3.4 voluntary context switches
 	 * instead of 2.5). The engine, and so its cv, outlives every poster. */
@@ -505,21 +524,44 @@ void eng_grant(baton_engine *e, int64_t now)
 
 /* ---- the loop ---- */
 
+/* mono_ms of the engine's next timed work, INT64_MAX for none (under mu, not in a round). */
+static int64_t next_wake(baton_engine *e)
+{
+	int64_t wake = INT64_MAX;
+	if (e->timers.n)
+		wake = mono_ms() + (e->timers.v[0].at - now_ms());
+	if (e->faulty && e->retry_commit_at < wake)
+		wake = e->retry_commit_at;
+	if (e->retention_ms && !e->draining && !e->faulty && e->purge_at < wake)
+		wake = e->purge_at;
+	if (e->load_retry_at && e->load_retry_at < wake)
+		wake = e->load_retry_at;
+	if (e->clustered && !e->draining && e->inbox_at < wake)
+		wake = e->inbox_at;
+	return wake;
+}
+
+/* Takes the inbox for a round (under mu). */
+static msg *take_inbox(baton_engine *e, int *stop)
+{
+	msg *m = e->inbox;
+	e->inbox = e->inbox_tail = NULL;
+	for (msg *x = m; x; x = x->next)
+		e->pending_submits -= x->counted;
+	*stop = e->stop;
+	e->no_new_work = e->draining;
+	e->in_round = 1;
+	return m;
+}
+
 static msg *wait_for_work(baton_engine *e, int *stop)
 {
 	pthread_mutex_lock(&e->mu);
-	while (!e->inbox && !e->stop) {
-		int64_t wake = INT64_MAX;
-		if (e->timers.n)
-			wake = mono_ms() + (e->timers.v[0].at - now_ms());
-		if (e->faulty && e->retry_commit_at < wake)
-			wake = e->retry_commit_at;
-		if (e->retention_ms && !e->draining && !e->faulty && e->purge_at < wake)
-			wake = e->purge_at;
-		if (e->load_retry_at && e->load_retry_at < wake)
-			wake = e->load_retry_at;
-		if (e->clustered && !e->draining && e->inbox_at < wake)
-			wake = e->inbox_at;
+	e->in_round = 0;
+	while (e->in_round || (!e->inbox && !e->stop)) {
+		/* A helper's round: it wakes this thread when it ends. */
+		int64_t wake = e->in_round ? INT64_MAX : next_wake(e);
+		e->sleep_until = wake;
 		if (wake == INT64_MAX) {
 			pthread_cond_wait(&e->cv, &e->mu);
 			continue;
@@ -535,17 +577,54 @@ static msg *wait_for_work(baton_engine *e, int *stop)
 			ts.tv_sec++;
 			ts.tv_nsec -= 1000000000;
 		}
-		if (pthread_cond_timedwait(&e->cv, &e->mu, &ts) == ETIMEDOUT)
+		if (pthread_cond_timedwait(&e->cv, &e->mu, &ts) == ETIMEDOUT && !e->in_round)
 			break;
 	}
-	msg *m = e->inbox;
-	e->inbox = e->inbox_tail = NULL;
-	for (msg *x = m; x; x = x->next)
-		e->pending_submits -= x->counted;
-	*stop = e->stop;
-	e->no_new_work = e->draining;
+	e->sleep_until = 0;
+	msg *m = take_inbox(e, stop);
 	pthread_mutex_unlock(&e->mu);
 	return m;
+}
+
+/* One round: the messages taken, then timers, grants and the commit. */
+static void run_round(baton_engine *e, msg *m)
+{
+	int64_t now = e->now = now_ms();
+	members_round(e, now);
+	while (m) {
+		msg *next = m->next;
+		if (m->type == MSG_OWNERSHIP || m->type == MSG_INBOX)
+			members_apply(e, m, now);
+		else if (m->type == MSG_SUBMIT)
+			apply_submit(e, m, now);
+		else if (m->type == MSG_CANCEL)
+			apply_cancel(e, m, now);
+		else if (m->type == MSG_DELETE)
+			apply_delete(e, m);
+		else if (m->type == MSG_TASK_CLAIM || m->type == MSG_TASK_OP)
+			task_apply(e, m, now);
+		else if (m->type >= MSG_LEASE)
+			lease_apply(e, m, now);
+		else
+			apply_outcome(e, m, now);
+		if (m->type != MSG_TASK_CLAIM || !m->w) { /* a waiting claim keeps it */
+			free(m->id);
+			free(m);
+		}
+		m = next;
+	}
+	members_round(e, now); /* what the messages gained, a hinted inbox */
+	fire_timers(e, now);
+	pthread_mutex_lock(&e->metrics_mu);
+	e->timers_pending = e->timers.n;
+	pthread_mutex_unlock(&e->metrics_mu);
+	if (e->no_new_work && !e->leases_stopped)
+		lease_stop(e);
+	eng_load_pending(e);
+	if (!e->no_new_work)
+		eng_grant(e, now);
+	if (!e->faulty || mono_ms() >= e->retry_commit_at)
+		eng_flush(e);
 }
 
 static void *engine_main(void *arg)
@@ -555,42 +634,7 @@ static void *engine_main(void *arg)
 	for (;;) {
 		int stop;
 		msg *m = wait_for_work(e, &stop);
-		int64_t now = e->now = now_ms();
-		members_round(e, now);
-		while (m) {
-			msg *next = m->next;
-			if (m->type == MSG_OWNERSHIP || m->type == MSG_INBOX)
-				members_apply(e, m, now);
-			else if (m->type == MSG_SUBMIT)
-				apply_submit(e, m, now);
-			else if (m->type == MSG_CANCEL)
-				apply_cancel(e, m, now);
-			else if (m->type == MSG_DELETE)
-				apply_delete(e, m);
-			else if (m->type == MSG_TASK_CLAIM || m->type == MSG_TASK_OP)
-				task_apply(e, m, now);
-			else if (m->type >= MSG_LEASE)
-				lease_apply(e, m, now);
-			else
-				apply_outcome(e, m, now);
-			if (m->type != MSG_TASK_CLAIM || !m->w) { /* a waiting claim keeps it */
-				free(m->id);
-				free(m);
-			}
-			m = next;
-		}
-		members_round(e, now); /* what the messages gained, a hinted inbox */
-		fire_timers(e, now);
-		pthread_mutex_lock(&e->metrics_mu);
-		e->timers_pending = e->timers.n;
-		pthread_mutex_unlock(&e->metrics_mu);
-		if (e->no_new_work && !e->leases_stopped)
-			lease_stop(e);
-		eng_load_pending(e);
-		if (!e->no_new_work)
-			eng_grant(e, now);
-		if (!e->faulty || mono_ms() >= e->retry_commit_at)
-			eng_flush(e);
+		run_round(e, m);
 		if (e->retention_ms && !e->faulty && !e->no_new_work && mono_ms() >= e->purge_at)
 			purge(e);
 		if (e->log.flush)
@@ -599,6 +643,41 @@ static void *engine_main(void *arg)
 			break;
 	}
 	return NULL;
+}
+
+void baton_engine_hold(baton_engine *e)
+{
+	if (held)
+		baton_engine_help(held);
+	held = e;
+	held_posted = 0;
+}
+
+void baton_engine_help(baton_engine *e)
+{
+	if (held != e || !held_posted) {
+		held = NULL;
+		return;
+	}
+	held = NULL;
+	pthread_mutex_lock(&e->mu);
+	if (e->in_round || !e->sleep_until || e->stop || e->draining || !e->inbox) {
+		pthread_mutex_unlock(&e->mu);
+		pthread_cond_signal(&e->cv); /* as eng_post would have */
+		return;
+	}
+	int stop;
+	msg *m = take_inbox(e, &stop);
+	pthread_mutex_unlock(&e->mu);
+	run_round(e, m);
+	pthread_mutex_lock(&e->mu);
+	e->in_round = 0;
+	/* The engine thread sleeps until a post or its next timed work: woken when that
+	 * came closer, or when messages came meanwhile. */
+	int wake = e->inbox || e->stop || next_wake(e) < e->sleep_until;
+	pthread_mutex_unlock(&e->mu);
+	if (wake)
+		pthread_cond_signal(&e->cv);
 }
 
 /* ---- public API ---- */

@@ -150,8 +150,10 @@ struct baton_engine {
 	int stop;	     /* the engine thread must finish its work and exit */
 	int pending_submits; /* clients' calls posted and not yet taken: bounds the inbox */
 	int draining;	     /* no new grants: shutting down */
+	int in_round;	     /* a thread runs a round: the engine thread or a helper */
+	int64_t sleep_until; /* mono_ms the idle engine thread waits for; INT64_MAX: a post */
 
-	/* Engine thread only. */
+	/* The thread that runs a round only (the engine thread, or a helper: in_round). */
 	int faulty;			  /* commits are failing */
 	int no_new_work;		  /* copy of draining, taken with each round */
 	strmap *wfs;			  /* id -> wf_row, unfinished workflows */

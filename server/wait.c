@@ -42,6 +42,7 @@ int srv_wait_begin(srv *s, request *r, void *data, wait_finish_fn finish, respon
 		return -1;
 	}
 	r->wait = (srv_wait){.srv = s, .state = WAIT_ENGINE, .data = data, .finish = finish};
+	baton_engine_hold(s->engine); /* srv_wait_cancel or srv_wait_suspend helps */
 	return 0;
 }
 
@@ -52,6 +53,7 @@ void srv_wait_on_discard(request *r, wait_discard_fn discard)
 
 void srv_wait_cancel(srv *s, request *r)
 {
+	baton_engine_help(s->engine);
 	pthread_mutex_lock(&s->wait_mu);
 	done_locked(s, r);
 	pthread_mutex_unlock(&s->wait_mu);
@@ -61,6 +63,7 @@ void srv_wait_cancel(srv *s, request *r)
 
 int srv_wait_suspend(srv *s, request *r, response *out)
 {
+	baton_engine_help(s->engine);
 	pthread_mutex_lock(&s->wait_mu);
 	int waiting = r->wait.state == WAIT_ENGINE;
 	if (waiting) {
