@@ -189,7 +189,9 @@ json_t *baton_engine_cluster(baton_engine *e);
  * wake the engine thread. baton_engine_help then runs the engine's next round on the
  * calling thread when the engine thread is idle: the request is applied, committed and
  * answered (its callback called) before it returns, with no hand-over between threads
- * and back. Otherwise it wakes the engine thread, as the post would have. Every hold
+ * and back. Otherwise it wakes the engine thread, as the post would have. On a store
+ * whose writes may wait for a network (PostgreSQL), hold does nothing and posts wake the
+ * engine thread at once. Every hold
  * must be followed by a help on the same thread, with no lock held that an answer's
  * callback takes.
  */

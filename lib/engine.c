@@ -20,8 +20,8 @@
  * stay marked dirty, their effects stay pending, and the commit is retried with backoff:
  * running workflows pause instead of failing, and new submissions get BATON_EBUSY.
  *
- * Helpers. A round may also run on the thread of the request that posted (an HTTP
- * thread: baton_engine_hold, then baton_engine_help), when the engine thread is idle:
+ * Helpers. On SQLite a round may also run on the thread of the request that posted (an
+ * HTTP thread: baton_engine_hold, then baton_engine_help), when the engine thread is idle:
  * a lone lease acquire is then applied, committed and answered on the thread that read
  * it, without waking the engine thread and being woken back (two hand-overs of some
  * 10 us each on this kind of machine, and the cache they cost). Rounds never overlap:
@@ -29,7 +29,8 @@
  * engine.h belongs to the thread in a round. The engine thread, idle, waits until its next
  * timed work (`sleep_until`); a helper wakes it when its round brought that closer or
  * left messages. Work that may take long stays on the engine thread: the retention pass,
- * and every round while shutting down.
+ * every round while shutting down, and every round on PostgreSQL, whose commit may wait
+ * on a cut network for up to tcp_user_timeout (store_ops.local).
  */
 #include "engine.h"
 
@@ -649,7 +650,7 @@ void baton_engine_hold(baton_engine *e)
 {
 	if (held)
 		baton_engine_help(held);
-	held = e;
+	held = e->st->ops->local ? e : NULL; /* else posts wake the engine thread as usual */
 	held_posted = 0;
 }
 

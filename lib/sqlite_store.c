@@ -752,6 +752,7 @@ static int sqlite_ping(store *s, baton_error *err)
 
 const store_ops sqlite_store_ops = {
     .name = "sqlite",
+    .local = 1,
     .open = sqlite_open,
     .close = sqlite_close,
     .write = sqlite_write,

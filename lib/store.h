@@ -177,6 +177,10 @@ typedef struct store_config {
  */
 typedef struct store_ops {
 	const char *name; /* "sqlite", "postgresql" */
+	/* 1: a write waits for the local disk only, never for a network, so a request's own
+	 * thread may run a round (baton_engine_help): a PostgreSQL cut off without a reset
+	 * would hold that HTTP thread, and every connection it serves, up to tcp_user_timeout. */
+	int local;
 	int (*open)(const store_config *cfg, store **out, baton_error *err);
 	void (*close)(store *s); /* accepts NULL */
 
