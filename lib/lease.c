@@ -442,7 +442,12 @@ static void apply_acquire(baton_engine *e, msg *m, int64_t now)
 	char *stored = NULL;
 	int status;
 	baton_error err = {0};
-	int rc = cur ? BATON_OK : store_find_workflow(e->st, wf->id, &stored, &status, &err);
+	/* Only a client's request_id can name a stored lease: an id this node drew from 128
+	 * random bits is new (and were it not, the store's unique id would refuse its commit,
+	 * never grant it twice), so it costs no lookup, a round trip on PostgreSQL. */
+	int rc = cur		    ? BATON_OK
+		 : !wf->lease_named ? BATON_ENOTFOUND
+				    : store_find_workflow(e->st, wf->id, &stored, &status, &err);
 	if (rc != BATON_ENOTFOUND) { /* the same request_id again */
 		if (rc)
 			eng_waiter_done(m->w, rc, 0, err.msg);
