@@ -193,7 +193,7 @@ json_t *baton_engine_cluster(baton_engine *e);
  * whose writes may wait for a network (PostgreSQL), hold does nothing and posts wake the
  * engine thread at once. Every hold
  * must be followed by a help on the same thread, with no lock held that an answer's
- * callback takes.
+ * callback takes. Both accept NULL, and then do nothing.
  */
 void baton_engine_hold(baton_engine *e);
 void baton_engine_help(baton_engine *e);

@@ -650,7 +650,7 @@ void baton_engine_hold(baton_engine *e)
 {
 	if (held)
 		baton_engine_help(held);
-	held = e->st->ops->local ? e : NULL; /* else posts wake the engine thread as usual */
+	held = e && e->st->ops->local ? e : NULL; /* else posts wake the engine thread as usual */
 	held_posted = 0;
 }
 
