@@ -191,9 +191,8 @@ json_t *baton_engine_cluster(baton_engine *e);
  * answered (its callback called) before it returns, with no hand-over between threads
  * and back. Otherwise it wakes the engine thread, as the post would have. On a store
  * whose writes may wait for a network (PostgreSQL), hold does nothing and posts wake the
- * engine thread at once. Every hold
- * must be followed by a help on the same thread, with no lock held that an answer's
- * callback takes. Both accept NULL, and then do nothing.
+ * engine thread at once. Every hold must be followed by a help on the same thread, with
+ * no lock held that an answer's callback takes. Both accept NULL, and then do nothing.
  */
 void baton_engine_hold(baton_engine *e);
 void baton_engine_help(baton_engine *e);
