@@ -174,9 +174,9 @@ typedef struct hs_request {
 } hs_request;
 
 typedef struct hs_response {
-	long status;			       /* 0 when no response arrived (see error) */
-	char *content_type, *location, *allow; /* header values, NULL when absent */
-	char *body;			       /* NUL-terminated; NULL when empty */
+	long status; /* 0 when no response arrived (see error) */
+	char *content_type, *location, *allow, *retry_after; /* header values, NULL when absent */
+	char *body;					     /* NUL-terminated; NULL when empty */
 	size_t body_len;
 	json_t *json; /* the parsed body, NULL when empty or not JSON */
 	char error[256];

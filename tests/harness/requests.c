@@ -56,11 +56,13 @@ static size_t on_header(char *line, size_t size, size_t nmemb, void *userdata)
 		free(r->content_type);
 		free(r->location);
 		free(r->allow);
-		r->content_type = r->location = r->allow = NULL;
+		free(r->retry_after);
+		r->content_type = r->location = r->allow = r->retry_after = NULL;
 	}
 	keep_header(line, len, "Content-Type", &r->content_type);
 	keep_header(line, len, "Location", &r->location);
 	keep_header(line, len, "Allow", &r->allow);
+	keep_header(line, len, "Retry-After", &r->retry_after);
 	return len;
 }
 
@@ -174,6 +176,7 @@ void hs_response_fini(hs_response *r)
 	free(r->content_type);
 	free(r->location);
 	free(r->allow);
+	free(r->retry_after);
 	free(r->body);
 	json_decref(r->json);
 	memset(r, 0, sizeof *r);
