@@ -374,6 +374,10 @@ int baton_lease_release(baton_engine *e, const char *id, baton_lease_fn done, vo
 			baton_error *err);
 int baton_lease_get(baton_engine *e, const char *id, baton_lease_fn done, void *ud,
 		    baton_error *err);
+/* Lease id, which another node drives, is of `resource` (from that node's answer, relayed):
+ * its renewals, releases and reads through this node are passed on with no read of the
+ * store. Any thread; does nothing outside a cluster. */
+void baton_lease_note(baton_engine *e, const char *id, const char *resource);
 /* ---- external workers (task.c) ---- */
 
 /*

@@ -714,6 +714,7 @@ int baton_engine_open(const baton_engine_config *cfg, baton_engine **out, baton_
 	e->retention_ms = cfg->retention_ms > 0 ? cfg->retention_ms : 0;
 	e->res_metrics = strmap_new();
 	pthread_mutex_init(&e->metrics_mu, NULL);
+	pthread_mutex_init(&e->hints_mu, NULL);
 	snprintf(e->advertise_url, sizeof e->advertise_url, "%s",
 		 cfg->advertise_url ? cfg->advertise_url : "");
 	json_alloc_track(NULL);
@@ -827,6 +828,8 @@ void baton_engine_close(baton_engine *e, int64_t timeout_ms)
 	free(e->changes.v);
 	strmap_free_values(e->res_metrics, free_res_metrics);
 	pthread_mutex_destroy(&e->metrics_mu);
+	pthread_mutex_destroy(&e->hints_mu);
+	free(e->hints);
 	strmap_free_values(e->wfs, free_wf);
 	strmap_free_values(e->locks, free_lock);
 	store_close(e->st);

@@ -207,6 +207,10 @@ struct baton_engine {
 	int parts_held;			    /* metrics_mu */
 	int parts_logged;		    /* the count the log last reported */
 	int64_t parts_log_at;		    /* mono_ms: report a changed count then */
+	/* The resource of leases that another node drives, as this node passed them on
+	 * (lease.c, "Where a lease passed on lives"): allocated at the first, under hints_mu. */
+	struct lease_hint *hints;
+	pthread_mutex_t hints_mu;
 };
 
 /* engine.c */

@@ -301,6 +301,61 @@ static void step(baton_engine *e, wf_row *wf, int event, waiter *w, int64_t ttl_
 
 /* The event for a lease that is not in this node's memory (or has ended in it): as the
  * store has it. One that has not ended is another node's (or being taken over here). */
+/* ---- where a lease passed on lives ----
+ *
+ * A lease that another node drives is changed and answered there; this node passes its
+ * requests on (members.c). To know where, it needs the lease's resource, which names the
+ * partition: a lease in memory here carries it, any other is read from the store, a few
+ * round trips on PostgreSQL, and none at all for a node cut from its database. A lease's
+ * resource never changes, so the ones this node has learnt (a grant it relayed, a stored
+ * lease it read) are kept in a small table, one slot an id, the newest in each: a renewal
+ * or a release through the same node is passed on with no read. Whom to pass it to comes
+ * from the partitions' owners as last read, as for an acquire; an owner that no longer
+ * drives the resource answers 503, and the client asks again. */
+
+#define HINTS 512
+
+typedef struct lease_hint {
+	char id[MAX_NAME + 1];
+	char resource[MAX_NAME + 1];
+} lease_hint;
+
+static lease_hint *hint_slot(lease_hint *hints, const char *id)
+{
+	uint32_t h = 2166136261u;
+	for (const unsigned char *c = (const unsigned char *)id; *c; c++)
+		h = (h ^ *c) * 16777619u;
+	return &hints[h % HINTS];
+}
+
+void baton_lease_note(baton_engine *e, const char *id, const char *resource)
+{
+	if (!e || !e->clustered || !id || !resource || strlen(id) > MAX_NAME ||
+	    strlen(resource) > MAX_NAME)
+		return;
+	pthread_mutex_lock(&e->hints_mu);
+	if (!e->hints)
+		e->hints = calloc(HINTS, sizeof *e->hints);
+	if (e->hints) {
+		lease_hint *h = hint_slot(e->hints, id);
+		snprintf(h->id, sizeof h->id, "%s", id);
+		snprintf(h->resource, sizeof h->resource, "%s", resource);
+	}
+	pthread_mutex_unlock(&e->hints_mu);
+}
+
+/* The resource of lease id as noted, into resource; 0 when none was. */
+static int hinted(baton_engine *e, const char *id, char resource[MAX_NAME + 1])
+{
+	pthread_mutex_lock(&e->hints_mu);
+	const lease_hint *h = e->hints ? hint_slot(e->hints, id) : NULL;
+	int found = h && strcmp(h->id, id) == 0;
+	if (found)
+		snprintf(resource, MAX_NAME + 1, "%s", h->resource);
+	pthread_mutex_unlock(&e->hints_mu);
+	return found;
+}
+
 static void step_stored(baton_engine *e, int event, waiter *w, const char *id)
 {
 	json_t *wf = NULL;
@@ -327,6 +382,8 @@ static void step_stored(baton_engine *e, int event, waiter *w, const char *id)
 	snprintf(resource, sizeof resource, "%s",
 		 json_string_value(json_object_get(lease, "resource")));
 	lease_facts f = {.elsewhere = members_elsewhere(e, resource)};
+	if (f.elsewhere)
+		baton_lease_note(e, id, resource);
 	hold_move mv = lease_next(state, event, &f);
 	answer(e, w, &mv, lease, resource);
 }
@@ -499,9 +556,12 @@ static void apply_acquire(baton_engine *e, msg *m, int64_t now)
 static void apply_op(baton_engine *e, msg *m, int64_t now)
 {
 	wf_row *wf = strmap_get(e->wfs, m->id);
+	char resource[MAX_NAME + 1];
 	if (wf && !wf->lease) {
 		if (m->w)
 			eng_waiter_done(m->w, BATON_ENOTFOUND, 0, "no lease with that id");
+	} else if (!wf && m->w && hinted(e, m->id, resource) && members_elsewhere(e, resource)) {
+		eng_pass_on(e, m->w, resource); /* the node that drives it reads it if need be */
 	} else if (!wf || wf->done) {
 		step_stored(e, m->idx, m->w, m->id);
 	} else {

@@ -152,11 +152,23 @@ static void on_lease(void *ud, int rc, int created, json_t *lease, const char *w
 	srv_wait_done(r);
 }
 
+/* A lease granted or waiting at the node that drives it: its renewals and release through
+ * this node go there with no read of the store (baton_lease_note). */
+static void note_relayed(srv *s, const char *text)
+{
+	json_t *lease = json_loads(text, 0, NULL);
+	baton_lease_note(s->engine, json_string_value(json_object_get(lease, "id")),
+			 json_string_value(json_object_get(lease, "resource")));
+	json_decref(lease);
+}
+
 /* The answer of the node that drives the resource, relayed. A grant for a client that has
  * gone is released there at once, as answered does here. */
 static int relayed(srv *s, request *r, lease_answer *a, response *out)
 {
 	int status = srv_forward_reply(&a->fwd, out);
+	if (a->acquire && (status == 200 || status == 201) && out->text)
+		note_relayed(s, out->text);
 	if (a->acquire && status == 201 && out->location[0]) {
 		if (srv_peer_gone(r->fd)) {
 			srv_forward_release(s, a->fwd.url, r->authorization, out->location);

@@ -671,6 +671,39 @@ static void test_every_node_serves_leases(void **state)
 	json_decref(lease);
 }
 
+/* A lease granted through node1, which passes it on to node0, is renewed and released
+ * through node1 while node1 is cut from the database: node1 learnt the lease's resource from
+ * node0's answer, so it passes the renewal and the release on with no read of the store.
+ * Before, node1 read the lease from the store to find its resource, and answered 503 while
+ * it could not. */
+static void test_passed_on_lease_needs_no_read(void **state)
+{
+	SKIP_UNLESS_PG();
+	cluster *c = *state;
+	assert_int_equal(cl_open_proxied(c, 2, LEASE_MS, NULL), 0);
+	assert_true(cl_wait_balanced(c, 0, 3, WAIT_MS));
+	unsigned long long avoid = 0;
+	char res[64], path[200], renew[200], one[200];
+	cl_pick_resource(c, 0, "noted", &avoid, res, sizeof res);
+	snprintf(path, sizeof path, "/resources/%s/leases", res);
+	json_t *lease, *p;
+	assert_int_equal(
+	    call_again(c->node[1], "POST", path, "{\"holder\": \"h\", \"ttl_ms\": 60000}", &lease),
+	    201);
+	snprintf(one, sizeof one, "/leases/%s", hs_str(lease, "id"));
+	snprintf(renew, sizeof renew, "/leases/%s/renew", hs_str(lease, "id"));
+	cl_cut(c, 1);
+	assert_int_equal(call(c->node[1], "POST", renew, "{\"ttl_ms\": 30000}", &p), 200);
+	assert_int_equal(hs_int(p, "ttl_ms"), 30000);
+	assert_int_equal(hs_int(p, "fencing_token"), hs_int(lease, "fencing_token"));
+	json_decref(p);
+	assert_int_equal(call(c->node[1], "DELETE", one, NULL, NULL), 204);
+	assert_int_equal(call(c->node[0], "GET", one, NULL, &p), 200);
+	assert_string_equal(hs_str(p, "state"), "released");
+	json_decref(p);
+	json_decref(lease);
+}
+
 /* Every node serves every task request: a claim naming the resource, heartbeats and the
  * completion, all through node1, are node0's answers, and the workflow completes with the
  * worker's result. Before, the claim answered 503 and the rest could not be reached. */
@@ -841,6 +874,7 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_start_logs_one_summary, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_lock_survives_owner_kill, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_every_node_serves_leases, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_passed_on_lease_needs_no_read, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_every_node_serves_tasks, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_passed_on_once, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_list_newest_first_across_nodes, setup, teardown),
