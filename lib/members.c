@@ -52,12 +52,16 @@ static void post_inbox(void *ud)
 	eng_post(e, m);
 }
 
-/* The count of held partitions for metrics (other threads read it). */
+static int loaded_part(const baton_engine *e, int p);
+
+/* The count of partitions this node drives, for metrics (other threads read it): claimed
+ * and loaded. One claimed and not loaded yet is not counted: its requests are answered 503
+ * until it is. */
 static void count_held(baton_engine *e)
 {
 	int n = 0;
 	for (int p = 0; p < PARTS; p++)
-		n += e->epoch[p] != 0;
+		n += loaded_part(e, p);
 	pthread_mutex_lock(&e->metrics_mu);
 	e->parts_held = n;
 	pthread_mutex_unlock(&e->metrics_mu);
@@ -284,6 +288,7 @@ static void load_gained(baton_engine *e)
 	for (int p = 0; p < PARTS; p++)
 		if (mask >> p & 1)
 			e->released[p] = 0;
+	count_held(e);
 	pthread_mutex_lock(&e->metrics_mu);
 	e->parts_gained += (uint64_t)count_parts(mask);
 	pthread_mutex_unlock(&e->metrics_mu);

@@ -234,7 +234,8 @@ static void cluster_metrics(buf *b, baton_engine *e)
 	family(b, "baton_cluster_nodes", "gauge", "Live nodes on this database, as last read.");
 	put(b, "baton_cluster_nodes %lld\n",
 	    (long long)json_integer_value(json_object_get(c, "nodes")));
-	family(b, "baton_node_partitions", "gauge", "Partitions this node drives (of 64).");
+	family(b, "baton_node_partitions", "gauge",
+	       "Partitions this node drives (of 64): claimed, and their work loaded.");
 	put(b, "baton_node_partitions %lld\n",
 	    (long long)json_integer_value(json_object_get(c, "partitions")));
 	family(b, "baton_node_lease_expires_in_seconds", "gauge",

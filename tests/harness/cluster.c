@@ -2,6 +2,7 @@
  * cluster.c - several batond nodes on one PostgreSQL database (see cluster.h).
  */
 #include "cluster.h"
+#include "prom.h"
 
 #include <stdarg.h>
 #include <stddef.h>
@@ -187,12 +188,31 @@ static json_t *nodes_of(const cluster *c, int via)
 	return nodes;
 }
 
+/* The partitions node `who` drives, claimed and loaded, as its baton_node_partitions says;
+ * -1 when its metrics could not be read. */
+static int loaded_by(const cluster *c, int who)
+{
+	hs_response r;
+	json_t *doc = NULL;
+	char err[256];
+	int n = -1;
+	if (c->node[who] && hs_get(c->node[who], "/metrics", &r) == 0 && r.status == 200 &&
+	    r.body && prom_parse(r.body, &doc, err, sizeof err) == 0) {
+		double v = prom_metric(doc, "baton_node_partitions", "");
+		n = v == v ? (int)v : -1; /* NAN: absent */
+	}
+	json_decref(doc);
+	hs_response_fini(&r);
+	return n;
+}
+
 bool cl_balanced(const cluster *c, int via, unsigned live)
 {
 	json_t *nodes = nodes_of(c, via);
 	if (!nodes)
 		return false;
 	int want = __builtin_popcount(live), share = (CL_PARTS + want - 1) / want, sum = 0;
+	int held[CL_MAX_NODES] = {0};
 	unsigned seen = 0;
 	bool ok = (int)json_array_size(nodes) == want;
 	size_t i;
@@ -205,10 +225,18 @@ bool cl_balanced(const cluster *c, int via, unsigned live)
 			ok = false;
 		else
 			seen |= 1u << who;
+		if (who >= 0)
+			held[who] = (int)parts;
 		sum += (int)parts;
 	}
 	json_decref(nodes);
-	return ok && seen == live && sum == CL_PARTS && cl_free_parts(c) == 0;
+	ok = ok && seen == live && sum == CL_PARTS && cl_free_parts(c) == 0;
+	/* The database says who claimed what; a node answers for a partition only once it has
+	 * loaded it (until then 503, "has just been taken over"). */
+	for (int who = 0; ok && who < c->n; who++)
+		if (live >> who & 1)
+			ok = loaded_by(c, who) == held[who];
+	return ok;
 }
 
 bool cl_wait_balanced(const cluster *c, int via, unsigned live, int timeout_ms)

@@ -76,7 +76,9 @@ int cl_free_parts(const cluster *c);
 /*
  * GET /nodes on node `via`: whether it lists exactly the nodes whose bits are set in
  * `live` (bit i: node i), each with at least one partition and at most its fair share
- * (ceil(64 / live nodes)), together 64, and the database shows no free partition.
+ * (ceil(64 / live nodes)), together 64, and the database shows no free partition; and
+ * each of those nodes has loaded what it claimed (its baton_node_partitions is its count):
+ * a partition claimed and not loaded yet is answered 503 ("has just been taken over").
  */
 bool cl_balanced(const cluster *c, int via, unsigned live);
 
