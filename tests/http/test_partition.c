@@ -80,28 +80,12 @@ static void two_nodes(cluster *c)
 	assert_true(cl_wait_balanced(c, 0, 3, WAIT_MS));
 }
 
-/* One request; its status (0 when no answer came) and JSON (new reference, or NULL). */
-static long call(const hs_server *s, const char *method, const char *path, const char *body,
-		 json_t **out)
-{
-	hs_request req = {.method = method,
-			  .path = path,
-			  .content_type = body ? "application/json" : NULL,
-			  .body = body,
-			  .body_len = body ? strlen(body) : 0};
-	hs_response r;
-	long status = hs_send(s, &req, &r) == 0 ? r.status : 0;
-	if (out)
-		*out = status ? json_incref(r.json) : NULL;
-	hs_response_fini(&r);
-	return status;
-}
-
-/* As call, asking again while the answer is 503 with Retry-After, as clients are told to: a
- * node that has just claimed a partition answers so until it has loaded what the partition
- * holds. Any other answer, or a 503 without Retry-After, is returned at once. */
-static long call_again(const hs_server *s, const char *method, const char *path, const char *body,
-		       json_t **out)
+/* One request, asked again while the answer is 503 with Retry-After when `again` (as
+ * clients are told to: a node that has just claimed a partition answers so until it has
+ * loaded what the partition holds); its status (0 when no answer came) and JSON (new
+ * reference, or NULL). */
+static long ask(const hs_server *s, const char *method, const char *path, const char *body,
+		json_t **out, bool again)
 {
 	hs_request req = {.method = method,
 			  .path = path,
@@ -112,18 +96,43 @@ static long call_again(const hs_server *s, const char *method, const char *path,
 	for (;;) {
 		hs_response r;
 		long status = hs_send(s, &req, &r) == 0 ? r.status : 0;
-		bool again = status == 503 && r.retry_after && hs_mono_ms() < deadline;
+		bool retry = again && status == 503 && r.retry_after && hs_mono_ms() < deadline;
 		const char *why = json_string_value(json_object_get(r.json, "detail"));
-		if (again)
+		if (retry)
 			print_message("%s %s: 503 (%s), asked again\n", method, path,
 				      why ? why : "no detail");
 		else if (out)
 			*out = status ? json_incref(r.json) : NULL;
 		hs_response_fini(&r);
-		if (!again)
+		if (!retry)
 			return status;
 		hs_pause_ms(200);
 	}
+}
+
+/* One request, answered as it comes. */
+static long call(const hs_server *s, const char *method, const char *path, const char *body,
+		 json_t **out)
+{
+	return ask(s, method, path, body, out, false);
+}
+
+/* One request, asked again while the answer is 503 with Retry-After. */
+static long call_again(const hs_server *s, const char *method, const char *path, const char *body,
+		       json_t **out)
+{
+	return ask(s, method, path, body, out, true);
+}
+
+/* Two nodes, each reaching PostgreSQL through a proxy the test can cut, balanced; res: a
+ * resource node0 drives, named from prefix, and path its leases. */
+static void two_proxied(cluster *c, const char *prefix, char res[64], char path[200])
+{
+	assert_int_equal(cl_open_proxied(c, 2, LEASE_MS, NULL), 0);
+	assert_true(cl_wait_balanced(c, 0, 3, WAIT_MS));
+	unsigned long long avoid = 0;
+	cl_pick_resource(c, 0, prefix, &avoid, res, 64);
+	snprintf(path, 200, "/resources/%s/leases", res);
 }
 
 /* A holder renews through the node that was cut while another holder tries the other node:
@@ -133,13 +142,8 @@ static void test_cut_node_promises_nothing_it_cannot_keep(void **state)
 {
 	SKIP_UNLESS_PG();
 	cluster *c = *state;
-	assert_int_equal(cl_open_proxied(c, 2, LEASE_MS, NULL), 0);
-	assert_true(cl_wait_balanced(c, 0, 3, WAIT_MS));
-	unsigned long long avoid = 0;
 	char res[64], path[200], body[128];
-	cl_pick_resource(c, 0, "cut", &avoid, res, sizeof res);
-
-	snprintf(path, sizeof path, "/resources/%s/leases", res);
+	two_proxied(c, "cut", res, path);
 	snprintf(body, sizeof body, "{\"holder\": \"first\", \"ttl_ms\": %d}", TTL_MS);
 	json_t *first;
 	assert_int_equal(call(c->node[0], "POST", path, body, &first), 201);
@@ -680,12 +684,8 @@ static void test_passed_on_lease_needs_no_read(void **state)
 {
 	SKIP_UNLESS_PG();
 	cluster *c = *state;
-	assert_int_equal(cl_open_proxied(c, 2, LEASE_MS, NULL), 0);
-	assert_true(cl_wait_balanced(c, 0, 3, WAIT_MS));
-	unsigned long long avoid = 0;
 	char res[64], path[200], renew[200], one[200];
-	cl_pick_resource(c, 0, "noted", &avoid, res, sizeof res);
-	snprintf(path, sizeof path, "/resources/%s/leases", res);
+	two_proxied(c, "noted", res, path);
 	json_t *lease, *p;
 	assert_int_equal(
 	    call_again(c->node[1], "POST", path, "{\"holder\": \"h\", \"ttl_ms\": 60000}", &lease),
