@@ -299,8 +299,6 @@ static void step(baton_engine *e, wf_row *wf, int event, waiter *w, int64_t ttl_
 	step_in(e, wf, state_of(wf), event, w, ttl_ms, wait_ms, now);
 }
 
-/* The event for a lease that is not in this node's memory (or has ended in it): as the
- * store has it. One that has not ended is another node's (or being taken over here). */
 /* ---- where a lease passed on lives ----
  *
  * A lease that another node drives is changed and answered there; this node passes its
@@ -356,6 +354,8 @@ static int hinted(baton_engine *e, const char *id, char resource[MAX_NAME + 1])
 	return found;
 }
 
+/* The event for a lease that is not in this node's memory (or has ended in it): as the
+ * store has it. One that has not ended is another node's (or being taken over here). */
 static void step_stored(baton_engine *e, int event, waiter *w, const char *id)
 {
 	json_t *wf = NULL;
