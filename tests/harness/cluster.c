@@ -192,7 +192,7 @@ static json_t *nodes_of(const cluster *c, int via)
  * -1 when its metrics could not be read. */
 static int loaded_by(const cluster *c, int who)
 {
-	hs_response r;
+	hs_response r = {0}; /* freed below even when no request was sent */
 	json_t *doc = NULL;
 	char err[256];
 	int n = -1;
