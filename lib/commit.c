@@ -201,6 +201,13 @@ static void effects(baton_engine *e, double commit_seconds)
 	int64_t send_by = e->dispatches.n ? members_send_by(e) : 0;
 	for (size_t i = 0; i < e->dispatches.n; i++) {
 		dispatch *d = &e->dispatches.v[i];
+		if (e->no_new_work) {
+			/* Granted before the shutdown began, committed only now: the drain may be
+			 * over, so the step does not start. It is stored as running, and runs
+			 * again after a restart or on the partition's next owner. */
+			d->wf->in_flight = 0;
+			continue;
+		}
 		step_job *j = xcalloc(1, sizeof *j);
 		*j = (step_job){e, d->wf, d->idx, d->attempt, d->token, send_by};
 		sched_submit(e->pool, run_step_job, j);

@@ -559,6 +559,8 @@ static msg *wait_for_work(baton_engine *e, int *stop)
 {
 	pthread_mutex_lock(&e->mu);
 	e->in_round = 0;
+	if (e->draining)
+		pthread_cond_broadcast(&e->round_over);
 	while (e->in_round || (!e->inbox && !e->stop)) {
 		/* A helper's round: it wakes this thread when it ends. */
 		int64_t wake = e->in_round ? INT64_MAX : next_wake(e);
@@ -673,6 +675,8 @@ void baton_engine_help(baton_engine *e)
 	run_round(e, m);
 	pthread_mutex_lock(&e->mu);
 	e->in_round = 0;
+	if (e->draining)
+		pthread_cond_broadcast(&e->round_over);
 	/* The engine thread sleeps until a post or its next timed work: woken when that
 	 * came closer, or when messages came meanwhile. */
 	int wake = e->inbox || e->stop || next_wake(e) < e->sleep_until;
@@ -723,6 +727,7 @@ int baton_engine_open(const baton_engine_config *cfg, baton_engine **out, baton_
 	e->idle_max = cfg->idle_resources > 0 ? (size_t)cfg->idle_resources : 1024;
 	pthread_mutex_init(&e->mu, NULL);
 	cond_init_monotonic(&e->cv); /* wait_for_work times its waits by mono_ms() */
+	pthread_cond_init(&e->round_over, NULL);
 	char no_curl[256];
 	int rc =
 	    cfg->allow_call && cfg->allow_call[0] && call_load(no_curl, sizeof no_curl)
@@ -766,6 +771,10 @@ void baton_engine_close(baton_engine *e, int64_t timeout_ms)
 	if (e->thread_started) {
 		pthread_mutex_lock(&e->mu);
 		e->draining = 1;
+		/* A round begun before may still grant steps, sent to the step threads at its
+		 * end: the drain below must find them running. Rounds from now on grant none. */
+		while (e->in_round && !e->no_new_work)
+			pthread_cond_wait(&e->round_over, &e->mu);
 		pthread_mutex_unlock(&e->mu);
 		if (sched_drain(e->pool, timeout_ms)) {
 			log_at(&e->log, BATON_LOG_WARN, NULL,
@@ -834,6 +843,7 @@ void baton_engine_close(baton_engine *e, int64_t timeout_ms)
 	strmap_free_values(e->locks, free_lock);
 	store_close(e->st);
 	pthread_cond_destroy(&e->cv);
+	pthread_cond_destroy(&e->round_over);
 	pthread_mutex_destroy(&e->mu);
 	free(e);
 }

@@ -147,11 +147,12 @@ struct baton_engine {
 	pthread_mutex_t mu; /* guards the inbox and the flags below */
 	pthread_cond_t cv;
 	msg *inbox, *inbox_tail;
-	int stop;	     /* the engine thread must finish its work and exit */
-	int pending_submits; /* clients' calls posted and not yet taken: bounds the inbox */
-	int draining;	     /* no new grants: shutting down */
-	int in_round;	     /* a thread runs a round: the engine thread or a helper */
-	int64_t sleep_until; /* mono_ms the idle engine thread waits for; INT64_MAX: a post */
+	int stop;		   /* the engine thread must finish its work and exit */
+	int pending_submits;	   /* clients' calls posted and not yet taken: bounds the inbox */
+	int draining;		   /* no new grants: shutting down */
+	int in_round;		   /* a thread runs a round: the engine thread or a helper */
+	pthread_cond_t round_over; /* a round ended while draining (baton_engine_close) */
+	int64_t sleep_until;	   /* mono_ms the idle engine thread waits for; INT64_MAX: a post */
 
 	/* The thread that runs a round only (the engine thread, or a helper: in_round). */
 	int faulty;			  /* commits are failing */

@@ -520,6 +520,45 @@ static void test_sigterm_lets_running_step_finish(void **state)
 }
 
 /*
+ * SIGTERM in a stream of short steps, ten times over: each time batond exits 0 once the
+ * step it was running (if any) is checkpointed, and no step starts during the shutdown.
+ * Started again each time, it completes the workflow with every step attempted once and
+ * the resource called once per step. (A round that was granting the next step when the
+ * signal came could send it after the shutdown had found no step running; that call was
+ * cut off, and made again after the restart.)
+ */
+static void test_sigterm_starts_no_step(void **state)
+{
+	calls_ctx *c = *state;
+	hs_server *s = c->s;
+	enum { STEPS = 1000, STOPS = 10 };
+	json_t *workers = json_array();
+	for (int i = 0; i < STEPS; i++) {
+		char name[32];
+		snprintf(name, sizeof name, "w%d", i);
+		json_array_append_new(workers, json_pack("{s:s}", "name", name));
+	}
+	calls_create(s, json_pack("{s:s, s:s, s:o, s:{s:s}}", "id", "stream", "resource", "tap",
+				  "workers", workers, "call", "url", c->url));
+	for (int k = 1; k <= STOPS; k++) {
+		assert_true(fragile_wait_applied(c->res, (size_t)k * STEPS / (STOPS + 1), WAIT_MS));
+		assert_int_equal(hs_stop(s), 0);
+		assert_logged(s, "steps still running", false);
+		assert_int_equal(hs_start(s), 0);
+	}
+	json_t *wf = hs_wait_workflow(s, "stream", "completed", 4 * WAIT_MS);
+	for (size_t i = 0; i < STEPS; i++)
+		if (hs_int(hs_step_at(wf, i), "attempts") != 1)
+			fail_msg("step %zu: %lld attempts, expected 1", i,
+				 (long long)hs_int(hs_step_at(wf, i), "attempts"));
+	json_decref(wf);
+	fragile_stats st;
+	fragile_get_stats(c->res, &st);
+	assert_int_equal(st.requests, STEPS);
+	calls_assert_sound(c->res);
+}
+
+/*
  * With --shutdown-timeout 0, SIGTERM cuts off the running step 1 (a call the resource
  * holds until the test opens its gate, so it is surely running): batond warns,
  * logs "stopped" and exits 0 without waiting for the step (no step_completed for its
@@ -1008,6 +1047,8 @@ int main(void)
 					    hs_teardown),
 	    cmocka_unit_test_setup_teardown(test_sigterm_timeout_cuts_running_step,
 					    calls_setup_timeout0, calls_teardown),
+	    cmocka_unit_test_setup_teardown(test_sigterm_starts_no_step, calls_setup,
+					    calls_teardown),
 	    cmocka_unit_test_setup_teardown(test_second_signal_exits_at_once, setup, hs_teardown),
 	    cmocka_unit_test_setup_teardown(test_second_batond_on_the_same_database_exits, setup,
 					    hs_teardown),
