@@ -193,12 +193,12 @@ static int created(const reply *r)
 	return r->kind == REPLY_STORED || r->kind == REPLY_LEASE_GRANTED;
 }
 
-/* After a durable commit: answer callers, start granted steps, log, free finished rows. */
-static void effects(baton_engine *e, double commit_seconds)
+/* After a durable commit: answer callers, start granted steps (to be sent by send_by),
+ * log, free finished rows. */
+static void effects(baton_engine *e, int64_t send_by, double commit_seconds)
 {
 	/* What others wait for goes first: granted steps, then answers; the bookkeeping
 	 * below runs while they do. */
-	int64_t send_by = e->dispatches.n ? members_send_by(e) : 0;
 	for (size_t i = 0; i < e->dispatches.n; i++) {
 		dispatch *d = &e->dispatches.v[i];
 		if (e->no_new_work) {
@@ -415,6 +415,11 @@ void eng_flush(baton_engine *e)
 	baton_error err = {0};
 	store_write_failure why;
 	struct timespec t0, t1;
+	/* A granted step may be sent until this node's lease, as renewed before the write, runs
+	 * out: the write's ownership check proves the partition this node's when it commits,
+	 * and no other node claims it before that lease ends. A renewal that comes later may
+	 * follow a lapse in which another node took the partition. */
+	int64_t send_by = e->dispatches.n ? members_send_by(e) : 0;
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 	int rc = eng_write_batch(e, &why, &err);
 	/* Another node took a partition of this round: what it took leaves memory, and the
@@ -432,7 +437,7 @@ void eng_flush(baton_engine *e)
 			set_faulty(e, 0);
 		}
 		e->fault_backoff_ms = 0;
-		effects(e,
+		effects(e, send_by,
 			(double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9);
 		return;
 	}

@@ -25,18 +25,21 @@
 
 #define MAX_PIPES 64
 
-enum { REQ_NONE, REQ_CUT, REQ_HEAL, REQ_STOP };
+enum { REQ_NONE, REQ_CUT, REQ_HEAL, REQ_STOP, REQ_HOLD, REQ_RELEASE };
 
 struct hs_proxy {
 	int target_port, port;
 	int lfd;    /* listening socket, -1 while cut */
 	int ctl[2]; /* the control pipe */
 	int pairs[MAX_PIPES][2];
+	int held[MAX_PIPES]; /* what PostgreSQL sends on pairs[i] is not read meanwhile */
 	int npairs;
+	int holding;	  /* new pairs start held */
+	int release_port; /* REQ_RELEASE's port, 0: all */
 	pthread_t thread;
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
-	int req, asked, done, heal_rc;
+	int req, asked, done, heal_rc, released;
 };
 
 static int listen_on(int port)
@@ -79,6 +82,7 @@ static void drop_pair(hs_proxy *p, int i)
 	}
 	p->pairs[i][0] = p->pairs[p->npairs - 1][0];
 	p->pairs[i][1] = p->pairs[p->npairs - 1][1];
+	p->held[i] = p->held[p->npairs - 1];
 	p->npairs--;
 }
 
@@ -96,7 +100,16 @@ static void accept_one(hs_proxy *p)
 	setsockopt(c, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
 	p->pairs[p->npairs][0] = c;
 	p->pairs[p->npairs][1] = t;
+	p->held[p->npairs] = p->holding;
 	p->npairs++;
+}
+
+/* The local port of socket fd, 0 if unknown. */
+static int local_port(int fd)
+{
+	struct sockaddr_in a;
+	socklen_t len = sizeof a;
+	return getsockname(fd, (struct sockaddr *)&a, &len) == 0 ? ntohs(a.sin_port) : 0;
 }
 
 /* Moves what one side has to the other; 0, or -1 when the pair is over. */
@@ -134,6 +147,20 @@ static int serve_request(hs_proxy *p)
 	} else if (req == REQ_HEAL && p->lfd < 0) {
 		p->lfd = listen_on(p->port);
 		p->heal_rc = p->lfd < 0 ? -1 : 0;
+	} else if (req == REQ_HOLD) {
+		p->holding = 1;
+		for (int i = 0; i < p->npairs; i++)
+			p->held[i] = 1;
+	} else if (req == REQ_RELEASE) {
+		p->released = 0;
+		if (!p->release_port)
+			p->holding = 0;
+		for (int i = 0; i < p->npairs; i++)
+			if (p->held[i] &&
+			    (!p->release_port || local_port(p->pairs[i][1]) == p->release_port)) {
+				p->held[i] = 0;
+				p->released = 1;
+			}
 	}
 	p->done = p->asked;
 	pthread_cond_broadcast(&p->cv);
@@ -151,7 +178,9 @@ static void *proxy_main(void *arg)
 		fds[n++] = (struct pollfd){.fd = p->lfd, .events = POLLIN};
 		for (int i = 0; i < p->npairs; i++) {
 			fds[n++] = (struct pollfd){.fd = p->pairs[i][0], .events = POLLIN};
-			fds[n++] = (struct pollfd){.fd = p->pairs[i][1], .events = POLLIN};
+			/* a negative fd is not polled: what PostgreSQL sent waits in the socket */
+			fds[n++] = (struct pollfd){.fd = p->held[i] ? -1 : p->pairs[i][1],
+						   .events = POLLIN};
 		}
 		if (poll(fds, (nfds_t)n, -1) < 0) {
 			if (errno == EINTR)
@@ -235,6 +264,23 @@ int hs_proxy_heal(hs_proxy *p)
 {
 	ask(p, REQ_HEAL);
 	return p->heal_rc;
+}
+
+void hs_proxy_hold(hs_proxy *p)
+{
+	ask(p, REQ_HOLD);
+}
+
+int hs_proxy_release(hs_proxy *p, int port)
+{
+	pthread_mutex_lock(&p->mu);
+	p->release_port = port;
+	pthread_mutex_unlock(&p->mu);
+	ask(p, REQ_RELEASE);
+	pthread_mutex_lock(&p->mu);
+	int released = p->released;
+	pthread_mutex_unlock(&p->mu);
+	return released;
 }
 
 void hs_proxy_close(hs_proxy *p)

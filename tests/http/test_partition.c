@@ -30,6 +30,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "../harness/calls.h"
 #include "../harness/cluster.h"
 #include "../harness/harness.h"
 #include "../harness/prom.h"
@@ -300,6 +301,115 @@ static void test_late_connect_sends_nothing(void **state)
 	print_message("bytes of the step's request that reached the resource: %ld\n", sent);
 	assert_int_equal(sent, 0);
 	close(l);
+}
+
+/* A count read through node `via`'s route to the database, and the count it waits for. */
+struct counted {
+	const hs_server *via;
+	const char *sql;
+	long long want;
+};
+
+static bool count_reached(void *arg)
+{
+	const struct counted *q = arg;
+	return hs_db_count((hs_server *)q->via, q->sql) == q->want;
+}
+
+/* The client_port of the k-th session (by port) whose last statement is one of the
+ * membership thread's (a join or renewal, the read of the partitions, a claim); 0 when
+ * there are fewer. Read through node `via`. */
+static int membership_port(const cluster *c, int via, int k)
+{
+	char sql[640];
+	snprintf(sql, sizeof sql,
+		 "SELECT coalesce((SELECT client_port FROM pg_stat_activity WHERE"
+		 " application_name = 'batond' AND (query LIKE 'UPDATE nodes SET expires%%' OR"
+		 " query LIKE 'INSERT INTO nodes%%' OR query LIKE 'SELECT p.id, p.epoch%%' OR"
+		 " query LIKE 'UPDATE partitions p SET owner%%') ORDER BY client_port"
+		 " OFFSET %d LIMIT 1), 0)",
+		 k);
+	return (int)hs_db_count(c->node[via], sql);
+}
+
+static bool node0_says_lost(void *arg)
+{
+	const cluster *c = arg;
+	char *log = hs_log_text(c->node[0]);
+	const char *lost = log ? strstr(log, " lost ") : NULL;
+	bool says = lost && strstr(lost, "partition");
+	free(log);
+	return says;
+}
+
+/*
+ * A step granted just before its node loses the resource is not sent once another node may
+ * hold it, whatever the node learns between its commit and the step's dispatch. What
+ * PostgreSQL answers node 0 is held (proxy.h: its statements run, their answers wait) while
+ * its commit of step 0's end and step 1's grant goes through; its node lease runs out, and
+ * node 1 takes the partition and calls step 1 itself. Then node 0's membership session gets
+ * its answers first and renews node 0's lease (a renewal after the lease ran out goes
+ * through: the row is still node 0's), and only then does the commit's answer come. Before,
+ * the time by which the step had to be sent was taken from the lease as it stood at the
+ * dispatch, just renewed: node 0 called the resource with its stale token after node 1.
+ */
+static void test_dispatch_after_lost_lease_sends_nothing(void **state)
+{
+	SKIP_UNLESS_PG();
+	cluster *c = *state;
+	fragile *res = fragile_open();
+	assert_non_null(res);
+	char *allow = fragile_url(res, "/"), *url = fragile_url(res, "/op");
+	const char *const extra[] = {"--allow-call", allow, NULL};
+	assert_int_equal(cl_open_proxied(c, 2, LEASE_MS, extra), 0);
+	assert_true(cl_wait_balanced(c, 0, 3, WAIT_MS));
+	unsigned long long avoid = 0;
+	char name[64], body[512], done[320], live[160];
+	cl_pick_resource(c, 0, "held", &avoid, name, sizeof name);
+	fragile_push(res, (fragile_action){.status = 200, .gated = true});
+	snprintf(body, sizeof body,
+		 "{\"id\": \"held-1\", \"resource\": \"%s\", \"workers\": [\"w0\", \"w1\"],"
+		 " \"call\": {\"url\": \"%s\"}}",
+		 name, url);
+	assert_int_equal(call(c->node[0], "POST", "/workflows", body, NULL), 201);
+	assert_true(fragile_wait_held(res, 1, WAIT_MS)); /* step 0, called by node 0 */
+
+	hs_proxy_hold(c->px[0]);
+	fragile_open_gate(res);
+	snprintf(done, sizeof done,
+		 "SELECT count(*) FROM steps s JOIN workflows w ON w.seq = s.workflow_seq WHERE"
+		 " w.id = 'held-1' AND s.idx = 0 AND s.status = 'completed'");
+	struct counted committed = {c->node[1], done, 1};
+	assert_true(hs_wait_until(count_reached, &committed, WAIT_MS));
+	/* node 0 waits for that commit's answer: the second call is node 1's */
+	assert_true(fragile_wait_applied(res, 2, WAIT_MS));
+	int released = 0;
+	for (int k = 0, port; (port = membership_port(c, 1, k)) > 0; k++)
+		released += hs_proxy_release(c->px[0], port);
+	assert_int_equal(released, 1);
+	snprintf(live, sizeof live,
+		 "SELECT count(*) FROM nodes WHERE id = '%s' AND expires > now()", c->id[0]);
+	struct counted renewed = {c->node[1], live, 1};
+	assert_true(hs_wait_until(count_reached, &renewed, WAIT_MS));
+	hs_proxy_release(c->px[0], 0);
+	assert_true(hs_wait_until(node0_says_lost, c, WAIT_MS));
+	assert_int_equal(hs_stop(c->node[0]), 0); /* what its steps were to send is sent */
+
+	fragile_stats st;
+	fragile_get_stats(res, &st);
+	if (st.requests != 2) {
+		size_t n;
+		fragile_record *r = fragile_records(res, &n);
+		calls_dump_records(r, n);
+		fragile_records_free(r, n);
+		fail_msg(
+		    "the resource had %zu calls, expected 2 (step 0 by node 0, step 1 by node 1)",
+		    st.requests);
+	}
+	calls_assert_sound(res);
+	fragile_close(res);
+	free(allow);
+	free(url);
 }
 
 /* Moves partition p, in the database, to a live node "elsewhere" (as its claim would leave
@@ -870,6 +980,8 @@ int main(void)
 					    teardown),
 	    cmocka_unit_test_setup_teardown(test_hand_over_moves_held_leases, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_late_connect_sends_nothing, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_dispatch_after_lost_lease_sends_nothing, setup,
+					    teardown),
 	    cmocka_unit_test_setup_teardown(test_failover_keeps_fifo, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_start_logs_one_summary, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_lock_survives_owner_kill, setup, teardown),
