@@ -202,12 +202,13 @@ struct baton_engine {
 	char owner[PARTS][MAX_NAME + 1];    /* every partition's owner, as last read */
 	char owner_url[PARTS][MAX_URL + 1]; /* and where that owner is reached */
 	int want;			    /* this node's fair share */
-	int inbox_due;			    /* under mu: a hint came */
-	int64_t inbox_at;		    /* mono_ms of the next poll of the inbox */
-	uint64_t parts_gained, parts_lost;  /* metrics_mu */
-	int parts_held;			    /* metrics_mu */
-	int parts_logged;		    /* the count the log last reported */
-	int64_t parts_log_at;		    /* mono_ms: report a changed count then */
+	int64_t owners_read_at; /* mono_ms when what epoch[] says was read (store_ownership) */
+	int inbox_due;		/* under mu: a hint came */
+	int64_t inbox_at;	/* mono_ms of the next poll of the inbox */
+	uint64_t parts_gained, parts_lost; /* metrics_mu */
+	int parts_held;			   /* metrics_mu */
+	int parts_logged;		   /* the count the log last reported */
+	int64_t parts_log_at;		   /* mono_ms: report a changed count then */
 	/* The resource of leases that another node drives, as this node passed them on
 	 * (lease.c, "Where a lease passed on lives"): allocated at the first, under hints_mu. */
 	struct lease_hint *hints;

@@ -87,6 +87,11 @@ int members_join(baton_engine *e, const baton_engine_config *cfg, baton_error *e
 				  lease, &h, e->epoch, err);
 	if (rc == BATON_OK)
 		e->clustered = 1;
+	if (rc == BATON_OK && e->st->ops->cluster_stats) { /* the join read after it renewed */
+		store_cluster_stats st;
+		e->st->ops->cluster_stats(e->st, &st);
+		e->owners_read_at = st.lease_since;
+	}
 	/* Until the membership thread says what a fair share is, what was claimed is kept. */
 	e->want = PARTS;
 	count_held(e);
@@ -315,6 +320,7 @@ void members_apply(baton_engine *e, msg *m, int64_t now)
 		return;
 	}
 	store_ownership *o = m->own;
+	e->owners_read_at = o->read_at;
 	e->want = o->want;
 	memcpy(e->owner, o->owner, sizeof e->owner);
 	memcpy(e->owner_url, o->url, sizeof e->owner_url);
@@ -486,12 +492,24 @@ static int may_promise(baton_engine *e, const char *resource, baton_error *err)
 			       "resource \"%s\" is driven by node %s: ask that node", resource,
 			       who);
 	}
-	if (e->clustered && members_send_by(e) <= mono_ms())
+	if (!e->clustered || !e->st->ops->cluster_stats)
+		return BATON_OK;
+	store_cluster_stats st;
+	e->st->ops->cluster_stats(e->st, &st);
+	if (st.lease_left_ms <= st.lease_ms / 10) /* members_send_by */
 		return err_set(
 		    err, BATON_EBUSY,
 		    "node %s cannot prove that it still drives resource \"%s\": its lease"
 		    " in the database was not confirmed in time; try again shortly",
 		    e->node_id, resource);
+	/* Its lease ran out and was renewed since it last read who drives what: another node
+	 * may have claimed the partition in between. The membership thread's next read, which
+	 * follows the renewal, tells. */
+	if (e->owners_read_at < st.lease_since)
+		return err_set(err, BATON_EBUSY,
+			       "node %s cannot prove that it still drives resource \"%s\": its"
+			       " lease ran out before it was renewed; try again shortly",
+			       e->node_id, resource);
 	return BATON_OK;
 }
 

@@ -131,7 +131,12 @@ static int renew(pg_cluster *cl, int *live, baton_error *err)
 	}
 	cl->joined = 1;
 	*live = (int)pg_col_int(r, 0, 1);
+	int64_t t1 = mono_ms();
 	pthread_mutex_lock(&cl->mu);
+	/* Unbroken when this renewal committed before the last one ran out, by the count of
+	 * members_send_by; else the others could claim this node's partitions in between. */
+	if (!cl->renewed_at || t1 >= cl->renewed_at + cl->lease_ms - cl->lease_ms / 10)
+		cl->stats.lease_since = t0;
 	cl->stats.lease_expires_at = pg_col_int(r, 0, 0);
 	cl->stats.nodes = *live;
 	cl->renewed_at = t0; /* the lease runs from before the statement was sent */
@@ -143,9 +148,11 @@ static int renew(pg_cluster *cl, int *live, baton_error *err)
 static int read_owners(pg_cluster *cl, baton_error *err)
 {
 	PGresult *r;
+	int64_t t0 = mono_ms();
 	int rc = run_ok(cl->c, read_sql, NULL, &r, err, "reading partitions");
 	if (rc)
 		return rc;
+	cl->owner.read_at = t0;
 	memset(cl->owner.epoch, 0, sizeof cl->owner.epoch);
 	cl->free_parts = 0;
 	for (int i = 0; i < PQntuples(r); i++) {

@@ -594,6 +594,16 @@ int hs_close(hs_server *s)
 
 /* ---- the database ---------------------------------------------------------------- */
 
+void *hs_db_hold(const hs_server *s, const char *sql)
+{
+	return s->pg_name[0] ? pg_db_hold(s->db, sql) : NULL;
+}
+
+void hs_db_unhold(void *session)
+{
+	pg_db_unhold(session);
+}
+
 long long hs_db_count(hs_server *s, const char *sql)
 {
 	/* PostgreSQL serves other connections while batond runs. */

@@ -289,6 +289,10 @@ int hs_store_is_pg(void);
  * or -1 after printing what went wrong.
  */
 long long hs_db_count(hs_server *s, const char *sql);
+/* PostgreSQL: runs `sql` (a LOCK, say) on a session of its own in a transaction left open,
+ * its locks held until hs_db_unhold rolls it back. The session, or NULL after printing why. */
+void *hs_db_hold(const hs_server *s, const char *sql);
+void hs_db_unhold(void *session); /* accepts NULL */
 
 /*
  * For the tests of a PostgreSQL server going away under batond: scripts/pg.sh stop,

@@ -118,6 +118,34 @@ long long pg_db_count(const char *url, const char *sql)
 	return value;
 }
 
+void *pg_db_hold(const char *url, const char *sql)
+{
+	PGconn *c = connect_to(url);
+	if (!c)
+		return NULL;
+	PGresult *r = PQexec(c, "BEGIN");
+	int ok = PQresultStatus(r) == PGRES_COMMAND_OK;
+	PQclear(r);
+	r = ok ? PQexec(c, sql) : NULL;
+	ok = ok && (PQresultStatus(r) == PGRES_COMMAND_OK || PQresultStatus(r) == PGRES_TUPLES_OK);
+	if (!ok) {
+		fprintf(stderr, "harness: %s on %s: %s", sql, url, PQerrorMessage(c));
+		PQclear(r);
+		PQfinish(c);
+		return NULL;
+	}
+	PQclear(r);
+	return c;
+}
+
+void pg_db_unhold(void *session)
+{
+	if (!session)
+		return;
+	PQclear(PQexec(session, "ROLLBACK"));
+	PQfinish(session);
+}
+
 /* ---- the server itself: scripts/pg.sh ---------------------------------------------- */
 
 /* $BATON_PG_SCRIPT, else scripts/pg.sh of the tree this file was compiled in. */

@@ -31,4 +31,10 @@ int pg_db_drop(const char *name);
  * an integer; -1 when it failed, returned no row or a NULL. */
 long long pg_db_count(const char *url, const char *sql);
 
+/* Opens a session on the database of `url` and runs `sql` in a transaction it leaves open,
+ * so that the locks it took stay held until pg_db_unhold rolls it back and closes the
+ * session. The session, or NULL when it failed. */
+void *pg_db_hold(const char *url, const char *sql);
+void pg_db_unhold(void *session); /* accepts NULL */
+
 #endif

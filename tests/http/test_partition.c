@@ -52,8 +52,13 @@ static int setup(void **state)
 	return *state ? 0 : -1;
 }
 
+/* A test's lock on the database (hs_db_hold), released by the teardown if it failed. */
+static void *lock_held;
+
 static int teardown(void **state)
 {
+	hs_db_unhold(lock_held);
+	lock_held = NULL;
 	cluster *c = *state;
 	int rc = cl_close(c);
 	free(c);
@@ -410,6 +415,57 @@ static void test_dispatch_after_lost_lease_sends_nothing(void **state)
 	fragile_close(res);
 	free(allow);
 	free(url);
+}
+
+/*
+ * A node paused past its lease, whose partition another node took meanwhile, promises
+ * nothing once it runs again and has renewed its lease, until it has read again who drives
+ * what. Node 0 drives the resource of a lease; it is SIGSTOPped until node 1 has claimed
+ * the partition (and counts the lease's ttl from that claim), and the partitions table is
+ * locked so that node 0's read of it waits. Continued, node 0 renews its lease (the row is
+ * still its own) and the holder renews through it: a 200 would promise the holder its
+ * ttl from now, past the end node 1 counts. Before, node 0 answered 200.
+ */
+static void test_renewal_after_lapse_promises_nothing(void **state)
+{
+	SKIP_UNLESS_PG();
+	cluster *c = *state;
+	two_nodes(c);
+	unsigned long long avoid = 0;
+	char res[64], path[200], renew[200], live[160];
+	cl_pick_resource(c, 0, "lapse", &avoid, res, sizeof res);
+	snprintf(path, sizeof path, "/resources/%s/leases", res);
+	json_t *lease;
+	assert_int_equal(
+	    call(c->node[0], "POST", path, "{\"holder\": \"h\", \"ttl_ms\": 60000}", &lease), 201);
+	snprintf(renew, sizeof renew, "/leases/%s/renew", hs_str(lease, "id"));
+	json_decref(lease);
+
+	assert_int_equal(hs_signal(c->node[0], SIGSTOP), 0);
+	int p = cl_part_of(res);
+	for (int64_t end = hs_mono_ms() + WAIT_MS; cl_part_owner(c, p) != 1;) {
+		assert_true(hs_mono_ms() < end);
+		hs_pause_ms(POLL_MS);
+	}
+	lock_held = hs_db_hold(c->node[1], "LOCK TABLE partitions IN ACCESS EXCLUSIVE MODE");
+	assert_non_null(lock_held);
+	assert_int_equal(hs_signal(c->node[0], SIGCONT), 0);
+	snprintf(live, sizeof live,
+		 "SELECT count(*) FROM nodes WHERE id = '%s' AND expires > now()", c->id[0]);
+	struct counted renewed = {c->node[1], live, 1};
+	assert_true(hs_wait_until(count_reached, &renewed, WAIT_MS));
+	json_t *out = NULL;
+	long status = call(c->node[0], "POST", renew, NULL, &out);
+	char *said = out ? json_dumps(out, JSON_COMPACT) : NULL;
+	print_message("node 0, renewed after its lease ran out, answered the renewal %ld: %s\n",
+		      status, said ? said : "");
+	free(said);
+	json_decref(out);
+	assert_int_equal(status, 503);
+	hs_db_unhold(lock_held);
+	lock_held = NULL;
+	/* Once it has read the partitions, it passes the renewal on to node 1. */
+	assert_int_equal(call_again(c->node[0], "POST", renew, NULL, NULL), 200);
 }
 
 /* Moves partition p, in the database, to a live node "elsewhere" (as its claim would leave
@@ -980,6 +1036,8 @@ int main(void)
 					    teardown),
 	    cmocka_unit_test_setup_teardown(test_hand_over_moves_held_leases, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_late_connect_sends_nothing, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_renewal_after_lapse_promises_nothing, setup,
+					    teardown),
 	    cmocka_unit_test_setup_teardown(test_dispatch_after_lost_lease_sends_nothing, setup,
 					    teardown),
 	    cmocka_unit_test_setup_teardown(test_failover_keeps_fifo, setup, teardown),
