@@ -196,6 +196,15 @@ char *hs_log_text(const hs_server *s)
 	return all;
 }
 
+bool hs_log_says(const hs_server *s, const char *what, const char *then)
+{
+	char *log = hs_log_text(s);
+	const char *at = log ? strstr(log, what) : NULL;
+	bool says = at && (!then || strstr(at, then));
+	free(log);
+	return says;
+}
+
 int hs_start(hs_server *s)
 {
 	const char *bin = getenv("BATOND");

@@ -156,6 +156,9 @@ const char *hs_db_url(const hs_server *s);
 
 /* The concatenated logs of every start of the server; the caller frees it. */
 char *hs_log_text(const hs_server *s);
+/* Whether the logs of every start of the server have `what`, and `then` after it when
+ * then is not NULL. */
+bool hs_log_says(const hs_server *s, const char *what, const char *then);
 
 /* Prints the last `max_bytes` of the current log to stderr (for failure messages). */
 void hs_dump_log(const hs_server *s, size_t max_bytes);

@@ -442,13 +442,8 @@ static double partitions_lost(const ctx *c, int who)
 static bool lost_some(void *arg)
 {
 	const taken *t = arg;
-	if (partitions_lost(t->c, t->node) > 0)
-		return true;
-	char *log = hs_log_text(t->c->cl.node[t->node]);
-	const char *lost = log ? strstr(log, " lost ") : NULL;
-	bool says = lost && strstr(lost, "partition");
-	free(log);
-	return says;
+	return partitions_lost(t->c, t->node) > 0 ||
+	       hs_log_says(t->c->cl.node[t->node], " lost ", "partition");
 }
 
 /*

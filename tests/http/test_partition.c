@@ -79,11 +79,15 @@ static int wait_child(pid_t pid, int64_t ms)
 	return status;
 }
 
-/* Two nodes, balanced: each drives its share of the partitions. */
-static void two_nodes(cluster *c)
+/* Two nodes, balanced: each drives its share of the partitions; with a prefix, res is a
+ * resource node 0 drives, named from it. */
+static void two_nodes(cluster *c, const char *prefix, char res[64])
 {
 	assert_int_equal(cl_open(c, 2, LEASE_MS, NULL), 0);
 	assert_true(cl_wait_balanced(c, 0, 3, WAIT_MS));
+	unsigned long long avoid = 0;
+	if (prefix)
+		cl_pick_resource(c, 0, prefix, &avoid, res, 64);
 }
 
 /* One request, asked again while the answer is 503 with Retry-After when `again` (as
@@ -340,11 +344,7 @@ static int membership_port(const cluster *c, int via, int k)
 static bool node0_says_lost(void *arg)
 {
 	const cluster *c = arg;
-	char *log = hs_log_text(c->node[0]);
-	const char *lost = log ? strstr(log, " lost ") : NULL;
-	bool says = lost && strstr(lost, "partition");
-	free(log);
-	return says;
+	return hs_log_says(c->node[0], " lost ", "partition");
 }
 
 /*
@@ -430,10 +430,8 @@ static void test_renewal_after_lapse_promises_nothing(void **state)
 {
 	SKIP_UNLESS_PG();
 	cluster *c = *state;
-	two_nodes(c);
-	unsigned long long avoid = 0;
 	char res[64], path[200], renew[200], live[160];
-	cl_pick_resource(c, 0, "lapse", &avoid, res, sizeof res);
+	two_nodes(c, "lapse", res);
 	snprintf(path, sizeof path, "/resources/%s/leases", res);
 	json_t *lease;
 	assert_int_equal(
@@ -623,10 +621,8 @@ static void test_failover_keeps_fifo(void **state)
 {
 	SKIP_UNLESS_PG();
 	cluster *c = *state;
-	two_nodes(c);
-	unsigned long long avoid = 0;
 	char res[64], path[200], body[300];
-	cl_pick_resource(c, 0, "fifo", &avoid, res, sizeof res);
+	two_nodes(c, "fifo", res);
 	snprintf(path, sizeof path, "/resources/%s/leases", res);
 	json_t *lease;
 	assert_int_equal(
@@ -661,10 +657,7 @@ static void test_failover_keeps_fifo(void **state)
 
 static bool logged_share(void *arg)
 {
-	char *log = hs_log_text(arg);
-	bool yes = log && strstr(log, "drives 64 of 64 partitions");
-	free(log);
-	return yes;
+	return hs_log_says(arg, "drives 64 of 64 partitions", NULL);
 }
 
 /* A node that starts alone says once that it drives all 64 partitions, not a line for each
@@ -793,10 +786,8 @@ static void test_every_node_serves_leases(void **state)
 {
 	SKIP_UNLESS_PG();
 	cluster *c = *state;
-	two_nodes(c);
-	unsigned long long avoid = 0;
 	char res[64], path[200];
-	cl_pick_resource(c, 0, "fwd", &avoid, res, sizeof res);
+	two_nodes(c, "fwd", res);
 	snprintf(path, sizeof path, "/resources/%s/leases", res);
 	json_t *lease, *p;
 	assert_int_equal(
@@ -877,10 +868,8 @@ static void test_every_node_serves_tasks(void **state)
 {
 	SKIP_UNLESS_PG();
 	cluster *c = *state;
-	two_nodes(c);
-	unsigned long long avoid = 0;
 	char res[64], body[300], path[300];
-	cl_pick_resource(c, 0, "claim", &avoid, res, sizeof res);
+	two_nodes(c, "claim", res);
 	snprintf(body, sizeof body, "{\"resource\": \"%s\", \"wait_ms\": 0}", res);
 	assert_int_equal(call(c->node[1], "POST", "/tasks/claim", body, NULL), 204);
 	snprintf(body, sizeof body,
@@ -928,10 +917,8 @@ static void test_passed_on_once(void **state)
 {
 	SKIP_UNLESS_PG();
 	cluster *c = *state;
-	two_nodes(c);
-	unsigned long long avoid = 0;
 	char res[64], path[200], url[64];
-	cl_pick_resource(c, 0, "hop", &avoid, res, sizeof res);
+	two_nodes(c, "hop", res);
 	snprintf(path, sizeof path, "/resources/%s/leases", res);
 	json_t *p;
 	assert_int_equal(call_with(c->node[1], "Baton-Forwarded: node9", "POST", path, NULL, &p),
@@ -954,7 +941,7 @@ static void test_list_newest_first_across_nodes(void **state)
 {
 	SKIP_UNLESS_PG();
 	cluster *c = *state;
-	two_nodes(c);
+	two_nodes(c, NULL, NULL);
 	unsigned long long avoid = 0;
 	char res[2][64], body[300], ids[8][16];
 	cl_pick_resource(c, 0, "lista", &avoid, res[0], sizeof res[0]);
@@ -1001,7 +988,7 @@ static void test_worker_without_resource_asks_every_node(void **state)
 {
 	SKIP_UNLESS_PG();
 	cluster *c = *state;
-	two_nodes(c);
+	two_nodes(c, NULL, NULL);
 	unsigned long long avoid = 0;
 	char res[64], urls[128], body[300];
 	cl_pick_resource(c, 1, "anywhere", &avoid, res, sizeof res);
