@@ -133,8 +133,9 @@ static int renew(pg_cluster *cl, int *live, baton_error *err)
 	*live = (int)pg_col_int(r, 0, 1);
 	int64_t t1 = mono_ms();
 	pthread_mutex_lock(&cl->mu);
-	/* Unbroken when this renewal committed before the last one ran out, by the count of
-	 * members_send_by; else the others could claim this node's partitions in between. */
+	/* Unbroken when this renewal committed before the last one ran out, as members_send_by
+	 * counts it (a tenth of the lease short); else the others could claim this node's
+	 * partitions in between. */
 	if (!cl->renewed_at || t1 >= cl->renewed_at + cl->lease_ms - cl->lease_ms / 10)
 		cl->stats.lease_since = t0;
 	cl->stats.lease_expires_at = pg_col_int(r, 0, 0);
