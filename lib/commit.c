@@ -17,13 +17,39 @@
 #include <string.h>
 #include <time.h>
 
+/* A lease's life in the log: one line when it is granted, one when it ends. Its events
+ * are a workflow's (lease.c), but a lease has no "Done", and no workflow to complete. */
+static void log_lease_event(const logger *lg, const pending_event *ev)
+{
+	const wf_row *wf = ev->wf;
+	const step_row *st = &wf->steps[0];
+	if (strcmp(ev->type, "lock_acquired") == 0)
+		log_at(lg, BATON_LOG_INFO, wf->id, "lease of \"%s\" on \"%s\" granted (token %lld)",
+		       st->worker, wf->resource, (long long)st->token);
+	else if (strcmp(ev->type, "step_completed") == 0)
+		log_at(lg, BATON_LOG_INFO, wf->id,
+		       "lease of \"%s\" on \"%s\" (token %lld) released after %lld ms", st->worker,
+		       wf->resource, (long long)st->token,
+		       (long long)json_integer_value(json_object_get(ev->data, "duration_ms")));
+	else if (strcmp(ev->type, "step_failed") == 0)
+		log_at(lg, BATON_LOG_WARN, wf->id,
+		       "lease of \"%s\" on \"%s\" (token %lld) expired: not renewed within %lld ms",
+		       st->worker, wf->resource, (long long)st->token, (long long)wf->lease_ttl_ms);
+	else if (strcmp(ev->type, "workflow_cancelled") == 0)
+		log_at(lg, BATON_LOG_INFO, wf->id,
+		       "lease of \"%s\" on \"%s\" left the queue without being granted", st->worker,
+		       wf->resource);
+}
+
 static void log_event(baton_engine *e, const pending_event *ev)
 {
 	const logger *lg = &e->log;
 	const char *w = json_string_value(json_object_get(ev->data, "worker"));
 	json_int_t attempt = json_integer_value(json_object_get(ev->data, "attempt"));
 	const char *id = ev->wf->id;
-	if (strcmp(ev->type, "lock_acquired") == 0) {
+	if (ev->wf->lease && strcmp(ev->type, "step_interrupted") != 0) {
+		log_lease_event(lg, ev);
+	} else if (strcmp(ev->type, "lock_acquired") == 0) {
 		log_at(lg, BATON_LOG_INFO, id, "[%s] Acquired lock on \"%s\"...", w,
 		       ev->wf->resource);
 	} else if (strcmp(ev->type, "step_completed") == 0) {

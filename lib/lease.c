@@ -179,9 +179,6 @@ static void end_hold(baton_engine *e, wf_row *wf, int ok, int64_t now)
 				       wf->resource, "fencing_token", (json_int_t)st->token,
 				       "ttl_ms", (json_int_t)wf->lease_ttl_ms));
 		count(e, &e->leases_expired);
-		log_at(&e->log, BATON_LOG_WARN, wf->id,
-		       "lease of \"%s\" on \"%s\" (token %lld) expired", st->worker, wf->resource,
-		       (long long)st->token);
 	}
 	eng_follow(e, wf, machine_outcome(wf, &out, e->def, now, &ev), now);
 	json_decref(out.result);

@@ -233,6 +233,70 @@ static void test_expiry_hands_over_with_higher_token(void **state)
 	json_decref(a);
 }
 
+/* A lease's life in batond's log: a line when granted, one when it ends (released,
+ * expired, or left the queue ungranted), each naming the holder, the resource and the
+ * token; nothing about a workflow, which a lease's user never made. */
+typedef struct log_wait {
+	const hs_server *s;
+	const char *what;
+} log_wait;
+
+static bool log_says(void *arg)
+{
+	log_wait *w = arg;
+	return hs_log_says(w->s, w->what, NULL);
+}
+
+static void test_log_tells_a_leases_life(void **state)
+{
+	hs_server *s = *state;
+	json_t *a = acquire_ok(s, "db", "{\"holder\": \"a\", \"ttl_ms\": 60000}");
+	long status;
+	json_t *b = acquire(s, "db", "{\"holder\": \"b\", \"wait_ms\": 200}", &status);
+	assert_int_equal(status, 409);
+	json_decref(b);
+	assert_int_equal(lease_call(s, "DELETE", hs_str(a, "id"), "", NULL, NULL), 204);
+	json_t *c = acquire_ok(s, "db", "{\"holder\": \"c\", \"ttl_ms\": 1000}");
+	log_wait w = {s, "lease of \"c\" on \"db\" (token 2) expired: not renewed within 1000 ms"};
+	if (!hs_wait_until(log_says, &w, WAIT_MS))
+		fail_msg("the log never said: %s", w.what);
+	char *log = hs_log_text(s);
+	assert_non_null(log);
+	/* level, then the line after the workflow id */
+	static const char *const lines[][2] = {
+	    {"INFO ", "lease of \"a\" on \"db\" granted (token 1)\n"},
+	    {"INFO ", "lease of \"a\" on \"db\" (token 1) released after "},
+	    {"INFO ", "lease of \"c\" on \"db\" granted (token 2)\n"},
+	    {"WARN ", "lease of \"c\" on \"db\" (token 2) expired: not renewed within 1000 ms\n"},
+	};
+	const char *ids[] = {hs_str(a, "id"), hs_str(a, "id"), hs_str(c, "id"), hs_str(c, "id")};
+	const char *at = log;
+	for (size_t i = 0; i < sizeof lines / sizeof *lines; i++) {
+		char want[300];
+		snprintf(want, sizeof want, "%s wf=%s %s", lines[i][0], ids[i], lines[i][1]);
+		const char *hit = strstr(at, want);
+		if (!hit)
+			fail_msg("the log lacks, in order: %s", want);
+		at = hit + strlen(want);
+	}
+	assert_non_null(
+	    strstr(log, "lease of \"b\" on \"db\" left the queue without being granted"));
+	/* one line each, and no workflow's words */
+	const char *p = log;
+	int n = 0;
+	while ((p = strstr(p, "wf=lease-")) != NULL) {
+		n++;
+		p++;
+	}
+	assert_int_equal(n, 5);
+	assert_null(strstr(log, "workflow completed"));
+	assert_null(strstr(log, "workflow failed"));
+	assert_null(strstr(log, "Acquired lock"));
+	free(log);
+	json_decref(c);
+	json_decref(a);
+}
+
 static void test_fifo_with_workflow_steps(void **state)
 {
 	hs_server *s = *state;
@@ -627,6 +691,7 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_try_once_says_who_holds_it, hs_setup, hs_teardown),
 	    cmocka_unit_test_setup_teardown(test_expiry_hands_over_with_higher_token, hs_setup,
 					    hs_teardown),
+	    cmocka_unit_test_setup_teardown(test_log_tells_a_leases_life, hs_setup, hs_teardown),
 	    cmocka_unit_test_setup_teardown(test_fifo_with_workflow_steps, hs_setup, hs_teardown),
 	    cmocka_unit_test_setup_teardown(test_wait_ms_ends_and_leaves_queue, hs_setup,
 					    hs_teardown),
