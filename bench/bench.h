@@ -109,8 +109,10 @@ void cpu_take(pid_t pid, cpu_snap *out);
 /* CPU seconds between two snapshots: the process's, and its busiest thread's. */
 double cpu_delta(const cpu_snap *a, const cpu_snap *b, double *busiest_thread_s);
 
-/* Starts bench/minjson (the minimal MHD JSON handler) in dir; fills pid and port. */
-int minjson_start(const char *dir, pid_t *pid, int *port);
+/* Starts bench/minjson (the minimal MHD JSON handler) in dir; fills pid and port. With
+ * commit_db, its POSTs and DELETEs are answered once a commit into that SQLite database
+ * is durable (minjson.c). */
+int minjson_start(const char *dir, const char *commit_db, pid_t *pid, int *port);
 void child_stop(pid_t pid);
 
 /* ---- blocking HTTP (set-up, polling) ---- */

@@ -120,7 +120,7 @@ int bench_http_steps(void)
 		table_fail(what, "no temporary directory");
 		return -1;
 	}
-	if (minjson_start(dir, &mpid, &c.mport) != 0) {
+	if (minjson_start(dir, NULL, &mpid, &c.mport) != 0) {
 		table_fail(what, "could not start minjson");
 		tmpdir_remove(dir);
 		return -1;

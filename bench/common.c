@@ -341,12 +341,13 @@ double cpu_delta(const cpu_snap *a, const cpu_snap *b, double *busiest)
 	return b->total_s - a->total_s;
 }
 
-int minjson_start(const char *dir, pid_t *pid, int *port)
+int minjson_start(const char *dir, const char *commit_db, pid_t *pid, int *port)
 {
 	char log[BENCH_PATH_MAX + 32], threads[16];
-	snprintf(log, sizeof log, "%s/minjson.log", dir);
+	snprintf(log, sizeof log, "%s/minjson%s.log", dir, commit_db ? "-commit" : "");
 	snprintf(threads, sizeof threads, "%d", opt.http_threads > 0 ? opt.http_threads : 8);
-	char *argv[] = {(char *)opt.minjson, "--threads", threads, NULL};
+	char *argv[] = {(char *)opt.minjson,	       "--threads",	  threads,
+			commit_db ? "--commit" : NULL, (char *)commit_db, NULL};
 	unlink(log);
 	*pid = batond_spawn(argv, log, NULL, NULL);
 	if (*pid <= 0)

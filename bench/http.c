@@ -229,7 +229,7 @@ int bench_http_read(void)
 		table_fail(what, "no temporary directory");
 		return -1;
 	}
-	if (server_start(&s, dir, NULL) != 0 || minjson_start(dir, &mpid, &mport) != 0) {
+	if (server_start(&s, dir, NULL) != 0 || minjson_start(dir, NULL, &mpid, &mport) != 0) {
 		server_stop(&s);
 		tmpdir_remove(dir);
 		table_fail(what, "could not start batond or minjson");

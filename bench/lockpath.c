@@ -57,6 +57,8 @@ typedef struct sys {
 	int refused; /* the last failed request's status (503: not served) */
 	dvec lone_us, lone_ratio, hand, hand_ratio;
 	dvec acq_us;		   /* the acquire's part of the median pair, per round */
+	dvec behind_ratio;	   /* this / the pair behind HTTP of the round (SQLite's floor) */
+	dvec srv_us, commit_us;	   /* batond's own time per request, and per commit: means */
 	dvec lone_etcd, hand_etcd; /* this / etcd, per round */
 } sys;
 
@@ -65,6 +67,7 @@ typedef struct round_floor {
 	double commit_us[2]; /* median commit: SQLite, PostgreSQL */
 	double rate[2];	     /* commits/s */
 	double get_us;	     /* median keep-alive GET to minjson */
+	double behind_us[2]; /* median pair of requests behind commits (minjson --commit) */
 } round_floor;
 
 /* ---- one client's acquire and release ---- */
@@ -246,7 +249,30 @@ static int contend_run(sys *s, long max_pairs, double max_s, double *rate)
 
 /* ---- the floors of a round ---- */
 
-static int round_floors(const char *dir, int minjson_port, round_floor *f)
+/* The median pair of a POST and a DELETE to minjson --commit, each answered once its
+ * commit of the floor's shape is durable: the floor's two commits and two requests, with
+ * the requests waiting for the commits. -1 on a failure. */
+static double behind_pair_us(int port, long max_pairs, double max_s)
+{
+	static const char body[] = "{\"holder\":\"bench-lone\",\"wait_ms\":300000}";
+	dvec lat = {0};
+	double us = -1, until = now_s() + max_s;
+	int ok = http_do(port, "POST", "/behind", body, NULL) == 201 &&
+		 http_do(port, "DELETE", "/behind/1", NULL, NULL) == 204;
+	for (long i = 0; ok && i < max_pairs && now_s() < until; i++) {
+		double t0 = now_s();
+		ok = http_do(port, "POST", "/behind", body, NULL) == 201 &&
+		     http_do(port, "DELETE", "/behind/1", NULL, NULL) == 204;
+		if (ok)
+			dvec_push(&lat, (now_s() - t0) * 1e6);
+	}
+	if (ok && lat.n)
+		us = median(lat.v, lat.n);
+	dvec_free(&lat);
+	return us;
+}
+
+static int round_floors(const char *dir, int minjson_port, const int behind_port[2], round_floor *f)
 {
 	floor_result r;
 	long commits = opt.smoke ? 200 : 2000;
@@ -280,6 +306,18 @@ static int round_floors(const char *dir, int minjson_port, round_floor *f)
 	if (opt.stores & (1 << STORE_POSTGRES))
 		printf(", PostgreSQL commit %.0f us (%.0f/s)", f->commit_us[1], f->rate[1]);
 	printf(", keep-alive GET %.0f us\n", f->get_us);
+	for (int k = 0; k < 2; k++) {
+		if (behind_port[k] <= 0)
+			continue;
+		f->behind_us[k] =
+		    behind_pair_us(behind_port[k], opt.smoke ? 20 : 400, opt.smoke ? 0.5 : 2);
+		if (f->behind_us[k] < 0) {
+			printf("  minjson --commit failed\n");
+			return -1;
+		}
+		printf("  a pair of requests behind %s commits %.0f us\n",
+		       k ? "PostgreSQL" : "SQLite", f->behind_us[k]);
+	}
 	return gets ? 0 : -1;
 }
 
@@ -295,10 +333,10 @@ typedef struct lockpath {
 	server sq, pg;
 	cluster cl;
 	etcd et;
-	pid_t minjson;
-	int minjson_port;
+	pid_t minjson, behind[2]; /* behind: minjson --commit, on SQLite and PostgreSQL */
+	int minjson_port, behind_port[2];
 	sys s_sq, s_pg, s_et, s_own, s_other;
-	dvec fl_us[2], fl_rate[2], get_us, other_503;
+	dvec fl_us[2], fl_rate[2], get_us, behind_us[2], other_503;
 	int other_served;
 } lockpath;
 
@@ -333,7 +371,14 @@ static int start_all(lockpath *L)
 {
 	char d[BENCH_PATH_MAX + 16];
 	int pg = (opt.stores & (1 << STORE_POSTGRES)) != 0, store = opt.store;
-	if (minjson_start(L->dir, &L->minjson, &L->minjson_port) != 0)
+	if (minjson_start(L->dir, NULL, &L->minjson, &L->minjson_port) != 0)
+		return -1;
+	if (opt.stores & (1 << STORE_SQLITE)) {
+		snprintf(d, sizeof d, "%.4000s/behind.db", L->dir);
+		if (minjson_start(L->dir, d, &L->behind[0], &L->behind_port[0]) != 0)
+			return -1;
+	}
+	if (pg && minjson_start(L->dir, opt.pg_url, &L->behind[1], &L->behind_port[1]) != 0)
 		return -1;
 	if (opt.stores & (1 << STORE_SQLITE)) {
 		opt.store = STORE_SQLITE;
@@ -390,6 +435,9 @@ static void stop_all(lockpath *L)
 	opt.store = store;
 	if (L->minjson > 0)
 		child_stop(L->minjson);
+	for (int k = 0; k < 2; k++)
+		if (L->behind[k] > 0)
+			child_stop(L->behind[k]);
 }
 
 static const char *pair_name(const sys *s)
@@ -397,14 +445,45 @@ static const char *pair_name(const sys *s)
 	return s->what ? s->what : "lone pair";
 }
 
+/* batond's own clocks, from its /metrics: the sums and counts of its request durations
+ * (from the request's first byte to its answer queued) and of its commits. */
+enum { T_REQ_S, T_REQ_N, T_COMMIT_S, T_COMMIT_N, T_N };
+
+static int batond_clocks(int port, double v[T_N])
+{
+	static const char *const series[T_N] = {
+	    "baton_http_request_duration_seconds_sum", "baton_http_request_duration_seconds_count",
+	    "baton_commit_duration_seconds_sum", "baton_commit_duration_seconds_count"};
+	for (int i = 0; i < T_N; i++)
+		if ((v[i] = server_metric(port, series[i])) < 0)
+			return -1;
+	return 0;
+}
+
+/* Where a batond's lone pairs spent their time: its mean request and its mean commit over
+ * the run, in us, pushed for the round and printed; nothing when it made no commit (a
+ * node that passes the requests on: the owner commits). */
+static void lone_clocks(sys *s, const double a[T_N], const double b[T_N])
+{
+	double req = b[T_REQ_N] - a[T_REQ_N], commits = b[T_COMMIT_N] - a[T_COMMIT_N];
+	if (req <= 0 || commits <= 0)
+		return;
+	double srv = (b[T_REQ_S] - a[T_REQ_S]) / req * 1e6;
+	double commit = (b[T_COMMIT_S] - a[T_COMMIT_S]) / commits * 1e6;
+	dvec_push(&s->srv_us, srv);
+	dvec_push(&s->commit_us, commit);
+	printf("; in batond %.0f us a request, %.0f us a commit (means)", srv, commit);
+}
+
 /* One system's lone pairs and contenders in one round, against its floor. */
 static int measure(sys *s, const round_floor *f, int contend)
 {
-	double us, acq, rate;
+	double us, acq, rate, before[T_N], after[T_N];
 	long pairs = opt.smoke ? 20 : 400, hand = opt.smoke ? 40 : 1000;
 	double secs = opt.smoke ? 0.5 : 2.0;
 	if (!s->up)
 		return 0;
+	int clocks = s->kind == SYS_BATON && batond_clocks(s->port, before) == 0;
 	if (lone_run(s, pairs, secs, &us, &acq) != 0) {
 		printf("  %-19s %s: failed with status %d\n", s->label, pair_name(s), s->refused);
 		return -1;
@@ -414,6 +493,12 @@ static int measure(sys *s, const round_floor *f, int contend)
 	dvec_push(&s->lone_ratio, us / pair_floor_us(f, s->floor));
 	printf("  %-19s %s %.0f us (acquire %.0f us; %.2fx its floor)", s->label, pair_name(s), us,
 	       acq, us / pair_floor_us(f, s->floor));
+	if (f->behind_us[s->floor] > 0) {
+		dvec_push(&s->behind_ratio, us / f->behind_us[s->floor]);
+		printf("; %.2fx the pair behind commits", us / f->behind_us[s->floor]);
+	}
+	if (clocks && batond_clocks(s->port, after) == 0)
+		lone_clocks(s, before, after);
 	if (contend) {
 		if (contend_run(s, hand, opt.smoke ? 0.5 : 3.0, &rate) != 0) {
 			printf("; %d contenders failed with status %d\n", CONTENDERS, s->refused);
@@ -447,13 +532,16 @@ static int one_round(lockpath *L, int i)
 {
 	round_floor f;
 	printf("  round %d\n", i + 1);
-	if (round_floors(L->dir, L->minjson_port, &f) != 0)
+	if (round_floors(L->dir, L->minjson_port, L->behind_port, &f) != 0)
 		return -1;
 	for (int k = 0; k < 2; k++) {
 		dvec_push(&L->fl_us[k], pair_floor_us(&f, k));
 		dvec_push(&L->fl_rate[k], f.rate[k]);
 	}
 	dvec_push(&L->get_us, f.get_us);
+	for (int k = 0; k < 2; k++)
+		if (f.behind_us[k] > 0)
+			dvec_push(&L->behind_us[k], f.behind_us[k]);
 	if (measure(&L->s_sq, &f, 1) || measure(&L->s_pg, &f, 1))
 		return -1;
 	if (L->s_et.up && measure(&L->s_et, &f, 1) != 0) {
@@ -510,6 +598,28 @@ static void row_floor(lockpath *L, int k, const char *label)
 	table_add(&r);
 }
 
+/* The pair behind commits: the floor's commits and requests, the requests waiting. */
+static void row_behind(lockpath *L, int k, const char *label)
+{
+	row r = {.verdict = V_INFO};
+	const dvec *b = &L->behind_us[k];
+	if (!b->n)
+		return;
+	double us = median(b->v, b->n), fl = median(L->fl_us[k].v, L->fl_us[k].n);
+	snprintf(r.store, sizeof r.store, "%s", label);
+	snprintf(r.what, sizeof r.what, "pair behind commits");
+	snprintf(r.figure, sizeof r.figure, "%.0f us", us);
+	snprintf(r.floor, sizeof r.floor, "%.0f us (%s)", fl, label);
+	snprintf(r.ratio, sizeof r.ratio, "%.2fx", us / fl);
+	snprintf(r.target, sizeof r.target, "-");
+	snprintf(r.note, sizeof r.note,
+		 "a POST and a DELETE to minjson --commit, each answered once a commit of the"
+		 " floor's shape is durable: what the floor's parts cost put together; medians of"
+		 " %zu rounds",
+		 b->n);
+	table_add(&r);
+}
+
 static void row_sys(lockpath *L, sys *s, int contend)
 {
 	const char *fl = s->floor ? "PostgreSQL" : "SQLite";
@@ -534,6 +644,15 @@ static void row_sys(lockpath *L, sys *s, int contend)
 	int n = snprintf(r.note, sizeof r.note,
 			 "median pair of each round (acquire %.0f us of it), median of %zu rounds",
 			 median(s->acq_us.v, s->acq_us.n), s->lone_us.n);
+	if (s->behind_ratio.n)
+		n += snprintf(r.note + n, sizeof r.note - n, "; %.2fx the pair behind commits",
+			      median(s->behind_ratio.v, s->behind_ratio.n));
+	if (s->srv_us.n)
+		n += snprintf(r.note + n, sizeof r.note - n,
+			      "; in batond (its /metrics, means) %.0f us a request, of it %.0f us"
+			      " its commit",
+			      median(s->srv_us.v, s->srv_us.n),
+			      median(s->commit_us.v, s->commit_us.n));
 	if (s->lone_etcd.n)
 		snprintf(r.note + n, sizeof r.note - n,
 			 "; etcd in the same rounds %.0f us (this/etcd %.2fx)", et,
@@ -588,6 +707,9 @@ static void lockpath_free(lockpath *L)
 		dvec_free(&all[i]->hand);
 		dvec_free(&all[i]->hand_ratio);
 		dvec_free(&all[i]->acq_us);
+		dvec_free(&all[i]->behind_ratio);
+		dvec_free(&all[i]->srv_us);
+		dvec_free(&all[i]->commit_us);
 		dvec_free(&all[i]->lone_etcd);
 		dvec_free(&all[i]->hand_etcd);
 	}
@@ -596,6 +718,8 @@ static void lockpath_free(lockpath *L)
 		dvec_free(&L->fl_rate[k]);
 	}
 	dvec_free(&L->get_us);
+	dvec_free(&L->behind_us[0]);
+	dvec_free(&L->behind_us[1]);
 	dvec_free(&L->other_503);
 }
 
@@ -641,10 +765,12 @@ int bench_lockpath(void)
 	}
 	if (opt.stores & (1 << STORE_SQLITE)) {
 		row_floor(&L, 0, "SQLite");
+		row_behind(&L, 0, "SQLite");
 		row_sys(&L, &L.s_sq, 1);
 	}
 	if (pg) {
 		row_floor(&L, 1, "PostgreSQL");
+		row_behind(&L, 1, "PostgreSQL");
 		row_sys(&L, &L.s_pg, 1);
 	}
 	row_sys(&L, &L.s_et, 1);

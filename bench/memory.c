@@ -56,7 +56,7 @@ static long minjson_idle(const char *dir)
 {
 	pid_t pid;
 	int port;
-	if (minjson_start(dir, &pid, &port) != 0)
+	if (minjson_start(dir, NULL, &pid, &port) != 0)
 		return -1;
 	sleep_ms(500);
 	long anon, kib = settled_rss(pid, &anon);
