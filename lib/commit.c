@@ -35,7 +35,8 @@ static void log_lease_event(const logger *lg, const pending_event *ev)
 		log_at(lg, BATON_LOG_WARN, wf->id,
 		       "lease of \"%s\" on \"%s\" (token %lld) expired: not renewed within %lld ms",
 		       st->worker, wf->resource, (long long)st->token, (long long)wf->lease_ttl_ms);
-	else if (strcmp(ev->type, "workflow_cancelled") == 0)
+	else if (strcmp(ev->type, "workflow_cancelled") == 0 && st->token <= 0)
+		/* a granted one (cancelled through /workflows) said how it ended already */
 		log_at(lg, BATON_LOG_INFO, wf->id,
 		       "lease of \"%s\" on \"%s\" left the queue without being granted", st->worker,
 		       wf->resource);

@@ -256,6 +256,15 @@ static void test_log_tells_a_leases_life(void **state)
 	assert_int_equal(status, 409);
 	json_decref(b);
 	assert_int_equal(lease_call(s, "DELETE", hs_str(a, "id"), "", NULL, NULL), 204);
+	/* cancelled through /workflows while held, then released: it ends once */
+	json_t *d = acquire_ok(s, "db2", "{\"holder\": \"d\", \"ttl_ms\": 60000}");
+	char path[200];
+	snprintf(path, sizeof path, "/workflows/%s/cancel", hs_str(d, "id"));
+	hs_response r;
+	if (hs_post(s, path, NULL, &r) != 0 || r.status != 200)
+		fail_msg("POST %s: %ld %s", path, r.status, r.error);
+	hs_response_fini(&r);
+	assert_int_equal(lease_call(s, "DELETE", hs_str(d, "id"), "", NULL, NULL), 204);
 	json_t *c = acquire_ok(s, "db", "{\"holder\": \"c\", \"ttl_ms\": 1000}");
 	log_wait w = {s, "lease of \"c\" on \"db\" (token 2) expired: not renewed within 1000 ms"};
 	if (!hs_wait_until(log_says, &w, WAIT_MS))
@@ -281,6 +290,9 @@ static void test_log_tells_a_leases_life(void **state)
 	}
 	assert_non_null(
 	    strstr(log, "lease of \"b\" on \"db\" left the queue without being granted"));
+	assert_non_null(strstr(log, "lease of \"d\" on \"db2\" granted (token 1)\n"));
+	assert_non_null(strstr(log, "lease of \"d\" on \"db2\" (token 1) released after "));
+	assert_null(strstr(log, "lease of \"d\" on \"db2\" left the queue"));
 	/* one line each, and no workflow's words */
 	const char *p = log;
 	int n = 0;
@@ -288,11 +300,12 @@ static void test_log_tells_a_leases_life(void **state)
 		n++;
 		p++;
 	}
-	assert_int_equal(n, 5);
+	assert_int_equal(n, 7);
 	assert_null(strstr(log, "workflow completed"));
 	assert_null(strstr(log, "workflow failed"));
 	assert_null(strstr(log, "Acquired lock"));
 	free(log);
+	json_decref(d);
 	json_decref(c);
 	json_decref(a);
 }
