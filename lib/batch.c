@@ -109,6 +109,19 @@ static void build_event_rows(baton_engine *e)
 	}
 }
 
+/* Every holder of l as the resource row keeps it for reads: [[seq, idx], ...]. */
+static char *holders_text(const res_lock *l)
+{
+	size_t n = (size_t)l->nholds * 36 + 3, k = 0;
+	char *t = xcalloc(n, 1);
+	t[k++] = '[';
+	for (int h = 0; h < l->nholds; h++)
+		k += (size_t)snprintf(t + k, n - k, "%s[%lld,%d]", h ? "," : "",
+				      (long long)l->holds[h].wf->seq, l->holds[h].wf->cur);
+	t[k++] = ']';
+	return t;
+}
+
 int eng_write_batch(baton_engine *e, store_write_failure *why, baton_error *err)
 {
 	*why = (store_write_failure){0};
@@ -121,8 +134,13 @@ int eng_write_batch(baton_engine *e, store_write_failure *why, baton_error *err)
 		res_lock *l = e->dirty_locks.v[i];
 		if (!l->dirty)
 			continue;
-		l->row.holder_seq = l->holder ? l->holder->seq : 0;
-		l->row.holder_idx = l->holder ? l->holder->cur : 0;
+		wf_row *first = lock_first_holder(l);
+		l->row.holder_seq = first ? first->seq : 0;
+		l->row.holder_idx = first ? first->cur : 0;
+		free(l->row.holders);
+		l->row.holders = NULL;
+		if (l->nholds > 1)
+			l->row.holders = holders_text(l);
 		VEC_PUSH(e->res_rows, &l->row);
 	}
 	/* The partitions written, for the store's ownership check (a foreign submission

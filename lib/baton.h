@@ -319,7 +319,8 @@ int baton_engine_resource_events(baton_engine *e, const char *name, int64_t afte
  * reference): {"steps_completed", "steps_failed", "steps_retried", "commits",
  * "checkpoints", "workflows_deleted", "deletes", "commit_seconds": histogram,
  * "checkpoints_per_commit": histogram, "workflows": {status: count}, "resources": {name:
- * {"queue_depth", "holders", "wait_seconds": histogram, "hold_seconds": histogram}}}, where a
+ * {"queue_depth", "holders", "permits_in_use", "limit", "wait_seconds": histogram,
+ * "hold_seconds": histogram}}}, where a
  * histogram is
  * {"le": [bounds...], "counts": [cumulative...], "count", "sum"}.
  */
@@ -337,6 +338,7 @@ int baton_engine_metrics(baton_engine *e, json_t **out, baton_error *err);
 typedef struct baton_lease_request {
 	const char *resource, *holder, *request_id;
 	int64_t ttl_ms, wait_ms;
+	int exclusive; /* 1: every permit of the resource (see baton_resource_limit) */
 } baton_lease_request;
 
 /*
@@ -357,6 +359,16 @@ typedef void (*baton_lease_fn)(void *ud, int rc, int created, json_t *lease, con
  */
 int baton_lease_acquire(baton_engine *e, const baton_lease_request *req, baton_lease_fn done,
 			void *ud, char id[48], baton_error *err);
+/*
+ * Sets resource name's limit: how many may hold it at once, 1 (a mutex, the default) to
+ * 10,000. done answers (lease NULL) once the limit is durable, or refuses as a lease call
+ * is refused (another node drives the resource: BATON_EBUSY, lease {"node", "url"}).
+ * Raising it grants the waiters that now fit; lowering it takes nothing from the holders.
+ * BATON_EINVAL here for a bad name or limit (done is never called). Any thread.
+ */
+int baton_resource_limit(baton_engine *e, const char *name, int64_t limit, baton_lease_fn done,
+			 void *ud, baton_error *err);
+
 /*
  * The caller of baton_lease_acquire went away: a lease still waiting leaves the queue at
  * once (its done gets BATON_ECONFLICT); release: the lease was granted but its answer

@@ -386,12 +386,12 @@ static int worker_call(const json_t *w, const char *where, const parse_ctx *ctx,
 	return BATON_OK;
 }
 
-/* One entry of "workers": a name, or an object; returns a new normalized object. */
-static int parse_worker(const json_t *w, size_t i, const parse_ctx *ctx, json_t **out,
-			baton_error *err)
+/* One entry of "workers" but its "exclusive" (parse_worker); a new normalized object. */
+static int parse_worker_kind(const json_t *w, size_t i, const parse_ctx *ctx, json_t **out,
+			     baton_error *err)
 {
-	static const char *const fields[] = {"name", "work_ms",	 "fail_attempts",
-					     "call", "external", NULL};
+	static const char *const fields[] = {
+	    "name", "work_ms", "fail_attempts", "call", "external", "exclusive", NULL};
 	char where[48];
 	snprintf(where, sizeof where, "workers[%zu]", i);
 	const json_t *name = json_is_object(w) ? json_object_get(w, "name") : w;
@@ -450,6 +450,25 @@ static int parse_worker(const json_t *w, size_t i, const parse_ctx *ctx, json_t 
 	}
 	*out = p;
 	return BATON_OK;
+}
+
+/* One entry of "workers": a name, or an object; returns a new normalized object. An
+ * exclusive step takes all of its resource's permits (lock.c); the key is kept only when
+ * true, so that a definition without it reads as it always did. */
+static int parse_worker(const json_t *w, size_t i, const parse_ctx *ctx, json_t **out,
+			baton_error *err)
+{
+	const json_t *ex = json_is_object(w) ? json_object_get(w, "exclusive") : NULL;
+	if (ex && !json_is_boolean(ex))
+		return err_set(err, BATON_EINVAL, "workers[%zu].exclusive: must be true or false",
+			       i);
+	int rc = parse_worker_kind(w, i, ctx, out, err);
+	if (rc == BATON_OK && json_is_true(ex) &&
+	    json_object_set_new(*out, "exclusive", json_true())) {
+		json_decref(*out);
+		return err_set(err, BATON_EINTERNAL, "out of memory");
+	}
+	return rc;
 }
 
 static int parse_workers(const json_t *ws, wf_row *wf, const parse_ctx *ctx, json_t *norm,
@@ -684,6 +703,13 @@ json_t *codec_step(const step_row *st, int ended)
 		else if (strcmp(key, "name") != 0 && strcmp(key, "wait_until") != 0)
 			json_object_set(o, key, v); /* wait_until: a waiting lease's, internal */
 	}
+	/* The slot of its latest grant (lock.c): kept in its params, 0 as no key; none for an
+	 * exclusive grant. */
+	int exclusive = json_is_true(json_object_get(st->params, "exclusive"));
+	json_object_set_new(o, "slot",
+			    st->token > 0 && !exclusive ? json_integer(json_integer_value(
+							      json_object_get(st->params, "slot")))
+							: json_null());
 	int waiting = st->status == ST_WAITING;
 	/* A step not reached when its workflow failed or was cancelled will never run. */
 	const char *status =

@@ -186,7 +186,9 @@ static void account(baton_engine *e, double commit_seconds)
 		res_lock *l = e->dirty_locks.v[i];
 		res_metrics *m = res_metrics_of(e, l->row.name);
 		m->queue_depth = l->queue_len;
-		m->holders = l->holder != NULL;
+		m->holders = l->nholds;
+		m->permits_in_use = lock_permits_in_use(l);
+		m->limit = l->row.permits;
 	}
 	e->commits++;
 	e->checkpoints += outcomes;
@@ -282,8 +284,8 @@ static void drop_unacknowledged(baton_engine *e, const char *id)
 		return;
 	if (!wf->foreign) { /* a foreign one never queued here */
 		res_lock *l = eng_lock_of(e, wf->resource);
-		if (l->holder == wf)
-			lock_ungrant(l); /* the next round grants the next waiter */
+		if (lock_hold_of(l, wf))
+			lock_ungrant(l, wf); /* the next round grants the next waiter */
 		else
 			lock_remove(l, wf);
 		eng_touch_lock(e, l);
@@ -382,8 +384,8 @@ static int fail_unwritable(baton_engine *e, wf_row *wf, int code, const char *wh
 		st->error = NULL;
 	}
 	res_lock *l = eng_lock_of(e, wf->resource);
-	if (l->holder == wf)
-		lock_release(l, e->now);
+	if (lock_hold_of(l, wf))
+		lock_release(l, wf, e->now);
 	else
 		lock_remove(l, wf);
 	eng_touch_lock(e, l);

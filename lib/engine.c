@@ -235,7 +235,7 @@ void eng_follow(baton_engine *e, wf_row *wf, transition t, int64_t now)
 	eng_touch_wf(e, wf);
 	if (t.release) {
 		res_lock *l = eng_lock_of(e, wf->resource);
-		lock_release(l, now);
+		lock_release(l, wf, now);
 		eng_touch_lock(e, l);
 	}
 	if (t.request >= 0)
@@ -441,7 +441,12 @@ void eng_grant_lock(baton_engine *e, res_lock *l, int64_t now)
 	if (!eng_drives(e, l->row.name)) /* being handed over: its new owner grants */
 		return;
 	while ((wf = lock_grant_next(l, now, &waited))) {
-		machine_grant(wf, l->row.last_token, waited, now, &ev);
+		int slot = lock_hold_of(l, wf)->slot;
+		/* The slot is kept with the step (0, the common case, as no key), so that a
+		 * restart gives a held lease or claim the slot its holder was told. */
+		if (slot != lock_granted_slot(wf))
+			eng_set_param(e, wf, wf->cur, "slot", slot > 0 ? json_integer(slot) : NULL);
+		machine_grant(wf, l->row.last_token, slot, waited, now, &ev);
 		if (wf->lease) { /* held by an outside process: nothing runs here */
 			eng_touch_wf(e, wf);
 			lease_granted(e, wf, now);
@@ -606,6 +611,8 @@ static void run_round(baton_engine *e, msg *m)
 			apply_delete(e, m);
 		else if (m->type == MSG_TASK_CLAIM || m->type == MSG_TASK_OP)
 			task_apply(e, m, now);
+		else if (m->type == MSG_LIMIT)
+			permits_apply(e, m, now);
 		else if (m->type >= MSG_LEASE)
 			lease_apply(e, m, now);
 		else

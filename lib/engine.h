@@ -19,7 +19,8 @@ enum msg_type {
 	MSG_LEASE_OP,
 	MSG_LEASE_STOP,
 	MSG_TASK_CLAIM,
-	MSG_TASK_OP
+	MSG_TASK_OP,
+	MSG_LIMIT /* permits.c: a resource's new limit */
 };
 
 /* Clients' calls (submissions, lease and task calls) waiting for the engine at most; more
@@ -48,9 +49,9 @@ typedef struct msg {
 	char *id;		 /* CANCEL, DELETE */
 	waiter *w;		 /* SUBMIT, CANCEL, DELETE */
 	int idx, attempt;	 /* OUTCOME; LEASE_OP, TASK_OP: idx is the event */
-	int64_t ttl_ms, wait_ms; /* LEASE, LEASE_OP, TASK_CLAIM */
+	int64_t ttl_ms, wait_ms; /* LEASE, LEASE_OP, TASK_CLAIM; LIMIT: ttl_ms is the limit */
 	int64_t wait_until;	 /* TASK_CLAIM, once it waits: its deadline */
-	char *worker, *resource; /* TASK_CLAIM: its filters (NULL: any) */
+	char *worker, *resource; /* TASK_CLAIM: its filters (NULL: any); LIMIT: the resource */
 	step_output out;	 /* OUTCOME */
 	store_ownership *own;	 /* OWNERSHIP (owned) */
 	unsigned counted : 1;	 /* a client's call, counted in pending_submits (eng_post_call) */
@@ -120,7 +121,7 @@ typedef struct reply {
 /* Metrics of one resource, read by other threads under metrics_mu. */
 typedef struct res_metrics {
 	char *name;
-	int64_t queue_depth, holders;
+	int64_t queue_depth, holders, permits_in_use, limit;
 	histogram wait, hold;
 } res_metrics;
 
@@ -254,6 +255,9 @@ int lease_recover(baton_engine *e, wf_row *wf);
 int task_recover(baton_engine *e, wf_row *wf);
 /* Every lease caller still waiting is answered (the engine is closing). */
 void lease_stop(baton_engine *e);
+
+/* permits.c: sets a resource's limit (MSG_LIMIT); its caller is answered after the commit. */
+void permits_apply(baton_engine *e, msg *m, int64_t now);
 
 /* task.c: external workers */
 #define TASK_CLAIMS_TIMER "\001claims" /* the timer id of waiting claims */

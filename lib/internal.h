@@ -126,8 +126,12 @@ typedef struct resource_row {
 	char *name;
 	int64_t last_token;
 	int64_t grants, total_hold_ms, max_hold_ms, total_wait_ms, max_wait_ms;
-	int64_t holder_seq; /* the holding workflow's seq, 0 when free (written, not read) */
+	int64_t holder_seq; /* the first holder's workflow seq, 0 when free (for reads) */
 	int holder_idx;
+	int permits; /* the limit: how many may hold it at once (1: a mutex) */
+	/* For reads: every holder as JSON [[seq, idx], ...] when more than one holds, else
+	 * NULL (the first holder says it all); owned, rebuilt with each write (batch.c). */
+	char *holders;
 } resource_row;
 
 void wf_row_free(wf_row *wf); /* frees the row, its steps and the struct itself */
@@ -307,7 +311,9 @@ typedef struct transition {
 } transition;
 
 void machine_request(wf_row *wf, int idx, int64_t lock_seq, int64_t now, const event_sink *ev);
-void machine_grant(wf_row *wf, int64_t token, int64_t waited_ms, int64_t now, const event_sink *ev);
+/* slot: the grant's (lock.c), -1 for an exclusive one. */
+void machine_grant(wf_row *wf, int64_t token, int slot, int64_t waited_ms, int64_t now,
+		   const event_sink *ev);
 transition machine_outcome(wf_row *wf, const step_output *out, const workflow_def *def, int64_t now,
 			   const event_sink *ev);
 transition machine_timer(wf_row *wf, int64_t now);
@@ -413,16 +419,26 @@ typedef struct task_facts {
 } task_facts;
 hold_move task_next(int state, int event, const task_facts *f);
 
-/* ---- lock.c: per-resource FIFO queue, pure ---- */
+/* ---- lock.c: per-resource FIFO queue of permits, pure ---- */
+#define MAX_PERMITS 10000 /* a resource's limit, at most */
+
 typedef struct lock_waiter {
 	wf_row *wf;
 	struct lock_waiter *next;
 } lock_waiter;
 
+/* One grant that holds: a plain one holds one permit and its slot (0 to limit-1); an
+ * exclusive one (slot -1) holds them all. */
+typedef struct lock_hold {
+	wf_row *wf;
+	int slot;
+	int64_t since;
+} lock_hold;
+
 typedef struct res_lock {
-	resource_row row;
-	wf_row *holder; /* NULL when free */
-	int64_t held_since;
+	resource_row row; /* row.permits: the limit */
+	lock_hold *holds; /* lowest fencing token first */
+	int nholds, holds_cap;
 	lock_waiter *head, *tail;
 	int queue_len;
 	unsigned dirty : 1, in_batch : 1;
@@ -439,16 +455,35 @@ void lock_free(res_lock *l);
 void lock_enqueue(res_lock *l, wf_row *wf);	/* at the tail */
 int lock_remove(res_lock *l, const wf_row *wf); /* 1 when it was queued */
 wf_row *lock_pop(res_lock *l);			/* head, or NULL */
-/* Grants the resource to the head waiter when free; returns it, or NULL. */
+/* 1 when wf's current step asks for every permit of its resource. */
+int lock_wants_all(const wf_row *wf);
+/* The slot a step was granted last, as its params keep it: -1 when exclusive. */
+int lock_step_slot(const step_row *st);
+/* The same for wf's current step. */
+int lock_granted_slot(const wf_row *wf);
+/* 1 when a request (exclusive or not) would be granted at once: it fits beside the holders
+ * and nobody waits before it. */
+int lock_fits_now(const res_lock *l, int exclusive);
+/* Grants the head waiter its permits when they are free; returns it, or NULL. Nobody
+ * behind the head is granted before it, even when its request would fit. */
 wf_row *lock_grant_next(res_lock *l, int64_t now, int64_t *waited_ms);
-/* Ends the current hold at `now` and accounts for it. */
-void lock_release(res_lock *l, int64_t now);
-/* Undoes the current grant, which no commit recorded and nobody saw: the resource is free
- * again, with its token and grant count as they were before it. */
-void lock_ungrant(res_lock *l);
-/* Recovery: wf held l when the process stopped and holds it still (a lease), since
- * `since`, with its token unchanged. */
-void lock_restore(res_lock *l, wf_row *wf, int64_t since);
+/* wf's hold on l (borrowed), or NULL when wf holds nothing of it. */
+const lock_hold *lock_hold_of(const res_lock *l, const wf_row *wf);
+/* The holder with the lowest token, NULL when nobody holds l. */
+wf_row *lock_first_holder(const res_lock *l);
+/* Permits held: one per plain holder, the limit for an exclusive one. */
+int lock_permits_in_use(const res_lock *l);
+/* Ends wf's hold at `now` and accounts for it (nothing when wf holds nothing). */
+void lock_release(res_lock *l, const wf_row *wf, int64_t now);
+/* Undoes wf's grant, which no commit recorded and nobody saw: its permits are free again
+ * and its grant is not counted; its token is given again only when no later grant took
+ * one (tokens never go back). */
+void lock_ungrant(res_lock *l, const wf_row *wf);
+/* Recovery: wf held l when the process stopped and holds it still (a lease, a claim),
+ * with its slot (-1: exclusive) and token unchanged, since `since`. */
+void lock_restore(res_lock *l, wf_row *wf, int slot, int64_t since);
+/* Every hold ends without accounting (the resource left memory). */
+void lock_clear_holds(res_lock *l);
 /* 1 when nobody holds or waits for l and all of it is committed: it may leave memory. */
 int lock_idle(const res_lock *l);
 

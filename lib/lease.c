@@ -70,6 +70,10 @@ static json_t *lease_json(const wf_row *wf)
 			      "holder", st->worker, "state", lease_state_name(state_of(wf)));
 	json_object_set_new(o, "fencing_token",
 			    st->token > 0 ? json_integer(st->token) : json_null());
+	int slot = lock_step_slot(st);
+	json_object_set_new(o, "slot",
+			    st->token > 0 && slot >= 0 ? json_integer(slot) : json_null());
+	json_object_set_new(o, "exclusive", json_boolean(slot < 0));
 	json_object_set_new(o, "ttl_ms", json_integer(wf->lease_ttl_ms));
 	json_object_set_new(o, "expires_at", time_json(held ? wf->lease_expires_at : 0));
 	json_object_set_new(o, "acquired_at", time_json(st->started_at));
@@ -99,12 +103,17 @@ static json_t *stored_lease_json(const json_t *wf)
 			    : live && strcmp(status, "running") == 0 ? "held"
 			    : live				     ? "waiting"
 								     : "abandoned";
-	return json_pack(
+	json_t *o = json_pack(
 	    "{s:O, s:O, s:O, s:s, s:O, s:O, s:n, s:O, s:O}", "id", json_object_get(wf, "id"),
 	    "resource", json_object_get(wf, "resource"), "holder", json_object_get(st, "worker"),
 	    "state", state, "fencing_token", json_object_get(st, "fencing_token"), "ttl_ms",
 	    json_object_get(st, "ttl_ms"), "expires_at", "acquired_at",
 	    json_object_get(st, "started_at"), "ended_at", json_object_get(st, "finished_at"));
+	json_t *slot = json_object_get(st, "slot");
+	json_object_set_new(o, "slot", slot ? json_incref(slot) : json_null());
+	json_object_set_new(o, "exclusive",
+			    json_boolean(json_is_true(json_object_get(st, "exclusive"))));
+	return o;
 }
 
 static void set_expiry(baton_engine *e, wf_row *wf, int64_t now)
@@ -132,15 +141,20 @@ static void count(baton_engine *e, uint64_t *counter)
 /* Who holds l and how many wait, for a caller that was not granted (new reference). */
 static json_t *busy_json(const res_lock *l, char *why, size_t n, const char *what)
 {
-	const char *holder = l && l->holder ? l->holder->steps[l->holder->cur].worker : NULL;
-	int queued = l ? l->queue_len : 0;
-	snprintf(why, n, "%s: resource \"%s\" is held by %s%s%s, %d waiting", what,
+	const wf_row *first = l ? lock_first_holder(l) : NULL;
+	const char *holder = first ? first->steps[first->cur].worker : NULL;
+	int queued = l ? l->queue_len : 0, more = l && l->nholds > 1 ? l->nholds - 1 : 0;
+	char others[48] = "";
+	if (more)
+		snprintf(others, sizeof others, " and %d more", more);
+	snprintf(why, n, "%s: resource \"%s\" is held by %s%s%s%s, %d waiting", what,
 		 l ? l->row.name : "?", holder ? "\"" : "", holder ? holder : "nobody",
-		 holder ? "\"" : "", queued);
+		 holder ? "\"" : "", others, queued);
 	json_t *o = json_pack("{s:i}", "queue_length", queued);
 	json_object_set_new(o, "holder", holder ? json_string(holder) : json_null());
-	if (l && l->holder)
-		json_object_set_new(o, "holder_id", json_string(l->holder->id));
+	if (first)
+		json_object_set_new(o, "holder_id", json_string(first->id));
+	json_object_set_new(o, "holders", json_integer(l ? l->nholds : 0));
 	return o;
 }
 
@@ -426,7 +440,8 @@ int lease_recover(baton_engine *e, wf_row *wf)
 	wf->lease = 1;
 	wf->lease_ttl_ms = json_integer_value(json_object_get(st->params, "ttl_ms"));
 	if (st->status == ST_RUNNING) {
-		lock_restore(eng_lock_of(e, wf->resource), wf, st->started_at);
+		lock_restore(eng_lock_of(e, wf->resource), wf, lock_granted_slot(wf),
+			     st->started_at);
 		set_expiry(e, wf, e->now);
 		return 1;
 	}
@@ -465,9 +480,10 @@ void lease_stop(baton_engine *e)
 
 /* ---- messages ---- */
 
-static int busy_now(const res_lock *l)
+/* Whether a request for l, exclusive or not, would wait now. */
+static int busy_now(const res_lock *l, int exclusive)
 {
-	return l && (l->holder || l->head);
+	return l && !lock_fits_now(l, exclusive);
 }
 
 /* A lease asked for again with its request_id: cur, the one in memory (maybe ended in this
@@ -517,7 +533,8 @@ static void apply_acquire(baton_engine *e, msg *m, int64_t now)
 		return;
 	}
 	res_lock *l = strmap_get(e->locks, wf->resource);
-	if (m->wait_ms == 0 && busy_now(l)) { /* try once: nothing is recorded */
+	if (m->wait_ms == 0 &&
+	    busy_now(l, lock_wants_all(wf))) { /* try once: nothing is recorded */
 		char why[512];
 		m->w->lease = busy_json(l, why, sizeof why, "not granted");
 		count(e, &e->leases_refused);
@@ -599,6 +616,10 @@ static wf_row *new_lease_row(const baton_lease_request *req, const char *id)
 	st->duration_ms = -1;
 	json_t *def = json_pack("{s:s, s:{s:s, s:I}}", "resource", req->resource, "lease", "holder",
 				req->holder, "ttl_ms", (json_int_t)req->ttl_ms);
+	if (req->exclusive) { /* only then: the definition of a plain lease is as it was */
+		json_object_set_new(st->params, "exclusive", json_true());
+		json_object_set_new(json_object_get(def, "lease"), "exclusive", json_true());
+	}
 	wf->definition = codec_text_sorted(def);
 	json_decref(def);
 	return wf;

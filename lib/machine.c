@@ -103,7 +103,8 @@ void machine_request(wf_row *wf, int idx, int64_t lock_seq, int64_t now, const e
 	emit(ev, wf, "lock_requested", step_data(st, st->attempts + 1));
 }
 
-void machine_grant(wf_row *wf, int64_t token, int64_t waited_ms, int64_t now, const event_sink *ev)
+void machine_grant(wf_row *wf, int64_t token, int slot, int64_t waited_ms, int64_t now,
+		   const event_sink *ev)
 {
 	step_row *st = &wf->steps[wf->cur];
 	if (wf->status == WF_PENDING) {
@@ -123,6 +124,10 @@ void machine_grant(wf_row *wf, int64_t token, int64_t waited_ms, int64_t now, co
 	json_t *d = step_data(st, st->attempts);
 	put_str(d, "resource", wf->resource);
 	put_int(d, "fencing_token", token);
+	if (d) {
+		json_object_set_new(d, "slot", slot >= 0 ? json_integer(slot) : json_null());
+		json_object_set_new(d, "exclusive", json_boolean(slot < 0));
+	}
 	put_int(d, "waited_ms", waited_ms);
 	emit(ev, wf, "lock_acquired", d);
 }

@@ -232,7 +232,7 @@ static void drop_parts(baton_engine *e, uint64_t mask, const char *why)
 		e->unloaded.n = k;
 		while (lock_pop(l)) /* its waiters were freed above */
 			;
-		l->holder = NULL;
+		lock_clear_holds(l);
 		eng_drop_lock(e, l);
 	}
 	free(c.v.v);

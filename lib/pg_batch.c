@@ -287,12 +287,14 @@ static void add_resource(pg_rows *r, const resource_row *res)
 		cell_int(r, 8, res->holder_idx);
 	else
 		cell_null(r, 8);
+	cell_int(r, 9, res->permits > 0 ? res->permits : 1);
+	cell_text(r, 10, res->holders);
 }
 
 static void rows_start_all(pg_rows rows[3])
 {
 	rows_start(&rows[0], 17);
-	rows_start(&rows[1], 9);
+	rows_start(&rows[1], 11);
 	rows_start(&rows[2], 6);
 }
 
@@ -364,6 +366,8 @@ static void send_resource(pipeline *p, const resource_row *res)
 		pg_int(&prm, res->holder_idx);
 	else
 		pg_time(&prm, 0);
+	pg_int(&prm, res->permits > 0 ? res->permits : 1);
+	pg_text(&prm, res->holders);
 	send_stmt(p, W_RESOURCE, &prm, NULL, "writing a resource");
 }
 

@@ -22,22 +22,30 @@ static const char *const reader_sql[PR_NSTMT] = {
 		  "(SELECT max(seq) FROM events WHERE workflow_seq=$1 AND seq<=$2), 0)"
 		  " ORDER BY seq",
     /* Last: the end of the newest row of the resource's history (0 when it has none). */
-    [PR_RESOURCE] = "SELECT last_token, grants, total_hold_ms, max_hold_ms, total_wait_ms,"
-		    " max_wait_ms, coalesce((SELECT last_seq FROM events WHERE resource=$1"
-		    " AND lock ORDER BY seq DESC LIMIT 1), 0) FROM resources WHERE name=$1",
+    [PR_RESOURCE] =
+	"SELECT last_token, grants, total_hold_ms, max_hold_ms, total_wait_ms,"
+	" max_wait_ms, coalesce((SELECT last_seq FROM events WHERE resource=$1"
+	" AND lock ORDER BY seq DESC LIMIT 1), 0), permits FROM resources WHERE name=$1",
     [PR_RES_EVENTS] = "SELECT e.seq, e.data, w.id FROM events e"
 		      " JOIN workflows w ON w.seq=e.workflow_seq WHERE e.resource=$1 AND e.lock"
 		      " AND e.seq >= coalesce((SELECT max(seq) FROM events"
 		      " WHERE resource=$1 AND lock AND seq<=$2), 0) ORDER BY e.seq",
-    [PR_HOLDER] = "SELECT w.id, s.idx, s.worker, s.fencing_token, s.started_at"
-		  " FROM resources r JOIN steps s ON s.workflow_seq=r.holder_seq"
-		  " AND s.idx=r.holder_idx JOIN workflows w ON w.seq=r.holder_seq"
-		  " WHERE r.name=$1",
-    [PR_WAITERS] = "SELECT w.id, s.idx, s.worker, s.requested_at FROM steps s"
+    /* Every holder: those the row lists when more than one holds it, else the first. An
+     * exclusive holder's slot is -1; a plain one's is kept in its params, 0 as no key. */
+    [PR_HOLDERS] = "SELECT w.id, s.idx, s.worker, s.fencing_token, s.started_at,"
+		   " CASE WHEN (s.params::jsonb->>'exclusive')::boolean THEN -1"
+		   " ELSE coalesce((s.params::jsonb->>'slot')::int, 0) END"
+		   " FROM resources r CROSS JOIN LATERAL jsonb_array_elements(coalesce("
+		   "r.holders::jsonb, jsonb_build_array(jsonb_build_array(r.holder_seq,"
+		   " r.holder_idx)))) j(v) JOIN steps s ON s.workflow_seq=(j.v->>0)::bigint"
+		   " AND s.idx=(j.v->>1)::int JOIN workflows w ON w.seq=s.workflow_seq"
+		   " WHERE r.name=$1 ORDER BY s.fencing_token",
+    [PR_WAITERS] = "SELECT w.id, s.idx, s.worker, s.requested_at,"
+		   " coalesce((s.params::jsonb->>'exclusive')::boolean, false) FROM steps s"
 		   " JOIN workflows w ON w.seq=s.workflow_seq"
 		   " WHERE s.resource=$1 AND s.status='waiting' ORDER BY s.lock_seq",
     [PR_QUEUE_LEN] = "SELECT count(*) FROM steps WHERE resource=$1 AND status='waiting'",
-    [PR_RESOURCES] = "SELECT name FROM resources WHERE name COLLATE \"C\" > $1"
+    [PR_RESOURCES] = "SELECT name, permits FROM resources WHERE name COLLATE \"C\" > $1"
 		     " ORDER BY name COLLATE \"C\" LIMIT $2",
     [PR_WF_COUNTS] = "SELECT status, count(*) FROM workflows GROUP BY status",
     /* Newest first by the time the accepting node took it (the seqs of a cluster come from
@@ -341,21 +349,26 @@ int pg_read_events(store *base, const char *id, const char *resource, int64_t af
 	return rc;
 }
 
-static int read_holder(pg_reader *r, const char *name, store_holder *h, baton_error *err)
+static int read_holders(pg_reader *r, store_resource *out, baton_error *err)
 {
 	pg_params p = {0};
-	pg_text(&p, name);
+	pg_text(&p, out->row.name);
 	int rc;
-	PGresult *q = query(r, PR_HOLDER, &p, &rc, err, "reading a holder");
+	PGresult *q = query(r, PR_HOLDERS, &p, &rc, err, "reading the holders");
 	if (!q)
 		return rc;
-	if (PQntuples(q) > 0) {
-		h->wf_id = pg_col_str(q, 0, 0);
-		h->step = (int)pg_col_int(q, 0, 1);
-		h->worker = pg_col_str(q, 0, 2);
-		h->token = pg_col_int(q, 0, 3);
-		h->since = pg_col_int(q, 0, 4);
-	}
+	int n = PQntuples(q);
+	out->holders = xcalloc((size_t)n + 1, sizeof *out->holders);
+	for (int i = 0; i < n; i++)
+		out->holders[i] = (store_holder){
+		    .wf_id = pg_col_str(q, i, 0),
+		    .step = (int)pg_col_int(q, i, 1),
+		    .worker = pg_col_str(q, i, 2),
+		    .token = pg_col_int(q, i, 3),
+		    .since = pg_col_int(q, i, 4),
+		    .slot = (int)pg_col_int(q, i, 5),
+		};
+	out->nholders = (size_t)n;
 	PQclear(q);
 	return BATON_OK;
 }
@@ -376,6 +389,7 @@ static int read_waiters(pg_reader *r, const char *name, store_resource *out, bat
 		    .step = (int)pg_col_int(q, i, 1),
 		    .worker = pg_col_str(q, i, 2),
 		    .since = pg_col_int(q, i, 3),
+		    .exclusive = PQgetvalue(q, i, 4)[0] == 't',
 		};
 	out->nwaiters = (size_t)n;
 	out->queue_length = n;
@@ -419,6 +433,7 @@ int pg_read_resource(store *base, const char *name, int with_waiters, store_reso
 		    .max_hold_ms = pg_col_int(q, 0, 3),
 		    .total_wait_ms = pg_col_int(q, 0, 4),
 		    .max_wait_ms = pg_col_int(q, 0, 5),
+		    .permits = (int)pg_col_int(q, 0, 7),
 		};
 	if (q && rc == BATON_OK)
 		out->last_event_seq = pg_col_int(q, 0, 6);
@@ -432,7 +447,7 @@ int pg_read_resource(store *base, const char *name, int with_waiters, store_reso
 		PQclear(q);
 	}
 	if (rc == BATON_OK)
-		rc = read_holder(r, name, &out->holder, err);
+		rc = read_holders(r, out, err);
 	if (rc == BATON_OK)
 		rc = with_waiters ? read_waiters(r, name, out, err)
 				  : queue_length(r, name, &out->queue_length, err);
@@ -458,7 +473,8 @@ int pg_list_resources(store *base, const char *after, int limit,
 	for (int i = 0; q && rc == BATON_OK && i < PQntuples(q); i++) {
 		store_resource res = {0};
 		res.row.name = pg_col_str(q, i, 0);
-		rc = read_holder(r, res.row.name, &res.holder, err);
+		res.row.permits = (int)pg_col_int(q, i, 1);
+		rc = read_holders(r, &res, err);
 		if (rc == BATON_OK)
 			rc = queue_length(r, res.row.name, &res.queue_length, err);
 		if (rc == BATON_OK)

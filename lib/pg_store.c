@@ -43,7 +43,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define PG_SCHEMA_VERSION 5
+#define PG_SCHEMA_VERSION 6
 /* Advisory lock key of the schema migration (per transaction). */
 #define LOCK_MIGRATE "7303122311001"
 
@@ -136,6 +136,14 @@ static const char migrate_v4_sql[] =
     "CREATE INDEX workflows_created ON workflows(created_at DESC, seq DESC);"
     "UPDATE baton_meta SET value = 5 WHERE key = 'schema'";
 
+/* Schema 5 to 6: a resource's limit (permits, 1: a mutex) and, when more than one holds it,
+ * every holder as [[workflow_seq, idx], ...] (holder_seq names the first). A node of
+ * schema 5 still running during an upgrade leaves both as they are. */
+static const char migrate_v5_sql[] =
+    "ALTER TABLE resources ADD COLUMN permits integer NOT NULL DEFAULT 1,"
+    "  ADD COLUMN holders text;"
+    "UPDATE baton_meta SET value = 6 WHERE key = 'schema'";
+
 /* Deletes the finished workflows that d picks, with everything that names them, in one
  * statement; the ids deleted come back. Event seqs and workflow seqs come from
  * baton_meta's counters, which deletes do not touch. */
@@ -158,13 +166,13 @@ static const char migrate_v4_sql[] =
 	" node=coalesce(excluded.node, steps.node)"
 #define RESOURCE_COLS                                                                              \
 	"name, last_token, grants, total_hold_ms, max_hold_ms, total_wait_ms, max_wait_ms,"        \
-	" holder_seq, holder_idx"
+	" holder_seq, holder_idx, permits, holders"
 #define RESOURCE_UPSERT                                                                            \
 	" ON CONFLICT (name) DO UPDATE SET last_token=excluded.last_token,"                        \
 	" grants=excluded.grants, total_hold_ms=excluded.total_hold_ms,"                           \
 	" max_hold_ms=excluded.max_hold_ms, total_wait_ms=excluded.total_wait_ms,"                 \
 	" max_wait_ms=excluded.max_wait_ms, holder_seq=excluded.holder_seq,"                       \
-	" holder_idx=excluded.holder_idx"
+	" holder_idx=excluded.holder_idx, permits=excluded.permits, holders=excluded.holders"
 
 /* A cancel requested on another node (request_cancel) is kept whatever the owner writes. */
 static const char *const writer_sql[W_NSTMT] = {
@@ -196,11 +204,11 @@ static const char *const writer_sql[W_NSTMT] = {
 	" $16::text[], $17::text[])" STEP_UPSERT " RETURNING 1),"
 	" r AS (INSERT INTO resources (" RESOURCE_COLS ")"
 	" SELECT * FROM unnest($18::text[], $19::bigint[], $20::bigint[], $21::bigint[],"
-	" $22::bigint[], $23::bigint[], $24::bigint[], $25::bigint[], $26::int[])" RESOURCE_UPSERT
-	" RETURNING 1),"
+	" $22::bigint[], $23::bigint[], $24::bigint[], $25::bigint[], $26::int[], $27::int[],"
+	" $28::text[])" RESOURCE_UPSERT " RETURNING 1),"
 	" e AS (INSERT INTO events (seq, last_seq, workflow_seq, resource, lock, data)"
-	" SELECT * FROM unnest($27::bigint[], $28::bigint[], $29::bigint[], $30::text[],"
-	" $31::boolean[], $32::text[]) ON CONFLICT (seq) DO NOTHING RETURNING 1)"
+	" SELECT * FROM unnest($29::bigint[], $30::bigint[], $31::bigint[], $32::text[],"
+	" $33::boolean[], $34::text[]) ON CONFLICT (seq) DO NOTHING RETURNING 1)"
 	" SELECT (SELECT count(*) FROM s), (SELECT count(*) FROM r),"
 	" (SELECT count(*) FROM e)",
     /* The same rows one per statement, for small batches: W_ROWS's plan (three
@@ -214,7 +222,7 @@ static const char *const writer_sql[W_NSTMT] = {
 	" ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17),"
 	" ($18,$19,$20,$21,$22,$23,$24,$25,$26,$27,$28,$29,$30,$31,$32,$33,$34)" STEP_UPSERT,
     [W_RESOURCE] = "INSERT INTO resources (" RESOURCE_COLS
-		   ") VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9)" RESOURCE_UPSERT,
+		   ") VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11)" RESOURCE_UPSERT,
     [W_EVENT] = "INSERT INTO events (seq, last_seq, workflow_seq, resource, lock, data)"
 		" VALUES ($1,$2,$3,$4,$5,$6) ON CONFLICT (seq) DO NOTHING",
     /* Ownership in one statement (schema 4): the batch's partition rows are locked FOR
@@ -524,6 +532,10 @@ static int migrate(pg_store *s, PGconn *c, baton_error *err)
 	if (rc == BATON_OK && version == 4) {
 		rc = pg_exec_ok(c, migrate_v4_sql, err, "migrating schema 4 to 5");
 		version = 5;
+	}
+	if (rc == BATON_OK && version == 5) {
+		rc = pg_exec_ok(c, migrate_v5_sql, err, "migrating schema 5 to 6");
+		version = 6;
 	}
 	if (rc == BATON_OK && version != PG_SCHEMA_VERSION)
 		rc = err_set(err, BATON_ECORRUPT,

@@ -59,10 +59,12 @@ static void add_res_metrics(void *ctx, void *value)
 {
 	const res_metrics *r = value;
 	json_object_set_new(ctx, r->name,
-			    json_pack("{s:I, s:I, s:o, s:o}", "queue_depth",
+			    json_pack("{s:I, s:I, s:I, s:I, s:o, s:o}", "queue_depth",
 				      (json_int_t)r->queue_depth, "holders", (json_int_t)r->holders,
-				      "wait_seconds", hist_json(&r->wait, hist_seconds),
-				      "hold_seconds", hist_json(&r->hold, hist_seconds)));
+				      "permits_in_use", (json_int_t)r->permits_in_use, "limit",
+				      (json_int_t)(r->limit ? r->limit : 1), "wait_seconds",
+				      hist_json(&r->wait, hist_seconds), "hold_seconds",
+				      hist_json(&r->hold, hist_seconds)));
 }
 
 int baton_engine_resource_events(baton_engine *e, const char *name, int64_t after, int limit,

@@ -21,16 +21,24 @@ const char *const reader_sql[R_NSTMT] = {
 		 "(SELECT max(seq) FROM events WHERE workflow_seq=?1 AND seq<=?2), 0)"
 		 " ORDER BY seq",
     [R_WF_SEQ] = "SELECT seq, status FROM workflows WHERE id=?",
-    [R_RESOURCES] = "SELECT name FROM resources WHERE name > ?1 ORDER BY name LIMIT ?2",
+    [R_RESOURCES] = "SELECT name, permits FROM resources WHERE name > ?1 ORDER BY name LIMIT ?2",
     /* Last: the end of the newest row of the resource's history (0 when it has none). */
     [R_RESOURCE] = "SELECT last_token, grants, total_hold_ms, max_hold_ms, total_wait_ms,"
 		   " max_wait_ms, coalesce((SELECT last_seq FROM events WHERE resource=?1"
-		   " AND lock ORDER BY seq DESC LIMIT 1), 0) FROM resources WHERE name=?1",
-    [R_HOLDER] = "SELECT w.id, s.idx, s.worker, s.fencing_token, s.started_at"
-		 " FROM resources r JOIN steps s ON s.workflow_seq=r.holder_seq"
-		 " AND s.idx=r.holder_idx JOIN workflows w ON w.seq=r.holder_seq"
-		 " WHERE r.name=?",
-    [R_WAITERS] = "SELECT w.id, s.idx, s.worker, s.requested_at FROM steps s"
+		   " AND lock ORDER BY seq DESC LIMIT 1), 0), permits FROM resources WHERE name=?1",
+    /* Every holder: those the row lists when more than one holds it, else the first. An
+     * exclusive holder's slot is -1; a plain one's is kept in its params, 0 as no key. */
+    [R_HOLDERS] = "SELECT w.id, s.idx, s.worker, s.fencing_token, s.started_at,"
+		  " CASE WHEN json_extract(s.params, '$.exclusive') THEN -1"
+		  " ELSE coalesce(json_extract(s.params, '$.slot'), 0) END"
+		  " FROM resources r CROSS JOIN json_each(coalesce(r.holders,"
+		  " json_array(json_array(r.holder_seq, r.holder_idx)))) j"
+		  " CROSS JOIN steps s ON s.workflow_seq=json_extract(j.value, '$[0]')"
+		  " AND s.idx=json_extract(j.value, '$[1]')"
+		  " CROSS JOIN workflows w ON w.seq=s.workflow_seq"
+		  " WHERE r.name=? ORDER BY s.fencing_token",
+    [R_WAITERS] = "SELECT w.id, s.idx, s.worker, s.requested_at,"
+		  " coalesce(json_extract(s.params, '$.exclusive'), 0) FROM steps s"
 		  " JOIN workflows w ON w.seq=s.workflow_seq"
 		  " WHERE s.resource=? AND s.status='waiting' ORDER BY s.lock_seq",
     [R_QUEUE_LEN] = "SELECT count(*) FROM steps WHERE resource=? AND status='waiting'",
@@ -351,23 +359,32 @@ int sqlite_read_events(store *base, const char *id, const char *resource, int64_
 	return rc;
 }
 
-static int read_holder(reader *r, const char *name, store_holder *h, baton_error *err)
+static int read_holders(reader *r, store_resource *out, baton_error *err)
 {
-	sqlite3_stmt *q = rstmt(r, R_HOLDER);
+	sqlite3_stmt *q = rstmt(r, R_HOLDERS);
 	if (!q)
 		return sql_fail(r->db, sqlite3_errcode(r->db), err, "preparing a query");
-	sql_bind_text(q, 1, name);
-	int rc = sqlite3_step(q);
-	if (rc == SQLITE_ROW) {
-		h->wf_id = sql_column_strdup(q, 0);
-		h->step = sqlite3_column_int(q, 1);
-		h->worker = sql_column_strdup(q, 2);
-		h->token = sqlite3_column_int64(q, 3);
-		h->since = sqlite3_column_int64(q, 4);
+	sql_bind_text(q, 1, out->row.name);
+	int rc;
+	size_t cap = 0;
+	while ((rc = sqlite3_step(q)) == SQLITE_ROW) {
+		if (out->nholders == cap) {
+			cap = cap ? cap * 2 : 4;
+			out->holders = realloc(out->holders, cap * sizeof *out->holders);
+			if (!out->holders)
+				abort();
+		}
+		out->holders[out->nholders++] = (store_holder){
+		    .wf_id = sql_column_strdup(q, 0),
+		    .step = sqlite3_column_int(q, 1),
+		    .worker = sql_column_strdup(q, 2),
+		    .token = sqlite3_column_int64(q, 3),
+		    .since = sqlite3_column_int64(q, 4),
+		    .slot = sqlite3_column_int(q, 5),
+		};
 	}
 	rdone(q);
-	return rc == SQLITE_ROW || rc == SQLITE_DONE ? BATON_OK
-						     : sql_fail(r->db, rc, err, "reading a holder");
+	return rc == SQLITE_DONE ? BATON_OK : sql_fail(r->db, rc, err, "reading the holders");
 }
 
 static int read_waiters(reader *r, const char *name, store_resource *out, baton_error *err)
@@ -390,6 +407,7 @@ static int read_waiters(reader *r, const char *name, store_resource *out, baton_
 		    .step = sqlite3_column_int(q, 1),
 		    .worker = sql_column_strdup(q, 2),
 		    .since = sqlite3_column_int64(q, 3),
+		    .exclusive = sqlite3_column_int(q, 4),
 		};
 	}
 	rdone(q);
@@ -437,6 +455,7 @@ int sqlite_read_resource(store *base, const char *name, int with_waiters, store_
 			    .max_hold_ms = sqlite3_column_int64(q, 3),
 			    .total_wait_ms = sqlite3_column_int64(q, 4),
 			    .max_wait_ms = sqlite3_column_int64(q, 5),
+			    .permits = sqlite3_column_int(q, 7),
 			};
 			out->last_event_seq = sqlite3_column_int64(q, 6);
 		} else if (s1 == SQLITE_DONE) {
@@ -447,7 +466,7 @@ int sqlite_read_resource(store *base, const char *name, int with_waiters, store_
 		rdone(q);
 	}
 	if (rc == BATON_OK)
-		rc = read_holder(r, name, &out->holder, err);
+		rc = read_holders(r, out, err);
 	if (rc == BATON_OK && with_waiters)
 		rc = read_waiters(r, name, out, err);
 	else if (rc == BATON_OK) {
@@ -481,8 +500,9 @@ int sqlite_list_resources(store *base, const char *after, int limit,
 	while (rc == BATON_OK && (s1 = sqlite3_step(q)) == SQLITE_ROW) {
 		store_resource res = {0};
 		res.row.name = sql_column_strdup(q, 0);
+		res.row.permits = sqlite3_column_int(q, 1);
 		int qrc;
-		rc = read_holder(r, res.row.name, &res.holder, err);
+		rc = read_holders(r, &res, err);
 		if (rc == BATON_OK) {
 			res.queue_length = queue_length(r, res.row.name, &qrc);
 			if (qrc != SQLITE_OK)

@@ -12,10 +12,10 @@
  * One process holds the file (vfs.c), so ids are handed out from counters in memory,
  * loaded from the database at open.
  *
- * Schema (user_version 3): workflows, steps (a row per worker, written when the step is
+ * Schema (user_version 4): workflows, steps (a row per worker, written when the step is
  * first reached: until then the definition describes it), events (append-only history,
- * global sequence), resources (fencing-token high-water mark, holder and totals).
- * Databases of versions 1 and 2 are migrated when opened.
+ * global sequence), resources (fencing-token high-water mark, limit, holders and totals).
+ * Databases of versions 1 to 3 are migrated when opened.
  *
  * Events. One row holds a run of consecutive events of one workflow (a step's end, its
  * release, the next request and grant: four events, one row), as a JSON array; their
@@ -40,7 +40,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#define SCHEMA_VERSION 3
+#define SCHEMA_VERSION 4
 
 /* lock: 1 when one of the row's events is in a resource's history (see LOCK_TYPES). */
 #define EVENTS_SQL                                                                                 \
@@ -80,8 +80,9 @@ static const char schema_sql[] =
     "  name TEXT PRIMARY KEY, last_token INTEGER NOT NULL, grants INTEGER NOT NULL,"
     "  total_hold_ms INTEGER NOT NULL, max_hold_ms INTEGER NOT NULL,"
     "  total_wait_ms INTEGER NOT NULL, max_wait_ms INTEGER NOT NULL,"
-    "  holder_seq INTEGER, holder_idx INTEGER) WITHOUT ROWID;"
-    "PRAGMA user_version = 3;";
+    "  holder_seq INTEGER, holder_idx INTEGER, permits INTEGER NOT NULL DEFAULT 1,"
+    "  holders TEXT) WITHOUT ROWID;"
+    "PRAGMA user_version = 4;";
 
 /* Version 1 to 2: an event row per event becomes a row of one event; the running-steps
  * index is replaced by the holder in the resource row. */
@@ -106,6 +107,13 @@ static const char migrate_v1_sql[] =
  * valid as they are; only the version changes, so that an older batond refuses the file. */
 static const char migrate_v2_sql[] = "PRAGMA user_version = 3;";
 
+/* Version 3 to 4: a resource's limit (permits, 1: a mutex) and, when more than one holds
+ * it, every holder as [[workflow_seq, idx], ...] (holder_seq names the first). */
+static const char migrate_v3_sql[] =
+    "ALTER TABLE resources ADD COLUMN permits INTEGER NOT NULL DEFAULT 1;"
+    "ALTER TABLE resources ADD COLUMN holders TEXT;"
+    "PRAGMA user_version = 4;";
+
 static const char *const writer_sql[W_NSTMT] = {
     [W_BEGIN] = "BEGIN IMMEDIATE",
     [W_COMMIT] = "COMMIT",
@@ -129,11 +137,11 @@ static const char *const writer_sql[W_NSTMT] = {
     [W_INS_EVENT] = "INSERT INTO events (seq, last_seq, workflow_seq, resource, lock, data)"
 		    " VALUES (?,?,?,?,?,?)",
     [W_PUT_RES] = "INSERT INTO resources (name, last_token, grants, total_hold_ms,"
-		  " max_hold_ms, total_wait_ms, max_wait_ms, holder_seq, holder_idx)"
-		  " VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9)"
+		  " max_hold_ms, total_wait_ms, max_wait_ms, holder_seq, holder_idx, permits,"
+		  " holders) VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11)"
 		  " ON CONFLICT (name) DO UPDATE SET last_token=?2, grants=?3,"
 		  " total_hold_ms=?4, max_hold_ms=?5, total_wait_ms=?6, max_wait_ms=?7,"
-		  " holder_seq=?8, holder_idx=?9 WHERE last_token <= ?2",
+		  " holder_seq=?8, holder_idx=?9, permits=?10, holders=?11 WHERE last_token <= ?2",
 
     [W_FIND_DEF] = "SELECT d.definition, w.status FROM workflows w"
 		   " JOIN definitions d ON d.workflow_seq = w.seq WHERE w.id=?",
@@ -245,6 +253,16 @@ static int open_conn(const char *path, const char *vfs, int flags, sqlite3 **out
 	return BATON_OK;
 }
 
+/* Brings a database of version v (1 to 3) up to SCHEMA_VERSION, one version at a time. */
+static int migrate(sqlite3 *db, int v, baton_error *err)
+{
+	static const char *const steps[] = {NULL, migrate_v1_sql, migrate_v2_sql, migrate_v3_sql};
+	int rc = BATON_OK;
+	for (; v < SCHEMA_VERSION && rc == BATON_OK; v++)
+		rc = sql_exec(db, steps[v], err);
+	return rc;
+}
+
 static int user_version(sqlite3 *db, int *v, baton_error *err)
 {
 	sqlite3_stmt *st;
@@ -277,10 +295,8 @@ static int setup_writer(sqlite_store *s, const char *path, baton_error *err)
 	if ((rc = user_version(s->db, &v, err)) == BATON_OK) {
 		if (v == 0)
 			rc = sql_exec(s->db, schema_sql, err);
-		else if (v == 1 && (rc = sql_exec(s->db, migrate_v1_sql, err)) == BATON_OK)
-			rc = sql_exec(s->db, migrate_v2_sql, err);
-		else if (v == 2)
-			rc = sql_exec(s->db, migrate_v2_sql, err);
+		else if (v >= 1 && v < SCHEMA_VERSION)
+			rc = migrate(s->db, v, err);
 		else if (v != SCHEMA_VERSION)
 			rc = err_set(err, BATON_ECORRUPT,
 				     "%s: schema version %d is not one this batond knows (%d)",
@@ -586,6 +602,8 @@ static int put_resource(sqlite_store *s, const resource_row *r, baton_error *err
 		sqlite3_bind_int64(st, 8, r->holder_seq);
 		sqlite3_bind_int(st, 9, r->holder_idx);
 	}
+	sqlite3_bind_int(st, 10, r->permits > 0 ? r->permits : 1);
+	sql_bind_text(st, 11, r->holders);
 	int rc = exec_stmt(s->db, st, err, "updating a resource");
 	if (rc == BATON_OK && sqlite3_changes(s->db) != 1)
 		rc = err_set(err, BATON_ECONFLICT,

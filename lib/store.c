@@ -34,8 +34,11 @@ void store_nodes_free(store_node *v, int n)
 void store_resource_fini(store_resource *r)
 {
 	resource_row_fini(&r->row);
-	free(r->holder.wf_id);
-	free(r->holder.worker);
+	for (size_t i = 0; i < r->nholders; i++) {
+		free(r->holders[i].wf_id);
+		free(r->holders[i].worker);
+	}
+	free(r->holders);
 	free(r->node);
 	for (size_t i = 0; i < r->nwaiters; i++) {
 		free(r->waiters[i].wf_id);
@@ -407,21 +410,45 @@ static void mark_kind(json_t *j, const char *wf_id)
 
 static json_t *holder_json(const store_holder *h)
 {
-	if (!h->wf_id)
-		return json_null();
 	json_t *j =
 	    json_pack("{s:s, s:i, s:s, s:I}", "workflow_id", h->wf_id, "step", h->step, "worker",
 		      h->worker ? h->worker : "", "fencing_token", (json_int_t)h->token);
 	json_object_set_new(j, "since", time_json(h->since));
+	json_object_set_new(j, "slot", h->slot >= 0 ? json_integer(h->slot) : json_null());
+	json_object_set_new(j, "exclusive", json_boolean(h->slot < 0));
 	mark_kind(j, h->wf_id);
 	return j;
 }
 
+/* The resource's limit (a row never written has the default, 1). */
+static int limit_of(const store_resource *r)
+{
+	return r->row.permits > 0 ? r->row.permits : 1;
+}
+
+/* Adds the limit, the permits in use, every holder (lowest token first) and, as before
+ * permits, "holder": the first of them, or null. */
+static void put_holders(json_t *o, const store_resource *r)
+{
+	json_t *all = json_array();
+	int exclusive = 0;
+	for (size_t i = 0; i < r->nholders; i++) {
+		json_array_append_new(all, holder_json(&r->holders[i]));
+		exclusive |= r->holders[i].slot < 0;
+	}
+	json_object_set_new(o, "limit", json_integer(limit_of(r)));
+	json_object_set_new(o, "permits_in_use",
+			    json_integer(exclusive ? limit_of(r) : (json_int_t)r->nholders));
+	json_object_set_new(o, "holder", r->nholders ? holder_json(&r->holders[0]) : json_null());
+	json_object_set_new(o, "holders", all);
+}
+
 static void add_resource(void *ctx, const store_resource *r)
 {
-	json_array_append_new(ctx, json_pack("{s:s, s:o, s:I}", "name", r->row.name, "holder",
-					     holder_json(&r->holder), "queue_length",
-					     (json_int_t)r->queue_length));
+	json_t *o = json_pack("{s:s, s:I}", "name", r->row.name, "queue_length",
+			      (json_int_t)r->queue_length);
+	put_holders(o, r);
+	json_array_append_new(ctx, o);
 }
 
 /* A resources cursor is "r" and the last name shown. */
@@ -467,6 +494,8 @@ int store_get_resource(store *s, const char *name, json_t **out, baton_error *er
 		    json_pack("{s:s, s:i, s:s, s:i}", "workflow_id", w->wf_id, "step", w->step,
 			      "worker", w->worker ? w->worker : "", "position", (int)i + 1);
 		json_object_set_new(j, "waiting_since", time_json(w->since));
+		json_object_set_new(j, "exclusive", json_boolean(w->exclusive));
+		json_object_set_new(j, "permits", json_integer(w->exclusive ? limit_of(&r) : 1));
 		mark_kind(j, w->wf_id);
 		json_array_append_new(waiters, j);
 	}
@@ -475,10 +504,10 @@ int store_get_resource(store *s, const char *name, json_t **out, baton_error *er
 				   (json_int_t)r.row.max_hold_ms, "total_wait_ms",
 				   (json_int_t)r.row.total_wait_ms, "max_wait_ms",
 				   (json_int_t)r.row.max_wait_ms);
-	*out =
-	    json_pack("{s:s, s:I, s:I, s:o, s:o, s:o}", "name", name, "last_fencing_token",
-		      (json_int_t)r.row.last_token, "last_event_seq", (json_int_t)r.last_event_seq,
-		      "holder", holder_json(&r.holder), "waiters", waiters, "totals", totals);
+	*out = json_pack("{s:s, s:I, s:I, s:o, s:o}", "name", name, "last_fencing_token",
+			 (json_int_t)r.row.last_token, "last_event_seq",
+			 (json_int_t)r.last_event_seq, "waiters", waiters, "totals", totals);
+	put_holders(*out, &r);
 	json_object_set_new(*out, "node", r.node ? json_string(r.node) : json_null());
 	store_resource_fini(&r);
 	return BATON_OK;

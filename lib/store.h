@@ -88,10 +88,11 @@ enum store_id_kind { STORE_ID_WORKFLOW, STORE_ID_EVENT, STORE_NIDS };
 typedef int (*store_event_fn)(void *ctx, const char *text, size_t len, const char *wf_id);
 
 typedef struct store_holder {
-	char *wf_id; /* NULL: the resource is free */
+	char *wf_id;
 	int step;
 	char *worker;
 	int64_t token, since;
+	int slot; /* -1: exclusive */
 } store_holder;
 
 typedef struct store_waiter {
@@ -99,11 +100,13 @@ typedef struct store_waiter {
 	int step;
 	char *worker;
 	int64_t since;
+	int exclusive;
 } store_waiter;
 
 typedef struct store_resource {
-	resource_row row; /* name and totals */
-	store_holder holder;
+	resource_row row;      /* name, limit and totals */
+	store_holder *holders; /* lowest fencing token first */
+	size_t nholders;
 	int64_t queue_length;
 	char *node; /* read_resource: the cluster node that drives it (NULL: none, SQLite) */
 	/* read_resource: where the resource's history ends now (the last seq of its newest

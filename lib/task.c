@@ -56,6 +56,9 @@ static json_t *task_json(const wf_row *wf)
 			      wf->id, "step", st->index, "worker", st->worker, "resource",
 			      wf->resource, "attempt", st->attempts, "fencing_token",
 			      (json_int_t)st->token, "ttl_ms", (json_int_t)wf->task_ttl_ms);
+	int slot = lock_granted_slot(wf);
+	json_object_set_new(o, "slot", slot >= 0 ? json_integer(slot) : json_null());
+	json_object_set_new(o, "exclusive", json_boolean(slot < 0));
 	json_object_set_new(o, "expires_at", time_json(wf->task_expires_at));
 	json_object_set_new(o, "input", input);
 	return o;
@@ -189,7 +192,7 @@ int task_recover(baton_engine *e, wf_row *wf)
 	json_int_t ttl = json_integer_value(json_object_get(st->params, "claim_ttl_ms"));
 	if (st->status != ST_RUNNING || !task_is_external(st) || ttl <= 0)
 		return 0;
-	lock_restore(eng_lock_of(e, wf->resource), wf, st->started_at);
+	lock_restore(eng_lock_of(e, wf->resource), wf, lock_granted_slot(wf), st->started_at);
 	wf->task_claimed = 1;
 	wf->task_ttl_ms = ttl;
 	wf->task_expires_at = e->now + ttl;

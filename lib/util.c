@@ -350,6 +350,8 @@ void resource_row_fini(resource_row *r)
 {
 	free(r->name);
 	r->name = NULL;
+	free(r->holders);
+	r->holders = NULL;
 }
 
 static void put_str(char *out, size_t n, size_t *k, const char *s)

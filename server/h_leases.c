@@ -131,6 +131,7 @@ typedef struct lease_answer {
 	int64_t wait_ms;
 	int forwarded; /* passed on to the node that drives the resource: its answer in fwd */
 	srv_forward fwd;
+	char resource[130]; /* a new limit for it (PUT /resources/{name}): answered with it */
 } lease_answer;
 
 /* The engine thread's answer: recorded, and the connection resumed. */
@@ -219,6 +220,13 @@ static int answered(srv *s, request *r, void *data, response *out)
 		snprintf(r->lease_granted, sizeof r->lease_granted, "%s", id);
 		snprintf(out->location, sizeof out->location, "/leases/%s", id);
 	}
+	if (a->resource[0]) { /* the limit is durable: the resource as it is now */
+		json_t *res;
+		baton_error err = {0};
+		if (baton_engine_resource(s->engine, a->resource, &res, &err))
+			return reply_error(out, &err);
+		return reply_json(out, 200, res);
+	}
 	if (!lease)
 		return reply_problem(out, 500, "no lease in the engine's answer");
 	if (strcmp(r->method, "DELETE") == 0) {
@@ -283,6 +291,17 @@ int body_field_int(const json_t *body, const char *key, long long lo, long long 
 	return 0;
 }
 
+int body_field_bool(const json_t *body, const char *key, int *v, response *out)
+{
+	const json_t *j = json_object_get(body, key);
+	if (!j)
+		return 0;
+	if (!json_is_boolean(j))
+		return reply_problem(out, 400, "%s: true or false", key);
+	*v = json_is_true(j);
+	return 0;
+}
+
 int body_field_str(const json_t *body, const char *key, const char **v, response *out)
 {
 	const json_t *j = json_object_get(body, key);
@@ -323,7 +342,8 @@ int body_optional_body(const request *r, response *out, json_t **body)
 
 int h_lease_acquire(srv *s, const request *cr, const char *const *p, response *out)
 {
-	static const char *const keys[] = {"holder", "ttl_ms", "wait_ms", "request_id", NULL};
+	static const char *const keys[] = {"holder",	 "ttl_ms",    "wait_ms",
+					   "request_id", "exclusive", NULL};
 	request *r = (request *)cr;
 	json_t *body;
 	if (body_optional_body(r, out, &body))
@@ -333,7 +353,8 @@ int h_lease_acquire(srv *s, const request *cr, const char *const *p, response *o
 	if (body_only_fields(body, keys, out) || body_field_str(body, "holder", &req.holder, out) ||
 	    body_field_str(body, "request_id", &req.request_id, out) ||
 	    body_field_int(body, "ttl_ms", 1000, 86400000, &req.ttl_ms, out) ||
-	    body_field_int(body, "wait_ms", 0, 300000, &req.wait_ms, out)) {
+	    body_field_int(body, "wait_ms", 0, 300000, &req.wait_ms, out) ||
+	    body_field_bool(body, "exclusive", &req.exclusive, out)) {
 		json_decref(body);
 		return out->status;
 	}
@@ -411,4 +432,34 @@ int h_lease_renew(srv *s, const request *r, const char *const *p, response *out)
 	if (bad)
 		return out->status;
 	return lease_op(s, (request *)r, p[0], ttl, baton_lease_renew, out);
+}
+
+/* PUT /resources/{name} {"limit": N}: answered with the resource once the limit is durable,
+ * by the node that drives it (passed on as a lease call is). */
+int h_resource_put(srv *s, const request *cr, const char *const *p, response *out)
+{
+	static const char *const keys[] = {"limit", NULL};
+	request *r = (request *)cr;
+	json_t *body;
+	if (read_json_body(r, out, &body))
+		return out->status;
+	int64_t limit = 0;
+	int bad = body_only_fields(body, keys, out) ||
+		  body_field_int(body, "limit", 1, 10000, &limit, out);
+	json_decref(body);
+	if (bad)
+		return out->status;
+	if (!limit)
+		return reply_problem(out, 400,
+				     "limit: is required (a whole number from 1 to 10000)");
+	lease_answer *a = begin(s, r, 0, 0, out);
+	if (!a)
+		return out->status;
+	snprintf(a->resource, sizeof a->resource, "%s", p[0]);
+	baton_error err = {0};
+	if (baton_resource_limit(s->engine, p[0], limit, on_lease, r, &err)) {
+		srv_wait_cancel(s, r);
+		return reply_error(out, &err);
+	}
+	return srv_wait_suspend(s, r, out);
 }

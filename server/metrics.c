@@ -177,11 +177,25 @@ static void engine_metrics(buf *b, const json_t *m)
 		put(b, "baton_resource_queue_depth{resource=\"%s\"} %lld\n", key,
 		    (long long)json_integer_value(json_object_get(v, "queue_depth")));
 	}
-	family(b, "baton_resource_held", "gauge", "1 while a step holds the resource.");
+	family(b, "baton_resource_held", "gauge", "1 while anyone holds the resource.");
 	json_object_foreach(res, key, v)
 	{
-		put(b, "baton_resource_held{resource=\"%s\"} %lld\n", key,
-		    (long long)json_integer_value(json_object_get(v, "holders")));
+		put(b, "baton_resource_held{resource=\"%s\"} %d\n", key,
+		    json_integer_value(json_object_get(v, "holders")) > 0);
+	}
+	family(b, "baton_resource_permits_in_use", "gauge",
+	       "Permits held: one per holder, the limit for an exclusive holder.");
+	json_object_foreach(res, key, v)
+	{
+		put(b, "baton_resource_permits_in_use{resource=\"%s\"} %lld\n", key,
+		    (long long)json_integer_value(json_object_get(v, "permits_in_use")));
+	}
+	family(b, "baton_resource_permit_limit", "gauge",
+	       "How many may hold the resource at once (PUT /resources/{name}).");
+	json_object_foreach(res, key, v)
+	{
+		put(b, "baton_resource_permit_limit{resource=\"%s\"} %lld\n", key,
+		    (long long)json_integer_value(json_object_get(v, "limit")));
 	}
 	char labels[300];
 	family(b, "baton_lock_wait_seconds", "histogram", "Time a step waited for its resource.");

@@ -19,6 +19,7 @@ static const route_def routes[] = {
     {"POST", "/workflows/{id}/cancel", h_workflow_cancel},
     {"GET", "/resources", h_resources_list},
     {"GET", "/resources/{name}", h_resource_get},
+    {"PUT", "/resources/{name}", h_resource_put},
     {"GET", "/resources/{name}/events", h_resource_events},
     {"POST", "/resources/{name}/leases", h_lease_acquire},
     {"GET", "/leases/{id}", h_lease_get},

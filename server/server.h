@@ -259,6 +259,7 @@ int h_workflow_delete(srv *s, const request *r, const char *const *p, response *
 int h_backup(srv *s, const request *r, const char *const *p, response *out);
 int h_resources_list(srv *s, const request *r, const char *const *p, response *out);
 int h_resource_get(srv *s, const request *r, const char *const *p, response *out);
+int h_resource_put(srv *s, const request *r, const char *const *p, response *out);
 int h_healthz(srv *s, const request *r, const char *const *p, response *out);
 int h_readyz(srv *s, const request *r, const char *const *p, response *out);
 int h_nodes(srv *s, const request *r, const char *const *p, response *out);
@@ -284,6 +285,7 @@ int srv_conn_fd(struct MHD_Connection *c);
 int body_field_int(const json_t *body, const char *key, long long lo, long long hi, int64_t *v,
 		   response *out);
 int body_field_str(const json_t *body, const char *key, const char **v, response *out);
+int body_field_bool(const json_t *body, const char *key, int *v, response *out);
 int body_only_fields(const json_t *body, const char *const *keys, response *out);
 int body_optional_body(const request *r, response *out, json_t **body);
 

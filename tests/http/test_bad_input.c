@@ -741,7 +741,7 @@ static void test_wrong_methods_and_oversized_headers(void **state)
 	    {"/workflows/baseline/steps", "GET, HEAD"},
 	    {"/workflows/baseline/cancel", "POST"},
 	    {"/resources", "GET, HEAD"},
-	    {"/resources/bad-input", "GET, HEAD"},
+	    {"/resources/bad-input", "GET, HEAD, PUT"},
 	    {"/resources/bad-input/events", "GET, HEAD"},
 	    {"/healthz", "GET, HEAD"},
 	    {"/readyz", "GET, HEAD"},

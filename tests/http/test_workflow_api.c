@@ -438,7 +438,7 @@ static void test_method_not_allowed(void **state)
 	    {"DELETE", "/workflows/m1/cancel", "POST"},
 	    {"POST", "/workflows/m1/events", "GET, HEAD"},
 	    {"POST", "/resources", "GET, HEAD"},
-	    {"DELETE", "/resources/mna", "GET, HEAD"},
+	    {"DELETE", "/resources/mna", "GET, HEAD, PUT"},
 	    {"POST", "/healthz", "GET, HEAD"},
 	};
 	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {

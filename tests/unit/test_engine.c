@@ -392,10 +392,11 @@ static int64_t count_rows(fixture *f, const char *sql)
 /*
  * A database of schema 2 (tests/unit/fixtures/store-v2.sql, made by that batond and
  * killed with SIGKILL: "v2-done" completed; "v2-running" with step c completed, d holding
- * "ledger" in a ten-minute step and e pending; "v2-waiting" queued) opens under schema 3
- * as it is. Schema 2 stored a row for every step at submission, pending ones too: those
- * rows are updated in place when their steps are reached, the interrupted step resumes as
- * its second attempt with a higher token, and every step counts once.
+ * "ledger" in a ten-minute step and e pending; "v2-waiting" queued) opens under schema 4
+ * (schema 3 changed no row; 4 adds the resources' limits, 1 each). Schema 2 stored a row for every
+ * step at submission, pending ones too: those rows are updated in place when their steps are
+ * reached, the interrupted step resumes as its second attempt with a higher token, and every step
+ * counts once.
  */
 static void test_schema_2_database_opens_as_it_is(void **state)
 {
@@ -423,7 +424,12 @@ static void test_schema_2_database_opens_as_it_is(void **state)
 	assert_true(json_is_null(json_object_get(res, "holder")));
 	/* d again, then e, f and g: four grants after the four of schema 2 */
 	assert_int_equal(json_integer_value(json_object_get(res, "last_fencing_token")), 8);
+	/* schema 4: a resource stored before limits is a mutex */
+	assert_int_equal(json_integer_value(json_object_get(res, "limit")), 1);
 	json_decref(res);
+	assert_int_equal(count_rows(f, "SELECT count(*) FROM resources WHERE permits = 1"),
+			 count_rows(f, "SELECT count(*) FROM resources"));
+	assert_int_equal(count_rows(f, "PRAGMA user_version"), 4);
 	assert_int_equal(count_rows(f, "SELECT count(*) FROM steps"), 7);
 	assert_int_equal(count_rows(f, "SELECT count(*) FROM steps WHERE status != 'completed'"),
 			 0);

@@ -65,7 +65,7 @@ static void test_retry_delay_policy(void **state)
 /* Runs steps[cur] to an outcome: grant, then the given output. */
 static transition run(wf_row *wf, step_output *o, int64_t now, const event_sink *ev)
 {
-	machine_grant(wf, wf->steps[wf->cur].attempts + 100, 0, now, ev);
+	machine_grant(wf, wf->steps[wf->cur].attempts + 100, 0, 0, now, ev);
 	transition t = machine_outcome(wf, o, &mutex_workflow, now + 10, ev);
 	json_decref(o->result);
 	return t;
@@ -195,7 +195,7 @@ static void test_cancel_while_running_waits_for_the_step(void **state)
 	(void)state;
 	wf_row *wf = wf_from("{\"resource\":\"gw\",\"workers\":[\"a\",\"b\"]}");
 	machine_request(wf, 0, 1, 0, NULL);
-	machine_grant(wf, 1, 0, 0, NULL);
+	machine_grant(wf, 1, 0, 0, 0, NULL);
 	transition t = machine_cancel(wf, &mutex_workflow, 5, NULL);
 	assert_false(t.finished);
 	assert_int_equal(wf->status, WF_RUNNING);
@@ -244,10 +244,10 @@ static void test_interrupted_step_queues_again_as_new_attempt(void **state)
 	event_sink ev = {record, &r};
 	wf_row *wf = wf_from("{\"resource\":\"gw\",\"workers\":[\"a\"]}");
 	machine_request(wf, 0, 1, 0, &ev);
-	machine_grant(wf, 1, 0, 0, &ev);
+	machine_grant(wf, 1, 0, 0, 0, &ev);
 	machine_interrupted(wf, &ev);
 	assert_int_equal(wf->steps[0].status, ST_WAITING);
-	machine_grant(wf, 2, 0, 10, &ev);
+	machine_grant(wf, 2, 0, 0, 10, &ev);
 	assert_int_equal(wf->steps[0].attempts, 2);
 	assert_int_equal(wf->steps[0].token, 2);
 	assert_int_equal(count(&r, "step_interrupted"), 1);
