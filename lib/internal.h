@@ -439,6 +439,8 @@ typedef struct res_lock {
 	resource_row row; /* row.permits: the limit */
 	lock_hold *holds; /* lowest fencing token first */
 	int nholds, holds_cap;
+	uint64_t *slots; /* the slots the plain holds take, a bit each (slot_words words) */
+	int slot_words;
 	lock_waiter *head, *tail;
 	int queue_len;
 	unsigned dirty : 1, in_batch : 1;

@@ -36,6 +36,7 @@ void lock_free(res_lock *l)
 		;
 	resource_row_fini(&l->row);
 	free(l->holds);
+	free(l->slots);
 	free(l);
 }
 
@@ -100,13 +101,37 @@ static int fits(const res_lock *l, int exclusive)
 /* The lowest slot no holder has; one exists below the limit when a plain request fits. */
 static int free_slot(const res_lock *l)
 {
-	for (int slot = 0;; slot++) {
-		int taken = 0;
-		for (int i = 0; i < l->nholds && !taken; i++)
-			taken = l->holds[i].slot == slot;
+	int w = 0;
+	while (w < l->slot_words && l->slots[w] == UINT64_MAX)
+		w++;
+	if (w == l->slot_words)
+		return w * 64;
+	int bit = 0;
+	while (l->slots[w] >> bit & 1)
+		bit++;
+	return w * 64 + bit;
+}
+
+/* Marks slot taken (1) or free (0); an exclusive hold (-1) takes none. */
+static void mark_slot(res_lock *l, int slot, int taken)
+{
+	if (slot < 0)
+		return;
+	int w = slot / 64;
+	if (w >= l->slot_words) {
 		if (!taken)
-			return slot;
+			return;
+		int n = w + 1;
+		l->slots = realloc(l->slots, (size_t)n * sizeof *l->slots);
+		if (!l->slots)
+			abort();
+		memset(&l->slots[l->slot_words], 0, (size_t)(n - l->slot_words) * sizeof *l->slots);
+		l->slot_words = n;
 	}
+	if (taken)
+		l->slots[w] |= (uint64_t)1 << (slot % 64);
+	else
+		l->slots[w] &= ~((uint64_t)1 << (slot % 64));
 }
 
 static void grow_holds(res_lock *l)
@@ -130,6 +155,7 @@ static void add_hold(res_lock *l, wf_row *wf, int slot, int64_t since)
 	memmove(&l->holds[at + 1], &l->holds[at], (size_t)(l->nholds - at) * sizeof *l->holds);
 	l->holds[at] = (lock_hold){wf, slot, since};
 	l->nholds++;
+	mark_slot(l, slot, 1);
 }
 
 static int hold_index(const res_lock *l, const wf_row *wf)
@@ -142,6 +168,7 @@ static int hold_index(const res_lock *l, const wf_row *wf)
 
 static void drop_hold(res_lock *l, int i)
 {
+	mark_slot(l, l->holds[i].slot, 0);
 	memmove(&l->holds[i], &l->holds[i + 1], (size_t)(l->nholds - i - 1) * sizeof *l->holds);
 	l->nholds--;
 }
@@ -184,6 +211,7 @@ wf_row *lock_grant_next(res_lock *l, int64_t now, int64_t *waited_ms)
 	 * says until the engine records the new one. */
 	grow_holds(l);
 	l->holds[l->nholds++] = (lock_hold){wf, slot, now};
+	mark_slot(l, slot, 1);
 	l->dirty = 1;
 	*waited_ms = waited;
 	return wf;
@@ -242,6 +270,8 @@ void lock_restore(res_lock *l, wf_row *wf, int slot, int64_t since)
 void lock_clear_holds(res_lock *l)
 {
 	l->nholds = 0;
+	if (l->slots)
+		memset(l->slots, 0, (size_t)l->slot_words * sizeof *l->slots);
 }
 
 int lock_idle(const res_lock *l)

@@ -62,6 +62,32 @@ static void test_permits_are_granted_up_to_the_limit(void **state)
 	lock_free(l);
 }
 
+/* Slots past the first 64, and the lowest free one reused whichever was freed. */
+static void test_many_permits_reuse_the_lowest_free_slot(void **state)
+{
+	(void)state;
+	enum { N = 150 };
+	res_lock *l = lock_new("gw");
+	l->row.permits = N;
+	wf_row *w[N + 2];
+	for (int i = 0; i < N + 2; i++) {
+		w[i] = waiter(0);
+		lock_enqueue(l, w[i]);
+	}
+	int64_t token = 0, waited;
+	for (int i = 0; i < N; i++)
+		expect_grant(l, w[i], i, &token);
+	assert_null(lock_grant_next(l, 10, &waited));
+	lock_release(l, w[130], 20);
+	lock_release(l, w[70], 20);
+	expect_grant(l, w[N], 70, &token);
+	expect_grant(l, w[N + 1], 130, &token);
+	assert_int_equal(lock_permits_in_use(l), N);
+	for (int i = 0; i < N + 2; i++)
+		wf_row_free(w[i]);
+	lock_free(l);
+}
+
 static void test_exclusive_waits_alone_and_nobody_passes_it(void **state)
 {
 	(void)state;
@@ -225,6 +251,7 @@ int main(void)
 	    cmocka_unit_test(test_removed_waiter_is_skipped),
 	    cmocka_unit_test(test_tokens_continue_from_persisted_high_water_mark),
 	    cmocka_unit_test(test_permits_are_granted_up_to_the_limit),
+	    cmocka_unit_test(test_many_permits_reuse_the_lowest_free_slot),
 	    cmocka_unit_test(test_exclusive_waits_alone_and_nobody_passes_it),
 	    cmocka_unit_test(test_a_lower_limit_takes_nothing_back),
 	    cmocka_unit_test(test_ungrant_never_takes_a_token_back_from_a_later_grant),
