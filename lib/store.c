@@ -426,28 +426,29 @@ static int limit_of(const store_resource *r)
 	return r->row.permits > 0 ? r->row.permits : 1;
 }
 
-/* Adds the limit, the permits in use, every holder (lowest token first) and, as before
- * permits, "holder": the first of them, or null. */
-static void put_holders(json_t *o, const store_resource *r)
+/* Adds the limit, the permits in use and, as before permits, "holder": the first holder
+ * (lowest token), or null; with all, every holder as well ("holders"), which a page of
+ * the list leaves out (a resource may have up to 10,000). */
+static void put_holders(json_t *o, const store_resource *r, int all)
 {
-	json_t *all = json_array();
-	int exclusive = 0;
-	for (size_t i = 0; i < r->nholders; i++) {
-		json_array_append_new(all, holder_json(&r->holders[i]));
-		exclusive |= r->holders[i].slot < 0;
-	}
+	int exclusive = r->nholders && r->holders[0].slot < 0;
 	json_object_set_new(o, "limit", json_integer(limit_of(r)));
 	json_object_set_new(o, "permits_in_use",
 			    json_integer(exclusive ? limit_of(r) : (json_int_t)r->nholders));
 	json_object_set_new(o, "holder", r->nholders ? holder_json(&r->holders[0]) : json_null());
-	json_object_set_new(o, "holders", all);
+	if (!all)
+		return;
+	json_t *list = json_array();
+	for (size_t i = 0; i < r->nholders; i++)
+		json_array_append_new(list, holder_json(&r->holders[i]));
+	json_object_set_new(o, "holders", list);
 }
 
 static void add_resource(void *ctx, const store_resource *r)
 {
 	json_t *o = json_pack("{s:s, s:I}", "name", r->row.name, "queue_length",
 			      (json_int_t)r->queue_length);
-	put_holders(o, r);
+	put_holders(o, r, 0);
 	json_array_append_new(ctx, o);
 }
 
@@ -507,7 +508,7 @@ int store_get_resource(store *s, const char *name, json_t **out, baton_error *er
 	*out = json_pack("{s:s, s:I, s:I, s:o, s:o}", "name", name, "last_fencing_token",
 			 (json_int_t)r.row.last_token, "last_event_seq",
 			 (json_int_t)r.last_event_seq, "waiters", waiters, "totals", totals);
-	put_holders(*out, &r);
+	put_holders(*out, &r, 1);
 	json_object_set_new(*out, "node", r.node ? json_string(r.node) : json_null());
 	store_resource_fini(&r);
 	return BATON_OK;
