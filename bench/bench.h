@@ -285,7 +285,8 @@ int bench_floor(void);
 int bench_step_overhead(void);
 int bench_group_commit(void);
 int bench_contended(void);
-int bench_leases(void); /* leases.c */
+int bench_leases(void);	 /* leases.c */
+int bench_permits(void); /* permits.c: issue 28, a resource of several permits */
 int bench_http_accept(void);
 int bench_http_read(void);
 int bench_memory(void);

@@ -491,7 +491,7 @@ int workflow_span(int port, const char *id, int steps, const char *what, int64_t
 
 /* ---- the table ---- */
 
-#define MAX_ROWS 48
+#define MAX_ROWS 64
 static row rows[MAX_ROWS];
 static int nrows, nerrors;
 

@@ -6,7 +6,7 @@
  *                [--store sqlite|postgres|both] [--pg URL] [NAME...]
  *
  * NAME is any of floor, steps, group, contended, accept, read, memory, recovery, calls,
- * leases, cluster, lockpath (default: all, in that order; cluster runs on PostgreSQL
+ * leases, permits, cluster, lockpath (default: all, in that order; cluster runs on PostgreSQL
  * only; lockpath runs once, after the others, on every store selected, beside etcd). Every
  * benchmark starts its own batond on 127.0.0.1:0 with a fresh database under PARENT
  * (default $TMPDIR or /tmp) and removes it after. With --store postgres (or both: SQLite
@@ -97,7 +97,8 @@ static const struct {
     {"accept", bench_http_accept, ON_BOTH}, {"read", bench_http_read, ON_BOTH},
     {"memory", bench_memory, ON_SQLITE},    {"recovery", bench_recovery, ON_SQLITE},
     {"calls", bench_http_steps, ON_BOTH},   {"leases", bench_leases, ON_BOTH},
-    {"cluster", bench_cluster, ON_PG},	    {"lockpath", bench_lockpath, ON_ONCE},
+    {"permits", bench_permits, ON_BOTH},    {"cluster", bench_cluster, ON_PG},
+    {"lockpath", bench_lockpath, ON_ONCE},
 };
 #define NBENCH (sizeof benches / sizeof benches[0])
 
@@ -107,7 +108,7 @@ static void usage(FILE *f)
 		   "                  [--threads N] [--http-threads N] [--keep]\n"
 		   "                  [--store sqlite|postgres|both] [--pg URL] [NAME...]\n"
 		   "NAME: floor steps group contended accept read memory recovery calls leases "
-		   "cluster lockpath (default: all)\n");
+		   "permits cluster lockpath (default: all)\n");
 }
 
 static void on_signal(int sig)
