@@ -6,6 +6,7 @@
  *               exit codes
  *   http.c      one libcurl handle: GET/POST that return the status and the parsed JSON body
  *   commands.c  submit, get, list, cancel, events, resources (human output or --json)
+ *   limit.c     `baton limit NAME [N]`: a resource's permits, shown or set
  *   admin.c     delete, backup: the operator's commands
  *   demo.c      `baton demo [--crash]`: the origin's distributed-mutex demo, rendered live
  *   watch.c     `baton watch ID`: a workflow followed live over its event stream (SSE)
@@ -84,11 +85,11 @@ void http_auth(void *curl_easy);
 const char *http_base(const http *h);
 
 /*
- * Sends METHOD base_url+path. body (borrowed, may be NULL) is sent as application/json;
- * a POST without body is sent empty. On EXIT_OK, *reply holds the status and the parsed
- * body (caller frees with http_reply_fini), whatever the status. Otherwise returns
- * EXIT_UNREACHABLE (no answer) or EXIT_FAILED (an answer that is not JSON), after
- * printing why on stderr; *reply is then empty.
+ * Sends METHOD base_url+path. body (borrowed, may be NULL) is sent as application/json
+ * by a POST or a PUT (other methods send none); a POST without body is sent empty. On EXIT_OK,
+ * *reply holds the status and the parsed body (caller frees with http_reply_fini), whatever the
+ * status. Otherwise returns EXIT_UNREACHABLE (no answer) or EXIT_FAILED (an answer that is not
+ * JSON), after printing why on stderr; *reply is then empty.
  */
 int http_request(http *h, const char *method, const char *path, const json_t *body,
 		 struct http_reply *reply);
@@ -268,6 +269,7 @@ int cmd_health(struct cli *cli, int argc, char **argv);
 int cmd_delete(struct cli *cli, int argc, char **argv); /* admin.c */
 int cmd_backup(struct cli *cli, int argc, char **argv); /* admin.c */
 int cmd_lock(struct cli *cli, int argc, char **argv);	/* lock.c */
+int cmd_limit(struct cli *cli, int argc, char **argv);	/* limit.c */
 int cmd_worker(struct cli *cli, int argc, char **argv); /* worker.c */
 
 /* Parses "CMD [-h] ARG" (commands.c); `what` names ARG in the usage error. Returns -1

@@ -544,6 +544,44 @@ static void print_holder(const json_t *holder)
 	putchar(')');
 }
 
+/*
+ * Whether resource r is shown with its permits: a limit over 1, or more holders than one
+ * (a limit lowered under them). A mutex (limit 1, the default) is shown as it always was.
+ */
+static int has_permits(const json_t *r)
+{
+	return jint(r, "limit", 1) > 1 || jint(r, "permits_in_use", 0) > 1 ||
+	       json_array_size(json_object_get(r, "holders")) > 1;
+}
+
+/* "2/3": permits in use out of the limit, for the list; "-" for a mutex. */
+static const char *permits_cell(char *buf, size_t len, const json_t *r)
+{
+	if (!has_permits(r))
+		return "-";
+	snprintf(buf, len, "%" JSON_INTEGER_FORMAT "/%" JSON_INTEGER_FORMAT,
+		 jint(r, "permits_in_use", 0), jint(r, "limit", 1));
+	return buf;
+}
+
+/*
+ * The first holder of a list's item, and how many more hold it: a page of the list names
+ * the first only (a resource may have thousands), but its permits in use count each plain
+ * holder once, and an exclusive holder holds alone.
+ */
+static void print_list_holders(const json_t *r)
+{
+	const json_t *first = json_object_get(r, "holder");
+	json_int_t n = jint(r, "permits_in_use", 1);
+	if (json_is_array(json_object_get(r, "holders"))) /* a server that lists them all */
+		n = (json_int_t)json_array_size(json_object_get(r, "holders"));
+	else if (json_is_true(json_object_get(first, "exclusive")))
+		n = 1;
+	print_holder(first);
+	if (json_is_object(first) && n > 1)
+		printf(" and %" JSON_INTEGER_FORMAT " more", n - 1);
+}
+
 static void print_resources(const json_t *doc)
 {
 	const json_t *list = json_object_get(doc, "resources");
@@ -557,19 +595,62 @@ static void print_resources(const json_t *doc)
 	}
 	/* GET /resources gives no node today; a server that does gets a column for it. */
 	int dw = any_has(list, "node") ? column_width(list, "node", 4, MAX_NAME_COLUMN) : 0;
+	int permits = 0; /* a PERMITS column ("2/3") once a resource has more than one */
+	json_array_foreach(list, i, r)
+	{
+		permits |= has_permits(r);
+	}
 	printf("%-*s  %5s  ", nw, "NAME", "QUEUE");
+	if (permits)
+		printf("%-11s  ", "PERMITS");
 	if (dw > 0)
 		printf("%-*s  ", dw, "NODE");
 	printf("HOLDER\n");
 	json_array_foreach(list, i, r)
 	{
+		char cell[48];
 		printf("%-*s  %5" JSON_INTEGER_FORMAT "  ", nw, jstr(r, "name", "?"),
 		       jint(r, "queue_length", 0));
+		if (permits)
+			printf("%-11s  ", permits_cell(cell, sizeof cell, r));
 		if (dw > 0) {
 			print_padded(stdout, jstr(r, "node", "-"), dw);
 			fputs("  ", stdout);
 		}
-		print_holder(json_object_get(r, "holder"));
+		print_list_holders(r);
+		putchar('\n');
+	}
+}
+
+/*
+ * The permits of a resource that has more than one, and every holder, lowest token first:
+ *   limit     3 permits, 2 in use
+ *   holders   2
+ *     slot 0     worker-A (workflow w-1, step 0, token 5, since ...)
+ *     exclusive  deploy (workflow lease-d, step 0, token 6, since ...)
+ */
+static void print_permits(const json_t *res)
+{
+	const json_t *holders = json_object_get(res, "holders"), *h;
+	size_t i;
+
+	json_int_t limit = jint(res, "limit", 1);
+	printf("limit     %" JSON_INTEGER_FORMAT " permit%s, %" JSON_INTEGER_FORMAT " in use\n",
+	       limit, limit == 1 ? "" : "s", jint(res, "permits_in_use", 0));
+	if (!json_is_array(holders)) { /* a server that names only the first */
+		printf("holder    ");
+		print_holder(json_object_get(res, "holder"));
+		putchar('\n');
+		return;
+	}
+	printf("holders   %zu\n", json_array_size(holders));
+	json_array_foreach(holders, i, h)
+	{
+		char slot[48] = "exclusive", n[32];
+		if (!json_is_true(json_object_get(h, "exclusive")))
+			snprintf(slot, sizeof slot, "slot %s", int_or_dash(n, sizeof n, h, "slot"));
+		printf("  %-9s  ", slot);
+		print_holder(h);
 		putchar('\n');
 	}
 }
@@ -580,15 +661,21 @@ static void print_resource(const json_t *res)
 	const json_t *totals = json_object_get(res, "totals");
 	const json_t *w;
 	size_t i;
+	int permits = has_permits(res);
 
 	printf("name      %s\n", jstr(res, "name", "?"));
 	printf("token     %" JSON_INTEGER_FORMAT " (last fencing token)\n",
 	       jint(res, "last_fencing_token", 0));
 	if (jhas(res, "node")) /* a cluster: the node that drives it now */
 		printf("node      %s\n", jstr(res, "node", "?"));
-	printf("holder    ");
-	print_holder(json_object_get(res, "holder"));
-	printf("\ntotals    %" JSON_INTEGER_FORMAT " grants; hold %" JSON_INTEGER_FORMAT
+	if (permits) {
+		print_permits(res);
+	} else {
+		printf("holder    ");
+		print_holder(json_object_get(res, "holder"));
+		putchar('\n');
+	}
+	printf("totals    %" JSON_INTEGER_FORMAT " grants; hold %" JSON_INTEGER_FORMAT
 	       "ms total, %" JSON_INTEGER_FORMAT "ms max; wait %" JSON_INTEGER_FORMAT
 	       "ms total, %" JSON_INTEGER_FORMAT "ms max\n",
 	       jint(totals, "grants", 0), jint(totals, "total_hold_ms", 0),
@@ -598,9 +685,11 @@ static void print_resource(const json_t *res)
 	json_array_foreach(waiters, i, w)
 	{
 		printf("  %3" JSON_INTEGER_FORMAT "  %s (workflow %s, step %" JSON_INTEGER_FORMAT
-		       ", since %s)\n",
+		       ", since %s)%s\n",
 		       jint(w, "position", 0), jstr(w, "worker", "?"), jstr(w, "workflow_id", "?"),
-		       jint(w, "step", 0), jstr(w, "waiting_since", "-"));
+		       jint(w, "step", 0), jstr(w, "waiting_since", "-"),
+		       permits && json_is_true(json_object_get(w, "exclusive")) ? ", exclusive"
+										: "");
 	}
 }
 

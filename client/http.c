@@ -211,7 +211,8 @@ static void prepare(http *h)
 	curl_easy_setopt(h->curl, CURLOPT_USERAGENT, "baton/" BATON_CLIENT_VERSION);
 }
 
-/* One request of the client: JSON both ways; only a POST carries `payload` (NULL: empty). */
+/* One request of the client: JSON both ways; only a POST or a PUT carries `payload` (NULL:
+ * empty). */
 static curl_req request_of(const http *h, const char *method, const char *url, const char *payload)
 {
 	curl_req req = {.method = method,
@@ -219,7 +220,7 @@ static curl_req request_of(const http *h, const char *method, const char *url, c
 			.headers = h->get_headers,
 			.connect_timeout_ms = CONNECT_TIMEOUT_MS,
 			.timeout_ms = h->timeout_ms > 0 ? h->timeout_ms : REQUEST_TIMEOUT_MS};
-	if (strcmp(method, "POST") == 0) {
+	if (strcmp(method, "POST") == 0 || strcmp(method, "PUT") == 0) {
 		req.body = payload ? payload : "";
 		req.body_len = payload ? strlen(payload) : 0;
 		req.headers = payload ? h->post_headers : h->empty_headers;

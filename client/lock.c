@@ -1,9 +1,12 @@
 /*
- * lock.c - `baton lock RESOURCE [--ttl 15s] [--wait 60s] [--holder NAME] -- COMMAND ...`:
- * runs a command while holding a lease on RESOURCE (POST /resources/{name}/leases).
+ * lock.c - `baton lock [--exclusive] RESOURCE [--ttl 15s] [--wait 60s] [--holder NAME] --
+ * COMMAND ...`: runs a command while holding a lease on RESOURCE (POST
+ * /resources/{name}/leases): one of the resource's permits, or all of them with
+ * --exclusive (the request says "exclusive": true).
  *
  * Design. The command runs in its own process group, with BATON_FENCING_TOKEN,
- * BATON_LEASE_ID and BATON_RESOURCE in its environment; every signal this process sends
+ * BATON_LEASE_ID, BATON_RESOURCE and BATON_SLOT (the permit's slot, 0 to limit - 1; empty
+ * for an exclusive lease, which has none) in its environment; every signal this process sends
  * goes to the whole group (killing only `sh -c` would leave its children running). This
  * process renews the lease every third of the ttl and decides that the lease is lost by
  * its own monotonic clock, which counts the lease from when each request was *sent*: the
@@ -130,6 +133,7 @@ static void on_signal(int sig)
 
 struct lock_opts {
 	const char *resource, *holder;
+	int exclusive; /* --exclusive: all of the resource's permits */
 	long long ttl_ms, wait_ms;
 	char **command;
 	char holder_buf[128];
@@ -158,7 +162,9 @@ static int parse_args(int argc, char **argv, struct lock_opts *o)
 			return EXIT_OK;
 		}
 		int ttl = strcmp(a, "--ttl") == 0, wait = strcmp(a, "--wait") == 0;
-		if (ttl || wait || strcmp(a, "--holder") == 0) {
+		if (strcmp(a, "--exclusive") == 0) {
+			o->exclusive = 1;
+		} else if (ttl || wait || strcmp(a, "--holder") == 0) {
 			if (i + 1 >= argc)
 				return usage_error("lock: %s needs a value", a);
 			const char *v = argv[++i];
@@ -200,6 +206,8 @@ static int parse_args(int argc, char **argv, struct lock_opts *o)
 struct lease {
 	char id[160];
 	long long token, ttl_ms;
+	long long slot; /* the permit's slot; -1 for an exclusive lease (null) */
+	int exclusive;
 	long long sent_at; /* monotonic ms: the send of the acquire that was granted */
 	/* By baton lock's clock: when the lease may be lost, and the next renewal is due. */
 	long long deadline, next_renew;
@@ -246,6 +254,8 @@ static int attempt_start(struct attempt *a, const struct lock_opts *o, const cha
 {
 	a->body = json_pack("{s:s, s:I, s:I, s:s}", "holder", o->holder, "ttl_ms",
 			    (json_int_t)o->ttl_ms, "wait_ms", (json_int_t)wait, "request_id", rid);
+	if (a->body && o->exclusive) /* only then: a server without permits knows no such key */
+		json_object_set_new(a->body, "exclusive", json_true());
 	a->wait = wait;
 	a->done = 0;
 	a->rc = EXIT_FAILED;
@@ -300,6 +310,8 @@ static enum answer answer_of(const struct lock_opts *o, struct attempt *a, struc
 		snprintf(l->id, sizeof l->id, "%s", jstr(a->r.body, "id", ""));
 		l->token = jint(a->r.body, "fencing_token", 0);
 		l->ttl_ms = jint(a->r.body, "ttl_ms", o->ttl_ms);
+		l->slot = jint(a->r.body, "slot", -1);
+		l->exclusive = json_is_true(json_object_get(a->r.body, "exclusive"));
 		l->sent_at = a->sent_at;
 	}
 	const char *why = jstr(a->r.body, "detail", "not granted");
@@ -424,8 +436,10 @@ static int release(struct cli *cli, const struct lease *l)
 
 static pid_t start_command(const struct lock_opts *o, const struct lease *l)
 {
-	char token[32];
+	char token[32], slot[32] = "";
 	snprintf(token, sizeof token, "%lld", l->token);
+	if (l->slot >= 0)
+		snprintf(slot, sizeof slot, "%lld", l->slot);
 	fflush(stdout);
 	fflush(stderr);
 	pid_t pid = fork();
@@ -438,6 +452,7 @@ static pid_t start_command(const struct lock_opts *o, const struct lease *l)
 		setenv("BATON_FENCING_TOKEN", token, 1);
 		setenv("BATON_LEASE_ID", l->id, 1);
 		setenv("BATON_RESOURCE", o->resource, 1);
+		setenv("BATON_SLOT", slot, 1);
 		execvp(o->command[0], o->command);
 		fprintf(stderr, "baton: lock: cannot run %s: %s\n", o->command[0], strerror(errno));
 		_exit(127);
@@ -679,6 +694,13 @@ int cmd_lock(struct cli *cli, int argc, char **argv)
 	rc = acquire(cli, &o, &l);
 	if (rc)
 		return rc;
+	if (o.exclusive && !l.exclusive) { /* the command would not run alone: never run it */
+		release(cli, &l);
+		fprintf(stderr,
+			"baton: lock: %s: the server granted a lease that is not exclusive\n",
+			o.resource);
+		return EXIT_FAILED;
+	}
 	/* The server counted the ttl from the grant, after the acquire was sent. A grant
 	 * whose answer took a third of the ttl or more is renewed before the command runs. */
 	count_from(&l, l.sent_at);

@@ -24,7 +24,7 @@ static const struct command {
     {"cancel", cmd_cancel}, {"events", cmd_events}, {"resources", cmd_resources},
     {"demo", cmd_demo},	    {"watch", cmd_watch},   {"health", cmd_health},
     {"delete", cmd_delete}, {"backup", cmd_backup}, {"lock", cmd_lock},
-    {"worker", cmd_worker},
+    {"worker", cmd_worker}, {"limit", cmd_limit},
 };
 
 void usage(FILE *out)
@@ -47,22 +47,29 @@ void usage(FILE *out)
 	      "  watch ID            follow a workflow live: one line per event, and on a\n"
 	      "                      terminal a progress bar (with --json: events as JSON\n"
 	      "                      lines); reconnects if the connection drops\n"
-	      "  resources [NAME]    list the resources, or show one with its queue\n"
+	      "  resources [NAME]    list the resources, or show one with its queue (and,\n"
+	      "                      when its limit is over 1, its permits and holders)\n"
+	      "  limit NAME [N]      show the resource's limit, how many permits it has (1, the\n"
+	      "                      default: a mutex); with N (1 to 10000) set it first\n"
 	      "  demo [--crash]      run the distributed-mutex demo and follow it live\n"
 	      "                      (with --json: each event as one line of JSON)\n"
 	      "  health              exit 0 when batond answers /healthz (for HEALTHCHECK)\n"
 	      "  backup FILE         write a consistent copy of batond's SQLite database to\n"
 	      "                      FILE, taken while it runs (start batond on it to restore)\n"
-	      "  lock RESOURCE [--ttl 15s] [--wait 60s] [--holder NAME] -- COMMAND [ARGS...]\n"
-	      "                      run COMMAND while holding a lease on RESOURCE, with\n"
-	      "                      BATON_FENCING_TOKEN, BATON_LEASE_ID and BATON_RESOURCE in\n"
-	      "                      its environment; renews it every ttl/3; stops COMMAND's\n"
-	      "                      process group (TERM, then KILL) if the lease is lost;\n"
-	      "                      a background child COMMAND leaves behind keeps the lease\n"
-	      "                      (renewed) until it ends too: lock waits for the whole\n"
-	      "                      group before it releases the lease and exits; on a\n"
-	      "                      terminal COMMAND is its foreground job (Ctrl-C, Ctrl-Z\n"
-	      "                      and fg act on it; the lease is renewed while stopped)\n"
+	      "  lock [--exclusive] RESOURCE [--ttl 15s] [--wait 60s] [--holder NAME]\n"
+	      "       -- COMMAND [ARGS...]\n"
+	      "                      run COMMAND while holding a lease on RESOURCE (one of its\n"
+	      "                      permits; --exclusive: all of them, so COMMAND runs alone),\n"
+	      "                      with BATON_FENCING_TOKEN, BATON_LEASE_ID, BATON_RESOURCE\n"
+	      "                      and BATON_SLOT (the permit's slot, 0 to limit-1; empty with\n"
+	      "                      --exclusive) in its environment; renews it every ttl/3;\n"
+	      "                      stops COMMAND's process group (TERM, then KILL) if the\n"
+	      "                      lease is lost; a background child COMMAND leaves behind\n"
+	      "                      keeps the lease (renewed) until it ends too: lock waits\n"
+	      "                      for the whole group before it releases the lease and\n"
+	      "                      exits; on a terminal COMMAND is its foreground job\n"
+	      "                      (Ctrl-C, Ctrl-Z and fg act on it; the lease is renewed\n"
+	      "                      while stopped)\n"
 	      "                      (durations: 500ms, 15s, 2m, 1h; --ttl 1s to 24h, --wait\n"
 	      "                      at most 168h; a --wait over 300s keeps its place in the\n"
 	      "                      queue from one request to the next)\n"

@@ -3,7 +3,8 @@
  * as a real process against a real batond (or the stub of stub.h, for what a lone batond
  * on SQLite never answers): errors as JSON with --json (test_json_errors_on_stderr), answers on one
  * line (test_json_answers_are_one_line), the columns of `list` with lease ids
- * (test_list_columns_fit_lease_ids), the mode of a backup (test_backup_is_0600).
+ * (test_list_columns_fit_lease_ids), the mode of a backup (test_backup_is_0600), a
+ * resource's permits (test_limit_shows_and_sets, test_lock_exclusive_runs_alone).
  *
  * The client binary comes from $BATON_CLIENT (harness/client.h).
  */
@@ -251,6 +252,212 @@ static void test_get_and_resources_show_the_node(void **state)
 	client_free(p);
 }
 
+/* ---- permits ------------------------------------------------------------------------ */
+
+/* The limit `baton limit NAME` prints, asserting exit 0 and one line. */
+static long long limit_of(const char *url, const char *name)
+{
+	client_proc *p = client_expect_exit(0, url, (const char *const[]){"limit", name, NULL});
+	long long n = -1;
+	char end = 0;
+	if (sscanf(p->o.p, "%lld%c", &n, &end) != 2 || end != '\n' || strchr(p->o.p, '\n')[1])
+		fail_msg("not one number on one line:\n%s", p->o.p);
+	client_free(p);
+	return n;
+}
+
+/* `baton limit NAME N` sets the limit and prints it, `baton limit NAME` prints it, --json
+ * prints the resource; a limit the server refuses (400) is exit 1 and changes nothing; N
+ * that is not a number is a usage error, and nothing is sent. */
+static void test_limit_shows_and_sets(void **state)
+{
+	hs_server *s = *state;
+	const char *url = client_url_of(s);
+	client_proc *p;
+
+	p = client_expect_exit(0, url, (const char *const[]){"limit", "gw", "3", NULL});
+	assert_string_equal(p->o.p, "3\n");
+	client_free(p);
+	assert_int_equal(limit_of(url, "gw"), 3);
+	json_t *res = hs_get_json(s, "/resources/gw", 200);
+	assert_int_equal(hs_int(res, "limit"), 3);
+	json_decref(res);
+
+	p = client_expect_exit(0, url, (const char *const[]){"--json", "limit", "gw", NULL});
+	json_t *doc = one_json_line(p->o.p);
+	assert_string_equal(hs_str(doc, "name"), "gw");
+	assert_int_equal(hs_int(doc, "limit"), 3);
+	assert_int_equal(hs_int(doc, "permits_in_use"), 0);
+	json_decref(doc);
+	client_free(p);
+
+	const char *const refused[] = {"0", "10001"};
+	for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+		p = client_expect_exit(1, url,
+				       (const char *const[]){"limit", "gw", refused[i], NULL});
+		assert_string_equal(p->o.p, "");
+		assert_non_null(strstr(p->e.p, "HTTP 400"));
+		client_free(p);
+	}
+	const char *const bad[][4] = {{"limit", "gw", "2x", NULL},
+				      {"limit", "gw", "", NULL},
+				      {"limit", NULL, NULL, NULL},
+				      {"limit", "gw", "3", "4"}};
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+		const char *const args[] = {bad[i][0], bad[i][1], bad[i][2], bad[i][3], NULL};
+		client_free(client_expect_exit(2, url, args));
+	}
+	assert_int_equal(limit_of(url, "gw"), 3);
+
+	p = client_expect_exit(0, url, (const char *const[]){"limit", "gw", "1", NULL});
+	assert_string_equal(p->o.p, "1\n");
+	client_free(p);
+	assert_int_equal(limit_of(url, "gw"), 1);
+}
+
+/* POSTs a lease request for `holder` on gw (wait_ms 0: granted only at once) and asserts
+ * the status; returns the answer (new reference). */
+static json_t *lease_on_gw(hs_server *s, const char *holder, long status)
+{
+	char body[160];
+	hs_response r;
+	snprintf(body, sizeof body, "{\"holder\": \"%s\", \"ttl_ms\": 60000}", holder);
+	assert_int_equal(hs_post(s, "/resources/gw/leases", body, &r), 0);
+	if (r.status != status)
+		fail_msg("lease for %s: HTTP %ld, not %ld: %s", holder, r.status, status,
+			 r.body ? r.body : "");
+	json_t *out = json_incref(r.json);
+	hs_response_fini(&r);
+	return out;
+}
+
+static void release_lease(hs_server *s, const json_t *lease)
+{
+	char path[256];
+	hs_response r;
+	snprintf(path, sizeof path, "/leases/%s", hs_str(lease, "id"));
+	assert_int_equal(hs_send(s, &(hs_request){.method = "DELETE", .path = path}, &r), 0);
+	assert_int_equal(r.status, 204);
+	hs_response_fini(&r);
+}
+
+/* Whether gw's queue holds one waiter, an exclusive one. */
+static bool exclusive_waits(void *arg)
+{
+	hs_response r;
+	bool yes = false;
+	if (hs_get(arg, "/resources/gw", &r) == 0 && r.status == 200) {
+		const json_t *w = json_object_get(r.json, "waiters");
+		yes = json_array_size(w) == 1 &&
+		      json_is_true(json_object_get(json_array_get(w, 0), "exclusive"));
+	}
+	hs_response_fini(&r);
+	return yes;
+}
+
+/* Runs `baton resources [NAME]` and returns its output (free it). */
+static char *resources_text(const char *url, const char *name)
+{
+	client_proc *p = client_expect_exit(0, url, (const char *const[]){"resources", name, NULL});
+	char *text = strdup(p->o.p);
+	client_free(p);
+	assert_non_null(text);
+	return text;
+}
+
+/* On a resource of 3 permits, `baton lock` gives its command slot 0 in BATON_SLOT;
+ * `baton lock --exclusive` waits while plain leases hold, is not overtaken by a later
+ * request, runs alone (all 3 permits in use, nobody else granted) with BATON_SLOT set and
+ * empty, and the resource is free again after it. `baton resources` shows the permits
+ * and every holder. */
+static void test_lock_exclusive_runs_alone(void **state)
+{
+	hs_server *s = *state;
+	const char *url = client_url_of(s);
+	client_free(client_expect_exit(0, url, (const char *const[]){"limit", "gw", "3", NULL}));
+
+	client_proc *p = client_expect_exit(
+	    0, url,
+	    (const char *const[]){"lock", "gw", "--", "sh", "-c",
+				  "echo \"slot=[${BATON_SLOT-unset}] token=$BATON_FENCING_TOKEN\"",
+				  NULL});
+	assert_string_equal(p->o.p, "slot=[0] token=1\n");
+	client_free(p);
+
+	json_t *a = lease_on_gw(s, "holder-a", 201), *b = lease_on_gw(s, "holder-b", 201);
+	assert_int_equal(hs_int(a, "slot"), 0);
+	assert_int_equal(hs_int(b, "slot"), 1);
+	char *text = resources_text(url, "gw");
+	assert_non_null(strstr(text, "\nlimit     3 permits, 2 in use\n"));
+	assert_non_null(strstr(text, "\nholders   2\n  slot 0     holder-a (workflow lease-"));
+	assert_non_null(strstr(text, ")\n  slot 1     holder-b (workflow lease-"));
+	free(text);
+	text = resources_text(url, NULL);
+	assert_column(text, "PERMITS");
+	assert_non_null(strstr(text, " 2/3 "));
+	assert_non_null(strstr(text, "holder-a (workflow lease-"));
+	assert_non_null(strstr(text, ") and 1 more\n"));
+	free(text);
+
+	char dir[] = "/tmp/baton-cli-XXXXXX", go[64], script[256];
+	assert_non_null(mkdtemp(dir));
+	snprintf(go, sizeof go, "%s/go", dir);
+	snprintf(script, sizeof script,
+		 "echo \"slot=[${BATON_SLOT-unset}]\"; while [ ! -e %s ]; do sleep 0.05; done;"
+		 " echo done",
+		 go);
+	p = client_spawn((const char *const[]){"lock", "--exclusive", "gw", "--wait", "60s",
+					       "--holder", "alone", "--", "sh", "-c", script, NULL},
+			 url, false);
+	assert_true(hs_wait_until(exclusive_waits, s, 30000));
+	/* Permits are free, but the exclusive request is first in the queue: no barging. */
+	json_decref(lease_on_gw(s, "late", 409));
+	text = resources_text(url, "gw");
+	assert_non_null(strstr(text, "alone (workflow lease-"));
+	assert_non_null(strstr(text, ", exclusive\n"));
+	free(text);
+	release_lease(s, a);
+	assert_true(exclusive_waits(s));
+	client_pump(p, 0);
+	assert_null(strstr(p->o.p, "slot="));
+	release_lease(s, b);
+
+	client_read_until(p, "slot=[]\n");
+	json_t *res = hs_get_json(s, "/resources/gw", 200);
+	const json_t *holders = json_object_get(res, "holders");
+	assert_int_equal(hs_int(res, "permits_in_use"), 3);
+	assert_int_equal(json_array_size(holders), 1);
+	assert_true(json_is_true(json_object_get(json_array_get(holders, 0), "exclusive")));
+	assert_true(json_is_null(json_object_get(json_array_get(holders, 0), "slot")));
+	json_decref(res);
+	json_decref(lease_on_gw(s, "during", 409));
+	text = resources_text(url, "gw");
+	assert_non_null(strstr(text, "\nlimit     3 permits, 3 in use\n"));
+	assert_non_null(strstr(text, "\nholders   1\n  exclusive  alone (workflow lease-"));
+	free(text);
+	text = resources_text(url, NULL);
+	assert_non_null(strstr(text, " 3/3 "));
+	assert_non_null(strstr(text, "alone (workflow lease-"));
+	assert_null(strstr(text, " more"));
+	free(text);
+
+	FILE *f = fopen(go, "w");
+	assert_non_null(f);
+	fclose(f);
+	assert_int_equal(client_finish(p), 0);
+	assert_non_null(strstr(p->o.p, "slot=[]\ndone\n"));
+	client_free(p);
+	unlink(go);
+	rmdir(dir);
+
+	json_t *after = lease_on_gw(s, "after", 201);
+	assert_int_equal(hs_int(after, "slot"), 0);
+	release_lease(s, after);
+	json_decref(after);
+	json_decref(a);
+	json_decref(b);
+}
+
 /* ---- backup --------------------------------------------------------------------------- */
 
 static mode_t mode_of(const char *path)
@@ -299,6 +506,8 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_get_and_resources_show_the_node, hs_setup,
 					    teardown),
 	    cmocka_unit_test_setup_teardown(test_events_lines_are_watch_lines, hs_setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_limit_shows_and_sets, hs_setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_lock_exclusive_runs_alone, hs_setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
