@@ -20,6 +20,22 @@
  * seeded order; LOCKFAULTS_ROUNDS=N (make torture) strikes N faults chosen at random.
  * Checks: no two runs overlap; fencing tokens strictly increase in the order the runs
  * started; the lock stays live (a command completes after the last fault).
+ *
+ * Permits: a second resource, of PLIMIT permits (set with PUT through a node at the start),
+ * on the partition of the first, so that every fault that strikes the one's driver strikes
+ * the other's. PCLIENTS more client threads run `baton lock` on it, one command in four
+ * with --exclusive, under the same faults; their commands stamp as the others do, and also
+ * write their lease, BATON_SLOT and whether they asked for all permits. Checks of the runs:
+ * never more than PLIMIT at once; an exclusive run overlaps no other run; runs at once have
+ * different slots; tokens strictly increase in run order wherever the grants were ordered
+ * (the runs of one slot; every run against an exclusive one), while runs granted side by
+ * side may start in either order; every run's lease, token, slot and exclusiveness are those
+ * of a grant in the resource's history. Checks of that history (GET
+ * /resources/{name}/events, in seq order): tokens strictly increase in grant order; no
+ * grant exceeds the permits (an exclusive one only to nobody else), and each plain grant
+ * takes the lowest free slot; no waiter is overtaken: a request is granted only when every
+ * request queued before it has been granted or has left the queue (workflow_cancelled).
+ * And the permits stay live: one of their commands completes after the last fault too.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -55,6 +71,10 @@
 #define WORKERS	    2
 #define TASKS	    12	  /* workflows of one external step each */
 #define WORKER_CAP  15000 /* a baton worker --once still waiting then is stopped */
+#define PLIMIT	    3	  /* the permits of the second resource */
+#define PCLIENTS    4	  /* its clients: one more than its permits, so that they queue */
+#define MAX_HOLDERS 64	  /* a history that shows more holders at once has failed already */
+#define ALL_CLIENTS (CLIENTS + WORKERS + PCLIENTS)
 
 enum fault { F_CUT, F_PAUSE, F_KILL, F_PG_RESTART, F_CLOCK, F_KINDS };
 static const char *const fault_name[F_KINDS] = {"cut off the database", "paused",
@@ -65,6 +85,21 @@ static const char stamper[] =
     "import os, sys, time\n"
     "f = open(sys.argv[1], 'w')\n"
     "f.write('token %s\\n' % os.environ.get('BATON_FENCING_TOKEN', '0'))\n"
+    "end = time.monotonic() + int(sys.argv[2]) / 1000.0\n"
+    "while True:\n"
+    "    f.write('%d\\n' % time.monotonic_ns())\n"
+    "    f.flush()\n"
+    "    if time.monotonic() >= end:\n"
+    "        break\n"
+    "    time.sleep(0.01)\n";
+
+/* The permits' command: the stamper's, with its lease, slot and kind on the first line. */
+static const char permit_stamper[] =
+    "import os, sys, time\n"
+    "f = open(sys.argv[1], 'w')\n"
+    "f.write('token %s slot %s %s %s\\n' % (os.environ.get('BATON_FENCING_TOKEN', '0'),"
+    " os.environ.get('BATON_SLOT', 'unset') or '-', sys.argv[3],"
+    " os.environ.get('BATON_LEASE_ID', '-')))\n"
     "end = time.monotonic() + int(sys.argv[2]) / 1000.0\n"
     "while True:\n"
     "    f.write('%d\\n' % time.monotonic_ns())\n"
@@ -90,13 +125,17 @@ static const char task_stamper[] =
 typedef struct suite {
 	cluster cl;
 	char dir[PATH_MAX];
-	pthread_t clients[CLIENTS + WORKERS];
+	pthread_t clients[ALL_CLIENTS];
 	int started;
 	atomic_int stop;
 	atomic_int runs;		       /* commands started (files named run-N) */
 	atomic_int completed;		       /* commands that exited 0 */
 	atomic_int exits[256];		       /* how commands exited */
-	pid_t child[CLIENTS + WORKERS];	       /* each client's running baton, 0 for none */
+	atomic_int pruns;		       /* the permits' commands started (prun-N) */
+	atomic_int pcompleted;		       /* ... that exited 0 */
+	atomic_int pexits[256];		       /* ... how they exited */
+	char presource[32];		       /* the permits' resource: RESOURCE's partition */
+	pid_t child[ALL_CLIENTS];	       /* each client's running baton, 0 for none */
 	char clock_file[NODES][PATH_MAX + 16]; /* each node's libfaketime offset */
 	int offset[NODES];		       /* its wall clock's step so far, in s */
 	pthread_mutex_t mu; /* guards child[] and the cluster's node pointers' use */
@@ -134,6 +173,41 @@ static int owner(suite *t)
 	return who >= 0 && who < NODES ? who : -1;
 }
 
+/* Runs the client with args (argv[1]...; NULL-terminated) as client `me`'s child, killed
+ * after COMMAND_CAP; returns its exit code (128 + signal), or -1 when it could not fork. */
+static int run_client(suite *t, int me, const char *const *args)
+{
+	pid_t pid = fork();
+	if (pid == 0) {
+		hs_faketime_env(0); /* batond's alone */
+		const char *bin = getenv("BATON_CLIENT");
+		const char *argv[24] = {bin};
+		for (int i = 0; args[i] && i < 22; i++)
+			argv[i + 1] = args[i];
+		execv(bin, (char *const *)argv);
+		_exit(127);
+	}
+	if (pid < 0)
+		return -1;
+	pthread_mutex_lock(&t->mu);
+	t->child[me] = pid;
+	pthread_mutex_unlock(&t->mu);
+	int status = 0;
+	int64_t deadline = mono() + COMMAND_CAP;
+	while (waitpid(pid, &status, WNOHANG) == 0) {
+		if (mono() > deadline) {
+			kill(pid, SIGKILL);
+			waitpid(pid, &status, 0);
+			break;
+		}
+		hs_pause_ms(20);
+	}
+	pthread_mutex_lock(&t->mu);
+	t->child[me] = 0;
+	pthread_mutex_unlock(&t->mu);
+	return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
 static void *client_main(void *arg)
 {
 	suite *t = the;
@@ -153,37 +227,56 @@ static void *client_main(void *arg)
 		snprintf(file, sizeof file, "%s/run-%d", t->dir, n);
 		snprintf(ms, sizeof ms, "%u", 50 + rand_r(&rnd) % 1450);
 		snprintf(holder, sizeof holder, "client-%d", me);
-		pid_t pid = fork();
-		if (pid == 0) {
-			hs_faketime_env(0); /* batond's alone */
-			const char *bin = getenv("BATON_CLIENT");
-			execl(bin, bin, "--server", url, "lock", RESOURCE, "--ttl", "6s", "--wait",
-			      "20s", "--holder", holder, "--", "python3", "-c", stamper, file, ms,
-			      (char *)NULL);
-			_exit(127);
-		}
-		if (pid < 0)
+		int code = run_client(t, me,
+				      (const char *const[]){"--server", url, "lock", RESOURCE,
+							    "--ttl", "6s", "--wait", "20s",
+							    "--holder", holder, "--", "python3",
+							    "-c", stamper, file, ms, NULL});
+		if (code < 0)
 			break;
-		pthread_mutex_lock(&t->mu);
-		t->child[me] = pid;
-		pthread_mutex_unlock(&t->mu);
-		int status = 0;
-		int64_t deadline = mono() + COMMAND_CAP;
-		while (waitpid(pid, &status, WNOHANG) == 0) {
-			if (mono() > deadline) {
-				kill(pid, SIGKILL);
-				waitpid(pid, &status, 0);
-				break;
-			}
-			hs_pause_ms(20);
-		}
-		pthread_mutex_lock(&t->mu);
-		t->child[me] = 0;
-		pthread_mutex_unlock(&t->mu);
-		int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 		atomic_fetch_add(&t->exits[code & 255], 1);
 		if (code == 0)
 			atomic_fetch_add(&t->completed, 1);
+	}
+	return NULL;
+}
+
+/* A client of the permits: `baton lock` on t->presource again and again, naming every
+ * node; one command in four asks for all the permits (--exclusive). */
+static void *pclient_main(void *arg)
+{
+	suite *t = the;
+	int me = (int)(intptr_t)arg;
+	unsigned rnd = t->seed * 37u + (unsigned)me;
+	for (int round = 0; !atomic_load(&t->stop); round++) {
+		char url[3 * 32];
+		server_list(t, me + round, url, sizeof url);
+		if (!url[0]) {
+			hs_pause_ms(100);
+			continue;
+		}
+		int n = atomic_fetch_add(&t->pruns, 1);
+		if (n >= MAX_RUNS)
+			break;
+		int excl = rand_r(&rnd) % 4 == 0;
+		char file[PATH_MAX + 32], ms[16], holder[24];
+		snprintf(file, sizeof file, "%s/prun-%d", t->dir, n);
+		snprintf(ms, sizeof ms, "%u", 50 + rand_r(&rnd) % (excl ? 450 : 1450));
+		snprintf(holder, sizeof holder, "pclient-%d", me - CLIENTS - WORKERS);
+		const char *plain[] = {"--server", url,	      "lock", t->presource,   "--ttl",
+				       "6s",	   "--wait",  "20s",  "--holder",     holder,
+				       "--",	   "python3", "-c",   permit_stamper, file,
+				       ms,	   "plain",   NULL};
+		const char *all[] = {"--server", url,  "lock",	    "--exclusive", t->presource,
+				     "--ttl",	 "6s", "--wait",    "20s",	   "--holder",
+				     holder,	 "--", "python3",   "-c",	   permit_stamper,
+				     file,	 ms,   "exclusive", NULL};
+		int code = run_client(t, me, excl ? all : plain);
+		if (code < 0)
+			break;
+		atomic_fetch_add(&t->pexits[code & 255], 1);
+		if (code == 0)
+			atomic_fetch_add(&t->pcompleted, 1);
 	}
 	return NULL;
 }
@@ -259,7 +352,7 @@ static int teardown(void **state)
 	suite *t = *state;
 	atomic_store(&t->stop, 1);
 	pthread_mutex_lock(&t->mu);
-	for (int i = 0; i < CLIENTS + WORKERS; i++)
+	for (int i = 0; i < ALL_CLIENTS; i++)
 		if (t->child[i] > 0)
 			kill(t->child[i], SIGTERM);
 	pthread_mutex_unlock(&t->mu);
@@ -402,6 +495,397 @@ static void check_runs(suite *t)
 	for (int c = 0; c < 256; c++)
 		if (atomic_load(&t->exits[c]))
 			print_message(" %d x%d", c, atomic_load(&t->exits[c]));
+	print_message("\n");
+}
+
+/* ---- the permits ---------------------------------------------------------------------- */
+
+/* A name for the permits' resource on RESOURCE's partition: the same node drives both, so
+ * the faults aimed at RESOURCE's driver strike both. */
+static void pick_presource(suite *t)
+{
+	for (int k = 0;; k++) {
+		snprintf(t->presource, sizeof t->presource, "lockfaults-p%d", k);
+		if (cl_part_of(t->presource) == cl_part_of(RESOURCE))
+			return;
+	}
+}
+
+/* One request through the first live node that answers, starting at node `first`; the
+ * status (0: none answered), *out the JSON body (new reference) when out is not NULL. */
+static long through_any(suite *t, int first, const hs_request *req, json_t **out)
+{
+	long st = 0;
+	if (out)
+		*out = NULL;
+	pthread_mutex_lock(&t->mu);
+	for (int k = 0; k < NODES && (st == 0 || st == 503); k++) {
+		hs_server *s = t->cl.node[(first + k) % NODES];
+		hs_response r;
+		if (!s || !hs_running(s))
+			continue;
+		if (hs_send(s, req, &r) == 0) {
+			st = r.status;
+			if (out) {
+				json_decref(*out);
+				*out = json_incref(r.json);
+			}
+		}
+		hs_response_fini(&r);
+	}
+	pthread_mutex_unlock(&t->mu);
+	return st;
+}
+
+/* PUT /resources/{presource} {"limit": PLIMIT} through a node chosen by the seed (the node
+ * that drives it, or one that passes it on). */
+static void set_permits(suite *t)
+{
+	char path[64], body[32];
+	snprintf(path, sizeof path, "/resources/%s", t->presource);
+	snprintf(body, sizeof body, "{\"limit\": %d}", PLIMIT);
+	hs_request req = {.method = "PUT",
+			  .path = path,
+			  .content_type = "application/json",
+			  .body = body,
+			  .body_len = strlen(body)};
+	long st = 0;
+	json_t *res = NULL;
+	for (int64_t end = mono() + 60000; st != 200 && mono() < end;) {
+		json_decref(res);
+		st = through_any(t, (int)(t->seed % NODES), &req, &res);
+		if (st != 200)
+			hs_pause_ms(200);
+	}
+	if (st != 200)
+		fail_msg("PUT %s %s: HTTP %ld (seed %u)", path, body, st, t->seed);
+	assert_int_equal(hs_int(res, "limit"), PLIMIT);
+	json_decref(res);
+	print_message("lockfaults: %s has %d permits\n", t->presource, PLIMIT);
+}
+
+typedef struct prun {
+	long long token, slot; /* slot -1: BATON_SLOT was empty */
+	int excl;	       /* the command asked for all the permits */
+	char lease[128];
+	long long first, last; /* ns, CLOCK_MONOTONIC */
+	int n;
+} prun;
+
+static int by_pfirst(const void *a, const void *b)
+{
+	const prun *x = a, *y = b;
+	return (x->first > y->first) - (x->first < y->first);
+}
+
+/* Reads the first line of a permit run ("token T slot S|- exclusive|plain LEASE"). */
+static void read_prun_head(const suite *t, int i, const char *line, prun *r)
+{
+	char slot[32], kind[16];
+	if (sscanf(line, "token %lld slot %31s %15s %127s", &r->token, slot, kind, r->lease) != 4)
+		fail_msg("prun-%d: a first line of another shape: %s (seed %u)", i, line, t->seed);
+	r->excl = strcmp(kind, "exclusive") == 0;
+	r->slot = -1;
+	if (strcmp(slot, "-") != 0) {
+		char *end;
+		r->slot = strtoll(slot, &end, 10);
+		if (end == slot || *end || r->slot < 0)
+			fail_msg("prun-%d: BATON_SLOT \"%s\" (seed %u)", i, slot, t->seed);
+	}
+	if (r->excl ? r->slot != -1 : r->slot >= PLIMIT || r->slot < 0)
+		fail_msg("prun-%d: token %lld, %s, ran with BATON_SLOT \"%s\" (seed %u)", i,
+			 r->token, kind, slot, t->seed);
+}
+
+/* Reads every permit run's file; returns how many ran (stamped at least once). */
+static int read_pruns(const suite *t, prun *out)
+{
+	int nr = 0, total = atomic_load(&t->pruns);
+	for (int i = 0; i < total && i < MAX_RUNS; i++) {
+		char file[PATH_MAX + 32], line[256];
+		snprintf(file, sizeof file, "%s/prun-%d", t->dir, i);
+		FILE *f = fopen(file, "r");
+		if (!f)
+			continue; /* never granted, or its command never started */
+		prun r = {0};
+		if (fgets(line, sizeof line, f)) {
+			long long v;
+			read_prun_head(t, i, line, &r);
+			while (fgets(line, sizeof line, f))
+				if (sscanf(line, "%lld", &v) == 1) {
+					if (!r.n++)
+						r.first = v;
+					r.last = v;
+				}
+		}
+		fclose(f);
+		if (r.n)
+			out[nr++] = r;
+	}
+	return nr;
+}
+
+/* Runs at once: never more than PLIMIT, an exclusive one alone, each with its own slot.
+ * Returns the most that ran at once. */
+static int check_overlaps(const suite *t, const prun *runs, int n)
+{
+	int active[PLIMIT + 1], na = 0, most = 0;
+	for (int i = 0; i < n; i++) {
+		const prun *r = &runs[i];
+		int k = 0;
+		for (int j = 0; j < na; j++) /* those still running when r started */
+			if (runs[active[j]].last >= r->first)
+				active[k++] = active[j];
+		na = k;
+		for (int j = 0; j < na; j++) {
+			const prun *o = &runs[active[j]];
+			if (r->excl || o->excl)
+				fail_msg(
+				    "an exclusive run overlaps another: token %lld (%s) ran from"
+				    " %lld, before token %lld (%s) ended at %lld (ns,"
+				    " CLOCK_MONOTONIC; seed %u)",
+				    r->token, r->excl ? "exclusive" : "plain", r->first, o->token,
+				    o->excl ? "exclusive" : "plain", o->last, t->seed);
+			if (r->slot == o->slot)
+				fail_msg("slot %lld ran twice at once: token %lld from %lld, before"
+					 " token %lld ended at %lld (seed %u)",
+					 r->slot, r->token, r->first, o->token, o->last, t->seed);
+		}
+		if (na + 1 > PLIMIT)
+			fail_msg("%d runs at once on %d permits: token %lld started at %lld while"
+				 " token %lld and %d others ran (seed %u)",
+				 na + 1, PLIMIT, r->token, r->first, runs[active[0]].token, na - 1,
+				 t->seed);
+		active[na++] = i;
+		most = na > most ? na : most;
+	}
+	return most;
+}
+
+/*
+ * Tokens against the order the runs started (runs sorted by first stamp). Grants side by
+ * side may start their commands in either order; where the grants were ordered, the runs
+ * are too: a slot is granted again only after its holder left (its run ended), and an
+ * exclusive grant comes after every grant before it ended and before any grant after it.
+ */
+static void check_token_order(const suite *t, const prun *runs, int n)
+{
+	for (int i = 0; i < n; i++)
+		for (int j = i + 1; j < n; j++) { /* runs[i] started before runs[j] */
+			const prun *a = &runs[i], *b = &runs[j];
+			int ordered = a->excl || b->excl || a->slot == b->slot;
+			if (a->token == b->token || (ordered && a->token > b->token))
+				fail_msg(
+				    "token %lld (%s, slot %lld) ran from %lld, after token %lld"
+				    " (%s, slot %lld) from %lld (seed %u)",
+				    b->token, b->excl ? "exclusive" : "plain", b->slot, b->first,
+				    a->token, a->excl ? "exclusive" : "plain", a->slot, a->first,
+				    t->seed);
+		}
+}
+
+/* GET /resources/{presource}/events, page after page, through any live node (new
+ * reference: the events in seq order). */
+static json_t *permit_history(suite *t)
+{
+	json_t *all = json_array();
+	long long after = 0;
+	for (;;) {
+		char path[128];
+		snprintf(path, sizeof path, "/resources/%s/events?after=%lld&limit=10000",
+			 t->presource, after);
+		json_t *page = NULL;
+		long st = 0;
+		for (int64_t end = mono() + 30000; st != 200 && mono() < end;) {
+			json_decref(page);
+			st = through_any(t, 0, &(hs_request){.method = "GET", .path = path}, &page);
+			if (st != 200)
+				hs_pause_ms(200);
+		}
+		if (st != 200)
+			fail_msg("GET %s: HTTP %ld (seed %u)", path, st, t->seed);
+		json_array_extend(all, json_object_get(page, "events"));
+		const json_t *next = json_object_get(page, "next_after");
+		after = json_integer_value(next);
+		int more = json_is_integer(next);
+		json_decref(page);
+		if (!more)
+			return all;
+	}
+}
+
+/* The resource's holders, as its history shows them at one moment. */
+typedef struct holders {
+	struct {
+		const char *id;
+		long long token, slot;
+		int excl;
+	} h[MAX_HOLDERS];
+	int n;
+} holders;
+
+static int holder_at(const holders *hs, const char *id)
+{
+	for (int i = 0; i < hs->n; i++)
+		if (strcmp(hs->h[i].id, id) == 0)
+			return i;
+	return -1;
+}
+
+/* A grant of the history (event ev, seq) to id: within the permits, and a plain one to the
+ * lowest free slot; then id holds. */
+static void grant(const suite *t, holders *hs, const json_t *ev, const char *id)
+{
+	long long seq = hs_int(ev, "seq"), token = hs_int(ev, "fencing_token");
+	const json_t *js = json_object_get(ev, "slot");
+	long long slot = json_is_integer(js) ? json_integer_value(js) : -1;
+	int excl = json_is_true(json_object_get(ev, "exclusive")), plain = 0, alone = -1;
+	unsigned used = 0;
+	for (int i = 0; i < hs->n; i++) {
+		if (hs->h[i].excl)
+			alone = i;
+		else if (plain++, hs->h[i].slot >= 0 && hs->h[i].slot < 32)
+			used |= 1u << hs->h[i].slot;
+	}
+	if ((excl && hs->n) || alone >= 0 || plain >= PLIMIT)
+		fail_msg("event %lld grants %s (token %lld, %s) while %d hold (%d plain%s; token"
+			 " %lld first) (seed %u)",
+			 seq, id, token, excl ? "exclusive" : "plain", hs->n, plain,
+			 alone >= 0 ? ", one exclusive" : "", hs->h[0].token, t->seed);
+	long long lowest = 0;
+	while (used & (1u << lowest))
+		lowest++;
+	if (excl ? slot != -1 : slot != lowest)
+		fail_msg("event %lld grants %s (token %lld, %s) slot %lld; the lowest free is %lld"
+			 " (seed %u)",
+			 seq, id, token, excl ? "exclusive" : "plain", slot, excl ? -1 : lowest,
+			 t->seed);
+	if (hs->n == MAX_HOLDERS)
+		fail_msg("more than %d holders (seed %u)", MAX_HOLDERS, t->seed);
+	hs->h[hs->n].id = id;
+	hs->h[hs->n].token = token;
+	hs->h[hs->n].slot = slot;
+	hs->h[hs->n].excl = excl;
+	hs->n++;
+}
+
+/*
+ * The history in seq order: tokens strictly increase from grant to grant; each grant goes
+ * to the first request still in the queue (nobody overtaken: every request queued before
+ * it was granted or left the queue before), within the permits (grant). Returns what was
+ * granted, by lease id: {"token", "slot", "exclusive"} (new reference).
+ */
+static json_t *check_history(const suite *t, const json_t *events, int *grants)
+{
+	json_t *granted = json_object(), *queue = json_array(); /* [id, seq of its request] */
+	holders hs = {.n = 0};
+	long long last_token = 0;
+	size_t i;
+	const json_t *ev;
+	json_array_foreach(events, i, ev)
+	{
+		const char *type = hs_str(ev, "type"), *id = hs_str(ev, "workflow_id");
+		long long seq = hs_int(ev, "seq");
+		size_t at = SIZE_MAX, k;
+		const json_t *q;
+		json_array_foreach(queue, k, q)
+		{
+			if (at == SIZE_MAX &&
+			    strcmp(json_string_value(json_array_get(q, 0)), id) == 0)
+				at = k;
+		}
+		if (strcmp(type, "lock_requested") == 0) {
+			if (at != SIZE_MAX || holder_at(&hs, id) >= 0)
+				fail_msg("event %lld: %s requested again while %s (seed %u)", seq,
+					 id, at != SIZE_MAX ? "it waited" : "it held", t->seed);
+			json_array_append_new(queue, json_pack("[s, I]", id, (json_int_t)seq));
+		} else if (strcmp(type, "lock_acquired") == 0) {
+			long long token = hs_int(ev, "fencing_token");
+			if (token <= last_token)
+				fail_msg("event %lld grants token %lld after token %lld (seed %u)",
+					 seq, token, last_token, t->seed);
+			last_token = token;
+			if (at == SIZE_MAX)
+				fail_msg("event %lld grants %s, which was not queued (seed %u)",
+					 seq, id, t->seed);
+			if (at > 0) {
+				const json_t *head = json_array_get(queue, 0);
+				fail_msg(
+				    "event %lld grants %s, queued at event %lld, while %s, queued"
+				    " before it at event %lld, still waited (seed %u)",
+				    seq, id,
+				    (long long)json_integer_value(
+					json_array_get(json_array_get(queue, at), 1)),
+				    json_string_value(json_array_get(head, 0)),
+				    (long long)json_integer_value(json_array_get(head, 1)),
+				    t->seed);
+			}
+			json_array_remove(queue, 0);
+			grant(t, &hs, ev, id);
+			json_object_set_new(granted, id,
+					    json_pack("{s:I, s:I, s:b}", "token", (json_int_t)token,
+						      "slot", (json_int_t)hs.h[hs.n - 1].slot,
+						      "exclusive", hs.h[hs.n - 1].excl));
+			(*grants)++;
+		} else { /* lock_released, lease_expired, workflow_cancelled: it holds no more,
+			  * or it left the queue */
+			int h = holder_at(&hs, id);
+			if (h >= 0)
+				hs.h[h] = hs.h[--hs.n];
+			if (at != SIZE_MAX)
+				json_array_remove(queue, at);
+		}
+	}
+	json_decref(queue);
+	return granted;
+}
+
+/* The permits' runs and history (the checks of the file's opening comment). */
+static void check_permits(suite *t)
+{
+	static prun runs[MAX_RUNS];
+	int n = read_pruns(t, runs), grants = 0, excl = 0;
+	qsort(runs, (size_t)n, sizeof *runs, by_pfirst);
+	int most = check_overlaps(t, runs, n);
+	check_token_order(t, runs, n);
+
+	json_t *events = permit_history(t);
+	json_t *granted = check_history(t, events, &grants);
+	for (int i = 0; i < n; i++) {
+		const prun *r = &runs[i];
+		const json_t *g = json_object_get(granted, r->lease);
+		excl += r->excl;
+		if (!g)
+			fail_msg("token %lld ran under lease %s, which the history never granted"
+				 " (seed %u)",
+				 r->token, r->lease, t->seed);
+		if (hs_int(g, "token") != r->token || hs_int(g, "slot") != r->slot ||
+		    json_is_true(json_object_get(g, "exclusive")) != r->excl)
+			fail_msg("%s ran with token %lld, slot %lld, %s; its grant says token %lld,"
+				 " slot %lld, %s (seed %u)",
+				 r->lease, r->token, r->slot, r->excl ? "exclusive" : "plain",
+				 (long long)hs_int(g, "token"), (long long)hs_int(g, "slot"),
+				 json_is_true(json_object_get(g, "exclusive")) ? "exclusive"
+									       : "plain",
+				 t->seed);
+	}
+	json_decref(granted);
+	json_decref(events);
+
+	char path[64];
+	json_t *res = NULL;
+	snprintf(path, sizeof path, "/resources/%s", t->presource);
+	long st = through_any(t, 0, &(hs_request){.method = "GET", .path = path}, &res);
+	if (st != 200 || hs_int(res, "limit") != PLIMIT)
+		fail_msg("GET %s: HTTP %ld, limit %lld after the faults, not %d (seed %u)", path,
+			 st, res ? (long long)hs_int(res, "limit") : -1, PLIMIT, t->seed);
+	json_decref(res);
+	print_message("lockfaults: %s: %d runs checked (%d exclusive), at most %d at once, %d"
+		      " grants in its history, %d commands completed; exits:",
+		      t->presource, n, excl, most, grants, atomic_load(&t->pcompleted));
+	for (int c = 0; c < 256; c++)
+		if (atomic_load(&t->pexits[c]))
+			print_message(" %d x%d", c, atomic_load(&t->pexits[c]));
 	print_message("\n");
 }
 
@@ -583,9 +1067,13 @@ static void test_lock_under_faults(void **state)
 	    cl_open_proxied_env(&t->cl, NODES, LEASE_MS, NULL, "FAKETIME_TIMESTAMP_FILE", files),
 	    0);
 	assert_true(cl_wait_balanced(&t->cl, 0, (1u << NODES) - 1, 60000));
+	pick_presource(t);
+	set_permits(t);
 	the = t;
-	for (int i = 0; i < CLIENTS + WORKERS; i++) {
-		void *(*fn)(void *) = i < CLIENTS ? client_main : worker_main;
+	for (int i = 0; i < ALL_CLIENTS; i++) {
+		void *(*fn)(void *) = i < CLIENTS	      ? client_main
+				      : i < CLIENTS + WORKERS ? worker_main
+							      : pclient_main;
 		assert_int_equal(pthread_create(&t->clients[i], NULL, fn, (void *)(intptr_t)i), 0);
 		t->started++;
 	}
@@ -605,12 +1093,14 @@ static void test_lock_under_faults(void **state)
 		submit_tasks(t, TASKS / F_KINDS + 1);
 		strike(t, f, &rnd);
 	}
-	/* Live: a command completes after the last fault. */
-	int before = atomic_load(&t->completed);
+	/* Live: a command completes after the last fault, on each resource. */
+	int before = atomic_load(&t->completed), pbefore = atomic_load(&t->pcompleted);
 	int64_t deadline = mono() + LIVE_MS;
-	while (atomic_load(&t->completed) <= before && mono() < deadline)
+	while ((atomic_load(&t->completed) <= before || atomic_load(&t->pcompleted) <= pbefore) &&
+	       mono() < deadline)
 		hs_pause_ms(100);
 	int live = atomic_load(&t->completed) > before;
+	int plive = atomic_load(&t->pcompleted) > pbefore;
 	bool tasks_live = hs_wait_until(tasks_ended, t, 2 * LIVE_MS);
 	atomic_store(&t->stop, 1);
 	for (int i = 0; i < t->started; i++)
@@ -618,9 +1108,13 @@ static void test_lock_under_faults(void **state)
 	t->started = 0;
 	check_runs(t);
 	check_tasks(t);
+	check_permits(t);
 	if (!live)
 		fail_msg("no command completed within %d ms after the last fault (seed %u)",
 			 LIVE_MS, t->seed);
+	if (!plive)
+		fail_msg("no command on %s completed within %d ms after the last fault (seed %u)",
+			 t->presource, LIVE_MS, t->seed);
 	if (!tasks_live)
 		fail_msg("the external workers' workflows did not all end within %d ms (seed %u)",
 			 2 * LIVE_MS, t->seed);
