@@ -122,18 +122,19 @@ static const char task_stamper[] =
     "    time.sleep(0.01)\n"
     "print('{}')\n";
 
+/* The `baton lock` commands of one resource: started, exited 0, how each exited. */
+typedef struct tally {
+	atomic_int runs, completed, exits[256];
+} tally;
+
 typedef struct suite {
 	cluster cl;
 	char dir[PATH_MAX];
 	pthread_t clients[ALL_CLIENTS];
 	int started;
 	atomic_int stop;
-	atomic_int runs;		       /* commands started (files named run-N) */
-	atomic_int completed;		       /* commands that exited 0 */
-	atomic_int exits[256];		       /* how commands exited */
-	atomic_int pruns;		       /* the permits' commands started (prun-N) */
-	atomic_int pcompleted;		       /* ... that exited 0 */
-	atomic_int pexits[256];		       /* ... how they exited */
+	tally mutex;			       /* RESOURCE's commands (files named run-N) */
+	tally permits;			       /* the permits' commands (prun-N) */
 	char presource[32];		       /* the permits' resource: RESOURCE's partition */
 	pid_t child[ALL_CLIENTS];	       /* each client's running baton, 0 for none */
 	char clock_file[NODES][PATH_MAX + 16]; /* each node's libfaketime offset */
@@ -208,11 +209,15 @@ static int run_client(suite *t, int me, const char *const *args)
 	return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
-static void *client_main(void *arg)
+/*
+ * A client: `baton lock` on one resource again and again, naming every node in another
+ * order each round. On RESOURCE (permits 0) every command is plain; on the permits'
+ * resource one in four asks for all the permits (--exclusive) and says so to its stamper.
+ */
+static void lock_clients(suite *t, int me, int permits, unsigned rnd)
 {
-	suite *t = the;
-	int me = (int)(intptr_t)arg;
-	unsigned rnd = t->seed * 31u + (unsigned)me;
+	tally *tl = permits ? &t->permits : &t->mutex;
+	const char *resource = permits ? t->presource : RESOURCE;
 	for (int round = 0; !atomic_load(&t->stop); round++) {
 		char url[3 * 32];
 		server_list(t, me + round, url, sizeof url);
@@ -220,64 +225,54 @@ static void *client_main(void *arg)
 			hs_pause_ms(100);
 			continue;
 		}
-		int n = atomic_fetch_add(&t->runs, 1);
+		int n = atomic_fetch_add(&tl->runs, 1);
 		if (n >= MAX_RUNS)
 			break;
-		char file[PATH_MAX + 32], ms[16], holder[16];
-		snprintf(file, sizeof file, "%s/run-%d", t->dir, n);
-		snprintf(ms, sizeof ms, "%u", 50 + rand_r(&rnd) % 1450);
-		snprintf(holder, sizeof holder, "client-%d", me);
-		int code = run_client(t, me,
-				      (const char *const[]){"--server", url, "lock", RESOURCE,
-							    "--ttl", "6s", "--wait", "20s",
-							    "--holder", holder, "--", "python3",
-							    "-c", stamper, file, ms, NULL});
+		int excl = permits && rand_r(&rnd) % 4 == 0;
+		char file[PATH_MAX + 32], ms[16], holder[24];
+		snprintf(file, sizeof file, "%s/%s-%d", t->dir, permits ? "prun" : "run", n);
+		snprintf(ms, sizeof ms, "%u", 50 + rand_r(&rnd) % (excl ? 450 : 1450));
+		if (permits)
+			snprintf(holder, sizeof holder, "pclient-%d", me - CLIENTS - WORKERS);
+		else
+			snprintf(holder, sizeof holder, "client-%d", me);
+		const char *argv[24];
+		int k = 0;
+		argv[k++] = "--server";
+		argv[k++] = url;
+		argv[k++] = "lock";
+		if (excl)
+			argv[k++] = "--exclusive";
+		const char *const rest[] = {resource,	"--ttl", "6s", "--wait",  "20s",
+					    "--holder", holder,	 "--", "python3", "-c"};
+		for (size_t r = 0; r < sizeof rest / sizeof *rest; r++)
+			argv[k++] = rest[r];
+		argv[k++] = permits ? permit_stamper : stamper;
+		argv[k++] = file;
+		argv[k++] = ms;
+		if (permits)
+			argv[k++] = excl ? "exclusive" : "plain";
+		argv[k] = NULL;
+		int code = run_client(t, me, argv);
 		if (code < 0)
 			break;
-		atomic_fetch_add(&t->exits[code & 255], 1);
+		atomic_fetch_add(&tl->exits[code & 255], 1);
 		if (code == 0)
-			atomic_fetch_add(&t->completed, 1);
+			atomic_fetch_add(&tl->completed, 1);
 	}
+}
+
+static void *client_main(void *arg)
+{
+	int me = (int)(intptr_t)arg;
+	lock_clients(the, me, 0, the->seed * 31u + (unsigned)me);
 	return NULL;
 }
 
-/* A client of the permits: `baton lock` on t->presource again and again, naming every
- * node; one command in four asks for all the permits (--exclusive). */
 static void *pclient_main(void *arg)
 {
-	suite *t = the;
 	int me = (int)(intptr_t)arg;
-	unsigned rnd = t->seed * 37u + (unsigned)me;
-	for (int round = 0; !atomic_load(&t->stop); round++) {
-		char url[3 * 32];
-		server_list(t, me + round, url, sizeof url);
-		if (!url[0]) {
-			hs_pause_ms(100);
-			continue;
-		}
-		int n = atomic_fetch_add(&t->pruns, 1);
-		if (n >= MAX_RUNS)
-			break;
-		int excl = rand_r(&rnd) % 4 == 0;
-		char file[PATH_MAX + 32], ms[16], holder[24];
-		snprintf(file, sizeof file, "%s/prun-%d", t->dir, n);
-		snprintf(ms, sizeof ms, "%u", 50 + rand_r(&rnd) % (excl ? 450 : 1450));
-		snprintf(holder, sizeof holder, "pclient-%d", me - CLIENTS - WORKERS);
-		const char *plain[] = {"--server", url,	      "lock", t->presource,   "--ttl",
-				       "6s",	   "--wait",  "20s",  "--holder",     holder,
-				       "--",	   "python3", "-c",   permit_stamper, file,
-				       ms,	   "plain",   NULL};
-		const char *all[] = {"--server", url,  "lock",	    "--exclusive", t->presource,
-				     "--ttl",	 "6s", "--wait",    "20s",	   "--holder",
-				     holder,	 "--", "python3",   "-c",	   permit_stamper,
-				     file,	 ms,   "exclusive", NULL};
-		int code = run_client(t, me, excl ? all : plain);
-		if (code < 0)
-			break;
-		atomic_fetch_add(&t->pexits[code & 255], 1);
-		if (code == 0)
-			atomic_fetch_add(&t->pcompleted, 1);
-	}
+	lock_clients(the, me, 1, the->seed * 37u + (unsigned)me);
 	return NULL;
 }
 
@@ -447,7 +442,7 @@ static int by_first(const void *a, const void *b)
 /* Reads every run's file; returns how many ran (stamped at least once). */
 static int read_runs(const suite *t, run *out)
 {
-	int nr = 0, total = atomic_load(&t->runs);
+	int nr = 0, total = atomic_load(&t->mutex.runs);
 	for (int i = 0; i < total && i < MAX_RUNS; i++) {
 		char file[PATH_MAX + 32];
 		snprintf(file, sizeof file, "%s/run-%d", t->dir, i);
@@ -491,10 +486,10 @@ static void check_runs(suite *t)
 		last_token = runs[i].token;
 	}
 	print_message("lockfaults: %d runs checked, %d commands completed; exits:", n,
-		      atomic_load(&t->completed));
+		      atomic_load(&t->mutex.completed));
 	for (int c = 0; c < 256; c++)
-		if (atomic_load(&t->exits[c]))
-			print_message(" %d x%d", c, atomic_load(&t->exits[c]));
+		if (atomic_load(&t->mutex.exits[c]))
+			print_message(" %d x%d", c, atomic_load(&t->mutex.exits[c]));
 	print_message("\n");
 }
 
@@ -600,7 +595,7 @@ static void read_prun_head(const suite *t, int i, const char *line, prun *r)
 /* Reads every permit run's file; returns how many ran (stamped at least once). */
 static int read_pruns(const suite *t, prun *out)
 {
-	int nr = 0, total = atomic_load(&t->pruns);
+	int nr = 0, total = atomic_load(&t->permits.runs);
 	for (int i = 0; i < total && i < MAX_RUNS; i++) {
 		char file[PATH_MAX + 32], line[256];
 		snprintf(file, sizeof file, "%s/prun-%d", t->dir, i);
@@ -882,10 +877,10 @@ static void check_permits(suite *t)
 	json_decref(res);
 	print_message("lockfaults: %s: %d runs checked (%d exclusive), at most %d at once, %d"
 		      " grants in its history, %d commands completed; exits:",
-		      t->presource, n, excl, most, grants, atomic_load(&t->pcompleted));
+		      t->presource, n, excl, most, grants, atomic_load(&t->permits.completed));
 	for (int c = 0; c < 256; c++)
-		if (atomic_load(&t->pexits[c]))
-			print_message(" %d x%d", c, atomic_load(&t->pexits[c]));
+		if (atomic_load(&t->permits.exits[c]))
+			print_message(" %d x%d", c, atomic_load(&t->permits.exits[c]));
 	print_message("\n");
 }
 
@@ -1094,13 +1089,14 @@ static void test_lock_under_faults(void **state)
 		strike(t, f, &rnd);
 	}
 	/* Live: a command completes after the last fault, on each resource. */
-	int before = atomic_load(&t->completed), pbefore = atomic_load(&t->pcompleted);
+	int before = atomic_load(&t->mutex.completed), pbefore = atomic_load(&t->permits.completed);
 	int64_t deadline = mono() + LIVE_MS;
-	while ((atomic_load(&t->completed) <= before || atomic_load(&t->pcompleted) <= pbefore) &&
+	while ((atomic_load(&t->mutex.completed) <= before ||
+		atomic_load(&t->permits.completed) <= pbefore) &&
 	       mono() < deadline)
 		hs_pause_ms(100);
-	int live = atomic_load(&t->completed) > before;
-	int plive = atomic_load(&t->pcompleted) > pbefore;
+	int live = atomic_load(&t->mutex.completed) > before;
+	int plive = atomic_load(&t->permits.completed) > pbefore;
 	bool tasks_live = hs_wait_until(tasks_ended, t, 2 * LIVE_MS);
 	atomic_store(&t->stop, 1);
 	for (int i = 0; i < t->started; i++)
