@@ -272,6 +272,10 @@ int cmd_lock(struct cli *cli, int argc, char **argv);	/* lock.c */
 int cmd_limit(struct cli *cli, int argc, char **argv);	/* limit.c */
 int cmd_worker(struct cli *cli, int argc, char **argv); /* worker.c */
 
+/* Parses the options of a command that has none but --help (commands.c): -1 with optind
+ * at its first operand, else the exit status the command must return (0 after --help,
+ * EXIT_USAGE for an unknown option). */
+int parse_no_options(int argc, char **argv);
 /* Parses "CMD [-h] ARG" (commands.c); `what` names ARG in the usage error. Returns -1
  * with *arg set (borrowed from argv), else the exit status the command must return: 0
  * after --help, EXIT_USAGE. parse_workflow_id: ARG is a workflow ID. */

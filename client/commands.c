@@ -20,7 +20,7 @@ enum {
 
 /* ---- argument helpers ------------------------------------------------------------------ */
 
-int parse_operand(int argc, char **argv, const char *what, const char **arg)
+int parse_no_options(int argc, char **argv)
 {
 	static const struct option opts[] = {{"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0}};
 	int c;
@@ -32,6 +32,15 @@ int parse_operand(int argc, char **argv, const char *what, const char **arg)
 		usage(stdout);
 		return EXIT_OK;
 	}
+	return -1;
+}
+
+int parse_operand(int argc, char **argv, const char *what, const char **arg)
+{
+	*arg = NULL;
+	int rc = parse_no_options(argc, argv);
+	if (rc >= 0)
+		return rc;
 	if (argc - optind != 1)
 		return usage_error("%s: expects exactly one %s", argv[0], what);
 	*arg = argv[optind];
@@ -734,18 +743,12 @@ static int fetch_resources(http *h, json_t **doc)
 
 int cmd_resources(struct cli *cli, int argc, char **argv)
 {
-	static const struct option opts[] = {{"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0}};
 	char *path = NULL;
 	json_t *doc;
-	int c, rc;
+	int rc = parse_no_options(argc, argv);
 
-	optind = 0;
-	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-		if (c != 'h')
-			return bad_option(argv[0], argv);
-		usage(stdout);
-		return EXIT_OK;
-	}
+	if (rc >= 0)
+		return rc;
 	if (argc - optind > 1)
 		return usage_error("resources: expects at most one NAME");
 	if (optind < argc) {

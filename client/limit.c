@@ -56,17 +56,11 @@ static void print_limit(const json_t *res, int set)
 
 int cmd_limit(struct cli *cli, int argc, char **argv)
 {
-	static const struct option opts[] = {{"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0}};
 	long long n = 0;
-	int c;
+	int rc = parse_no_options(argc, argv);
 
-	optind = 0;
-	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-		if (c != 'h')
-			return bad_option(argv[0], argv);
-		usage(stdout);
-		return EXIT_OK;
-	}
+	if (rc >= 0)
+		return rc;
 	if (argc - optind < 1 || argc - optind > 2)
 		return usage_error("limit: expects NAME, or NAME and N");
 	const char *name = argv[optind], *value = argc - optind == 2 ? argv[optind + 1] : NULL;
@@ -80,7 +74,7 @@ int cmd_limit(struct cli *cli, int argc, char **argv)
 		fprintf(stderr, "baton: out of memory\n");
 		return EXIT_FAILED;
 	}
-	int rc = http_call(cli->http, value ? "PUT" : "GET", path, body, &res, NULL);
+	rc = http_call(cli->http, value ? "PUT" : "GET", path, body, &res, NULL);
 	json_decref(body);
 	free(path);
 	if (rc != EXIT_OK)
