@@ -265,9 +265,9 @@ static struct curl_slist *request_headers(const step_input *in, const json_t *ca
 	h = add_header(h, "Idempotency-Key", buf);
 	snprintf(buf, sizeof buf, "%lld", (long long)in->fencing_token);
 	h = add_header(h, "Baton-Fencing-Token", buf);
-	if (!json_is_true(json_object_get(in->params, "exclusive"))) { /* its slot (lock.c) */
-		snprintf(buf, sizeof buf, "%lld",
-			 (long long)json_integer_value(json_object_get(in->params, "slot")));
+	int slot = lock_params_slot(in->params);
+	if (slot >= 0) { /* none for an exclusive step */
+		snprintf(buf, sizeof buf, "%d", slot);
 		h = add_header(h, "Baton-Slot", buf);
 	}
 	h = add_header(h, "Baton-Workflow", in->workflow_id);

@@ -703,13 +703,10 @@ json_t *codec_step(const step_row *st, int ended)
 		else if (strcmp(key, "name") != 0 && strcmp(key, "wait_until") != 0)
 			json_object_set(o, key, v); /* wait_until: a waiting lease's, internal */
 	}
-	/* The slot of its latest grant (lock.c): kept in its params, 0 as no key; none for an
-	 * exclusive grant. */
-	int exclusive = json_is_true(json_object_get(st->params, "exclusive"));
+	/* The slot of its latest grant (lock.c); none for an exclusive grant. */
+	int slot = lock_params_slot(st->params);
 	json_object_set_new(o, "slot",
-			    st->token > 0 && !exclusive ? json_integer(json_integer_value(
-							      json_object_get(st->params, "slot")))
-							: json_null());
+			    st->token > 0 && slot >= 0 ? json_integer(slot) : json_null());
 	int waiting = st->status == ST_WAITING;
 	/* A step not reached when its workflow failed or was cancelled will never run. */
 	const char *status =

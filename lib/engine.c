@@ -441,7 +441,7 @@ void eng_grant_lock(baton_engine *e, res_lock *l, int64_t now)
 	if (!eng_drives(e, l->row.name)) /* being handed over: its new owner grants */
 		return;
 	while ((wf = lock_grant_next(l, now, &waited))) {
-		int slot = lock_hold_of(l, wf)->slot;
+		int slot = l->holds[l->nholds - 1].slot; /* the new hold (lock_grant_next) */
 		/* The slot is kept with the step (0, the common case, as no key), so that a
 		 * restart gives a held lease or claim the slot its holder was told. */
 		if (slot != lock_granted_slot(wf))

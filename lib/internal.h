@@ -459,15 +459,17 @@ int lock_remove(res_lock *l, const wf_row *wf); /* 1 when it was queued */
 wf_row *lock_pop(res_lock *l);			/* head, or NULL */
 /* 1 when wf's current step asks for every permit of its resource. */
 int lock_wants_all(const wf_row *wf);
-/* The slot a step was granted last, as its params keep it: -1 when exclusive. */
-int lock_step_slot(const step_row *st);
+/* The slot of a step's latest grant, as its params keep it (0 as no key): -1 when the step
+ * is exclusive. */
+int lock_params_slot(const json_t *params);
 /* The same for wf's current step. */
 int lock_granted_slot(const wf_row *wf);
 /* 1 when a request (exclusive or not) would be granted at once: it fits beside the holders
  * and nobody waits before it. */
 int lock_fits_now(const res_lock *l, int exclusive);
 /* Grants the head waiter its permits when they are free; returns it, or NULL. Nobody
- * behind the head is granted before it, even when its request would fit. */
+ * behind the head is granted before it, even when its request would fit. The new hold,
+ * with the highest token, is the last of l->holds. */
 wf_row *lock_grant_next(res_lock *l, int64_t now, int64_t *waited_ms);
 /* wf's hold on l (borrowed), or NULL when wf holds nothing of it. */
 const lock_hold *lock_hold_of(const res_lock *l, const wf_row *wf);

@@ -70,7 +70,7 @@ static json_t *lease_json(const wf_row *wf)
 			      "holder", st->worker, "state", lease_state_name(state_of(wf)));
 	json_object_set_new(o, "fencing_token",
 			    st->token > 0 ? json_integer(st->token) : json_null());
-	int slot = lock_step_slot(st);
+	int slot = lock_params_slot(st->params);
 	json_object_set_new(o, "slot",
 			    st->token > 0 && slot >= 0 ? json_integer(slot) : json_null());
 	json_object_set_new(o, "exclusive", json_boolean(slot < 0));

@@ -83,9 +83,21 @@ wf_row *lock_pop(res_lock *l)
 	return wf;
 }
 
+int lock_params_slot(const json_t *params)
+{
+	if (json_is_true(json_object_get(params, "exclusive")))
+		return -1;
+	return (int)json_integer_value(json_object_get(params, "slot"));
+}
+
+int lock_granted_slot(const wf_row *wf)
+{
+	return lock_params_slot(wf->steps[wf->cur].params);
+}
+
 int lock_wants_all(const wf_row *wf)
 {
-	return json_is_true(json_object_get(wf->steps[wf->cur].params, "exclusive"));
+	return lock_granted_slot(wf) < 0;
 }
 
 /* Whether a request (exclusive or not) fits beside the holders under the limit. */
@@ -171,18 +183,6 @@ static void drop_hold(res_lock *l, int i)
 	mark_slot(l, l->holds[i].slot, 0);
 	memmove(&l->holds[i], &l->holds[i + 1], (size_t)(l->nholds - i - 1) * sizeof *l->holds);
 	l->nholds--;
-}
-
-int lock_step_slot(const step_row *st)
-{
-	if (json_is_true(json_object_get(st->params, "exclusive")))
-		return -1;
-	return (int)json_integer_value(json_object_get(st->params, "slot"));
-}
-
-int lock_granted_slot(const wf_row *wf)
-{
-	return lock_step_slot(&wf->steps[wf->cur]);
 }
 
 int lock_fits_now(const res_lock *l, int exclusive)
