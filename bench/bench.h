@@ -80,6 +80,9 @@ typedef struct server {
  * arguments (NULL-terminated, may be NULL, kept: they must outlive the server) and waits
  * for its "listening on" line. Returns 0, or -1 with a message on stderr. */
 int server_start(server *s, const char *dir, const char *const *extra);
+/* A fresh temporary directory in dir and a server started on it: 0, or -1 once the row
+ * `what` says which failed (and the directory is removed). */
+int server_setup(const char *what, char *dir, size_t dlen, server *s);
 /* Starts the same server again on the same files without waiting for anything. */
 int server_spawn(server *s, const char *const *extra);
 /* Waits up to timeout_s for the "listening on" line of the current start. */

@@ -206,6 +206,20 @@ int server_wait_listening(server *s, double timeout_s)
 	return -1;
 }
 
+int server_setup(const char *what, char *dir, size_t dlen, server *s)
+{
+	if (tmpdir_new(dir, dlen) != 0) {
+		table_fail(what, "no temporary directory");
+		return -1;
+	}
+	if (server_start(s, dir, NULL) != 0) {
+		table_fail(what, "could not start batond");
+		tmpdir_remove(dir);
+		return -1;
+	}
+	return 0;
+}
+
 int server_start(server *s, const char *dir, const char *const *extra)
 {
 	char d[BENCH_PATH_MAX];

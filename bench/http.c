@@ -98,15 +98,8 @@ int bench_http_accept(void)
 	int runs = opt.smoke ? 1 : 3;
 	printf("\n== %s: POST /workflows over %d connections, %d runs of %g s\n", what, CONNS, runs,
 	       c.seconds);
-	if (tmpdir_new(dir, sizeof dir) != 0) {
-		table_fail(what, "no temporary directory");
+	if (server_setup(what, dir, sizeof dir, &s) != 0)
 		return -1;
-	}
-	if (server_start(&s, dir, NULL) != 0) {
-		table_fail(what, "could not start batond");
-		tmpdir_remove(dir);
-		return -1;
-	}
 	int rc = paired_runs(&s, dir, runs, accept_run, &c, 0, &pr);
 	server_stop(&s);
 	tmpdir_remove(dir);

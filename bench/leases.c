@@ -110,15 +110,8 @@ int bench_leases(void)
 	int runs = opt.smoke ? 1 : 5;
 	printf("\n== %s: %d clients, acquire (waiting) + release, %ld pairs, %d runs\n", what,
 	       LEASE_CLIENTS, c.pairs, runs);
-	if (tmpdir_new(dir, sizeof dir) != 0) {
-		table_fail(what, "no temporary directory");
+	if (server_setup(what, dir, sizeof dir, &s) != 0)
 		return -1;
-	}
-	if (server_start(&s, dir, NULL) != 0) {
-		table_fail(what, "could not start batond");
-		tmpdir_remove(dir);
-		return -1;
-	}
 	int rc = paired_runs(&s, dir, runs, lease_run, &c, 0, &pr);
 	server_stop(&s);
 	tmpdir_remove(dir);

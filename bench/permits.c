@@ -591,15 +591,8 @@ int bench_permits(void)
 	printf("\n== %s (issue 28): %d contenders, acquire (waiting) + release; limit 1, limit %d,"
 	       " limit %d with one exclusive writer; %d rounds of %.1f s on one batond\n",
 	       what, CLIENTS, PERMITS, PERMITS, rounds, secs);
-	if (tmpdir_new(dir, sizeof dir) != 0) {
-		table_fail(what, "no temporary directory");
+	if (server_setup(what, dir, sizeof dir, &s) != 0)
 		return -1;
-	}
-	if (server_start(&s, dir, NULL) != 0) {
-		table_fail(what, "could not start batond");
-		tmpdir_remove(dir);
-		return -1;
-	}
 	for (int i = 0; i < rounds && rc == 0; i++)
 		rc = one_round(&s, dir, i, secs, max_pairs, &R);
 	server_stop(&s);

@@ -75,21 +75,6 @@ static int64_t time_field(const json_t *o, const char *key)
 	return rfc3339_ms(json_string_value(json_object_get(o, key)));
 }
 
-/* Starts a server in a fresh directory. */
-static int setup(const char *what, char *dir, size_t dlen, server *s)
-{
-	if (tmpdir_new(dir, dlen) != 0) {
-		table_fail(what, "no temporary directory");
-		return -1;
-	}
-	if (server_start(s, dir, NULL) != 0) {
-		table_fail(what, "could not start batond");
-		tmpdir_remove(dir);
-		return -1;
-	}
-	return 0;
-}
-
 /* Runs the paired runs, stops the server, removes the directory; 0 when all ran. */
 static int run_all(const char *what, char *dir, server *s, int runs, run_fn fn, void *ctx,
 		   int latency, paired_result *pr)
@@ -150,7 +135,8 @@ int bench_step_overhead(void)
 	so_ctx c = {opt.smoke ? 200 : 10000};
 	int runs = opt.smoke ? 1 : 3;
 	printf("\n== %s: one workflow of %d zero-work workers, %d runs\n", what, c.workers, runs);
-	if (setup(what, dir, sizeof dir, &s) || run_all(what, dir, &s, runs, so_run, &c, 1, &pr))
+	if (server_setup(what, dir, sizeof dir, &s) ||
+	    run_all(what, dir, &s, runs, so_run, &c, 1, &pr))
 		return -1;
 	row r = {.verdict = pr.ratio <= 1.5 ? V_PASS : V_MISS};
 	snprintf(r.what, sizeof r.what, "step overhead");
@@ -283,7 +269,8 @@ int bench_group_commit(void)
 	printf("\n== %s: %d workflows on %d resources, %d zero-work steps each, all at once,"
 	       " %d runs\n",
 	       what, c.nwf, c.nwf, c.steps, runs);
-	if (setup(what, dir, sizeof dir, &s) || run_all(what, dir, &s, runs, gc_run, &c, 0, &pr))
+	if (server_setup(what, dir, sizeof dir, &s) ||
+	    run_all(what, dir, &s, runs, gc_run, &c, 0, &pr))
 		return -1;
 	row r = {.verdict = pr.ratio >= 10 ? V_PASS : V_MISS};
 	snprintf(r.what, sizeof r.what, "group commit");
@@ -388,7 +375,8 @@ int bench_contended(void)
 	int runs = opt.smoke ? 1 : 5;
 	printf("\n== %s: %d one-step zero-work workflows queued on one resource, %d runs\n", what,
 	       c.nwf, runs);
-	if (setup(what, dir, sizeof dir, &s) || run_all(what, dir, &s, runs, ct_run, &c, 0, &pr))
+	if (server_setup(what, dir, sizeof dir, &s) ||
+	    run_all(what, dir, &s, runs, ct_run, &c, 0, &pr))
 		return -1;
 	row r = {.verdict = pr.ratio >= 1 ? V_PASS : V_MISS};
 	char costs[300];
