@@ -26,8 +26,11 @@
  * committing (baton_commit_duration_seconds; near 100%, the commits are the limit); the
  * CPU per grant of batond (and its busiest thread), of the clients (this process) and,
  * on PostgreSQL, of its server (and its busiest process), with the grants/s the machine's
- * cores would allow at that cost; and the cores busy over the phase, of these processes
- * and of the whole machine (/proc/stat: the machine is shared).
+ * cores would allow at that cost; the cores busy over the phase, of these processes
+ * and of the whole machine (/proc/stat: the machine is shared); and the share of the
+ * phase batond's engine thread, the single writer, spent on a core and ready to run but
+ * waiting for one (its schedstat): what the writer loses to a machine whose cores the
+ * clients, batond's HTTP threads and PostgreSQL share.
  *
  * Rounds: a floor (under a second of commits, floor.c), then the three phases in an order
  * rotated from round to round, so that a trend of the noisy machine does not fall on one
@@ -35,6 +38,7 @@
  */
 #include "bench.h"
 
+#include <dirent.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -78,6 +82,8 @@ enum {
 	F_CEILING,    /* the grants/s the machine's cores allow at that CPU per grant */
 	F_OURS,	      /* cores busy over the phase: batond, the clients, PostgreSQL */
 	F_MACHINE,    /* cores busy over the phase: the whole machine (/proc/stat) */
+	F_ENG_RUN,    /* the share of the phase batond's engine thread ran on a core... */
+	F_ENG_WAIT,   /* ...and was ready to, waiting for one (its schedstat) */
 	F_N
 };
 
@@ -191,7 +197,8 @@ static void *client_main(void *arg)
 typedef struct snap {
 	double t, commits, commit_s, commit_n;
 	double machine_s; /* CPU time of the whole machine, every core, every process */
-	double hold_ms;	  /* the resource's totals.total_hold_ms */
+	double engine_run_s, engine_wait_s; /* batond's engine thread: on a core, waiting for one */
+	double hold_ms;			    /* the resource's totals.total_hold_ms */
 	cpu_snap batond, self;
 	pg_snap pg;
 } snap;
@@ -209,6 +216,44 @@ static double machine_busy_s(void)
 	if (n != 8)
 		return 0;
 	return (double)(user + nice + sys + irq + softirq + steal) / (double)sysconf(_SC_CLK_TCK);
+}
+
+/*
+ * The time batond's engine thread (the single writer) has run on a core and has waited
+ * for one while ready to run, in seconds (the first two fields of its
+ * /proc/PID/task/TID/schedstat, in ns); 0 when it cannot be read.
+ */
+static void engine_sched_s(pid_t pid, double *run, double *wait)
+{
+	char path[128], line[64];
+	*run = *wait = 0;
+	snprintf(path, sizeof path, "/proc/%d/task", (int)pid);
+	DIR *d = opendir(path);
+	struct dirent *de;
+	while (d && (de = readdir(d))) {
+		if (de->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof path, "/proc/%d/task/%.16s/comm", (int)pid, de->d_name);
+		FILE *f = fopen(path, "r");
+		int engine =
+		    f && fgets(line, sizeof line, f) && strcmp(line, "baton-engine\n") == 0;
+		if (f)
+			fclose(f);
+		if (!engine)
+			continue;
+		unsigned long long run_ns = 0, wait_ns = 0;
+		snprintf(path, sizeof path, "/proc/%d/task/%.16s/schedstat", (int)pid, de->d_name);
+		if ((f = fopen(path, "r"))) {
+			if (fscanf(f, "%llu %llu", &run_ns, &wait_ns) == 2) {
+				*run = (double)run_ns / 1e9;
+				*wait = (double)wait_ns / 1e9;
+			}
+			fclose(f);
+		}
+		break;
+	}
+	if (d)
+		closedir(d);
 }
 
 /* The resource's total time held, in ms (GET /resources/NAME's totals); -1 on failure. */
@@ -241,6 +286,7 @@ static int snap_take(const server *s, const char *resource, snap *out)
 	if (opt.store == STORE_POSTGRES)
 		pg_snap_take(&out->pg, 0);
 	out->machine_s = machine_busy_s();
+	engine_sched_s(s->pid, &out->engine_run_s, &out->engine_wait_s);
 	out->t = now_s();
 	return st == 200 && out->commits >= 0 && out->commit_n >= 0 && out->hold_ms >= 0 ? 0 : -1;
 }
@@ -298,6 +344,8 @@ static void costs(const server *s, const snap *a, const snap *b, long grants, ph
 	    (double)sysconf(_SC_NPROCESSORS_ONLN) * (double)grants / (batond + clients + pg);
 	o->v[F_OURS] = (batond + clients + pg) / wall;
 	o->v[F_MACHINE] = (b->machine_s - a->machine_s) / wall;
+	o->v[F_ENG_RUN] = (b->engine_run_s - a->engine_run_s) / wall;
+	o->v[F_ENG_WAIT] = (b->engine_wait_s - a->engine_wait_s) / wall;
 }
 
 /* "; 0.44 commits/grant of 0.828 ms, ...; CPU per grant: ...": what gave out first. */
@@ -311,10 +359,13 @@ static void cost_text(const phase_out *o, char *buf, size_t len)
 	snprintf(buf, len,
 		 "; holders at once %.2f, mean hold %.2f ms; %.2f commits/grant of %.3f ms,"
 		 " committing %.0f%% of the time; CPU/grant: batond %.0f us (%s %.0f), clients"
-		 " %.0f us%s: %ld cores allow %.0f/s; cores busy: ours %.2f, machine %.2f",
+		 " %.0f us%s: %ld cores allow %.0f/s; cores busy: ours %.2f, machine %.2f;"
+		 " the engine thread on a core %.0f%% of the time, ready but waiting for one"
+		 " %.0f%%",
 		 v[F_HOLDERS], v[F_HOLD_MS], v[F_COMMITS], v[F_COMMIT_MS], 100 * v[F_COMMITTING],
 		 v[F_US_BATOND], o->busiest, v[F_US_BUSIEST], v[F_US_CLIENTS], pg,
-		 sysconf(_SC_NPROCESSORS_ONLN), v[F_CEILING], v[F_OURS], v[F_MACHINE]);
+		 sysconf(_SC_NPROCESSORS_ONLN), v[F_CEILING], v[F_OURS], v[F_MACHINE],
+		 100 * v[F_ENG_RUN], 100 * v[F_ENG_WAIT]);
 }
 
 /* ---- one phase ---- */
