@@ -28,9 +28,13 @@
  * whoever runs one sets `in_round` under `mu`, and everything "engine thread only" in
  * engine.h belongs to the thread in a round. The engine thread, idle, waits until its next
  * timed work (`sleep_until`); a helper wakes it when its round brought that closer or
- * left messages. Work that may take long stays on the engine thread: the retention pass,
- * every round while shutting down, and every round on PostgreSQL, whose commit may wait
- * on a cut network for up to tcp_user_timeout (store_ops.local).
+ * left messages. batond holds the engine only for a request that is alone with it
+ * (server/wait.c): beside others, a round begun on an HTTP thread as its request came
+ * carried that request alone, where the engine thread's takes all that came meanwhile,
+ * and it kept that thread from its other connections. Work that may take long stays on
+ * the engine thread: the retention pass, every round while shutting down, and every
+ * round on PostgreSQL, whose commit may wait on a cut network for up to
+ * tcp_user_timeout (store_ops.local).
  */
 #include "engine.h"
 

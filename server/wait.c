@@ -34,6 +34,7 @@ int srv_wait_begin(srv *s, request *r, void *data, wait_finish_fn finish, respon
 	pthread_mutex_lock(&s->wait_mu);
 	int closing = s->closing;
 	s->waiting += !closing;
+	int alone = s->waiting == 1;
 	pthread_mutex_unlock(&s->wait_mu);
 	if (closing) {
 		free(data);
@@ -42,7 +43,11 @@ int srv_wait_begin(srv *s, request *r, void *data, wait_finish_fn finish, respon
 		return -1;
 	}
 	r->wait = (srv_wait){.srv = s, .state = WAIT_ENGINE, .data = data, .finish = finish};
-	baton_engine_hold(s->engine); /* srv_wait_cancel or srv_wait_suspend helps */
+	/* Alone with the engine, this thread may run the round itself (srv_wait_cancel or
+	 * srv_wait_suspend helps). With others waiting on it, the engine thread runs it with
+	 * theirs: one commit for all, and no HTTP thread kept from its other connections. */
+	if (alone)
+		baton_engine_hold(s->engine);
 	return 0;
 }
 
