@@ -8,6 +8,9 @@
  * nothing from the holders, so when more permits are in use than the new limit allows,
  * a note on stderr says that no new grant comes until they fit.
  *
+ * A resource never used is not known to the server (GET answers 404): it has the default
+ * limit, 1, which is printed (--json: {"name", "limit": 1, "permits_in_use": 0}).
+ *
  * N is checked here only for being a whole number (a usage error, nothing sent); its
  * range (1 to 10000) is the server's to say: 400, exit 1, and nothing changes.
  */
@@ -54,6 +57,29 @@ static void print_limit(const json_t *res, int set)
 			jstr(res, "name", "the resource"), used, limit);
 }
 
+/* GET path into *res (new reference) as http_call does, except that a 404 is a resource
+ * never used, which has the default limit: *res is then the resource as it would be. */
+static int get_resource(struct cli *cli, const char *path, const char *name, json_t **res)
+{
+	struct http_reply r;
+	*res = NULL;
+	int rc = http_request(cli->http, "GET", path, NULL, &r);
+	if (rc != EXIT_OK)
+		return rc;
+	if (r.status == 404) {
+		http_reply_fini(&r);
+		*res = json_pack("{s:s, s:i, s:i}", "name", name, "limit", 1, "permits_in_use", 0);
+		return *res ? EXIT_OK : EXIT_FAILED;
+	}
+	if (r.status != 200) {
+		print_problem("GET", path, r.status, r.body);
+		http_reply_fini(&r);
+		return EXIT_FAILED;
+	}
+	*res = r.body; /* ownership moves to the caller */
+	return EXIT_OK;
+}
+
 int cmd_limit(struct cli *cli, int argc, char **argv)
 {
 	long long n = 0;
@@ -74,7 +100,8 @@ int cmd_limit(struct cli *cli, int argc, char **argv)
 		fprintf(stderr, "baton: out of memory\n");
 		return EXIT_FAILED;
 	}
-	rc = http_call(cli->http, value ? "PUT" : "GET", path, body, &res, NULL);
+	rc = value ? http_call(cli->http, "PUT", path, body, &res, NULL)
+		   : get_resource(cli, path, name, &res);
 	json_decref(body);
 	free(path);
 	if (rc != EXIT_OK)

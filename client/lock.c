@@ -297,6 +297,21 @@ static int attempt_wait(struct attempt *a, long long until)
 
 enum answer { GRANTED, ASK_AGAIN, ASK_ANEW, ENDED };
 
+/* Says why the lease was refused, in the user's words: the server's "not granted within
+ * wait_ms" is this --wait. */
+static void print_refusal(const struct lock_opts *o, const char *why)
+{
+	static const char api[] = "not granted within wait_ms";
+	if (strncmp(why, api, sizeof api - 1) != 0) {
+		fprintf(stderr, "baton: lock: %s: %s\n", o->resource, why);
+		return;
+	}
+	char wait[32];
+	format_secs(wait, sizeof wait, o->wait_ms);
+	fprintf(stderr, "baton: lock: %s: not granted within --wait (%s s)%s\n", o->resource, wait,
+		why + sizeof api - 1);
+}
+
 /* What an acquire's answer means; fills l on GRANTED; *rc is the exit status on ENDED. */
 static enum answer answer_of(const struct lock_opts *o, struct attempt *a, struct lease *l,
 			     long long deadline, int *rc)
@@ -327,7 +342,7 @@ static enum answer answer_of(const struct lock_opts *o, struct attempt *a, struc
 		fprintf(stderr, "baton: lock: the lease ended before it was used\n");
 		*rc = EXIT_NOT_ACQUIRED;
 	} else if (!a->rc) {
-		fprintf(stderr, "baton: lock: %s: %s\n", o->resource, why);
+		print_refusal(o, why);
 		*rc = status == 409 ? EXIT_NOT_ACQUIRED : EXIT_FAILED;
 	}
 	http_reply_fini(&a->r);

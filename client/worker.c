@@ -87,7 +87,7 @@ struct worker_opts {
 static int parse_args(int argc, char **argv, struct worker_opts *o)
 {
 	*o = (struct worker_opts){.ttl_ms = 30000, .wait_ms = 60000};
-	int i;
+	int i, waits = 0;
 	for (i = 1; i < argc && strcmp(argv[i], "--") != 0; i++) {
 		const char *a = argv[i];
 		if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
@@ -109,6 +109,7 @@ static int parse_args(int argc, char **argv, struct worker_opts *o)
 		else if (strcmp(a, "--resource") == 0)
 			o->resource = v;
 		else if (strcmp(a, "--wait") == 0) {
+			waits = 1;
 			if (parse_duration(v, MAX_WAIT_MS, &o->wait_ms))
 				return usage_error("worker: --wait: a duration up to 168h: %s", v);
 		} else if (parse_duration(v, MAX_TTL_MS, &o->ttl_ms) || o->ttl_ms < 1000)
@@ -116,6 +117,8 @@ static int parse_args(int argc, char **argv, struct worker_opts *o)
 	}
 	if (!o->worker)
 		return usage_error("worker: --worker NAME is required");
+	if (waits && !o->once)
+		return usage_error("worker: --wait bounds --once only: add --once, or drop --wait");
 	if (i >= argc - 1)
 		return usage_error("worker: no command given (baton worker --worker NAME -- CMD)");
 	o->command = argv + i + 1;

@@ -71,8 +71,8 @@ static void log_event(baton_engine *e, const pending_event *ev)
 			       (double)json_integer_value(retry) / 1000.0);
 		else
 			log_at(lg, BATON_LOG_WARN, id,
-			       "[%s] FAILED — %s (lock released, giving up after %lld attempts)", w,
-			       why, (long long)attempt);
+			       "[%s] FAILED — %s (lock released, giving up after %lld attempt%s)",
+			       w, why, (long long)attempt, attempt == 1 ? "" : "s");
 	} else if (strcmp(ev->type, "step_interrupted") == 0) {
 		const char *was = json_string_value(json_object_get(ev->data, "previous_node"));
 		if (was)

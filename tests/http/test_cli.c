@@ -313,6 +313,16 @@ static void test_limit_shows_and_sets(void **state)
 	assert_string_equal(p->o.p, "1\n");
 	client_free(p);
 	assert_int_equal(limit_of(url, "gw"), 1);
+
+	/* a resource never used has the default limit, 1 (the server answers 404) */
+	assert_int_equal(limit_of(url, "never-used"), 1);
+	p = client_expect_exit(0, url, (const char *const[]){"--json", "limit", "fresh", NULL});
+	doc = one_json_line(p->o.p);
+	assert_string_equal(hs_str(doc, "name"), "fresh");
+	assert_int_equal(hs_int(doc, "limit"), 1);
+	assert_int_equal(hs_int(doc, "permits_in_use"), 0);
+	json_decref(doc);
+	client_free(p);
 }
 
 /* POSTs a lease request for `holder` on gw (wait_ms 0: granted only at once) and asserts

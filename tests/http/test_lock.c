@@ -260,7 +260,11 @@ static void test_not_acquired_runs_nothing(void **state)
 	client_free(p);
 	assert_false(file_exists(path_in("ran")));
 	const char *const waited[] = {"lock", "db", "--wait", "1s", "--", "sh", "-c", script, NULL};
-	client_free(client_expect_exit(75, client_url_of(s), waited));
+	p = client_expect_exit(75, client_url_of(s), waited);
+	/* in the words the user typed: --wait, not the API's wait_ms */
+	assert_non_null(strstr(p->e.p, "not granted within --wait"));
+	assert_null(strstr(p->e.p, "wait_ms"));
+	client_free(p);
 	assert_false(file_exists(path_in("ran")));
 }
 
@@ -641,6 +645,8 @@ static void test_worker_fails_with_status_and_stderr(void **state)
 	json_t *wf = hs_wait_workflow(s, "w1", "failed", WAIT_MS);
 	assert_non_null(strstr(hs_str(wf, "error"), "exit status 4: broken"));
 	json_decref(wf);
+	/* the server's log counts in English: one attempt, not "1 attempts" */
+	assert_true(hs_log_says(s, "giving up after 1 attempt)", NULL));
 }
 
 /*

@@ -254,6 +254,15 @@ static void test_worker_once_waits_at_most_wait(void **state)
 	const char *const bad[] = {"worker", "--worker", "idle", "--once", "--wait",
 				   "soon",   "--",	 "true", NULL};
 	client_free(client_expect_exit(2, client_url_of(s), bad));
+	/* --wait bounds --once only: without it, a usage error, and nothing runs */
+	char touch[160];
+	snprintf(touch, sizeof touch, "touch %s", ran);
+	const char *const endless[] = {"worker", "--worker", "idle", "--wait", "2s",
+				       "--",	 "sh",	     "-c",   touch,    NULL};
+	p = client_expect_exit(2, client_url_of(s), endless);
+	assert_non_null(strstr(p->e.p, "--once"));
+	client_free(p);
+	assert_int_equal(access(ran, F_OK), -1);
 }
 
 int main(void)
