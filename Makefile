@@ -24,6 +24,7 @@ BINDIR         ?= $(PREFIX)/bin
 LIBDIR         ?= $(PREFIX)/lib
 INCLUDEDIR     ?= $(PREFIX)/include
 MANDIR         ?= $(PREFIX)/share/man
+DOCDIR         ?= $(PREFIX)/share/doc/baton
 PKGCONFIGDIR   ?= $(LIBDIR)/pkgconfig
 SYSTEMDUNITDIR ?= $(PREFIX)/lib/systemd/system
 
@@ -204,15 +205,19 @@ demo-crash:
 MAN_PAGES = $(BUILD)/man/baton.1 $(BUILD)/man/batond.8
 man: $(MAN_PAGES)
 # The sections --help has no room for (EXIT STATUS, SIGNALS, ENVIRONMENT, FILES, SEE ALSO)
-# come from man/*.h2m.
-$(BUILD)/man/baton.1: $(CLIENT) man/baton.h2m
+# come from man/*.h2m, with @DOCDIR@ replaced by where install puts README.md and
+# openapi.yaml (rewritten only when that changes, so the pages follow PREFIX).
+$(BUILD)/man/%.h2m: man/%.h2m FORCE
+	@mkdir -p $(@D)
+	@sed 's|@DOCDIR@|$(DOCDIR)|g' $< > $@.tmp && { cmp -s $@.tmp $@ || mv $@.tmp $@; }; rm -f $@.tmp
+$(BUILD)/man/baton.1: $(CLIENT) $(BUILD)/man/baton.h2m
 	@mkdir -p $(@D)
 	help2man -N -s 1 -n "client of batond, the durable serializer of shared resources" \
-	  -i man/baton.h2m -o $@ ./$(CLIENT)
-$(BUILD)/man/batond.8: $(BATOND) man/batond.h2m
+	  -i $(BUILD)/man/baton.h2m -o $@ ./$(CLIENT)
+$(BUILD)/man/batond.8: $(BATOND) $(BUILD)/man/batond.h2m
 	@mkdir -p $(@D)
 	help2man -N -s 8 -n "durable workflows whose steps take turns on shared resources" \
-	  -i man/batond.h2m -o $@ ./$(BATOND)
+	  -i $(BUILD)/man/batond.h2m -o $@ ./$(BATOND)
 
 # Generated at every install: they hold PREFIX and the directories. In baton.pc the
 # directories under PREFIX are written ${prefix}/..., so that pkg-config can move them
@@ -240,7 +245,8 @@ INSTALL_FILES = \
 	$(PKGCONFIGDIR)/baton.pc=$(BUILD)/baton.pc:644 \
 	$(MANDIR)/man1/baton.1=$(BUILD)/man/baton.1:644 \
 	$(MANDIR)/man8/batond.8=$(BUILD)/man/batond.8:644 \
-	$(SYSTEMDUNITDIR)/batond.service=$(BUILD)/batond.service:644
+	$(SYSTEMDUNITDIR)/batond.service=$(BUILD)/batond.service:644 \
+	$(DOCDIR)/README.md=README.md:644 $(DOCDIR)/openapi.yaml=openapi.yaml:644
 install_src = $(word 1,$(subst :, ,$(word 2,$(subst =, ,$(1)))))
 install_dst = $(word 1,$(subst =, ,$(1)))
 install_mode = $(lastword $(subst :, ,$(1)))

@@ -3,8 +3,8 @@
 #
 #   sh scripts/demo.sh BATOND CLIENT [--crash]
 #
-# If a batond already answers GET $BATON_URL/healthz (default http://127.0.0.1:8080),
-# the demo runs against it. Otherwise this script starts BATOND on a free loopback port
+# If a batond already answers GET URL/healthz, URL one of $BATON_SERVER's (or of its
+# older name $BATON_URL; default http://127.0.0.1:8080), the demo runs against them. Otherwise this script starts BATOND on a free loopback port
 # with a database in a fresh temporary directory, waits for its "listening on
 # http://HOST:PORT" log line, runs `CLIENT --server URL demo [--crash]`, then stops the
 # server (SIGTERM) and removes the directory. Exits with the client's status.
@@ -23,9 +23,16 @@ case "${1:-}" in "" | --crash) ;; *) usage ;; esac
 START_TIMEOUT=60 # seconds for batond to bind its port
 STOP_TIMEOUT=20  # seconds for batond to exit after SIGTERM
 
-url=${BATON_URL:-http://127.0.0.1:8080}
-if curl -fsS --max-time 2 -o /dev/null "$url/healthz" 2>/dev/null; then
-	exec "$client" --server "$url" demo "$@"
+# BATON_SERVER, as the client reads it (BATON_URL is its older name): one URL, or a list.
+named=${BATON_SERVER:-${BATON_URL:-}}
+url=${named:-http://127.0.0.1:8080}
+for one in $(echo "$url" | tr ',' ' '); do
+	if curl -fsS --max-time 2 -o /dev/null "${one%/}/healthz" 2>/dev/null; then
+		exec "$client" --server "$url" demo "$@"
+	fi
+done
+if [ -n "$named" ]; then
+	echo "demo: no batond answers at $url; running against one of its own" >&2
 fi
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/baton-demo.XXXXXX") || exit 1

@@ -19,7 +19,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "../harness/client.h"
@@ -505,6 +507,66 @@ static void test_backup_is_0600(void **state)
 	rmdir(dir);
 }
 
+/* ---- make demo ---------------------------------------------------------------------- */
+
+/* scripts/demo.sh of the tree this file was compiled in. */
+static void demo_script(char *out, size_t size)
+{
+	static const char self[] = "tests/http/test_cli.c";
+	size_t len = strlen(__FILE__), tail = sizeof self - 1;
+	size_t root = len >= tail && strcmp(__FILE__ + len - tail, self) == 0 ? len - tail : 0;
+	snprintf(out, size, "%.*sscripts/demo.sh", (int)root, __FILE__);
+}
+
+static pid_t demo_pid;
+
+static bool demo_ended(void *arg)
+{
+	int *status = arg;
+	return waitpid(demo_pid, status, WNOHANG) == demo_pid;
+}
+
+/* `make demo` runs against the batond that BATON_SERVER names (README's name for it), as
+ * it does for BATON_URL: here a stub, which answers the health check and refuses the
+ * workflow, so the demo ends at once. The old script read BATON_URL only and ran against
+ * a batond of its own. */
+static void test_demo_honours_baton_server(void **state)
+{
+	(void)state;
+	stub *fake = stub_open();
+	assert_non_null(fake);
+	stub_route(fake, (stub_rule){"GET", "/healthz", 200, "{\"status\": \"ok\"}", 0});
+	char script[512], *url = stub_url(fake);
+	demo_script(script, sizeof script);
+	const char *batond = getenv("BATOND"), *baton = getenv("BATON_CLIENT");
+	assert_non_null(batond);
+	assert_non_null(baton);
+	demo_pid = fork();
+	assert_true(demo_pid >= 0);
+	if (demo_pid == 0) {
+		int null = open("/dev/null", O_WRONLY);
+		dup2(null, 1);
+		dup2(null, 2);
+		unsetenv("BATON_URL");
+		setenv("BATON_SERVER", url, 1);
+		execlp("sh", "sh", script, batond, baton, (char *)NULL);
+		_exit(127);
+	}
+	free(url);
+	int status = 0;
+	bool ended = hs_wait_until(demo_ended, &status, 60000);
+	if (!ended) {
+		kill(demo_pid, SIGKILL);
+		waitpid(demo_pid, NULL, 0);
+	}
+	size_t asked = stub_count(fake, "POST", "/workflows");
+	stub_close(fake);
+	assert_true(ended);
+	if (asked == 0)
+		fail_msg("the demo did not run against BATON_SERVER");
+	assert_int_not_equal(WEXITSTATUS(status), 0); /* the stub refused the workflow */
+}
+
 int main(void)
 {
 	signal(SIGPIPE, SIG_IGN);
@@ -518,6 +580,7 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_events_lines_are_watch_lines, hs_setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_limit_shows_and_sets, hs_setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_lock_exclusive_runs_alone, hs_setup, teardown),
+	    cmocka_unit_test(test_demo_honours_baton_server),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

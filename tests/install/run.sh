@@ -7,7 +7,8 @@
 # (PKG_CONFIG_PATH into the DESTDIR; pkg-config --static, libbaton.a being static) opens
 # an engine on a temporary database and runs, under umask 022, and the database and a
 # backup copy it takes are 0600;
-# the man pages hold every option of --help; the systemd unit runs the installed batond
+# the man pages hold every option of --help and name where README.md and openapi.yaml were
+# installed (the documentation directory, PREFIX/share/doc/baton); the systemd unit runs the installed batond
 # with its hardening, restarts without a start limit, and passes `systemd-analyze verify`
 # (which finds a misspelt key);
 # `make uninstall` removes exactly what install wrote and leaves other files alone.
@@ -32,7 +33,8 @@ check() { # check WHAT COMMAND...: passes when COMMAND succeeds
 
 # The files install writes under DESTDIR, relative to PREFIX.
 FILES="bin/batond bin/baton lib/libbaton.a include/baton.h lib/pkgconfig/baton.pc
-share/man/man1/baton.1 share/man/man8/batond.8 lib/systemd/system/batond.service"
+share/man/man1/baton.1 share/man/man8/batond.8 lib/systemd/system/batond.service
+share/doc/baton/README.md share/doc/baton/openapi.yaml"
 
 # A program that includes baton.h and uses the engine (jansson, SQLite, threads).
 cat >"$work/prog.c" <<'PROG'
@@ -111,7 +113,7 @@ one_prefix() {
 	for f in $FILES; do [ -f "$root/$f" ] || missing="$missing $f"; done
 	[ -z "$missing" ] && ok "all files under DESTDIR$prefix" || bad "missing:$missing"
 	extra=$(cd "$dest" && find . -type f ! -path "./${prefix#/}/bin/other-tool" | wc -l)
-	[ "$extra" -eq 8 ] && ok "nothing else written" || bad "install wrote $extra files, not 8"
+	[ "$extra" -eq 10 ] && ok "nothing else written" || bad "install wrote $extra files, not 10"
 	[ -x "$root/bin/batond" ] && [ -x "$root/bin/baton" ] && ok "programs executable" ||
 		bad "programs not executable"
 
@@ -127,6 +129,12 @@ one_prefix() {
 		for section in '"EXIT STATUS"' SIGNALS ENVIRONMENT FILES '"SEE ALSO"'; do
 			check "${page##*/} has the section $section" grep -qx ".SH $section" "$page"
 		done
+	done
+	# The man pages send readers to the README and openapi.yaml: installed, as written.
+	check "README.md installed as in the tree" cmp README.md "$root/share/doc/baton/README.md"
+	check "openapi.yaml installed as in the tree" cmp openapi.yaml "$root/share/doc/baton/openapi.yaml"
+	for page in "$root/share/man/man1/baton.1" "$root/share/man/man8/batond.8"; do
+		check "${page##*/} names the installed README" grep -qF "$prefix/share/doc/baton/README.md" "$page"
 	done
 	check "baton.1: exit statuses 75 and 76 are items of their own" sh -c \
 	    "grep -A1 -x '.TP' '$root/share/man/man1/baton.1' | grep -qx '.B 75' &&
