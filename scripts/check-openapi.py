@@ -16,12 +16,17 @@ Checks, each counted as passed or failed:
   - every example (media type, parameter, header and schema examples) validates against
     its schema (a small OpenAPI 3.0 schema validator: type, nullable, enum, properties,
     required, additionalProperties, items, min/max, lengths, pattern, allOf/oneOf/anyOf),
-    and every `data:` line of a text/event-stream example is a valid Event.
+    and every `data:` line of a text/event-stream example is a valid Event;
+  - the validator refuses a value outside a schema's pattern;
+  - with a batond binary ($BATOND, as make test sets it, or --batond), the answers of a
+    real batond on a temporary database (workflows and their pages, resources and theirs,
+    a lease's life, a 404, /healthz, /nodes) have documented statuses and validate
+    against their documented schemas, patterns included.
 
 Prints one line per check and a closing line "N passed, N failed"; exits 1 when a check
 failed, 2 when the inputs cannot be read at all.
 
-Usage: scripts/check-openapi.py [--spec FILE] [--routes FILE] [--server-dir DIR]
+Usage: scripts/check-openapi.py [--spec FILE] [--routes FILE] [--server-dir DIR] [--batond BIN]
 (defaults: openapi.yaml, server/routes.c and server/ at the repository root).
 Needs python3 and PyYAML (Debian: python3-yaml) only.
 """
@@ -299,6 +304,138 @@ def all_examples(doc):
         yield from schema_examples(doc, schema, f"#/components/schemas/{name}", seen)
 
 
+# ---- live answers: a real batond, its answers validated against the document ----
+
+def template_of(paths, path):
+    """The path template of openapi.yaml that a concrete path (no query) matches, or None."""
+    for tpl in paths:
+        rx = "^" + re.sub(r"\\\{[^}]+\\\}", "[^/]+", re.escape(tpl)) + "$"
+        if re.match(rx, path):
+            return tpl
+    return None
+
+
+def response_schema(doc, method, path, status):
+    """The schema openapi.yaml gives the answer to METHOD path with status; None when the
+    answer has no body; raises ValueError when the answer is not documented."""
+    tpl = template_of(doc.get("paths") or {}, path.split("?", 1)[0])
+    if tpl is None:
+        raise ValueError(f"{path}: no path of openapi.yaml matches")
+    op = (doc["paths"][tpl] or {}).get(method.lower())
+    if not isinstance(op, dict):
+        raise ValueError(f"{method} {tpl} is not documented")
+    resp = (op.get("responses") or {}).get(str(status))
+    if resp is None:
+        raise ValueError(f"{method} {tpl}: status {status} is not documented")
+    content = deref(doc, resp).get("content") or {}
+    for media in ("application/json", "application/problem+json"):
+        if media in content:
+            return content[media].get("schema")
+    return None
+
+
+class Batond:
+    """batond on 127.0.0.1, port 0, with a database in a temporary directory; stopped by
+    its pid (SIGTERM, then SIGKILL) by stop(), which the caller runs in a finally."""
+
+    def __init__(self, binary):
+        import subprocess
+        import tempfile
+        import time
+        self.dir = tempfile.mkdtemp(prefix="baton-openapi-")
+        self.log = open(os.path.join(self.dir, "batond.log"), "w+")
+        self.proc = subprocess.Popen([binary, "--listen", "127.0.0.1:0", "--db",
+                                      os.path.join(self.dir, "baton.db")],
+                                     stdout=self.log, stderr=self.log)
+        self.url = None
+        deadline = time.monotonic() + 60
+        while self.url is None and time.monotonic() < deadline and self.proc.poll() is None:
+            self.log.seek(0)
+            m = re.search(r"listening on (http://[^ /]*:\d+)", self.log.read())
+            if m:
+                self.url = m.group(1)
+            else:
+                time.sleep(0.05)
+        if self.url is None:
+            self.stop()
+            raise RuntimeError("batond did not say where it listens")
+
+    def call(self, method, path, body=None):
+        """(status, parsed JSON body or None)."""
+        import urllib.error
+        import urllib.request
+        data = json.dumps(body).encode() if body is not None else None
+        req = urllib.request.Request(self.url + path, data=data, method=method,
+                                     headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=30) as r:
+                status, raw = r.status, r.read()
+        except urllib.error.HTTPError as e:
+            status, raw = e.code, e.read()
+        return status, json.loads(raw) if raw else None
+
+    def stop(self):
+        import shutil
+        import subprocess
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.log.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def live_answers(doc, server):
+    """Asks server what a user would, and returns the problems of each answer against
+    the document: its status documented, its body valid against the documented schema
+    (types, required members, patterns...)."""
+    problems, n = [], 0
+
+    def ask(method, path, body=None, want=None):
+        nonlocal n
+        n += 1
+        status, answer = server.call(method, path, body)
+        where = f"{method} {path} ({status})"
+        if want is not None and status != want:
+            problems.append(f"{where}: expected {want}")
+        try:
+            schema = response_schema(doc, method, path, status)
+        except ValueError as e:
+            problems.append(f"{where}: {e}")
+            return answer
+        if schema is not None:
+            errs = []
+            validate(doc, schema, answer, "answer", errs)
+            problems.extend(f"{where}: {e}" for e in errs[:5])
+        return answer
+
+    for i in range(3):
+        ask("POST", "/workflows", {"id": f"live-{i}", "resource": "live-r", "workers": ["a", "b"]}, 201)
+    page = ask("GET", "/workflows?limit=1", want=200) or {}
+    if not page.get("next_cursor"):
+        problems.append("GET /workflows?limit=1: no next_cursor with 3 workflows")
+    else:
+        ask("GET", "/workflows?limit=1&cursor=" + page["next_cursor"], want=200)
+    ask("GET", "/workflows/live-0", want=200)
+    ask("GET", "/workflows/nope", want=404)
+    lease = ask("POST", "/resources/live-l/leases", {"holder": "h", "ttl_ms": 60000}, 201) or {}
+    ask("POST", "/resources/live-m/leases", {"holder": "h", "ttl_ms": 60000}, 201)
+    res = ask("GET", "/resources?limit=1", want=200) or {}
+    if res.get("next_cursor"):
+        ask("GET", "/resources?limit=1&cursor=" + res["next_cursor"], want=200)
+    ask("GET", "/resources/live-l", want=200)
+    if lease.get("id"):
+        ask("GET", "/leases/" + lease["id"], want=200)
+        ask("POST", "/leases/" + lease["id"] + "/renew", want=200)
+        ask("DELETE", "/leases/" + lease["id"], want=204)
+    ask("GET", "/healthz", want=200)
+    ask("GET", "/nodes")
+    return problems, n
+
+
 # ---- the checks ----
 
 def main(argv=None):
@@ -308,6 +445,9 @@ def main(argv=None):
     ap.add_argument("--server-dir", default=None,
                     help="C sources whose reply_problem statuses must be documented "
                          "(default: the directory of --routes)")
+    ap.add_argument("--batond", default=os.environ.get("BATOND") or None,
+                    help="a batond binary to start on a temporary database and whose "
+                         "answers are validated (default: $BATOND; none: no live check)")
     args = ap.parse_args(argv)
     server_dir = args.server_dir or os.path.dirname(os.path.abspath(args.routes))
     c = Checks()
@@ -479,6 +619,24 @@ def main(argv=None):
                     validate(doc, event, data, f"line {i + 1} data", errs)
         problems += [f"{where}: {e}" for e in errs[:5]]
     c.check(f"every example validates against its schema ({n} examples)", problems)
+
+    # 8. live answers (BATOND, as make test sets it, or --batond)
+    problems = []
+    bad = {"workflows": [], "next_cursor": "#not-a-cursor"}
+    validate(doc, {"$ref": "#/components/schemas/WorkflowList"}, bad, "answer", problems)
+    c.check("the validator checks patterns (a cursor outside WorkflowList's is refused)",
+            [] if problems else ["next_cursor '#not-a-cursor' passed"])
+    if args.batond:
+        problems, n, server = [], 0, None
+        try:
+            server = Batond(args.batond)
+            problems, n = live_answers(doc, server)
+        except (OSError, RuntimeError, ValueError) as e:
+            problems.append(str(e))
+        finally:
+            if server:
+                server.stop()
+        c.check(f"batond's answers validate against openapi.yaml ({n} requests)", problems)
 
     print(f"{c.passed} passed, {c.failed} failed")
     return 1 if c.failed else 0
