@@ -33,6 +33,7 @@
 
 static char dir[64];
 static pid_t driver;
+static json_t *driven; /* the driver's last answer: freed by teardown, also after a failure */
 
 static int setup(void **state)
 {
@@ -63,6 +64,8 @@ static void kill_leftovers(void)
 
 static int teardown(void **state)
 {
+	json_decref(driven);
+	driven = NULL;
 	kill_leftovers();
 	char cmd[128];
 	snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
@@ -80,7 +83,8 @@ static void driver_path(char *out, size_t size)
 	snprintf(out, size, "%.*stests/http/tty_drive.py", (int)root, __FILE__);
 }
 
-/* Runs the driver in MODE against s (its own session: setsid) and returns its JSON. */
+/* Runs the driver in MODE against s (its own session: setsid) and returns its JSON
+ * (borrowed: teardown frees it, so that a failed assertion leaks nothing). */
 static json_t *drive(const hs_server *s, const char *mode)
 {
 	char script[512], url[64];
@@ -124,6 +128,8 @@ static json_t *drive(const hs_server *s, const char *mode)
 	driver = 0;
 	json_error_t err;
 	json_t *r = json_loads(buf, 0, &err);
+	json_decref(driven);
+	driven = r; /* borrowed by the test from here */
 	if (!r)
 		fail_msg("the driver said: %s", buf);
 	printf("# %s: %s", mode, buf);
@@ -150,7 +156,6 @@ static void test_command_reads_a_line_from_the_terminal(void **state)
 	assert_int_equal(hs_int(r, "status"), 0);
 	assert_non_null(strstr(hs_str(r, "output"), "got hello"));
 	assert_released(s, r);
-	json_decref(r);
 }
 
 static void test_ctrl_c_ends_the_command_with_130(void **state)
@@ -159,7 +164,6 @@ static void test_ctrl_c_ends_the_command_with_130(void **state)
 	json_t *r = drive(s, "intr");
 	assert_int_equal(hs_int(r, "status"), 130);
 	assert_released(s, r);
-	json_decref(r);
 }
 
 /* Ctrl-Z: the command and baton lock stopped, the lease held for three ttls (renewed),
@@ -174,7 +178,6 @@ static void test_ctrl_z_keeps_the_lease_until_fg(void **state)
 	assert_int_equal(hs_int(r, "status"), 0);
 	assert_non_null(strstr(hs_str(r, "output"), "got hello"));
 	assert_released(s, r);
-	json_decref(r);
 }
 
 /* `kill %1` on the stopped job: SIGTERM, then SIGCONT, to baton lock's group. */
@@ -184,7 +187,6 @@ static void test_sigterm_ends_a_stopped_command(void **state)
 	json_t *r = drive(s, "kill");
 	assert_int_equal(hs_int(r, "status"), 143);
 	assert_released(s, r);
-	json_decref(r);
 }
 
 /* ---- baton worker ---- */
@@ -215,7 +217,6 @@ static void test_worker_ctrl_z_keeps_the_claim_until_fg(void **state)
 	assert_string_equal(hs_str(st, "status"), "completed");
 	assert_int_equal(hs_int(st, "attempts"), 1);
 	assert_string_equal(hs_str(st, "result"), "done");
-	json_decref(r);
 }
 
 /* Ctrl-\ goes to the worker, the terminal's foreground job, which passes it to the command:
@@ -231,7 +232,6 @@ static void test_worker_ctrl_backslash_reaches_the_command(void **state)
 	json_t *st = json_object_get(r, "step");
 	assert_string_equal(hs_str(st, "status"), "failed");
 	assert_non_null(strstr(hs_str(st, "error"), "exit status 131"));
-	json_decref(r);
 }
 
 /* The old worker waited forever for a task (and did not know --wait). */

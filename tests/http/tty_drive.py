@@ -60,6 +60,16 @@ def state_of(p):
         return f.read().rsplit(")", 1)[1].split()[0]
 
 
+def stopped_state(p, until):
+    """The state of p once it shows stopped (T), or the last one seen at `until`: a
+    process the stop reached in uninterruptible sleep (D) shows T once it wakes."""
+    st = state_of(p)
+    while st != "T" and time.monotonic() < until:
+        time.sleep(0.02)
+        st = state_of(p)
+    return st
+
+
 def alive(p):
     try:
         os.kill(p, 0)
@@ -74,7 +84,7 @@ def stay_stopped(slave, ws, key):
     run out unless something kept it."""
     out[key] = os.WIFSTOPPED(ws)
     os.tcsetpgrp(slave, os.getpgrp())
-    out["cmd_state"] = state_of(pid_of("cmd.pid"))
+    out["cmd_state"] = stopped_state(pid_of("cmd.pid"), time.monotonic() + 10)
     t = time.monotonic()
     while time.monotonic() < t + 6:
         time.sleep(0.2)
