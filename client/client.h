@@ -72,6 +72,17 @@ const char *http_next_server(http *h);
 /* on: POSTs may be sent again to the next server after an unknown outcome (a timeout or
  * a cut connection after sending): the caller's POSTs are harmless twice. Default off. */
 void http_set_resend(http *h, int on);
+/* on: a request that no server answered prints nothing (the caller reports it, with
+ * http_why_unreachable). Default off: "server unreachable at URL: why". */
+void http_set_quiet(http *h, int on);
+/* The time each server gets to accept a connection, in ms (0: the default, 5 s). */
+void http_set_connect_timeout(http *h, long ms);
+/* 1 once some server answered some request of h (any HTTP status), else 0. */
+int http_answered(const http *h);
+/* Writes "URL why; URL why..." into buf: each server of h and why its last request got
+ * no usable answer ("refused the connection", "did not answer within 5 s", "answered 503
+ * (n2 at URL drives it)"). */
+void http_why_unreachable(const http *h, char *buf, size_t len);
 void http_free(http *h);
 
 /*

@@ -11,9 +11,10 @@
  * the server that answered last, and moves on to the next one, each tried once, when a
  * server refuses the connection, gives no answer in time, or answers 503 (busy, shutting
  * down, its store failing, or a cluster node that does not drive the resource); a 503
- * from the last one is the answer. A request that may have reached the server (a timeout
- * or a cut connection after it was sent) is sent again elsewhere only when sending it
- * twice is harmless: any method but POST, or a POST its caller declared so
+ * from the last one is the answer; each move says why (refused, timed out, or the 503 and
+ * the node that drives the resource, from the problem's driven_by). A request that may have reached
+ * the server (a timeout or a cut connection after it was sent) is sent again elsewhere only when
+ * sending it twice is harmless: any method but POST, or a POST its caller declared so
  * (http_set_resend: baton lock's, whose acquire carries a request_id, and baton
  * worker's). A submission without an id is not: the first server may have stored it.
  */
@@ -40,8 +41,14 @@ enum {
 struct http {
 	CURL *curl;
 	char *bases[MAX_SERVERS]; /* base URLs without trailing slash */
-	size_t n_bases, cur;	  /* cur: the server of the next request */
-	int resend;		  /* POSTs may be sent again after an unknown outcome */
+	/* why each server's last request got no usable answer ("refused the connection",
+	 * "answered 503 (...)"); "" once it answered */
+	char why[MAX_SERVERS][200];
+	size_t n_bases, cur;	 /* cur: the server of the next request */
+	int resend;		 /* POSTs may be sent again after an unknown outcome */
+	int quiet;		 /* no "server unreachable" line: the caller says it */
+	int answered;		 /* some server answered some request (any status) */
+	long connect_timeout_ms; /* 0: CONNECT_TIMEOUT_MS */
 	struct curl_slist *get_headers;
 	struct curl_slist *post_headers;  /* JSON body */
 	struct curl_slist *empty_headers; /* POST without body: no Content-Type */
@@ -158,6 +165,8 @@ http *http_clone(const http *h)
 	if (c) {
 		c->cur = h->cur;
 		c->resend = h->resend;
+		c->quiet = h->quiet;
+		c->connect_timeout_ms = h->connect_timeout_ms;
 	}
 	return c;
 }
@@ -181,6 +190,32 @@ const char *http_next_server(http *h)
 void http_set_resend(http *h, int on)
 {
 	h->resend = on;
+}
+
+void http_set_quiet(http *h, int on)
+{
+	h->quiet = on;
+}
+
+void http_set_connect_timeout(http *h, long ms)
+{
+	h->connect_timeout_ms = ms;
+}
+
+int http_answered(const http *h)
+{
+	return h->answered;
+}
+
+void http_why_unreachable(const http *h, char *buf, size_t len)
+{
+	size_t n = 0;
+	buf[0] = '\0';
+	for (size_t i = 0; i < h->n_bases && n < len; i++) {
+		int w = snprintf(buf + n, len - n, "%s%s %s", i ? "; " : "", h->bases[i],
+				 h->why[i][0] ? h->why[i] : "was not asked");
+		n += w > 0 ? (size_t)w : 0;
+	}
 }
 
 void http_free(http *h)
@@ -218,7 +253,8 @@ static curl_req request_of(const http *h, const char *method, const char *url, c
 	curl_req req = {.method = method,
 			.url = url,
 			.headers = h->get_headers,
-			.connect_timeout_ms = CONNECT_TIMEOUT_MS,
+			.connect_timeout_ms =
+			    h->connect_timeout_ms > 0 ? h->connect_timeout_ms : CONNECT_TIMEOUT_MS,
 			.timeout_ms = h->timeout_ms > 0 ? h->timeout_ms : REQUEST_TIMEOUT_MS};
 	if (strcmp(method, "POST") == 0 || strcmp(method, "PUT") == 0) {
 		req.body = payload ? payload : "";
@@ -228,8 +264,63 @@ static curl_req request_of(const http *h, const char *method, const char *url, c
 	return req;
 }
 
+/* Notes in h->why[h->cur] why the current server gave no answer, in a few words. */
+static void note_no_answer(http *h, CURLcode rc, const curl_req *req)
+{
+	char *why = h->why[h->cur], secs[32];
+	size_t n = sizeof h->why[0];
+	curl_off_t connected = 0;
+	long os_errno = 0, sent = 0;
+	switch (rc) {
+	case CURLE_COULDNT_CONNECT:
+		if (curl_easy_getinfo(h->curl, CURLINFO_OS_ERRNO, &os_errno) == CURLE_OK &&
+		    os_errno == ECONNREFUSED)
+			snprintf(why, n, "refused the connection");
+		else
+			snprintf(why, n, "could not be reached (%.150s)",
+				 h->errbuf[0] ? h->errbuf : curl_easy_strerror(rc));
+		break;
+	case CURLE_COULDNT_RESOLVE_HOST:
+		snprintf(why, n, "is a host name that does not resolve");
+		break;
+	case CURLE_OPERATION_TIMEDOUT:
+		/* connected (or a kept-alive connection, which has no connect time) and sent */
+		curl_easy_getinfo(h->curl, CURLINFO_CONNECT_TIME_T, &connected);
+		if (curl_easy_getinfo(h->curl, CURLINFO_REQUEST_SIZE, &sent) == CURLE_OK && sent)
+			connected = 1;
+		format_secs(secs, sizeof secs,
+			    connected ? req->timeout_ms : req->connect_timeout_ms);
+		snprintf(why, n, "%s within %s s",
+			 connected ? "did not answer" : "did not accept the connection", secs);
+		break;
+	default:
+		snprintf(why, n, "failed (%.150s)",
+			 h->errbuf[0] ? h->errbuf : curl_easy_strerror(rc));
+	}
+}
+
+/* Notes why a 503 moves the request on: the node that drives the resource, when the
+ * answer names it (driven_by), else its detail. */
+static void note_503(http *h, const json_t *problem)
+{
+	const json_t *by = json_object_get(problem, "driven_by");
+	const char *node = jstr(by, "node", NULL), *url = jstr(by, "url", NULL);
+	const char *detail = jstr(problem, "detail", NULL);
+	char *why = h->why[h->cur];
+	size_t n = sizeof h->why[0];
+	if (node && url)
+		snprintf(why, n, "answered 503 (%s at %s drives it)", node, url);
+	else if (node)
+		snprintf(why, n, "answered 503 (%s drives it)", node);
+	else if (detail)
+		snprintf(why, n, "answered 503 (%.160s)", detail);
+	else
+		snprintf(why, n, "answered 503");
+}
+
 /* Reports a transfer that got no usable answer; returns the exit status it deserves. */
-static int transport_error(const http *h, CURLcode rc, const char *url, const curl_body *b)
+static int transport_error(const http *h, CURLcode rc, const char *url, const curl_body *b,
+			   int quiet)
 {
 	const char *why = h->errbuf[0] ? h->errbuf : curl_easy_strerror(rc);
 
@@ -248,8 +339,9 @@ static int transport_error(const http *h, CURLcode rc, const char *url, const cu
 		fprintf(stderr, "baton: %s: out of memory\n", url);
 		return EXIT_FAILED;
 	default:
-		print_error("Server unreachable", "server unreachable at %s: %s", http_base(h),
-			    why);
+		if (!quiet)
+			print_error("Server unreachable", "server unreachable at %s: %s",
+				    http_base(h), why);
 		return EXIT_UNREACHABLE;
 	}
 }
@@ -296,9 +388,10 @@ static int may_move_on(const http *h, const char *method, CURLcode cc)
 	}
 }
 
-/* One attempt of http_request on the current server; *next: try the next server. */
+/* One attempt of http_request on the current server; *next: try the next server. `last`:
+ * no server comes after it, so its failure is the one to report. */
 static int request_once(http *h, const char *method, const char *path, const char *payload,
-			struct http_reply *reply, int *next)
+			struct http_reply *reply, int *next, int last)
 {
 	curl_body b = {.max = MAX_REPLY_BYTES};
 	char *url = NULL;
@@ -319,13 +412,19 @@ static int request_once(http *h, const char *method, const char *path, const cha
 		goto out;
 	}
 	if (cc != CURLE_OK) {
-		rc = transport_error(h, cc, url, &b);
-		*next = rc == EXIT_UNREACHABLE && may_move_on(h, method, cc);
+		note_no_answer(h, cc, &req);
+		int moves = may_move_on(h, method, cc);
+		rc = transport_error(h, cc, url, &b, h->quiet || (moves && !last));
+		*next = rc == EXIT_UNREACHABLE && moves;
 		goto out;
 	}
 	reply->status = status;
+	h->answered = 1;
+	h->why[h->cur][0] = '\0';
 	rc = parse_reply(url, &b, reply);
 	*next = status == 503;
+	if (*next)
+		note_503(h, reply->body);
 out:
 	curl_body_fini(&b);
 	free(url);
@@ -346,12 +445,12 @@ int http_request(http *h, const char *method, const char *path, const json_t *bo
 	}
 	for (size_t tried = 0; tried < h->n_bases; tried++) {
 		if (tried) {
-			const char *was = http_base(h);
-			fprintf(stderr, "baton: %s failed; trying %s\n", was, http_next_server(h));
+			const char *was = http_base(h), *why = h->why[h->cur];
+			fprintf(stderr, "baton: %s %s; trying %s\n", was, why, http_next_server(h));
 			http_reply_fini(reply);
 			reply->status = 0;
 		}
-		rc = request_once(h, method, path, payload, reply, &next);
+		rc = request_once(h, method, path, payload, reply, &next, tried + 1 == h->n_bases);
 		if (!next)
 			break;
 	}
@@ -450,7 +549,8 @@ static int download_once(http *h, const char *path, const char *file, int *next)
 	int closed = fclose(f);
 	*next = 0;
 	if (cc != CURLE_OK) {
-		rc = transport_error(h, cc, url, &b);
+		note_no_answer(h, cc, &req);
+		rc = transport_error(h, cc, url, &b, h->quiet);
 		*next = rc == EXIT_UNREACHABLE && may_move_on(h, "GET", cc);
 	} else if (status == 503) {
 		*next = 1;

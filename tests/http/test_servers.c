@@ -97,10 +97,18 @@ static const char *start_stub(const stub_rule *rules, size_t n)
 static void test_refused_then_live(void **state)
 {
 	hs_server *s = *state;
-	char list[256];
-	snprintf(list, sizeof list, "%s", list_of(closed_url(), s));
+	char list[256], closed[64];
+	snprintf(closed, sizeof closed, "%s", closed_url());
+	snprintf(list, sizeof list, "%s", list_of(closed, s));
 	const char *const res[] = {"--server", list, "resources", NULL};
-	client_free(client_expect_exit(0, NULL, res));
+	client_proc *p = client_expect_exit(0, NULL, res);
+	/* the failover says why: refused */
+	char want[256];
+	snprintf(want, sizeof want, "baton: %s refused the connection; trying %s\n", closed,
+		 client_url_of(s));
+	if (!strstr(p->e.p, want))
+		fail_msg("stderr lacks \"%s\":\n%s", want, p->e.p);
+	client_free(p);
 	const char *const lock[] = {"--server", list, "lock", "db", "--", "true", NULL};
 	client_free(client_expect_exit(0, NULL, lock));
 	json_t *r = hs_get_json(s, "/resources/db", 200);
@@ -117,11 +125,21 @@ static void test_refused_then_live(void **state)
 static void test_503_then_live(void **state)
 {
 	hs_server *s = *state;
-	const stub_rule busy[] = {{NULL, NULL, 503, "{\"title\": \"Service Unavailable\"}", 0}};
+	const stub_rule busy[] = {
+	    {"GET", NULL, 503,
+	     "{\"title\": \"Service unavailable\", \"status\": 503, \"detail\": \"node n7 "
+	     "drives this resource and could not be asked (timeout); try again\", \"driven_by\": "
+	     "{\"node\": \"n7\", \"url\": \"http://127.0.0.1:9\"}}",
+	     0},
+	    {NULL, NULL, 503, "{\"title\": \"Service Unavailable\"}", 0}};
 	char list[256];
-	snprintf(list, sizeof list, "%s", list_of(start_stub(busy, 1), s));
+	snprintf(list, sizeof list, "%s", list_of(start_stub(busy, 2), s));
 	const char *const res[] = {"--server", list, "resources", NULL};
-	client_free(client_expect_exit(0, NULL, res));
+	client_proc *p = client_expect_exit(0, NULL, res);
+	/* the failover says why: 503, naming the node that drives the resource */
+	if (!strstr(p->e.p, "answered 503 (n7 at http://127.0.0.1:9 drives it); trying"))
+		fail_msg("stderr lacks the 503 and its owner:\n%s", p->e.p);
+	client_free(p);
 	assert_int_equal(stub_count(fake, "GET", "/resources"), 1);
 	char script[256];
 	snprintf(script, sizeof script, "echo $BATON_LEASE_ID > %s", path_in("id"));
@@ -182,6 +200,11 @@ static void test_lock_renews_through_the_next_server(void **state)
 	if (code != 0)
 		fail_msg("exit %d\nstderr:\n%s", code, p->e.p);
 	assert_non_null(strstr(p->o.p, "done"));
+	/* the failover says why: the frozen server timed out */
+	char want[128];
+	snprintf(want, sizeof want, "baton: %s did not answer within ", client_url_of(s));
+	if (!strstr(p->e.p, want))
+		fail_msg("stderr lacks \"%s...\":\n%s", want, p->e.p);
 	client_free(p);
 }
 
