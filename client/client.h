@@ -72,8 +72,9 @@ const char *http_next_server(http *h);
 /* on: POSTs may be sent again to the next server after an unknown outcome (a timeout or
  * a cut connection after sending): the caller's POSTs are harmless twice. Default off. */
 void http_set_resend(http *h, int on);
-/* on: a request that no server answered prints nothing (the caller reports it, with
- * http_why_unreachable). Default off: "server unreachable at URL: why". */
+/* on: a request that no server answered prints nothing, nor does a move to the next server
+ * (the caller reports it, with http_why_unreachable). Default off: "server unreachable at
+ * URL: why", and "URL why; trying URL" for each move. */
 void http_set_quiet(http *h, int on);
 /* The time each server gets to accept a connection, in ms (0: the default, 5 s). */
 void http_set_connect_timeout(http *h, long ms);

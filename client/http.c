@@ -446,7 +446,9 @@ int http_request(http *h, const char *method, const char *path, const json_t *bo
 	for (size_t tried = 0; tried < h->n_bases; tried++) {
 		if (tried) {
 			const char *was = http_base(h), *why = h->why[h->cur];
-			fprintf(stderr, "baton: %s %s; trying %s\n", was, why, http_next_server(h));
+			const char *next_one = http_next_server(h);
+			if (!h->quiet)
+				fprintf(stderr, "baton: %s %s; trying %s\n", was, why, next_one);
 			http_reply_fini(reply);
 			reply->status = 0;
 		}

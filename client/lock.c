@@ -39,7 +39,10 @@
  * when one refuses, times out or answers 503; the acquire is sent again with the same
  * request_id, so that a server that did receive it (a cluster shares one queue) never
  * gives it a second place; each renewal gives every server its share of the time left
- * before the deadline, so that a frozen server leaves the next one time to answer.
+ * before the deadline, so that a frozen server leaves the next one time to answer. Until
+ * some server has answered a request, an acquire that no server answers is given up after
+ * --connect-timeout (a wrong --server, exit 3, one line naming each server and why);
+ * afterwards it is asked again until --wait runs out (a failover may be under way).
  *
  * SIGINT, SIGTERM and SIGHUP sent to `baton lock` go to the command's group first (shells
  * make background jobs ignore SIGINT); once the command has ended, whatever is left of
@@ -135,6 +138,7 @@ struct lock_opts {
 	const char *resource, *holder;
 	int exclusive; /* --exclusive: all of the resource's permits */
 	long long ttl_ms, wait_ms;
+	long long connect_ms; /* --connect-timeout: no server answered anything within it */
 	char **command;
 	char holder_buf[128];
 };
@@ -153,7 +157,7 @@ static void default_holder(struct lock_opts *o)
 
 static int parse_args(int argc, char **argv, struct lock_opts *o)
 {
-	*o = (struct lock_opts){.ttl_ms = 15000, .wait_ms = 60000};
+	*o = (struct lock_opts){.ttl_ms = 15000, .wait_ms = 60000, .connect_ms = 5000};
 	int i;
 	for (i = 1; i < argc && strcmp(argv[i], "--") != 0; i++) {
 		const char *a = argv[i];
@@ -162,14 +166,15 @@ static int parse_args(int argc, char **argv, struct lock_opts *o)
 			return EXIT_OK;
 		}
 		int ttl = strcmp(a, "--ttl") == 0, wait = strcmp(a, "--wait") == 0;
+		int connect = strcmp(a, "--connect-timeout") == 0;
 		if (strcmp(a, "--exclusive") == 0) {
 			o->exclusive = 1;
-		} else if (ttl || wait || strcmp(a, "--holder") == 0) {
+		} else if (ttl || wait || connect || strcmp(a, "--holder") == 0) {
 			if (i + 1 >= argc)
 				return usage_error("lock: %s needs a value", a);
 			const char *v = argv[++i];
 			long long ms = 0, max = ttl ? MAX_TTL_MS : MAX_WAIT_MS;
-			int bad = ttl || wait ? parse_duration(v, max, &ms) : 0;
+			int bad = ttl || wait || connect ? parse_duration(v, max, &ms) : 0;
 			if (bad == -1)
 				return usage_error("lock: %s: not a duration: %s", a, v);
 			if (bad == -2)
@@ -177,6 +182,8 @@ static int parse_args(int argc, char **argv, struct lock_opts *o)
 						   ttl ? "24h" : "168h", v);
 			if (ttl)
 				o->ttl_ms = ms;
+			else if (connect)
+				o->connect_ms = ms;
 			else if (wait)
 				o->wait_ms = ms;
 			else
@@ -341,12 +348,44 @@ static enum answer answer_of(const struct lock_opts *o, struct attempt *a, struc
 	else if (status == 200 || status == 201) {
 		fprintf(stderr, "baton: lock: the lease ended before it was used\n");
 		*rc = EXIT_NOT_ACQUIRED;
+	} else if (a->rc == EXIT_UNREACHABLE) {
+		char servers[1600];
+		http_why_unreachable(a->http, servers, sizeof servers);
+		fprintf(stderr, "baton: lock: %s: no server answers: %s\n", o->resource, servers);
 	} else if (!a->rc) {
 		print_refusal(o, why);
 		*rc = status == 409 ? EXIT_NOT_ACQUIRED : EXIT_FAILED;
 	}
 	http_reply_fini(&a->r);
 	return out;
+}
+
+/*
+ * Every server failed the acquire (no answer, or 503). Until some server has answered a
+ * request, baton lock gives up once --connect-timeout has passed since it started: a
+ * wrong --server fails in seconds, not after --wait. Once one did, the servers may be
+ * failing over: the lock waits on, as the lease rules say, and says so once. Returns 1
+ * when it gives up, after one line naming each server and why.
+ */
+static int no_server(const struct lock_opts *o, const struct attempt *at, long long start,
+		     int *said)
+{
+	char servers[1600], secs[32];
+	int answered = http_answered(at[0].http) || (at[1].http && http_answered(at[1].http));
+	if (answered && *said)
+		return 0;
+	http_why_unreachable(at[0].http, servers, sizeof servers);
+	if (answered) {
+		fprintf(stderr, "baton: lock: no server answers now (%s); asking again\n", servers);
+		*said = 1;
+		return 0;
+	}
+	if (monotonic_ms() - start < o->connect_ms)
+		return 0;
+	format_secs(secs, sizeof secs, o->connect_ms);
+	fprintf(stderr, "baton: lock: no server answered within %s s (--connect-timeout): %s\n",
+		secs, servers);
+	return 1;
 }
 
 static void new_request_id(char *rid, size_t n)
@@ -364,7 +403,7 @@ static int acquire(struct cli *cli, const struct lock_opts *o, struct lease *l)
 	long long cap = request_wait_cap(), lead = cap / 10;
 	struct attempt at[2] = {{.http = cli->http, .path = path}, {.path = path}};
 	l->id[0] = '\0'; /* set on the grant only */
-	int cur = 0, rc = EXIT_FAILED, started;
+	int cur = 0, rc = EXIT_FAILED, started, said = 0;
 	new_request_id(rid, sizeof rid);
 	started = !attempt_start(&at[cur], o, rid, deadline - start < cap ? deadline - start : cap);
 	while (started) {
@@ -393,11 +432,18 @@ static int acquire(struct cli *cli, const struct lock_opts *o, struct lease *l)
 			cur = nxt;
 			continue;
 		}
+		int unreachable = at[cur].rc == EXIT_UNREACHABLE;
 		enum answer ans = answer_of(o, &at[cur], l, deadline, &rc);
 		if (ans == GRANTED)
 			rc = EXIT_OK;
 		if (ans == GRANTED || ans == ENDED)
 			break;
+		if (ans == ASK_AGAIN && unreachable && no_server(o, at, start, &said)) {
+			rc = EXIT_UNREACHABLE;
+			break;
+		}
+		if (ans != ASK_AGAIN || !unreachable)
+			said = 0; /* an answer came: a later outage is said again */
 		if (ans == ASK_AGAIN)
 			sleep_ms(500);
 		else
@@ -706,7 +752,13 @@ int cmd_lock(struct cli *cli, int argc, char **argv)
 	if (isatty(STDIN_FILENO) && tcgetpgrp(STDIN_FILENO) == getpgrp())
 		tty = STDIN_FILENO;
 	struct lease l;
+	/* The acquire says itself why no server answered (no_server, answer_of). */
+	http_set_quiet(cli->http, 1);
+	if (o.connect_ms < 5000)
+		http_set_connect_timeout(cli->http, o.connect_ms > 100 ? (long)o.connect_ms : 100);
 	rc = acquire(cli, &o, &l);
+	http_set_quiet(cli->http, 0);
+	http_set_connect_timeout(cli->http, 0);
 	if (rc)
 		return rc;
 	if (o.exclusive && !l.exclusive) { /* the command would not run alone: never run it */

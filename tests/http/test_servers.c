@@ -221,6 +221,49 @@ static void test_watch_moves_on(void **state)
 	client_free(client_expect_exit(0, NULL, args));
 }
 
+/* The lines of text (a final newline not counted). */
+static int lines_of(const char *text)
+{
+	int n = 0;
+	for (const char *c = text; *c; c++)
+		n += *c == '\n' || (c[1] == '\0');
+	return n;
+}
+
+/*
+ * No server of the list answers baton lock (both refuse): it gives up after
+ * --connect-timeout (default 5 s), not --wait, with exit 3 and one line naming each server
+ * and why; nothing runs. The old baton lock retried for the whole --wait (60 s), a line
+ * per try.
+ */
+static void test_lock_gives_up_when_no_server_answers(void **state)
+{
+	(void)state;
+	char a[64], b[64], list[160], touch[160];
+	snprintf(a, sizeof a, "%s", closed_url());
+	snprintf(b, sizeof b, "%s", closed_url());
+	snprintf(list, sizeof list, "%s,%s", a, b);
+	snprintf(touch, sizeof touch, "touch %s", path_in("ran"));
+	const char *const args[] = {"--server", list, "lock", "db", "--", "sh", "-c", touch, NULL};
+	client_proc *p = client_expect_exit(3, NULL, args);
+	if (lines_of(p->e.p) != 1 || !strstr(p->e.p, a) || !strstr(p->e.p, b) ||
+	    !strstr(p->e.p, "within 5 s") || !strstr(p->e.p, "refused the connection"))
+		fail_msg("not one line naming both servers and why:\n%s", p->e.p);
+	client_free(p);
+	assert_false(file_exists(path_in("ran")));
+	const char *const short_one[] = {"--server", a,	   "lock", "db", "--connect-timeout",
+					 "500ms",    "--", "sh",   "-c", touch,
+					 NULL};
+	p = client_expect_exit(3, NULL, short_one);
+	if (lines_of(p->e.p) != 1 || !strstr(p->e.p, "within 0.5 s"))
+		fail_msg("not one line, after 0.5 s:\n%s", p->e.p);
+	client_free(p);
+	const char *const bad[] = {"--server", a,    "lock", "db", "--connect-timeout",
+				   "soon",     "--", "true", NULL};
+	client_free(client_expect_exit(2, NULL, bad));
+	assert_false(file_exists(path_in("ran")));
+}
+
 int main(void)
 {
 	hs_filters_from_env();
@@ -230,6 +273,8 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_lock_renews_through_the_next_server, setup,
 					    teardown),
 	    cmocka_unit_test_setup_teardown(test_watch_moves_on, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_lock_gives_up_when_no_server_answers, setup,
+					    teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
