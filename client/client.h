@@ -78,6 +78,10 @@ void http_set_resend(http *h, int on);
 void http_set_quiet(http *h, int on);
 /* The time each server gets to accept a connection, in ms (0: the default, 5 s). */
 void http_set_connect_timeout(http *h, long ms);
+/* flag (borrowed, NULL: none): once it is nonzero, the request in flight ends within about a
+ * second, unanswered (EXIT_UNREACHABLE, nothing printed, no next server); a signal handler
+ * sets it to stop a long poll. The handle stays usable. */
+void http_set_abort(http *h, volatile sig_atomic_t *flag);
 /* 1 once some server answered some request of h (any HTTP status), else 0. */
 int http_answered(const http *h);
 /* Writes "URL why; URL why..." into buf: each server of h and why its last request got

@@ -44,11 +44,12 @@ struct http {
 	/* why each server's last request got no usable answer ("refused the connection",
 	 * "answered 503 (...)"); "" once it answered */
 	char why[MAX_SERVERS][200];
-	size_t n_bases, cur;	 /* cur: the server of the next request */
-	int resend;		 /* POSTs may be sent again after an unknown outcome */
-	int quiet;		 /* no "server unreachable" line: the caller says it */
-	int answered;		 /* some server answered some request (any status) */
-	long connect_timeout_ms; /* 0: CONNECT_TIMEOUT_MS */
+	size_t n_bases, cur;	      /* cur: the server of the next request */
+	int resend;		      /* POSTs may be sent again after an unknown outcome */
+	int quiet;		      /* no "server unreachable" line: the caller says it */
+	int answered;		      /* some server answered some request (any status) */
+	long connect_timeout_ms;      /* 0: CONNECT_TIMEOUT_MS */
+	volatile sig_atomic_t *abort; /* nonzero: end the request in flight (NULL: never) */
 	struct curl_slist *get_headers;
 	struct curl_slist *post_headers;  /* JSON body */
 	struct curl_slist *empty_headers; /* POST without body: no Content-Type */
@@ -202,6 +203,20 @@ void http_set_connect_timeout(http *h, long ms)
 	h->connect_timeout_ms = ms;
 }
 
+void http_set_abort(http *h, volatile sig_atomic_t *flag)
+{
+	h->abort = flag;
+}
+
+/* libcurl's progress callback, called while a request is in flight, also idle (at least
+ * once a second): nonzero ends the transfer. */
+static int aborted(void *flag, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal,
+		   curl_off_t ulnow)
+{
+	(void)dltotal, (void)dlnow, (void)ultotal, (void)ulnow;
+	return *(volatile sig_atomic_t *)flag != 0;
+}
+
 int http_answered(const http *h)
 {
 	return h->answered;
@@ -244,6 +259,11 @@ static void prepare(http *h)
 	h->errbuf[0] = '\0';
 	curl_easy_setopt(h->curl, CURLOPT_ERRORBUFFER, h->errbuf);
 	curl_easy_setopt(h->curl, CURLOPT_USERAGENT, "baton/" BATON_CLIENT_VERSION);
+	if (h->abort) {
+		curl_easy_setopt(h->curl, CURLOPT_NOPROGRESS, 0L);
+		curl_easy_setopt(h->curl, CURLOPT_XFERINFOFUNCTION, aborted);
+		curl_easy_setopt(h->curl, CURLOPT_XFERINFODATA, (void *)h->abort);
+	}
 }
 
 /* One request of the client: JSON both ways; only a POST or a PUT carries `payload` (NULL:
@@ -293,6 +313,9 @@ static void note_no_answer(http *h, CURLcode rc, const curl_req *req)
 		snprintf(why, n, "%s within %s s",
 			 connected ? "did not answer" : "did not accept the connection", secs);
 		break;
+	case CURLE_ABORTED_BY_CALLBACK:
+		snprintf(why, n, "was not waited for");
+		break;
 	default:
 		snprintf(why, n, "failed (%.150s)",
 			 h->errbuf[0] ? h->errbuf : curl_easy_strerror(rc));
@@ -334,6 +357,8 @@ static int transport_error(const http *h, CURLcode rc, const char *url, const cu
 	case CURLE_UNSUPPORTED_PROTOCOL:
 		print_error("Bad server URL", "bad server URL \"%s\": %s", http_base(h), why);
 		return EXIT_USAGE;
+	case CURLE_ABORTED_BY_CALLBACK: /* the caller ended it (http_set_abort): no answer */
+		return EXIT_UNREACHABLE;
 	case CURLE_OUT_OF_MEMORY:
 	case CURLE_WRITE_ERROR:
 		fprintf(stderr, "baton: %s: out of memory\n", url);
@@ -413,7 +438,7 @@ static int request_once(http *h, const char *method, const char *path, const cha
 	}
 	if (cc != CURLE_OK) {
 		note_no_answer(h, cc, &req);
-		int moves = may_move_on(h, method, cc);
+		int moves = cc != CURLE_ABORTED_BY_CALLBACK && may_move_on(h, method, cc);
 		rc = transport_error(h, cc, url, &b, h->quiet || (moves && !last));
 		*next = rc == EXIT_UNREACHABLE && moves;
 		goto out;

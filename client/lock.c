@@ -44,7 +44,10 @@
  * --connect-timeout (a wrong --server, exit 3, one line naming each server and why);
  * afterwards it is asked again until --wait runs out (a failover may be under way).
  *
- * SIGINT, SIGTERM and SIGHUP sent to `baton lock` go to the command's group first (shells
+ * SIGINT, SIGTERM and SIGHUP while the acquire waits end its requests in flight (http.c's
+ * abort flag) and release the lease of its request_id, which takes the waiter out of the
+ * queue, or ends a grant that raced the signal; nothing runs, and baton lock exits 128 + the
+ * signal. Once the command runs, SIGINT, SIGTERM and SIGHUP go to the command's group first (shells
  * make background jobs ignore SIGINT); once the command has ended, whatever is left of
  * its group gets SIGTERM, then SIGKILL after the grace period, and a second such signal
  * does that to the whole group at once. A lost lease ends the whole group the same way.
@@ -277,12 +280,12 @@ static int attempt_start(struct attempt *a, const struct lock_opts *o, const cha
 	return 0;
 }
 
-/* Waits until a has its answer, or until `until` (monotonic ms; 0: no limit). 1 when
- * it has its answer (then joined: a->rc and a->r hold it). */
+/* Waits until a has its answer, or until `until` (monotonic ms; 0: no limit), or until an
+ * ending signal came. 1 when it has its answer (then joined: a->rc and a->r hold it). */
 static int attempt_wait(struct attempt *a, long long until)
 {
 	pthread_mutex_lock(&attempt_mu);
-	while (!a->done && (!until || monotonic_ms() < until)) {
+	while (!a->done && (!until || monotonic_ms() < until) && !got_signal) {
 		struct timespec ts;
 		clock_gettime(CLOCK_REALTIME, &ts);
 		ts.tv_nsec += 50 * 1000000L; /* a slice: the condvar's clock is not ours */
@@ -300,6 +303,18 @@ static int attempt_wait(struct attempt *a, long long until)
 		a->body = NULL;
 	}
 	return done;
+}
+
+/* Waits for a request in flight (if any) to end, whatever its answer, and forgets it: one
+ * answered at once, or one a signal ends (http_set_abort). */
+static void attempt_finish(struct attempt *a)
+{
+	if (!a->body)
+		return; /* not in flight */
+	pthread_join(a->thread, NULL);
+	json_decref(a->body);
+	a->body = NULL;
+	http_reply_fini(&a->r);
 }
 
 enum answer { GRANTED, ASK_AGAIN, ASK_ANEW, ENDED };
@@ -388,6 +403,28 @@ static int no_server(const struct lock_opts *o, const struct attempt *at, long l
 	return 1;
 }
 
+/* 0 released (or already ended), 1 it had expired, -1 no answer. */
+static int release(struct cli *cli, const struct lease *l);
+
+/*
+ * An ending signal came while the acquire waited (SIGINT, SIGTERM, SIGHUP): the requests in
+ * flight end unanswered (http_set_abort), and the lease of request_id rid is released, which
+ * takes its waiter out of the queue, or ends at once a grant that raced the signal (the
+ * server answers DELETE for either, as etcd's Lock leaves its queue). Returns 128 + the
+ * signal: nothing runs.
+ */
+static int leave_queue(struct cli *cli, struct attempt *at, const char *rid)
+{
+	int sig = got_signal;
+	attempt_finish(&at[0]);
+	attempt_finish(&at[1]);
+	struct lease l = {.token = 0};
+	snprintf(l.id, sizeof l.id, "lease-%s", rid);
+	http_set_abort(cli->http, NULL);
+	release(cli, &l);
+	return 128 + sig;
+}
+
 static void new_request_id(char *rid, size_t n)
 {
 	snprintf(rid, n, "lock-%08lx%08lx", (unsigned long)random(), (unsigned long)monotonic_ms());
@@ -404,16 +441,25 @@ static int acquire(struct cli *cli, const struct lock_opts *o, struct lease *l)
 	struct attempt at[2] = {{.http = cli->http, .path = path}, {.path = path}};
 	l->id[0] = '\0'; /* set on the grant only */
 	int cur = 0, rc = EXIT_FAILED, started, said = 0;
+	http_set_abort(cli->http, &got_signal); /* a signal ends the requests in flight */
 	new_request_id(rid, sizeof rid);
 	started = !attempt_start(&at[cur], o, rid, deadline - start < cap ? deadline - start : cap);
 	while (started) {
 		/* the next request is due before this one's wait ends, if --wait goes on */
 		long long next_at = at[cur].sent_at + at[cur].wait - lead;
 		int more = at[cur].sent_at + at[cur].wait < deadline - 1000;
-		if (!attempt_wait(&at[cur], more ? next_at : 0)) {
+		int answered = attempt_wait(&at[cur], more ? next_at : 0);
+		if (got_signal) {
+			http_reply_fini(&at[cur].r);
+			rc = leave_queue(cli, at, rid);
+			break;
+		}
+		if (!answered) {
 			int nxt = !cur;
 			if (!at[nxt].http && !(at[nxt].http = http_clone(cli->http)))
 				started = 0;
+			else
+				http_set_abort(at[nxt].http, &got_signal);
 			long long left = deadline - monotonic_ms();
 			if (started) {
 				fprintf(stderr, "baton: lock: still waiting for %s after %lld s\n",
@@ -421,11 +467,12 @@ static int acquire(struct cli *cli, const struct lock_opts *o, struct lease *l)
 				started = !attempt_start(&at[nxt], o, rid, left < cap ? left : cap);
 			}
 			attempt_wait(&at[cur], 0); /* 409 once the next took its place */
+			if (got_signal) {
+				rc = leave_queue(cli, at, rid);
+				break;
+			}
 			if (answer_of(o, &at[cur], l, deadline, &rc) == GRANTED) {
-				if (started) {
-					attempt_wait(&at[nxt], 0); /* the same lease, at once */
-					http_reply_fini(&at[nxt].r);
-				}
+				attempt_finish(&at[nxt]); /* the same lease, at once */
 				rc = EXIT_OK;
 				break;
 			}
@@ -445,13 +492,19 @@ static int acquire(struct cli *cli, const struct lock_opts *o, struct lease *l)
 		if (ans != ASK_AGAIN || !unreachable)
 			said = 0; /* an answer came: a later outage is said again */
 		if (ans == ASK_AGAIN)
-			sleep_ms(500);
+			for (int k = 0; k < 25 && !got_signal; k++)
+				sleep_ms(20);
 		else
 			new_request_id(rid, sizeof rid);
+		if (got_signal) {
+			rc = leave_queue(cli, at, rid);
+			break;
+		}
 		long long left = deadline - monotonic_ms();
 		left = left < 0 ? 0 : left > cap ? cap : left;
 		started = !attempt_start(&at[cur], o, rid, left);
 	}
+	http_set_abort(cli->http, NULL);
 	if (at[1].http != cli->http)
 		http_free(at[1].http);
 	/* not granted: an answer that ended the wait said why; a request not sent did too */

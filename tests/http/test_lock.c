@@ -268,6 +268,101 @@ static void test_not_acquired_runs_nothing(void **state)
 	assert_false(file_exists(path_in("ran")));
 }
 
+struct queue_watch {
+	const hs_server *s;
+	int want;
+};
+
+static bool queue_is(void *arg)
+{
+	const struct queue_watch *w = arg;
+	json_t *r = hs_get_json(w->s, "/resources/db", 200);
+	bool yes = (int)json_array_size(json_object_get(r, "waiters")) == w->want;
+	json_decref(r);
+	return yes;
+}
+
+/*
+ * SIGINT or SIGTERM while baton lock waits in the queue: it leaves the queue at once
+ * (nobody waits once it has exited), exits 130 or 143, and runs nothing. The old baton lock
+ * ignored both until its --wait ran out (75).
+ */
+static void test_signal_while_queued_leaves_the_queue(void **state)
+{
+	hs_server *s = *state;
+	hs_response r;
+	assert_int_equal(
+	    hs_post(s, "/resources/db/leases", "{\"holder\": \"other\", \"ttl_ms\": 60000}", &r),
+	    0);
+	assert_int_equal(r.status, 201);
+	hs_response_fini(&r);
+	char script[256];
+	snprintf(script, sizeof script, "touch %s", path_in("ran"));
+	const int sigs[] = {SIGINT, SIGTERM};
+	for (int i = 0; i < 2; i++) {
+		const char *const args[] = {"lock", "db", "--wait", "20s", "--",
+					    "sh",   "-c", script,   NULL};
+		client_proc *p = client_spawn(args, client_url_of(s), false);
+		struct queue_watch queued = {s, 1}, empty = {s, 0};
+		assert_true(hs_wait_until(queue_is, &queued, WAIT_MS));
+		assert_int_equal(kill(p->pid, sigs[i]), 0);
+		int code = client_finish(p);
+		if (code != 128 + sigs[i])
+			fail_msg("exit %d after signal %d, not %d\nstderr:\n%s", code, sigs[i],
+				 128 + sigs[i], p->e.p);
+		client_free(p);
+		assert_true(queue_is(&empty)); /* left before it exited */
+		assert_false(file_exists(path_in("ran")));
+	}
+}
+
+/*
+ * The grant's answer is on its way (the stub holds it back 30 s) when SIGTERM comes: baton
+ * lock releases that lease at once (DELETE /leases/lease-<request_id>, sent while the answer
+ * is still held back), exits 143 and runs nothing. The old one waited for the answer.
+ */
+static void test_signal_racing_the_grant_releases_it(void **state)
+{
+	(void)state;
+	fake = stub_open();
+	assert_non_null(fake);
+	stub_route(fake,
+		   (stub_rule){"POST", "/resources/", 201,
+			       "{\"id\": \"lease-x\", \"state\": \"held\", \"fencing_token\": 1, "
+			       "\"ttl_ms\": 15000, \"slot\": 0}",
+			       30000});
+	stub_route(fake, (stub_rule){"DELETE", "/leases/", 204, NULL, 0});
+	char *url = stub_url(fake), script[256];
+	snprintf(script, sizeof script, "touch %s", path_in("ran"));
+	const char *const args[] = {"lock", "db", "--", "sh", "-c", script, NULL};
+	client_proc *p = client_spawn(args, url, false);
+	free(url);
+	int64_t deadline = hs_mono_ms() + WAIT_MS;
+	while (stub_count(fake, "POST", "/resources/db/leases") == 0) {
+		assert_true(hs_mono_ms() < deadline);
+		client_pump(p, HS_POLL_MS);
+	}
+	assert_int_equal(kill(p->pid, SIGTERM), 0);
+	/* a bound well under the 30 s the answer is held back */
+	deadline = hs_mono_ms() + 15000;
+	while (client_running(p) && hs_mono_ms() < deadline)
+		client_pump(p, HS_POLL_MS);
+	if (client_running(p))
+		fail_msg("baton lock still waits for the grant's answer after SIGTERM");
+	assert_int_equal(client_finish(p), 143);
+	client_free(p);
+	char *body = stub_body(fake, "POST", "/resources/db/leases");
+	assert_non_null(body);
+	json_t *sent = json_loads(body, 0, NULL);
+	free(body);
+	assert_non_null(sent);
+	char path[256];
+	snprintf(path, sizeof path, "/leases/lease-%s", hs_str(sent, "request_id"));
+	json_decref(sent);
+	assert_int_equal(stub_count(fake, "DELETE", path), 1);
+	assert_false(file_exists(path_in("ran")));
+}
+
 /* A lock that waited in the queue longer than two thirds of its ttl still runs its command
  * once granted: the server counts the ttl from the grant, so baton lock renews first and
  * counts from that renewal's send, instead of giving the lease up unused. */
@@ -701,6 +796,10 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_frozen_server_noticed_by_own_clock, setup,
 					    teardown),
 	    cmocka_unit_test_setup_teardown(test_not_acquired_runs_nothing, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_signal_while_queued_leaves_the_queue, setup,
+					    teardown),
+	    cmocka_unit_test_setup_teardown(test_signal_racing_the_grant_releases_it, setup,
+					    teardown),
 	    cmocka_unit_test_setup_teardown(test_lock_granted_after_a_long_wait_runs, setup,
 					    teardown),
 	    cmocka_unit_test_setup_teardown(test_sigterm_goes_to_the_command_first, setup,
