@@ -19,7 +19,9 @@
  * as a string); any other status fails it (retryable) with the status and the last lines
  * of its stderr. SIGINT, SIGTERM, SIGHUP or SIGQUIT (Ctrl-C, Ctrl-\ in a terminal, whose
  * foreground group is the worker's: the command reads its task, not the terminal): the
- * command gets it, its outcome is reported, and the loop ends (exit 0).
+ * command gets it, its outcome is reported, and the loop ends (exit 0). An idle worker's
+ * long poll for a claim ends at once (http_set_abort); a claim the server answered
+ * meanwhile is given back by it, as any claim answered to nobody.
  *
  * Ctrl-Z (SIGTSTP) while a command runs stops the command's group and then the worker, so
  * that the shell sees its job stopped and gives its prompt back; `fg` continues the
@@ -465,14 +467,20 @@ int cmd_worker(struct cli *cli, int argc, char **argv)
 			json_object_set_new(body, "resource", json_string(o.resource));
 		struct http_reply r;
 		http_set_timeout(cli->http, CLAIM_WAIT + 30000);
+		http_set_abort(cli->http, &stopping); /* an idle worker stops at once */
 		long long sent = monotonic_ms();
 		rc = http_request(cli->http, "POST", "/tasks/claim", body, &r);
+		http_set_abort(cli->http, NULL);
 		http_set_timeout(cli->http, 0);
 		json_decref(body);
 		if (rc == EXIT_UNREACHABLE) {
+			if (stopping)
+				break; /* the poll was ended: a claim answered to nobody is given
+					  back */
 			if (o.once && monotonic_ms() >= deadline)
 				return rc;
-			sleep_ms(1000);
+			for (int k = 0; k < 50 && !stopping; k++)
+				sleep_ms(20);
 			continue;
 		}
 		if (rc)
@@ -493,7 +501,8 @@ int cmd_worker(struct cli *cli, int argc, char **argv)
 				jstr(r.body, "detail", ""));
 			http_reply_fini(&r);
 			if (r.status >= 500 && !(o.once && monotonic_ms() >= deadline)) {
-				sleep_ms(1000);
+				for (int k = 0; k < 50 && !stopping; k++)
+					sleep_ms(20);
 				continue;
 			}
 			return EXIT_FAILED;

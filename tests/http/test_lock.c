@@ -786,6 +786,37 @@ static void test_worker_stops_the_command_by_its_own_clock(void **state)
 	assert_int_equal(stub_count(fake, "POST", "/tasks/w1.0.1/fail"), 0);
 }
 
+/* Ctrl-C (SIGINT) to an idle baton worker, its claim long-polling (the stub holds the
+ * answer 30 s): it ends the poll at once and exits 0, having run nothing. The old worker
+ * waited for the poll's answer. */
+static void test_idle_worker_stops_at_once(void **state)
+{
+	(void)state;
+	fake = stub_open();
+	assert_non_null(fake);
+	stub_route(fake, (stub_rule){"POST", "/tasks/claim", 204, NULL, 30000});
+	char *url = stub_url(fake), script[256];
+	snprintf(script, sizeof script, "touch %s", path_in("ran"));
+	const char *const args[] = {"worker", "--worker", "idle", "--", "sh", "-c", script, NULL};
+	client_proc *p = client_spawn(args, url, false);
+	free(url);
+	int64_t deadline = hs_mono_ms() + WAIT_MS;
+	while (stub_count(fake, "POST", "/tasks/claim") == 0) {
+		assert_true(hs_mono_ms() < deadline);
+		client_pump(p, HS_POLL_MS);
+	}
+	assert_int_equal(kill(p->pid, SIGINT), 0);
+	deadline = hs_mono_ms() + 15000; /* well under the 30 s the answer is held back */
+	while (client_running(p) && hs_mono_ms() < deadline)
+		client_pump(p, HS_POLL_MS);
+	if (client_running(p))
+		fail_msg("baton worker still waits for its claim's answer after SIGINT");
+	assert_int_equal(client_finish(p), 0);
+	client_free(p);
+	assert_int_equal(stub_count(fake, "POST", "/tasks/claim"), 1);
+	assert_false(file_exists(path_in("ran")));
+}
+
 int main(void)
 {
 	hs_filters_from_env();
@@ -817,6 +848,7 @@ int main(void)
 					    teardown),
 	    cmocka_unit_test_setup_teardown(test_worker_fails_with_status_and_stderr, setup,
 					    teardown),
+	    cmocka_unit_test_setup_teardown(test_idle_worker_stops_at_once, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_worker_stops_the_command_by_its_own_clock, setup,
 					    teardown),
 	};
