@@ -241,7 +241,19 @@ struct attempt {
 };
 
 static pthread_mutex_t attempt_mu = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t attempt_cv = PTHREAD_COND_INITIALIZER;
+static pthread_cond_t attempt_cv;
+static pthread_once_t attempt_cv_once = PTHREAD_ONCE_INIT;
+
+/* The condition variable times its waits on CLOCK_MONOTONIC, as --wait is counted: a step
+ * of the wall clock (NTP, a VM resumed) neither stretches nor cuts a wait. */
+static void attempt_cv_init(void)
+{
+	pthread_condattr_t attr;
+	pthread_condattr_init(&attr);
+	pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+	pthread_cond_init(&attempt_cv, &attr);
+	pthread_condattr_destroy(&attr);
+}
 
 static void *attempt_main(void *arg)
 {
@@ -271,6 +283,7 @@ static int attempt_start(struct attempt *a, const struct lock_opts *o, const cha
 	a->rc = EXIT_FAILED;
 	a->r = (struct http_reply){0};
 	a->sent_at = monotonic_ms();
+	pthread_once(&attempt_cv_once, attempt_cv_init);
 	if (!a->body || pthread_create(&a->thread, NULL, attempt_main, a) != 0) {
 		fprintf(stderr, "baton: lock: cannot send the acquire request\n");
 		json_decref(a->body);
@@ -287,8 +300,8 @@ static int attempt_wait(struct attempt *a, long long until)
 	pthread_mutex_lock(&attempt_mu);
 	while (!a->done && (!until || monotonic_ms() < until) && !got_signal) {
 		struct timespec ts;
-		clock_gettime(CLOCK_REALTIME, &ts);
-		ts.tv_nsec += 50 * 1000000L; /* a slice: the condvar's clock is not ours */
+		clock_gettime(CLOCK_MONOTONIC, &ts);
+		ts.tv_nsec += 50 * 1000000L; /* a slice: a signal is looked at every 50 ms */
 		if (ts.tv_nsec >= 1000000000L) {
 			ts.tv_sec++;
 			ts.tv_nsec -= 1000000000L;
