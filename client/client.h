@@ -12,6 +12,7 @@
  *   watch.c     `baton watch ID`: a workflow followed live over its event stream (SSE)
  *   lock.c      `baton lock RESOURCE -- COMMAND`: a command run under a lease
  *   worker.c    `baton worker --worker NAME -- COMMAND`: an external worker's steps
+ *   group.c     a command's process group: signalled whole, ended (TERM, KILL), reaped
  *   sse.c       an incremental parser of Server-Sent Events, for watch
  *   util.c      JSON field access, small formatting helpers, a growable buffer
  *
@@ -25,6 +26,7 @@
 
 #include <jansson.h>
 #include <signal.h>
+#include <sys/types.h>
 
 #include "../common/sse_lines.h"
 
@@ -200,6 +202,34 @@ struct sbuf {
 int sbuf_add(struct sbuf *b, const char *s, size_t n, size_t max);
 /* Frees the bytes and empties b, which can be used again (accepts NULL). */
 void sbuf_fini(struct sbuf *b);
+
+/* ---- group.c: a command's process group, until nothing of it is left ---------------------- */
+
+struct group {
+	pid_t pgid;	/* the command's pid, and its group's id */
+	int ws, exited; /* the command's wait status, once it exited */
+	int stopped;	/* the command was stopped (Ctrl-Z, SIGTTIN) and not continued since */
+	int ending;	/* 0; 1 SIGTERM sent, SIGKILL due at kill_at; 2 SIGKILL sent */
+	long long kill_at;
+	int untraced; /* set by the caller: note the command's stops and continues */
+	int cont;     /* set by the caller: follow each signal but SIGKILL with SIGCONT, or a
+		       * stopped group would not get it before it is continued */
+};
+
+/* Reaps the children that ended: the command (g->exited, g->ws), or what it left behind,
+ * which the runner, the group's subreaper, inherits. */
+void group_reap(struct group *g);
+/* 1 while some process of the group is left (the command, or what it left behind). */
+int group_left(const struct group *g);
+/* Sends sig to the whole group (then SIGCONT, with g->cont). */
+void group_signal(const struct group *g, int sig);
+/* Ends the whole group: SIGTERM now, SIGKILL once `grace` ms have passed (group_tick);
+ * once only. now: monotonic ms. */
+void group_end(struct group *g, long long now, long long grace);
+/* Sends the SIGKILL that group_end made due, when due at `now`. */
+void group_tick(struct group *g, long long now);
+/* The command's exit status: its own, 128 + N when signal N ended it. */
+int group_status(const struct group *g);
 
 /* ---- sse.c ----------------------------------------------------------------------------- */
 

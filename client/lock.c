@@ -591,11 +591,6 @@ static pid_t start_command(const struct lock_opts *o, const struct lease *l)
 	return pid;
 }
 
-static int status_of(int ws)
-{
-	return WIFEXITED(ws) ? WEXITSTATUS(ws) : WIFSIGNALED(ws) ? 128 + WTERMSIG(ws) : 1;
-}
-
 /* Counts the lease from a request sent at `sent`, which the server answered with it held. */
 static void count_from(struct lease *l, long long sent)
 {
@@ -638,57 +633,6 @@ static enum hold keep_lease(struct cli *cli, const struct lock_opts *o, struct l
 	return KEPT;
 }
 
-/* The command's process group, from its start until nothing of it is left. */
-struct group {
-	pid_t pgid; /* the command's pid, and its group's id */
-	int ws, exited;
-	int stopped; /* the command was stopped (Ctrl-Z, SIGTTIN) and not continued since */
-	int ending;  /* 0; 1 SIGTERM sent, SIGKILL due at kill_at; 2 SIGKILL sent */
-	long long kill_at;
-};
-
-/* Reaps the children that ended: the command, or what it left behind (subreaper). With
- * a terminal, also notes when the command was stopped or continued. */
-static void reap(struct group *g)
-{
-	int ws;
-	pid_t w;
-	int flags = WNOHANG | (tty >= 0 ? WUNTRACED | WCONTINUED : 0);
-	while ((w = waitpid(-1, &ws, flags)) > 0) {
-		if (w != g->pgid)
-			continue;
-		if (WIFSTOPPED(ws) || WIFCONTINUED(ws)) {
-			g->stopped = WIFSTOPPED(ws);
-			continue;
-		}
-		g->ws = ws;
-		g->exited = 1;
-	}
-}
-
-static int group_left(const struct group *g)
-{
-	return kill(-g->pgid, 0) == 0 || errno == EPERM;
-}
-
-/* Sends sig to the group; a stopped group is continued, or it would never get it. */
-static void signal_group(const struct group *g, int sig)
-{
-	kill(-g->pgid, sig);
-	if (tty >= 0 && sig != SIGKILL)
-		kill(-g->pgid, SIGCONT);
-}
-
-/* Ends the whole group: SIGTERM now, SIGKILL after the grace (see supervise). */
-static void end_group(struct group *g, long long now, long long grace)
-{
-	if (g->ending)
-		return;
-	signal_group(g, SIGTERM);
-	g->ending = 1;
-	g->kill_at = now + grace;
-}
-
 /* What the keeper renews with, and stops on loss, while baton lock is stopped (suspend). */
 struct keeper {
 	const struct lock_opts *o;
@@ -702,7 +646,7 @@ static int keep(struct cli *kc, void *shared, void *arg)
 	const struct keeper *k = arg;
 	if (keep_lease(kc, k->o, shared, monotonic_ms()) != LOST)
 		return 0;
-	signal_group(k->g, SIGTERM);
+	group_signal(k->g, SIGTERM);
 	return 1;
 }
 
@@ -739,14 +683,15 @@ static int supervise(struct cli *cli, const struct lock_opts *o, struct lease *l
 	long long grace = l->ttl_ms / 6;
 	int lost = 0, signals = 0, said = 0, was_stopped = 0;
 	prctl(PR_SET_CHILD_SUBREAPER, 1);
-	struct group g = {.pgid = start_command(o, l)};
+	/* With a terminal, the command's stops are noted, and signals continue it. */
+	struct group g = {.pgid = start_command(o, l), .untraced = tty >= 0, .cont = tty >= 0};
 	if (g.pgid < 0) {
 		fprintf(stderr, "baton: lock: cannot fork: %s\n", strerror(errno));
 		release(cli, l);
 		return EXIT_FAILED;
 	}
 	for (;;) {
-		reap(&g);
+		group_reap(&g);
 		if (g.exited)
 			tty_take_back(g.pgid);
 		if (g.exited && !group_left(&g))
@@ -758,7 +703,7 @@ static int supervise(struct cli *cli, const struct lock_opts *o, struct lease *l
 			if (g.stopped && suspend(cli, o, l, &g)) {
 				fprintf(stderr,
 					"baton: lock: stopping the command's process group\n");
-				end_group(&g, monotonic_ms(), grace);
+				group_end(&g, monotonic_ms(), grace);
 				lost = 1;
 			} else if (!g.stopped && tty >= 0 && tcgetpgrp(tty) == getpgrp()) {
 				tty_give(g.pgid); /* continued by somebody else, while ours */
@@ -768,13 +713,13 @@ static int supervise(struct cli *cli, const struct lock_opts *o, struct lease *l
 		long long now = monotonic_ms();
 		if (got_signal) { /* the command first; then what is left of its group */
 			if (!signals++ && !g.exited)
-				signal_group(&g, got_signal);
+				group_signal(&g, got_signal);
 			else
-				end_group(&g, now, grace);
+				group_end(&g, now, grace);
 			got_signal = 0;
 		}
 		if (signals && g.exited)
-			end_group(&g, now, grace);
+			group_end(&g, now, grace);
 		if (g.exited && !signals && !lost && !said++)
 			fprintf(stderr,
 				"baton: lock: the command ended; processes of its group still run: "
@@ -782,13 +727,10 @@ static int supervise(struct cli *cli, const struct lock_opts *o, struct lease *l
 				o->resource);
 		if (!lost && keep_lease(cli, o, l, now) == LOST) {
 			fprintf(stderr, "baton: lock: stopping the command's process group\n");
-			end_group(&g, now, grace);
+			group_end(&g, now, grace);
 			lost = 1;
 		}
-		if (g.ending == 1 && now >= g.kill_at) {
-			kill(-g.pgid, SIGKILL);
-			g.ending = 2;
-		}
+		group_tick(&g, now);
 		sleep_ms(20);
 	}
 	int gone = release(cli, l);
@@ -797,7 +739,7 @@ static int supervise(struct cli *cli, const struct lock_opts *o, struct lease *l
 			o->resource);
 		return EXIT_LEASE_LOST;
 	}
-	return status_of(g.ws);
+	return group_status(&g);
 }
 
 int cmd_lock(struct cli *cli, int argc, char **argv)

@@ -14,7 +14,11 @@
  * two thirds of the ttl (the server unreachable, or answering 5xx), the group gets TERM,
  * then KILL a sixth of the ttl later, before the server can expire the claim and hand
  * the step to another attempt, and nothing is reported. A claim whose answer took a
- * third of the ttl or more is heartbeaten before the command starts. When it ends,
+ * third of the ttl or more is heartbeaten before the command starts. The group is run
+ * and ended with baton lock's code (group.c): the worker is its subreaper, and the task
+ * is over when nothing of the group is left, not when the command exits, so a child that
+ * ignores SIGTERM still gets the SIGKILL, and a background child keeps the claim,
+ * heartbeaten, until it ends. Then
  * exit status 0 completes the task with its stdout (JSON when it parses, else the text
  * as a string); any other status fails it (retryable) with the status and the last lines
  * of its stderr. SIGINT, SIGTERM, SIGHUP or SIGQUIT (Ctrl-C, Ctrl-\ in a terminal, whose
@@ -48,6 +52,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -358,6 +363,61 @@ static int suspend(struct cli *cli, struct claim *c, pid_t pgid)
 	return lost == 1;
 }
 
+/*
+ * Runs the command's group g until nothing of it is left, heartbeating the claim, as baton
+ * lock runs its command under its lease (group.c): a signal goes to the command, or, once it
+ * has ended, ends what is left of its group; a claim lost ends the whole group, TERM at two
+ * thirds of the ttl by the worker's clock, KILL a sixth of the ttl later, and the worker
+ * waits for every process of the group, not just the command. Returns 1 when the claim
+ * was lost (or may be), else 0.
+ */
+static int supervise(struct cli *cli, struct claim *c, struct run *r, struct group *g)
+{
+	int lost = 0, said = 0;
+	long long grace = c->ttl / 6;
+	stop_asked = 0;
+	catch_tstp(1);
+	for (;;) {
+		group_reap(g);
+		if (g->exited && !group_left(g))
+			break;
+		if (stop_asked && !lost && !g->exited) {
+			stop_asked = 0;
+			if (suspend(cli, c, g->pgid)) {
+				fprintf(stderr,
+					"baton: worker: the claim of %s was lost while stopped; "
+					"stopping the command\n",
+					c->id);
+				lost = 1;
+				group_end(g, monotonic_ms(), grace);
+			}
+		}
+		long long now = monotonic_ms();
+		if (stop_signal && !lost) { /* each signal once: a second Ctrl-C is a second */
+			if (!g->exited)
+				kill(-g->pgid, stop_signal);
+			else
+				group_end(g, now, grace);
+			stop_signal = 0;
+		}
+		if (g->exited && !lost && !g->ending && !said++)
+			fprintf(
+			    stderr,
+			    "baton: worker: the command ended; processes of its group still run: "
+			    "the claim of %s is kept until they end\n",
+			    c->id);
+		pump(r, 20);
+		now = monotonic_ms();
+		if (!lost && keep_claim(cli, c, now) == BEAT_LOST) {
+			lost = 1;
+			group_end(g, now, grace);
+		}
+		group_tick(g, now);
+	}
+	catch_tstp(0);
+	return lost;
+}
+
 /* Runs one task claimed by a request sent at `sent`; 1 when it completed, 0 when not. */
 static int run_task(struct cli *cli, const struct worker_opts *o, const json_t *task,
 		    long long sent)
@@ -386,46 +446,24 @@ static int run_task(struct cli *cli, const struct worker_opts *o, const json_t *
 		json_decref(b);
 		return 0;
 	}
-	long long kill_at = 0;
-	int ws = 0, lost = 0;
-	stop_asked = 0;
-	catch_tstp(1);
-	while (waitpid(pid, &ws, WNOHANG) != pid) {
-		if (stop_asked && !lost) {
-			stop_asked = 0;
-			if (suspend(cli, &c, pid)) {
-				fprintf(stderr,
-					"baton: worker: the claim of %s was lost while stopped; "
-					"stopping the command\n",
-					c.id);
-				lost = 1;
-				kill_at = monotonic_ms() + c.ttl / 6;
-			}
-		}
-		if (stop_signal && !lost) { /* each signal once: a second Ctrl-C is a second */
-			kill(-pid, stop_signal);
-			stop_signal = 0;
-		}
-		pump(&r, 20);
-		long long now = monotonic_ms();
-		if (!lost && keep_claim(cli, &c, now) == BEAT_LOST) {
-			lost = 1;
-			kill(-pid, SIGTERM);
-			kill_at = now + c.ttl / 6;
-		} else if (lost == 1 && now >= kill_at) {
-			kill(-pid, SIGKILL);
-			lost = 2;
-		}
-	}
-	catch_tstp(0);
-	while (r.fd_out >= 0 || r.fd_err >= 0) /* what it wrote before it ended */
+	struct group g = {.pgid = pid, .cont = 1};
+	int lost = supervise(cli, &c, &r, &g);
+	/* What it wrote before it ended; a process that left the group (setsid) and keeps
+	 * the pipes open is not waited for past a second of silence. */
+	for (int quiet = 0; (r.fd_out >= 0 || r.fd_err >= 0) && quiet < 10;) {
+		size_t had = r.out.len + r.err.len;
+		int fds = r.fd_out + r.fd_err;
 		pump(&r, 100);
-	if (r.fd_in >= 0)
-		close(r.fd_in);
+		quiet = r.out.len + r.err.len == had && r.fd_out + r.fd_err == fds ? quiet + 1 : 0;
+	}
+	int *fds[] = {&r.fd_in, &r.fd_out, &r.fd_err};
+	for (size_t i = 0; i < 3; i++)
+		if (*fds[i] >= 0)
+			close(*fds[i]);
 	free(in);
 	int ok = 0;
 	if (!lost) {
-		json_t *body = outcome_body(ws, &r, &ok);
+		json_t *body = outcome_body(g.ws, &r, &ok);
 		if (post_task(cli, c.id, ok ? "complete" : "fail", body) != 200)
 			ok = 0;
 		json_decref(body);
@@ -448,6 +486,8 @@ int cmd_worker(struct cli *cli, int argc, char **argv)
 	sigaction(SIGHUP, &sa, NULL);
 	sigaction(SIGQUIT, &sa, NULL);
 	signal(SIGPIPE, SIG_IGN);
+	/* the command's group is ours to reap, what it leaves behind included (group.c) */
+	prctl(PR_SET_CHILD_SUBREAPER, 1);
 	/* a claim answered to nobody is given back by the server; heartbeats, completions
 	 * and failures sent twice are refused the second time (410), never applied twice */
 	http_set_resend(cli->http, 1);

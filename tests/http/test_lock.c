@@ -817,6 +817,44 @@ static void test_idle_worker_stops_at_once(void **state)
 	assert_false(file_exists(path_in("ran")));
 }
 
+/*
+ * As above, but the command's leader dies of the SIGTERM while a child of its group ignores
+ * it: the worker must wait for the whole group and send the SIGKILL due a sixth of the ttl
+ * later, as baton lock does. The old worker stopped waiting when the leader died, so the
+ * child ran on (and the worker hung on the child's end of its stdout).
+ */
+static void test_worker_kills_what_ignores_sigterm(void **state)
+{
+	(void)state;
+	fake = stub_open();
+	assert_non_null(fake);
+	stub_route(fake, (stub_rule){"POST", "/tasks/claim", 200,
+				     "{\"id\": \"w1.0.1\", \"workflow_id\": \"w1\", \"step\": 0, "
+				     "\"worker\": \"w\", \"attempt\": 1, \"fencing_token\": 1, "
+				     "\"ttl_ms\": 3000, \"input\": {}}",
+				     0});
+	stub_route(fake, (stub_rule){"POST", "/tasks/", 503, "{\"title\": \"busy\"}", 0});
+	char script[768], *url = stub_url(fake);
+	snprintf(script, sizeof script,
+		 "sh -c 'trap \"\" TERM; echo $$ > %s.tmp; mv %s.tmp %s; "
+		 "while :; do sleep 0.1; done' & while :; do sleep 0.1; done",
+		 path_in("child.pid"), path_in("child.pid"), path_in("child.pid"));
+	const char *const args[] = {"worker", "--worker", "w",	  "--once", "--",
+				    "sh",     "-c",	  script, NULL};
+	client_proc *p = client_spawn(args, url, false);
+	free(url);
+	if (!hs_wait_until(file_exists, path_in("child.pid"), WAIT_MS))
+		fail_msg("the command never ran");
+	long child = read_pid(path_in("child.pid"));
+	/* TERM at 2 s, KILL at 2.5 s after the claim: a bound well past both */
+	if (!hs_wait_until(pid_gone, (void *)(intptr_t)child, 10000))
+		fail_msg("the child that ignores SIGTERM still runs");
+	assert_int_equal(client_finish(p), 1);
+	client_free(p);
+	assert_int_equal(stub_count(fake, "POST", "/tasks/w1.0.1/complete"), 0);
+	assert_int_equal(stub_count(fake, "POST", "/tasks/w1.0.1/fail"), 0);
+}
+
 int main(void)
 {
 	hs_filters_from_env();
@@ -849,6 +887,8 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_worker_fails_with_status_and_stderr, setup,
 					    teardown),
 	    cmocka_unit_test_setup_teardown(test_idle_worker_stops_at_once, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_worker_kills_what_ignores_sigterm, setup,
+					    teardown),
 	    cmocka_unit_test_setup_teardown(test_worker_stops_the_command_by_its_own_clock, setup,
 					    teardown),
 	};
