@@ -1,0 +1,1154 @@
+/*
+ * test_model.c - every interleaving of a few callers on one resource, through the real
+ * lease machine (lease_next), the real queue of lock.c and the real task machine
+ * (task_next), up to a bounded depth.
+ *
+ * Design. What lease.c, task.c and commit.c do around the pure machines is modelled here
+ * in a few lines each: the engine's round (messages, timers, grants, then the commit), the
+ * commit that succeeds or fails (what is durable beside what is in memory), the answers on
+ * their way to the clients, the give-backs the HTTP layer posts when an answer cannot be
+ * delivered, and a new owner of the partition that starts from what is durable. A state of
+ * the model is a small plain struct: the real res_lock is rebuilt from it for each move
+ * (lock_restore, lock_enqueue) and read back, so states can be compared and hashed. The
+ * search is breadth first, so the first trace found that breaks an invariant is a shortest
+ * one; it is printed step by step.
+ *
+ * The invariants, checked after every step:
+ *   - no more clients believe they hold the resource (an unexpired "you hold it") than
+ *     its limit allows;
+ *   - every "you hold it" is backed by a committed grant, when it is given and as long as
+ *     its holder relies on it;
+ *   - a waiter that left the queue is never granted.
+ * A move that breaks a rule by itself (an answer given without its backing) is reported and
+ * not followed further, so that each invariant's trace shows its own cause.
+ *
+ * What the model assumes of time: a client counts its ttl from when it sent its request, the
+ * engine from when the request arrived or the grant was made, so the client's belief ends
+ * no later than the engine's expiry, and an answer still on its way arrives (or fails)
+ * before that expiry. A client stops relying on a lease when it sends its release.
+ *
+ * MODEL_DEPTH=N overrides the depth of every scenario (smaller under the sanitizers).
+ */
+#include "unit.h"
+
+#include <stdio.h>
+
+#define NC	  3 /* callers (and tasks) at most */
+#define MAX_TRIES 2 /* requests a client sends for one request_id */
+#define NCLAIMS	  8 /* claims waiting at once, at most (a gone worker's claim still waits) */
+
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define SLOW 1
+#else
+#define SLOW 0
+#endif
+
+/* ---- a breadth-first search over states that are plain bytes ---- */
+
+typedef struct model {
+	const char *name;
+	size_t size; /* of a state */
+	int nacts;   /* actions tried from every state */
+	const void *init;
+	/* Action a from s into t: 0 when it is not enabled. note: what happened (may be NULL);
+	 * *bad: the invariants the move itself broke (an answer given without its backing). */
+	int (*step)(const void *s, int a, void *t, char *note, size_t n, unsigned *bad);
+	unsigned (*check)(const void *s); /* the invariants a state breaks */
+	const char *const *invariants;
+	int ninv;
+} model;
+
+typedef struct search {
+	const model *m;
+	unsigned char *states; /* m->size bytes each, in the order found */
+	int32_t *parent;
+	int16_t *act;
+	uint8_t *depth;
+	size_t n, cap;
+	int32_t *table; /* open addressing: index + 1, 0 empty */
+	size_t tsize;
+	int32_t broken_at[32]; /* the first state that broke invariant k, -1 none */
+} search;
+
+static uint64_t hash_bytes(const void *p, size_t n)
+{
+	uint64_t h = 1469598103934665603ull;
+	for (const unsigned char *c = p; n--; c++)
+		h = (h ^ *c) * 1099511628211ull;
+	return h;
+}
+
+static void *state_at(const search *s, size_t i)
+{
+	return s->states + i * s->m->size;
+}
+
+static void rehash(search *s)
+{
+	free(s->table);
+	s->tsize = s->tsize ? s->tsize * 2 : 1 << 16;
+	s->table = calloc(s->tsize, sizeof *s->table);
+	assert_non_null(s->table);
+	for (size_t i = 0; i < s->n; i++) {
+		size_t h = hash_bytes(state_at(s, i), s->m->size) & (s->tsize - 1);
+		while (s->table[h])
+			h = (h + 1) & (s->tsize - 1);
+		s->table[h] = (int32_t)i + 1;
+	}
+}
+
+/* Adds state t unless it is known (or, forced, as one more way to it, outside the table:
+ * the trace of a move that broke an invariant); 1 when it was added. */
+static int add_state(search *s, const void *t, int32_t parent, int act, int depth, int forced)
+{
+	if ((s->n + 1) * 2 > s->tsize)
+		rehash(s);
+	size_t h = hash_bytes(t, s->m->size) & (s->tsize - 1);
+	while (!forced && s->table[h]) {
+		if (memcmp(state_at(s, (size_t)s->table[h] - 1), t, s->m->size) == 0)
+			return 0;
+		h = (h + 1) & (s->tsize - 1);
+	}
+	if (s->n == s->cap) {
+		s->cap = s->cap ? s->cap * 2 : 1 << 14;
+		s->states = realloc(s->states, s->cap * s->m->size);
+		s->parent = realloc(s->parent, s->cap * sizeof *s->parent);
+		s->act = realloc(s->act, s->cap * sizeof *s->act);
+		s->depth = realloc(s->depth, s->cap * sizeof *s->depth);
+		assert_true(s->states && s->parent && s->act && s->depth);
+	}
+	memcpy(state_at(s, s->n), t, s->m->size);
+	s->parent[s->n] = parent;
+	s->act[s->n] = (int16_t)act;
+	s->depth[s->n] = (uint8_t)(forced ? 255 : depth);
+	s->n++;
+	if (!forced)
+		s->table[h] = (int32_t)s->n;
+	return 1;
+}
+
+/* Prints the shortest trace to state i, replayed from the start with what each step did. */
+static void print_trace(const search *s, size_t i)
+{
+	int32_t path[256];
+	int len = 0;
+	for (int32_t k = (int32_t)i; k > 0 && len < 256; k = s->parent[k])
+		path[len++] = k;
+	unsigned char *cur = malloc(s->m->size), *next = malloc(s->m->size);
+	memcpy(cur, s->m->init, s->m->size);
+	for (int k = len - 1; k >= 0; k--) {
+		char note[400] = "";
+		unsigned bad = 0;
+		s->m->step(cur, s->act[path[k]], next, note, sizeof note, &bad);
+		printf("    %2d. %s\n", len - k, note);
+		memcpy(cur, next, s->m->size);
+	}
+	free(cur);
+	free(next);
+}
+
+/* Fails the test when an invariant broke (its shortest trace was printed). */
+static void expect_none_broken(int broken)
+{
+	if (broken)
+		fail_msg("%d invariant(s) broken: the shortest trace of each is printed above",
+			 broken);
+}
+
+static int depth_of(int plain)
+{
+	const char *env = getenv("MODEL_DEPTH");
+	if (env && atoi(env) > 0)
+		return atoi(env);
+	return SLOW ? plain - 2 : plain;
+}
+
+/* Explores every interleaving up to depth; prints the states explored and, for each
+ * invariant broken, its shortest trace. Returns how many invariants were broken. */
+static int explore(const model *m, int plain_depth)
+{
+	int depth = depth_of(plain_depth);
+	search s = {.m = m};
+	for (int k = 0; k < 32; k++)
+		s.broken_at[k] = -1;
+	add_state(&s, m->init, -1, 0, 0, 0);
+	unsigned char *t = malloc(m->size);
+	for (size_t i = 0; i < s.n; i++) {
+		if (s.depth[i] >= depth)
+			continue;
+		for (int a = 0; a < m->nacts; a++) {
+			unsigned bad = 0;
+			if (!m->step(state_at(&s, i), a, t, NULL, 0, &bad))
+				continue;
+			/* A move that broke a rule itself (an answer without its backing) is
+			 * reported for that rule alone, and not followed: what follows from it
+			 * would hide the other invariants' own shortest causes. */
+			int followed = !bad;
+			if (followed)
+				bad = m->check(t);
+			unsigned fresh = 0;
+			for (int k = 0; k < m->ninv; k++)
+				if (bad >> k & 1 && s.broken_at[k] < 0)
+					fresh |= 1u << k;
+			int added = followed ? add_state(&s, t, (int32_t)i, a, s.depth[i] + 1, 0)
+				    : fresh  ? add_state(&s, t, (int32_t)i, a, s.depth[i] + 1, 1)
+					     : 0;
+			if (!added || !fresh)
+				continue;
+			for (int k = 0; k < m->ninv; k++)
+				if (fresh >> k & 1)
+					s.broken_at[k] = (int32_t)s.n - 1;
+		}
+	}
+	free(t);
+	int broken = 0;
+	printf("  %s: %zu states explored, depth %d\n", m->name, s.n, depth);
+	for (int k = 0; k < m->ninv; k++) {
+		if (s.broken_at[k] < 0)
+			continue;
+		broken++;
+		printf("  BROKEN: %s; shortest trace:\n", m->invariants[k]);
+		print_trace(&s, (size_t)s.broken_at[k]);
+	}
+	fflush(stdout);
+	free(s.states);
+	free(s.parent);
+	free(s.act);
+	free(s.depth);
+	free(s.table);
+	return broken;
+}
+
+/* ---- leases: lease_next, lock.c and the engine's round around them ---- */
+
+enum client_phase {
+	C_IDLE,	  /* has not asked yet */
+	C_ASKING, /* its request (attempt att) waits for an answer on a live connection */
+	C_GONE,	  /* its connection failed or it was told 503: it may ask again, same request_id */
+	C_HOLDS,  /* told "you hold it" (token ctok), and its ttl has not run out */
+	C_DONE	  /* released, refused or told it lost: it asks no more */
+};
+enum reply_kind { R_NONE, R_GRANT, R_LEFT }; /* answered once durable: 201, or 409 */
+
+typedef struct lease_world {
+	/* the engine's memory: the lease of caller i (one request_id each), -1 none */
+	int8_t mem[NC], caller[NC], grace[NC], fresh[NC], tok[NC], slot[NC], seq[NC];
+	int8_t rep[NC], repatt[NC]; /* the round's answer owed, and to which attempt */
+	/* the lock, as lock.c had it: queue and holds, in its order */
+	int8_t q[NC], nq, hold[NC], nh, last, seqs;
+	int8_t faulty, fails, losses;
+	/* durable: what the store has */
+	int8_t dur[NC], dtok[NC], dslot[NC], dlast;
+	/* the HTTP layer: committed answers on their way, give-backs posted (by attempt) */
+	int8_t out[NC], outatt[NC], outtok[NC], outold[NC], left[NC], undel[NC];
+	/* the clients */
+	int8_t ph[NC], ctok[NC], tries[NC], att[NC], told_left[NC];
+} lease_world;
+
+typedef struct lease_cfg {
+	int callers, limit, max_fails, max_losses, renew;
+} lease_cfg;
+
+static lease_cfg lc;
+static res_lock *lk;
+static wf_row rows[NC];
+static step_row steps[NC];
+
+enum lease_inv { I_LIMIT, I_PROMISED, I_BACKED, I_LEFT, I_NINV };
+static const char *const lease_invariants[] = {
+    "more clients hold an unexpired \"you hold it\" than the limit allows",
+    "\"you hold it\" answered before its grant was committed",
+    "a holder's committed grant was ended while it still holds it",
+    "a waiter that left the queue was granted",
+};
+
+/* The action table: kind * NC + caller. */
+enum lease_act_kind {
+	A_ACQUIRE,  /* the client asks (again, with the same request_id) */
+	A_DROP,	    /* the client's connection fails */
+	A_DELIVER,  /* a committed answer reaches its client */
+	A_RENEW,    /* the holder renews */
+	A_RELEASE,  /* the holder releases */
+	A_LEFT,	    /* the lease watch's give-back of a waiter whose client went away */
+	A_UNDEL,    /* the give-back of a grant whose answer could not be delivered */
+	A_EXPIRE,   /* its ttl ran out (the client's own, counted from its send, before) */
+	A_GRACE,    /* the grace of a grant nobody took ran out */
+	A_WAITOVER, /* its wait_ms ran out */
+	A_COMMIT,   /* the round ends: grants, then the commit succeeds (caller 0) or fails (1) */
+	A_LOST,	    /* the partition goes to another node, which starts from the store */
+	A_NKINDS
+};
+
+#define MOVE(...)                                                                                  \
+	(note ? (void)snprintf(note + strlen(note), n - strlen(note), __VA_ARGS__) : (void)0)
+
+static void lock_load(const lease_world *w)
+{
+	lock_clear_holds(lk);
+	while (lock_pop(lk))
+		;
+	lk->row.permits = lc.limit;
+	lk->row.last_token = w->last;
+	for (int k = 0; k < w->nh; k++) {
+		int i = w->hold[k];
+		steps[i].token = w->tok[i];
+		lock_restore(lk, &rows[i], w->slot[i], 0);
+	}
+	for (int k = 0; k < w->nq; k++)
+		lock_enqueue(lk, &rows[w->q[k]]);
+	for (int i = 0; i < NC; i++)
+		steps[i].token = w->tok[i];
+}
+
+static void lock_save(lease_world *w)
+{
+	memset(w->hold, 0, sizeof w->hold);
+	memset(w->q, 0, sizeof w->q);
+	w->nh = (int8_t)lk->nholds;
+	for (int k = 0; k < lk->nholds; k++) {
+		int i = (int)(lk->holds[k].wf - rows);
+		w->hold[k] = (int8_t)i;
+		w->slot[i] = (int8_t)lk->holds[k].slot;
+	}
+	w->nq = 0;
+	for (lock_waiter *x = lk->head; x; x = x->next)
+		w->q[w->nq++] = (int8_t)(x->wf - rows);
+	w->last = (int8_t)lk->row.last_token;
+}
+
+static const char *const state_names[] = {"waiting", "held", "released", "expired", "abandoned"};
+
+static void lease_event(lease_world *w, int i, int event, lease_facts f, int att, char *note,
+			size_t n, unsigned *bad);
+
+/* eng_grant_lock: the queue's head, while it fits, is granted (lease_granted). */
+static void grant_next(lease_world *w, char *note, size_t n, unsigned *bad)
+{
+	int64_t waited;
+	wf_row *wf;
+	while ((wf = lock_grant_next(lk, 0, &waited))) {
+		int i = (int)(wf - rows);
+		w->tok[i] = (int8_t)lk->row.last_token;
+		steps[i].token = w->tok[i];
+		w->slot[i] = (int8_t)lk->holds[lk->nholds - 1].slot;
+		MOVE("; C%d's lease granted (token %d)", i, w->tok[i]);
+		lease_facts f = {.here = 1, .caller = w->caller[i] != 0};
+		lease_event(w, i, LEASE_GRANTED, f, 0, note, n, bad);
+	}
+}
+
+/* "You hold it" told to client i now, with token tok: backed by a committed grant? */
+static void told_held(lease_world *w, int i, int tok, unsigned *bad)
+{
+	w->ph[i] = C_HOLDS;
+	w->ctok[i] = (int8_t)tok;
+	if (w->dur[i] != LEASE_HELD || w->dtok[i] != tok)
+		*bad |= 1u << I_PROMISED;
+}
+
+/* lease.c's step_in: lease_next decides; this carries the move out and answers. */
+static void lease_event(lease_world *w, int i, int event, lease_facts f, int att, char *note,
+			size_t n, unsigned *bad)
+{
+	hold_move mv = lease_next(w->mem[i], event, &f);
+	int to = mv.to;
+	switch (mv.act) {
+	case LEASE_ADOPT:
+		w->grace[i] = 0;
+		break;
+	case LEASE_REATTACH:
+		w->caller[i] = (int8_t)att; /* the caller before is told 409 */
+		break;
+	case LEASE_START:
+	case LEASE_START_UNSEEN:
+		w->grace[i] = mv.act == LEASE_START_UNSEEN;
+		if (w->caller[i]) { /* answered once durable */
+			w->rep[i] = R_GRANT;
+			w->repatt[i] = w->caller[i];
+		}
+		w->caller[i] = 0;
+		w->mem[i] = (int8_t)to;
+		break;
+	case LEASE_END_RELEASED:
+	case LEASE_END_EXPIRED:
+		w->mem[i] = (int8_t)to;
+		w->grace[i] = 0;
+		lock_release(lk, &rows[i], 0);
+		MOVE("; C%d's lease %s", i, state_names[to]);
+		grant_next(w, note, n, bad);
+		break;
+	case LEASE_LEAVE:
+		w->mem[i] = (int8_t)to;
+		lock_remove(lk, &rows[i]);
+		if (w->caller[i]) {
+			w->rep[i] = R_LEFT;
+			w->repatt[i] = w->caller[i];
+		}
+		w->caller[i] = 0;
+		MOVE("; C%d's lease leaves the queue", i);
+		break;
+	}
+	w->mem[i] = (int8_t)to;
+	if (!att)
+		return;
+	switch (mv.answer) {
+	case HOLD_PROMISE:
+		MOVE(": answered \"held\", token %d, from memory", w->tok[i]);
+		told_held(w, i, w->tok[i], bad);
+		break;
+	case HOLD_WAIT:
+		MOVE(": waits");
+		break;
+	case HOLD_READ:
+	case HOLD_REFUSE:
+		MOVE(": answered, the lease is %s", state_names[w->mem[i]]);
+		w->ph[i] = C_DONE;
+		break;
+	case HOLD_PASS_ON:
+		MOVE(": answered 503");
+		if (w->ph[i] == C_ASKING)
+			w->ph[i] = C_GONE;
+		break;
+	}
+}
+
+/* The store after a commit: the leases as memory has them; ended ones leave memory. */
+static void commit_ok(lease_world *w, char *note, size_t n)
+{
+	for (int i = 0; i < lc.callers; i++) {
+		if (w->mem[i] < 0)
+			continue;
+		w->dur[i] = w->mem[i];
+		w->dtok[i] = w->tok[i];
+		w->dslot[i] = w->slot[i];
+		w->fresh[i] = 0;
+		if (w->mem[i] >= LEASE_RELEASED)
+			w->mem[i] = -1;
+	}
+	w->dlast = w->last;
+	w->faulty = 0;
+	for (int i = 0; i < lc.callers; i++) {
+		if (!w->rep[i])
+			continue;
+		int a = w->repatt[i];
+		if (w->ph[i] == C_ASKING && w->att[i] == a) {
+			w->out[i] = w->rep[i];
+			w->outatt[i] = (int8_t)a;
+			w->outtok[i] = w->tok[i];
+		} else if (w->rep[i] == R_GRANT) { /* its client has gone: given back */
+			w->undel[i] |= (int8_t)(1 << a);
+			MOVE("; C%d's grant finds its connection gone: given back", i);
+		}
+		w->rep[i] = R_NONE;
+	}
+}
+
+/* commit.c's take_back: every caller of the round told 503; a new lease leaves memory, a
+ * grant of an older one is given back. */
+static void commit_failed(lease_world *w, char *note, size_t n)
+{
+	w->faulty = 1;
+	w->fails++;
+	for (int i = 0; i < lc.callers; i++) {
+		if (!w->rep[i])
+			continue;
+		int a = w->repatt[i];
+		if (w->rep[i] == R_GRANT && w->fresh[i]) {
+			if (lock_hold_of(lk, &rows[i]))
+				lock_ungrant(lk, &rows[i]);
+			else
+				lock_remove(lk, &rows[i]);
+			w->mem[i] = -1;
+			MOVE("; C%d's new lease dropped", i);
+		} else if (w->rep[i] == R_GRANT && w->mem[i] >= 0) {
+			w->undel[i] |= (int8_t)(1 << a);
+			MOVE("; C%d's grant given back", i);
+		}
+		if (w->ph[i] == C_ASKING && w->att[i] == a) {
+			w->ph[i] = C_GONE;
+			MOVE("; C%d told 503", i);
+		}
+		w->rep[i] = R_NONE;
+	}
+}
+
+/* Another node takes the partition over: it starts from the store (lease_recover). */
+static void owner_lost(lease_world *w, char *note, size_t n)
+{
+	w->losses++;
+	for (int i = 0; i < lc.callers; i++) {
+		if (w->ph[i] == C_ASKING && !w->out[i]) /* its request was at the old owner */
+			w->ph[i] = C_GONE;
+		w->outold[i] = w->out[i] != R_NONE; /* its give-back would find nothing there */
+		w->rep[i] = R_NONE;
+		w->left[i] = w->undel[i] = 0; /* the old owner has no lease to give back */
+		w->mem[i] = -1;
+		w->caller[i] = w->grace[i] = w->fresh[i] = 0;
+	}
+	w->nh = w->nq = 0;
+	lock_clear_holds(lk);
+	while (lock_pop(lk))
+		;
+	lk->row.last_token = w->dlast;
+	int order[NC], k = 0;
+	for (int i = 0; i < lc.callers; i++)
+		if (w->dur[i] == LEASE_WAITING || w->dur[i] == LEASE_HELD)
+			order[k++] = i;
+	for (int a = 0; a < k; a++) /* waiters queued again in their order */
+		for (int b = a + 1; b < k; b++)
+			if (w->seq[order[b]] < w->seq[order[a]]) {
+				int t = order[a];
+				order[a] = order[b];
+				order[b] = t;
+			}
+	for (int a = 0; a < k; a++) {
+		int i = order[a];
+		w->mem[i] = w->dur[i];
+		w->tok[i] = w->dtok[i];
+		steps[i].token = w->tok[i];
+		if (w->dur[i] == LEASE_HELD)
+			lock_restore(lk, &rows[i], w->dslot[i], 0);
+		else
+			lock_enqueue(lk, &rows[i]);
+	}
+	w->faulty = 0;
+	MOVE("the partition goes to another node, which recovers from the store");
+}
+
+static int lease_step(const void *sv, int a, void *tv, char *note, size_t n, unsigned *bad)
+{
+	const lease_world *s = sv;
+	lease_world *w = tv;
+	int kind = a / NC, i = a % NC;
+	if (i >= lc.callers || kind >= A_NKINDS)
+		return 0;
+	*w = *s;
+	if (note)
+		note[0] = 0;
+	lock_load(w);
+	lease_facts here = {.here = 1, .caller = w->caller[i] != 0};
+	switch (kind) {
+	case A_ACQUIRE:
+		if (!(w->ph[i] == C_IDLE || (w->ph[i] == C_GONE && w->tries[i] < MAX_TRIES)))
+			return 0;
+		w->att[i] = ++w->tries[i];
+		w->ph[i] = C_ASKING;
+		MOVE("C%d acquires (request %d)", i, w->att[i]);
+		if (w->faulty) { /* apply_acquire: storage is failing */
+			MOVE(": answered 503, storage failing");
+			w->ph[i] = C_GONE;
+		} else if (w->mem[i] >= 0) {
+			lease_event(w, i, LEASE_ACQUIRE, here, w->att[i], note, n, bad);
+		} else if (w->dur[i] >= 0) { /* step_stored */
+			lease_facts stored = {0};
+			w->mem[i] = w->dur[i]; /* only for lease_event to read it */
+			lease_event(w, i, LEASE_ACQUIRE, stored, w->att[i], note, n, bad);
+			w->mem[i] = -1;
+		} else { /* a new lease: it waits in the queue, granted at the round's end */
+			w->mem[i] = LEASE_WAITING;
+			w->caller[i] = w->att[i];
+			w->fresh[i] = 1;
+			w->seq[i] = ++w->seqs;
+			lock_enqueue(lk, &rows[i]);
+			MOVE(": a new lease, queued");
+		}
+		break;
+	case A_DROP:
+		if (w->ph[i] != C_ASKING)
+			return 0;
+		w->ph[i] = C_GONE;
+		MOVE("C%d's connection fails (request %d)", i, w->att[i]);
+		if (w->mem[i] == LEASE_WAITING && w->caller[i] == w->att[i]) {
+			w->left[i] |= (int8_t)(1 << w->att[i]);
+			MOVE("; the lease watch will give its wait back");
+		}
+		if (w->out[i] && w->outatt[i] == w->att[i]) {
+			if (w->out[i] == R_GRANT && !w->outold[i]) {
+				w->undel[i] |= (int8_t)(1 << w->att[i]);
+				MOVE("; its grant's answer is undeliverable: given back");
+			}
+			w->out[i] = R_NONE;
+		}
+		break;
+	case A_DELIVER:
+		if (!w->out[i] || w->ph[i] != C_ASKING || w->outatt[i] != w->att[i])
+			return 0;
+		if (w->out[i] == R_GRANT) {
+			MOVE("C%d is told \"granted\", token %d", i, w->outtok[i]);
+			told_held(w, i, w->outtok[i], bad);
+		} else {
+			MOVE("C%d is told it left the queue", i);
+			w->ph[i] = C_DONE;
+			w->told_left[i] = 1;
+		}
+		w->out[i] = R_NONE;
+		break;
+	case A_RENEW:
+	case A_RELEASE: {
+		if (w->ph[i] != C_HOLDS || (kind == A_RENEW && !lc.renew))
+			return 0;
+		int ev = kind == A_RENEW ? LEASE_RENEW : LEASE_RELEASE;
+		MOVE("C%d %s", i, kind == A_RENEW ? "renews" : "releases");
+		if (kind == A_RELEASE)
+			w->ph[i] = C_DONE; /* it stops relying on the lease when it sends this */
+		if (w->mem[i] >= 0 && w->mem[i] < LEASE_RELEASED) {
+			lease_event(w, i, ev, here, w->att[i], note, n, bad);
+		} else if (kind == A_RENEW && w->dur[i] < 0) {
+			MOVE(": answered 404, no such lease");
+			w->ph[i] = C_DONE;
+		} else if (kind == A_RENEW) { /* step_stored: as the store has it */
+			lease_facts stored = {0};
+			int keep = w->mem[i];
+			w->mem[i] = w->dur[i];
+			lease_event(w, i, ev, stored, w->att[i], note, n, bad);
+			w->mem[i] = (int8_t)keep;
+			if (w->ph[i] == C_GONE) /* 503: it keeps its ttl and asks again */
+				w->ph[i] = C_HOLDS;
+		}
+		break;
+	}
+	case A_LEFT:
+	case A_UNDEL: {
+		int8_t *bits = kind == A_LEFT ? &w->left[i] : &w->undel[i];
+		if (!*bits)
+			return 0;
+		int att = __builtin_ctz((unsigned)*bits);
+		*bits &= (int8_t) ~(1 << att);
+		MOVE("C%d's %s of request %d is applied", i,
+		     kind == A_LEFT ? "give-back of its wait" : "give-back of its grant", att);
+		if (w->mem[i] >= 0 && w->mem[i] < LEASE_RELEASED)
+			lease_event(w, i, kind == A_LEFT ? LEASE_LEFT : LEASE_UNDELIVERED, here, 0,
+				    note, n, bad);
+		break;
+	}
+	case A_EXPIRE:
+	case A_GRACE:
+	case A_WAITOVER: {
+		lease_facts f = here;
+		int want = kind == A_WAITOVER ? LEASE_WAITING : LEASE_HELD;
+		if (w->mem[i] != want || (kind == A_GRACE && !w->grace[i]))
+			return 0;
+		/* The client counts its ttl from its request, the engine from the grant: the
+		 * client's runs out first, and a grant's answer still on its way arrives (or
+		 * fails) before the engine's does. */
+		if (kind == A_EXPIRE && (w->rep[i] == R_GRANT || w->out[i] == R_GRANT))
+			return 0;
+		f.expired = kind == A_EXPIRE;
+		f.grace_over = kind == A_GRACE;
+		f.wait_over = kind == A_WAITOVER;
+		MOVE("C%d's lease: %s", i,
+		     kind == A_EXPIRE  ? "its ttl runs out"
+		     : kind == A_GRACE ? "its grace runs out"
+				       : "its wait_ms runs out");
+		if (kind == A_EXPIRE && w->ph[i] == C_HOLDS)
+			w->ph[i] =
+			    C_DONE; /* the client counted its ttl from its send: over first */
+		lease_event(w, i, LEASE_TIMER, f, 0, note, n, bad);
+		break;
+	}
+	case A_COMMIT:
+		if (i > 1 || (i == 1 && w->fails >= lc.max_fails))
+			return 0;
+		MOVE("the round ends");
+		grant_next(w, note, n, bad);
+		if (i == 0) {
+			MOVE("; its commit succeeds");
+			commit_ok(w, note, n);
+		} else {
+			MOVE("; its commit FAILS");
+			commit_failed(w, note, n);
+		}
+		break;
+	case A_LOST:
+		if (i > 0 || w->losses >= lc.max_losses)
+			return 0;
+		owner_lost(w, note, n);
+		break;
+	}
+	lock_save(w);
+	for (int k = 0; k < NC; k++) { /* what no longer matters reads the same */
+		if (w->mem[k] < 0)
+			w->caller[k] = w->grace[k] = w->fresh[k] = w->tok[k] = 0;
+		if (w->mem[k] != LEASE_HELD)
+			w->slot[k] = 0;
+		if (w->dur[k] != LEASE_HELD)
+			w->dslot[k] = 0;
+		if (w->mem[k] < 0 && w->dur[k] < 0)
+			w->seq[k] = 0;
+		if (!w->rep[k])
+			w->repatt[k] = 0;
+		if (!w->out[k])
+			w->outatt[k] = w->outtok[k] = w->outold[k] = 0;
+		if (w->ph[k] != C_HOLDS)
+			w->ctok[k] = 0;
+		if (w->ph[k] != C_ASKING && w->ph[k] != C_HOLDS)
+			w->att[k] = 0;
+	}
+	return 1;
+}
+
+static unsigned lease_check(const void *sv)
+{
+	const lease_world *w = sv;
+	unsigned bad = 0;
+	int holders = 0;
+	for (int i = 0; i < lc.callers; i++) {
+		if (w->ph[i] != C_HOLDS)
+			continue;
+		holders++;
+		if (w->dur[i] != LEASE_HELD || w->dtok[i] != w->ctok[i])
+			bad |= 1u << I_BACKED;
+	}
+	if (holders > lc.limit || w->nh > lc.limit)
+		bad |= 1u << I_LIMIT;
+	for (int i = 0; i < lc.callers; i++) {
+		int left = w->dur[i] == LEASE_ABANDONED || w->told_left[i];
+		if (left && w->mem[i] == LEASE_HELD)
+			bad |= 1u << I_LEFT;
+	}
+	return bad;
+}
+
+static int check_leases(lease_cfg cfg, int depth)
+{
+	lc = cfg;
+	lk = lock_new("r");
+	for (int i = 0; i < NC; i++) {
+		rows[i] = (wf_row){.steps = &steps[i], .steps_total = 1, .lease = 1};
+		steps[i] = (step_row){.params = json_object()};
+	}
+	lease_world init;
+	memset(&init, 0, sizeof init);
+	memset(init.mem, -1, sizeof init.mem);
+	memset(init.dur, -1, sizeof init.dur);
+	char name[160];
+	snprintf(name, sizeof name,
+		 "leases: %d callers, limit %d, up to %d failed commit(s), %d change(s) of owner%s",
+		 lc.callers, lc.limit, lc.max_fails, lc.max_losses, lc.renew ? ", renewals" : "");
+	model m = {name,       sizeof(lease_world), A_NKINDS * NC,    &init,
+		   lease_step, lease_check,	    lease_invariants, I_NINV};
+	int broken = explore(&m, depth);
+	for (int i = 0; i < NC; i++)
+		json_decref(steps[i].params);
+	lock_free(lk);
+	return broken;
+}
+
+static void test_leases_two_callers_limit_one(void **state)
+{
+	(void)state;
+	expect_none_broken(check_leases((lease_cfg){2, 1, 1, 1, 1}, 14));
+}
+
+static void test_leases_three_callers_limit_one(void **state)
+{
+	(void)state;
+	expect_none_broken(check_leases((lease_cfg){3, 1, 1, 0, 0}, 10));
+}
+
+static void test_leases_three_callers_limit_two(void **state)
+{
+	(void)state;
+	expect_none_broken(check_leases((lease_cfg){3, 2, 1, 0, 0}, 9));
+}
+
+/* ---- tasks: task_next, lock.c and the engine's round around them ---- */
+
+enum task_phase_model {
+	T_QUEUED,   /* its step waits for the resource */
+	T_READY,    /* granted: waits for a claim */
+	T_CLAIMED,  /* a worker's claim took it */
+	T_RETRYING, /* its attempt failed (a claim expired): the next one is due later */
+	T_OVER	    /* completed, or failed for good */
+};
+
+typedef struct task_world {
+	/* the engine's memory: workflow j, one external step */
+	int8_t st[NC], att[NC], tok[NC], slot[NC], by[NC], bytry[NC];
+	int8_t rq[NC], nrq;			 /* tasks_ready */
+	int8_t cq[NCLAIMS], cqtry[NCLAIMS], ncq; /* the claims that wait, oldest first */
+	int8_t q[NC], nq, hold[NC], nh, last;
+	int8_t rep[NC], repwf[NC], reptry[NC]; /* worker w's claim answer owed, once durable */
+	int8_t faulty, fails;
+	/* durable */
+	int8_t dst[NC], datt[NC], dtok[NC];
+	/* the HTTP layer: committed claim answers on their way; give-backs by attempt */
+	int8_t out[NC], outwf[NC], outtry[NC], unclaim[NC];
+	/* the workers */
+	int8_t ph[NC], tries[NC], cur[NC], hwf[NC], hatt[NC], htok[NC];
+} task_world;
+
+typedef struct task_cfg {
+	int workflows, workers, limit, max_fails, max_claims, max_attempts;
+} task_cfg;
+
+static task_cfg tc;
+
+enum task_inv { J_LIMIT, J_PROMISED, J_BACKED, J_ONE, J_NINV };
+static const char *const task_invariants[] = {
+    "more workers hold an unexpired claim than the limit allows",
+    "a claim or heartbeat answered before the claim was committed",
+    "a worker's committed claim was ended while it still holds it",
+    "two workers hold the same attempt",
+};
+
+enum task_act_kind {
+	K_CLAIM,     /* worker w asks for a task (a new claim: no request_id) */
+	K_DROP,	     /* worker w's connection fails */
+	K_DELIVER,   /* a committed claim reaches its worker */
+	K_HEARTBEAT, /* worker w heartbeats its task */
+	K_COMPLETE,  /* worker w completes its task */
+	K_UNCLAIM,   /* the give-back of workflow j's claim is applied */
+	K_EXPIRE,    /* workflow j's claim is not heartbeaten in time */
+	K_RETRY,     /* workflow j's next attempt is due */
+	K_COMMIT,    /* the round ends: grants, then the commit succeeds (0) or fails (1) */
+	K_NKINDS
+};
+
+static void task_lock_load(const task_world *w)
+{
+	lock_clear_holds(lk);
+	while (lock_pop(lk))
+		;
+	lk->row.permits = tc.limit;
+	lk->row.last_token = w->last;
+	for (int k = 0; k < w->nh; k++) {
+		int j = w->hold[k];
+		steps[j].token = w->tok[j];
+		lock_restore(lk, &rows[j], w->slot[j], 0);
+	}
+	for (int k = 0; k < w->nq; k++)
+		lock_enqueue(lk, &rows[w->q[k]]);
+	for (int j = 0; j < NC; j++)
+		steps[j].token = w->tok[j];
+}
+
+static void task_lock_save(task_world *w)
+{
+	memset(w->hold, 0, sizeof w->hold);
+	memset(w->q, 0, sizeof w->q);
+	w->nh = (int8_t)lk->nholds;
+	for (int k = 0; k < lk->nholds; k++) {
+		int j = (int)(lk->holds[k].wf - rows);
+		w->hold[k] = (int8_t)j;
+		w->slot[j] = (int8_t)lk->holds[k].slot;
+	}
+	w->nq = 0;
+	for (lock_waiter *x = lk->head; x; x = x->next)
+		w->q[w->nq++] = (int8_t)(x->wf - rows);
+	w->last = (int8_t)lk->row.last_token;
+}
+
+/* The machine's state of attempt att of workflow j (task.c's state_of). */
+static int task_state(const task_world *w, int j, int att)
+{
+	if (w->att[j] != att || (w->st[j] != T_READY && w->st[j] != T_CLAIMED))
+		return TASK_OVER;
+	return w->st[j] == T_CLAIMED ? TASK_CLAIMED : TASK_READY;
+}
+
+/* task.c's assign: workflow j to worker v's claim (try t); answered once durable. */
+static void assign(task_world *w, int j, int v, int t, char *note, size_t n)
+{
+	task_facts f = {.here = 1};
+	hold_move mv = task_next(task_state(w, j, w->att[j]), TASK_CLAIM, &f);
+	assert_int_equal(mv.act, TASK_ASSIGN);
+	w->st[j] = T_CLAIMED;
+	w->by[j] = (int8_t)v;
+	w->bytry[j] = (int8_t)t;
+	w->rep[v] = 1;
+	w->repwf[v] = (int8_t)j;
+	w->reptry[v] = (int8_t)t;
+	MOVE("; W%d's claim takes task %d.%d", v, j, w->att[j]);
+}
+
+/* task.c's task_ready: to the oldest waiting claim, else to the ready list. */
+static void offer(task_world *w, int j, char *note, size_t n)
+{
+	w->st[j] = T_READY;
+	if (w->ncq) {
+		int v = w->cq[0], t = w->cqtry[0];
+		memmove(w->cq, w->cq + 1, NCLAIMS - 1);
+		memmove(w->cqtry, w->cqtry + 1, NCLAIMS - 1);
+		w->cq[NCLAIMS - 1] = w->cqtry[NCLAIMS - 1] = 0;
+		w->ncq--;
+		assign(w, j, v, t, note, n);
+	} else {
+		w->rq[w->nrq++] = (int8_t)j;
+	}
+}
+
+static void task_grant_next(task_world *w, char *note, size_t n)
+{
+	int64_t waited;
+	wf_row *wf;
+	while ((wf = lock_grant_next(lk, 0, &waited))) {
+		int j = (int)(wf - rows);
+		w->tok[j] = (int8_t)lk->row.last_token;
+		steps[j].token = w->tok[j];
+		w->att[j]++;
+		MOVE("; task %d.%d granted (token %d)", j, w->att[j], w->tok[j]);
+		offer(w, j, note, n);
+	}
+}
+
+/* The attempt ends (task.c's outcome): the resource to the next waiter. */
+static void task_end(task_world *w, int j, int retry, char *note, size_t n)
+{
+	lock_release(lk, &rows[j], 0);
+	w->st[j] = retry && w->att[j] < tc.max_attempts ? T_RETRYING : T_OVER;
+	task_grant_next(w, note, n);
+}
+
+static void told_claim(task_world *w, int v, int j, int att, int tok, unsigned *bad)
+{
+	w->ph[v] = C_HOLDS;
+	w->hwf[v] = (int8_t)j;
+	w->hatt[v] = (int8_t)att;
+	w->htok[v] = (int8_t)tok;
+	if (w->dst[j] != T_CLAIMED || w->datt[j] != att || w->dtok[j] != tok)
+		*bad |= 1u << J_PROMISED;
+}
+
+static int task_step(const void *sv, int a, void *tv, char *note, size_t n, unsigned *bad)
+{
+	const task_world *s = sv;
+	task_world *w = tv;
+	int kind = a / NC, i = a % NC;
+	if (kind >= K_NKINDS)
+		return 0;
+	*w = *s;
+	if (note)
+		note[0] = 0;
+	task_facts here = {.here = 1};
+	task_lock_load(w);
+	switch (kind) {
+	case K_CLAIM:
+		if (i >= tc.workers || w->ph[i] == C_ASKING || w->ph[i] == C_HOLDS ||
+		    w->tries[i] >= tc.max_claims)
+			return 0;
+		assert_true(w->ncq < NCLAIMS);
+		w->cur[i] = ++w->tries[i];
+		w->ph[i] = C_ASKING;
+		MOVE("W%d claims (claim %d)", i, w->cur[i]);
+		if (w->nrq) {
+			int j = w->rq[0];
+			memmove(w->rq, w->rq + 1, NC - 1);
+			w->rq[NC - 1] = 0;
+			w->nrq--;
+			assign(w, j, i, w->cur[i], note, n);
+		} else {
+			w->cq[w->ncq] = (int8_t)i;
+			w->cqtry[w->ncq++] = w->cur[i];
+			MOVE(": waits");
+		}
+		break;
+	case K_DROP:
+		if (i >= tc.workers || w->ph[i] != C_ASKING)
+			return 0;
+		w->ph[i] = C_GONE;
+		MOVE("W%d's connection fails (claim %d)", i, w->cur[i]);
+		if (w->out[i] && w->outtry[i] == w->cur[i]) {
+			int j = w->outwf[i];
+			w->unclaim[j] |= (int8_t)(1 << w->att[j]);
+			w->out[i] = 0;
+			MOVE("; its claim's answer is undeliverable: given back");
+		}
+		break;
+	case K_DELIVER:
+		if (i >= tc.workers || !w->out[i] || w->ph[i] != C_ASKING ||
+		    w->outtry[i] != w->cur[i])
+			return 0;
+		{
+			int j = w->outwf[i];
+			MOVE("W%d is told it claimed task %d.%d, token %d", i, j, w->datt[j],
+			     w->dtok[j]);
+			told_claim(w, i, j, w->datt[j], w->dtok[j], bad);
+		}
+		w->out[i] = 0;
+		break;
+	case K_HEARTBEAT:
+	case K_COMPLETE: {
+		if (i >= tc.workers || w->ph[i] != C_HOLDS)
+			return 0;
+		int j = w->hwf[i], att = w->hatt[i];
+		int ev = kind == K_HEARTBEAT ? TASK_HEARTBEAT : TASK_COMPLETE;
+		hold_move mv = task_next(task_state(w, j, att), ev, &here);
+		MOVE("W%d %s task %d.%d", i, kind == K_HEARTBEAT ? "heartbeats" : "completes", j,
+		     att);
+		if (kind == K_COMPLETE)
+			w->ph[i] = C_GONE; /* it relies on the claim no more */
+		if (mv.answer == HOLD_PROMISE) {
+			MOVE(": answered from memory");
+			told_claim(w, i, j, att, w->htok[i], bad);
+		} else if (mv.answer == HOLD_REFUSE) {
+			MOVE(": refused, the attempt is over");
+			w->ph[i] = C_GONE;
+		}
+		if (mv.act == TASK_END) {
+			MOVE("; the attempt ends");
+			task_end(w, j, 0, note, n);
+		}
+		break;
+	}
+	case K_UNCLAIM: {
+		if (i >= tc.workflows || !w->unclaim[i])
+			return 0;
+		int att = __builtin_ctz((unsigned)w->unclaim[i]);
+		w->unclaim[i] &= (int8_t) ~(1 << att);
+		hold_move mv = task_next(task_state(w, i, att), TASK_UNCLAIM, &here);
+		MOVE("the give-back of task %d.%d is applied", i, att);
+		if (mv.act == TASK_OFFER) {
+			MOVE(": offered again");
+			offer(w, i, note, n);
+		}
+		break;
+	}
+	case K_EXPIRE: {
+		if (i >= tc.workflows || w->st[i] != T_CLAIMED || w->rep[w->by[i]] ||
+		    w->out[w->by[i]])
+			return 0; /* an answer on its way arrives (or fails) before the ttl ends */
+		task_facts due = {.here = 1, .expired = 1};
+		hold_move mv = task_next(TASK_CLAIMED, TASK_TIMER, &due);
+		MOVE("task %d.%d: its claim's ttl runs out", i, w->att[i]);
+		for (int v = 0; v < tc.workers; v++) /* its worker's own ttl ran out first */
+			if (w->ph[v] == C_HOLDS && w->hwf[v] == i && w->hatt[v] == w->att[i])
+				w->ph[v] = C_GONE;
+		if (mv.act == TASK_END_EXPIRED)
+			task_end(w, i, 1, note, n);
+		break;
+	}
+	case K_RETRY:
+		if (i >= tc.workflows || w->st[i] != T_RETRYING)
+			return 0;
+		MOVE("task %d: its next attempt asks for the resource", i);
+		w->st[i] = T_QUEUED;
+		lock_enqueue(lk, &rows[i]);
+		break;
+	case K_COMMIT:
+		if (i > 1 || (i == 1 && w->fails >= tc.max_fails))
+			return 0;
+		MOVE("the round ends");
+		task_grant_next(w, note, n);
+		if (i == 0) {
+			MOVE("; its commit succeeds");
+			for (int j = 0; j < tc.workflows; j++) {
+				w->dst[j] = w->st[j];
+				w->datt[j] = w->att[j];
+				w->dtok[j] = w->tok[j];
+			}
+			w->faulty = 0;
+		} else {
+			MOVE("; its commit FAILS");
+			w->faulty = 1;
+			w->fails++;
+		}
+		for (int v = 0; v < tc.workers; v++) {
+			if (!w->rep[v])
+				continue;
+			int j = w->repwf[v],
+			    alive = w->ph[v] == C_ASKING && w->cur[v] == w->reptry[v];
+			if (i == 0 && alive) {
+				w->out[v] = 1;
+				w->outwf[v] = (int8_t)j;
+				w->outtry[v] = w->reptry[v];
+			} else { /* given back: told 503, or its worker has gone */
+				w->unclaim[j] |= (int8_t)(1 << w->att[j]);
+				MOVE("; W%d's claim given back", v);
+				if (alive)
+					w->ph[v] = C_GONE;
+			}
+			w->rep[v] = 0;
+		}
+		break;
+	}
+	task_lock_save(w);
+	for (int v = 0; v < NC; v++) {
+		if (!w->rep[v])
+			w->repwf[v] = w->reptry[v] = 0;
+		if (!w->out[v])
+			w->outwf[v] = w->outtry[v] = 0;
+		if (w->ph[v] != C_HOLDS)
+			w->hwf[v] = w->hatt[v] = w->htok[v] = 0;
+	}
+	for (int j = 0; j < NC; j++) {
+		if (w->st[j] != T_CLAIMED)
+			w->by[j] = w->bytry[j] = 0;
+		if (w->st[j] != T_READY && w->st[j] != T_CLAIMED)
+			w->slot[j] = 0;
+	}
+	return 1;
+}
+
+static unsigned task_check(const void *sv)
+{
+	const task_world *w = sv;
+	unsigned bad = 0;
+	int holders = 0;
+	for (int v = 0; v < tc.workers; v++) {
+		if (w->ph[v] != C_HOLDS)
+			continue;
+		holders++;
+		int j = w->hwf[v];
+		if (w->dst[j] != T_CLAIMED || w->datt[j] != w->hatt[v])
+			bad |= 1u << J_BACKED;
+		for (int u = 0; u < v; u++)
+			if (w->ph[u] == C_HOLDS && w->hwf[u] == j && w->hatt[u] == w->hatt[v])
+				bad |= 1u << J_ONE;
+	}
+	if (holders > tc.limit || w->nh > tc.limit)
+		bad |= 1u << J_LIMIT;
+	return bad;
+}
+
+static int check_tasks(task_cfg cfg, int depth)
+{
+	tc = cfg;
+	lk = lock_new("r");
+	for (int j = 0; j < NC; j++) {
+		rows[j] = (wf_row){.steps = &steps[j], .steps_total = 1};
+		steps[j] = (step_row){.params = json_object()};
+	}
+	task_world init;
+	memset(&init, 0, sizeof init);
+	for (int j = 0; j < tc.workflows; j++) { /* submitted and committed, each queued */
+		init.q[init.nq++] = (int8_t)j;
+		init.st[j] = init.dst[j] = T_QUEUED;
+	}
+	char name[160];
+	snprintf(name, sizeof name,
+		 "tasks: %d workflows, %d workers, limit %d, up to %d failed commit(s)",
+		 tc.workflows, tc.workers, tc.limit, tc.max_fails);
+	model m = {name,      sizeof(task_world), K_NKINDS * NC,   &init,
+		   task_step, task_check,	  task_invariants, J_NINV};
+	int broken = explore(&m, depth);
+	for (int j = 0; j < NC; j++)
+		json_decref(steps[j].params);
+	lock_free(lk);
+	return broken;
+}
+
+static void test_tasks_limit_one(void **state)
+{
+	(void)state;
+	expect_none_broken(check_tasks((task_cfg){2, 2, 1, 1, 3, 2}, 15));
+}
+
+static void test_tasks_limit_two(void **state)
+{
+	(void)state;
+	expect_none_broken(check_tasks((task_cfg){3, 2, 2, 1, 3, 2}, 12));
+}
+
+int main(void)
+{
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test(test_leases_two_callers_limit_one),
+	    cmocka_unit_test(test_leases_three_callers_limit_one),
+	    cmocka_unit_test(test_leases_three_callers_limit_two),
+	    cmocka_unit_test(test_tasks_limit_one),
+	    cmocka_unit_test(test_tasks_limit_two),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
