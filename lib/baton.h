@@ -111,6 +111,9 @@ typedef struct baton_engine_config {
 	/* Testing seam: while this file exists, the database's writes fail (SQLITE_FULL when
 	 * it starts with "full", else an I/O error). NULL in production. */
 	const char *fault_file;
+	/* Testing seam: the engine waits at the racing point this file names ("round",
+	 * "answers"; lib/seam.c). NULL in production. */
+	const char *hold_file;
 	/* Finished workflows are deleted (with their steps and events) this long after they
 	 * finished, a bounded batch at a time between the engine's rounds; 0 keeps them. */
 	int64_t retention_ms;

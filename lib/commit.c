@@ -466,6 +466,7 @@ void eng_flush(baton_engine *e)
 			set_faulty(e, 0);
 		}
 		e->fault_backoff_ms = 0;
+		eng_seam(e, "answers", NULL);
 		effects(e, send_by,
 			(double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9);
 		return;

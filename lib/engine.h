@@ -54,6 +54,7 @@ typedef struct msg {
 	char *worker, *resource; /* TASK_CLAIM: its filters (NULL: any); LIMIT: the resource */
 	step_output out;	 /* OUTCOME */
 	store_ownership *own;	 /* OWNERSHIP (owned) */
+	int64_t arrived;	 /* mono_ms when it was posted (under mu: in the inbox's order) */
 	unsigned counted : 1;	 /* a client's call, counted in pending_submits (eng_post_call) */
 	struct msg *next;
 } msg;
@@ -154,6 +155,8 @@ struct baton_engine {
 	int in_round;		   /* a thread runs a round: the engine thread or a helper */
 	pthread_cond_t round_over; /* a round ended while draining (baton_engine_close) */
 	int64_t sleep_until;	   /* mono_ms the idle engine thread waits for; INT64_MAX: a post */
+	int64_t taken_mono; /* mono_ms when the round took its messages: each arrived before */
+	char *hold_file;    /* the testing seam's control file (seam.c); NULL in production */
 
 	/* The thread that runs a round only (the engine thread, or a helper: in_round). */
 	int faulty;			  /* commits are failing */
@@ -215,6 +218,12 @@ struct baton_engine {
 	struct lease_hint *hints;
 	pthread_mutex_t hints_mu;
 };
+
+/* seam.c: a test may hold the engine at point ("round": m is the round's messages, and
+ * those posted while it waits join them; "answers": m NULL). */
+void eng_seam(baton_engine *e, const char *point, msg **m);
+/* The wall-clock time (the round's clock, ms) at which m arrived. Engine thread. */
+int64_t eng_arrival(const baton_engine *e, const msg *m, int64_t now);
 
 /* engine.c */
 void eng_waiter_done(waiter *w, int rc, int created, const char *msg_text);
