@@ -49,6 +49,8 @@ typedef struct msg {
 	char *id;		 /* CANCEL, DELETE */
 	waiter *w;		 /* SUBMIT, CANCEL, DELETE */
 	int idx, attempt;	 /* OUTCOME; LEASE_OP, TASK_OP: idx is the event */
+	int64_t lease_attempt;	 /* LEASE_OP: the attempt a give-back undoes */
+	const void *who;	 /* LEASE_OP: the acquisition whose caller left (its ud) */
 	int64_t ttl_ms, wait_ms; /* LEASE, LEASE_OP, TASK_CLAIM; LIMIT: ttl_ms is the limit */
 	int64_t wait_until;	 /* TASK_CLAIM, once it waits: its deadline */
 	char *worker, *resource; /* TASK_CLAIM: its filters (NULL: any); LIMIT: the resource */
@@ -106,6 +108,8 @@ enum reply_kind {
 	REPLY_LEASE_GRANTED, /* 201: "you hold it", a lease; when the round fails the caller is
 				told 503 and the grant undone (a new lease taken back, an older
 				one released), so nothing is held for nobody */
+	REPLY_LEASE_HELD,    /* 200: "you hold it", to a retry of a lease's acquisition; when the
+				round fails the caller is told 503 and its attempt given back */
 	REPLY_TASK_CLAIMED   /* 200: "you hold it", a task; when not, offered again */
 };
 /* `part`: the partition of the resource the answer is about, -1 for none; when the ownership
