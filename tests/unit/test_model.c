@@ -7,11 +7,11 @@
  * in a few lines each: the engine's round (messages, timers, grants, then the commit), the
  * commit that succeeds or fails (what is durable beside what is in memory), the answers on
  * their way to the clients, the give-backs the HTTP layer posts when an answer cannot be
- * delivered, and a new owner of the partition that starts from what is durable. A state of
- * the model is a small plain struct: the real res_lock is rebuilt from it for each move
- * (lock_restore, lock_enqueue) and read back, so states can be compared and hashed. The
- * search is breadth first, so the first trace found that breaks an invariant is a shortest
- * one; it is printed step by step.
+ * delivered (naming the attempt they undo, or the request that left), and a new owner of
+ * the partition that starts from what is durable. A state of the model is a small plain
+ * struct: the real res_lock is rebuilt from it for each move (lock_restore, lock_enqueue)
+ * and read back, so states can be compared and hashed. The search is breadth first, so the
+ * first trace found that breaks an invariant is a shortest one; it is printed step by step.
  *
  * The invariants, checked after every step:
  *   - no more clients believe they hold the resource (an unexpired "you hold it") than
@@ -160,7 +160,7 @@ static int depth_of(int plain)
 	const char *env = getenv("MODEL_DEPTH");
 	if (env && atoi(env) > 0)
 		return atoi(env);
-	return SLOW ? plain - 2 : plain;
+	return SLOW ? plain - 3 : plain;
 }
 
 /* Explores every interleaving up to depth; prints the states explored and, for each
@@ -228,19 +228,22 @@ enum client_phase {
 	C_HOLDS,  /* told "you hold it" (token ctok), and its ttl has not run out */
 	C_DONE	  /* released, refused or told it lost: it asks no more */
 };
-enum reply_kind { R_NONE, R_GRANT, R_LEFT }; /* answered once durable: 201, or 409 */
+/* Answered once durable: 201 granted, 200 held (to a retry), 409 left the queue. */
+enum reply_kind { R_NONE, R_GRANT, R_HELD, R_LEFT };
 
 typedef struct lease_world {
 	/* the engine's memory: the lease of caller i (one request_id each), -1 none */
 	int8_t mem[NC], caller[NC], grace[NC], fresh[NC], tok[NC], slot[NC], seq[NC];
-	int8_t rep[NC], repatt[NC]; /* the round's answer owed, and to which attempt */
+	int8_t latt[NC]; /* the arrivals of its acquisition: the attempt a give-back names */
+	/* the round's answers owed to client i's request t+1, and the attempt each names */
+	int8_t rep[NC][MAX_TRIES], repe[NC][MAX_TRIES];
 	/* the lock, as lock.c had it: queue and holds, in its order */
 	int8_t q[NC], nq, hold[NC], nh, last, seqs;
 	int8_t faulty, fails, losses;
 	/* durable: what the store has */
-	int8_t dur[NC], dtok[NC], dslot[NC], dlast;
+	int8_t dur[NC], dtok[NC], dslot[NC], dlatt[NC], dgrace[NC], dlast;
 	/* the HTTP layer: committed answers on their way, give-backs posted (by attempt) */
-	int8_t out[NC], outatt[NC], outtok[NC], outold[NC], left[NC], undel[NC];
+	int8_t out[NC], outatt[NC], oute[NC], outtok[NC], outold[NC], left[NC], undel[NC];
 	/* the clients */
 	int8_t ph[NC], ctok[NC], tries[NC], att[NC], told_left[NC];
 } lease_world;
@@ -264,18 +267,19 @@ static const char *const lease_invariants[] = {
 
 /* The action table: kind * NC + caller. */
 enum lease_act_kind {
-	A_ACQUIRE,  /* the client asks (again, with the same request_id) */
-	A_DROP,	    /* the client's connection fails */
-	A_DELIVER,  /* a committed answer reaches its client */
-	A_RENEW,    /* the holder renews */
-	A_RELEASE,  /* the holder releases */
-	A_LEFT,	    /* the lease watch's give-back of a waiter whose client went away */
-	A_UNDEL,    /* the give-back of a grant whose answer could not be delivered */
-	A_EXPIRE,   /* its ttl ran out (the client's own, counted from its send, before) */
-	A_GRACE,    /* the grace of a grant nobody took ran out */
-	A_WAITOVER, /* its wait_ms ran out */
-	A_COMMIT,   /* the round ends: grants, then the commit succeeds (caller 0) or fails (1) */
-	A_LOST,	    /* the partition goes to another node, which starts from the store */
+	A_ACQUIRE,    /* the client asks (again, with the same request_id) */
+	A_DROP,	      /* the client's connection fails */
+	A_DELIVER,    /* a committed answer reaches its client */
+	A_RENEW,      /* the holder renews */
+	A_RELEASE,    /* the holder releases */
+	A_LEFT,	      /* the lease watch's give-back of a waiter whose client went away */
+	A_UNDEL,      /* the give-back of a grant whose answer could not be delivered */
+	A_UNDEL_LAST, /* the same, of the latest attempt given back, when two are */
+	A_EXPIRE,     /* its ttl ran out (the client's own, counted from its send, before) */
+	A_GRACE,      /* the grace of a grant nobody took ran out */
+	A_WAITOVER,   /* its wait_ms ran out */
+	A_COMMIT,     /* the round ends: grants, then the commit succeeds (caller 0) or fails (1) */
+	A_LOST,	      /* the partition goes to another node, which starts from the store */
 	A_NKINDS
 };
 
@@ -318,8 +322,8 @@ static void lock_save(lease_world *w)
 
 static const char *const state_names[] = {"waiting", "held", "released", "expired", "abandoned"};
 
-static void lease_event(lease_world *w, int i, int event, lease_facts f, int att, char *note,
-			size_t n, unsigned *bad);
+static void lease_event(lease_world *w, int i, int event, lease_facts f, int att, int named,
+			char *note, size_t n, unsigned *bad);
 
 /* eng_grant_lock: the queue's head, while it fits, is granted (lease_granted). */
 static void grant_next(lease_world *w, char *note, size_t n, unsigned *bad)
@@ -333,7 +337,7 @@ static void grant_next(lease_world *w, char *note, size_t n, unsigned *bad)
 		w->slot[i] = (int8_t)lk->holds[lk->nholds - 1].slot;
 		MOVE("; C%d's lease granted (token %d)", i, w->tok[i]);
 		lease_facts f = {.here = 1, .caller = w->caller[i] != 0};
-		lease_event(w, i, LEASE_GRANTED, f, 0, note, n, bad);
+		lease_event(w, i, LEASE_GRANTED, f, 0, 0, note, n, bad);
 	}
 }
 
@@ -346,10 +350,26 @@ static void told_held(lease_world *w, int i, int tok, unsigned *bad)
 		*bad |= 1u << I_PROMISED;
 }
 
-/* lease.c's step_in: lease_next decides; this carries the move out and answers. */
-static void lease_event(lease_world *w, int i, int event, lease_facts f, int att, char *note,
-			size_t n, unsigned *bad)
+/* An answer owed to client i's request t, once the round is durable. */
+static void owe(lease_world *w, int i, int t, int kind)
 {
+	w->rep[i][t - 1] = (int8_t)kind;
+	w->repe[i][t - 1] = w->latt[i];
+}
+
+/* lease.c's step_in: lease_next decides; this carries the move out and answers. att: the
+ * client's request that is the event's caller (0: none); named: the request (LEASE_LEFT) or
+ * the attempt (LEASE_UNDELIVERED) a give-back names. */
+static void lease_event(lease_world *w, int i, int event, lease_facts f, int att, int named,
+			char *note, size_t n, unsigned *bad)
+{
+	if (event == LEASE_ACQUIRE && f.here &&
+	    (w->mem[i] == LEASE_WAITING || w->mem[i] == LEASE_HELD))
+		w->latt[i]++; /* next_attempt: every arrival is an attempt */
+	if (event == LEASE_UNDELIVERED)
+		f.superseded = named < w->latt[i];
+	else if (event == LEASE_LEFT)
+		f.superseded = w->caller[i] != named;
 	hold_move mv = lease_next(w->mem[i], event, &f);
 	int to = mv.to;
 	switch (mv.act) {
@@ -362,10 +382,8 @@ static void lease_event(lease_world *w, int i, int event, lease_facts f, int att
 	case LEASE_START:
 	case LEASE_START_UNSEEN:
 		w->grace[i] = mv.act == LEASE_START_UNSEEN;
-		if (w->caller[i]) { /* answered once durable */
-			w->rep[i] = R_GRANT;
-			w->repatt[i] = w->caller[i];
-		}
+		if (w->caller[i]) /* answered once durable */
+			owe(w, i, w->caller[i], R_GRANT);
 		w->caller[i] = 0;
 		w->mem[i] = (int8_t)to;
 		break;
@@ -380,10 +398,8 @@ static void lease_event(lease_world *w, int i, int event, lease_facts f, int att
 	case LEASE_LEAVE:
 		w->mem[i] = (int8_t)to;
 		lock_remove(lk, &rows[i]);
-		if (w->caller[i]) {
-			w->rep[i] = R_LEFT;
-			w->repatt[i] = w->caller[i];
-		}
+		if (w->caller[i])
+			owe(w, i, w->caller[i], R_LEFT);
 		w->caller[i] = 0;
 		MOVE("; C%d's lease leaves the queue", i);
 		break;
@@ -396,8 +412,12 @@ static void lease_event(lease_world *w, int i, int event, lease_facts f, int att
 		MOVE(": answered \"held\", token %d, from memory", w->tok[i]);
 		told_held(w, i, w->tok[i], bad);
 		break;
+	case HOLD_HELD:
+		MOVE(": \"held\" owed, once the round is durable (attempt %d)", w->latt[i]);
+		owe(w, i, att, R_HELD);
+		break;
 	case HOLD_WAIT:
-		MOVE(": waits");
+		MOVE(": waits (attempt %d)", w->latt[i]);
 		break;
 	case HOLD_READ:
 	case HOLD_REFUSE:
@@ -421,26 +441,33 @@ static void commit_ok(lease_world *w, char *note, size_t n)
 		w->dur[i] = w->mem[i];
 		w->dtok[i] = w->tok[i];
 		w->dslot[i] = w->slot[i];
+		w->dlatt[i] = w->latt[i];
+		w->dgrace[i] = w->grace[i];
 		w->fresh[i] = 0;
 		if (w->mem[i] >= LEASE_RELEASED)
 			w->mem[i] = -1;
 	}
 	w->dlast = w->last;
 	w->faulty = 0;
-	for (int i = 0; i < lc.callers; i++) {
-		if (!w->rep[i])
-			continue;
-		int a = w->repatt[i];
-		if (w->ph[i] == C_ASKING && w->att[i] == a) {
-			w->out[i] = w->rep[i];
-			w->outatt[i] = (int8_t)a;
-			w->outtok[i] = w->tok[i];
-		} else if (w->rep[i] == R_GRANT) { /* its client has gone: given back */
-			w->undel[i] |= (int8_t)(1 << a);
-			MOVE("; C%d's grant finds its connection gone: given back", i);
+	for (int i = 0; i < lc.callers; i++)
+		for (int t = 1; t <= MAX_TRIES; t++) {
+			int kind = w->rep[i][t - 1], e = w->repe[i][t - 1];
+			if (!kind)
+				continue;
+			if (w->ph[i] == C_ASKING && w->att[i] == t) {
+				w->out[i] = (int8_t)kind;
+				w->outatt[i] = (int8_t)t;
+				w->oute[i] = (int8_t)e;
+				w->outtok[i] = w->tok[i];
+			} else if (kind != R_LEFT) { /* its client has gone: given back */
+				w->undel[i] |= (int8_t)(1 << e);
+				MOVE("; C%d's \"%s\" to request %d finds its connection gone: "
+				     "attempt %d"
+				     " given back",
+				     i, kind == R_GRANT ? "granted" : "held", t, e);
+			}
+			w->rep[i][t - 1] = R_NONE;
 		}
-		w->rep[i] = R_NONE;
-	}
 }
 
 /* commit.c's take_back: every caller of the round told 503; a new lease leaves memory, a
@@ -449,27 +476,28 @@ static void commit_failed(lease_world *w, char *note, size_t n)
 {
 	w->faulty = 1;
 	w->fails++;
-	for (int i = 0; i < lc.callers; i++) {
-		if (!w->rep[i])
-			continue;
-		int a = w->repatt[i];
-		if (w->rep[i] == R_GRANT && w->fresh[i]) {
-			if (lock_hold_of(lk, &rows[i]))
-				lock_ungrant(lk, &rows[i]);
-			else
-				lock_remove(lk, &rows[i]);
-			w->mem[i] = -1;
-			MOVE("; C%d's new lease dropped", i);
-		} else if (w->rep[i] == R_GRANT && w->mem[i] >= 0) {
-			w->undel[i] |= (int8_t)(1 << a);
-			MOVE("; C%d's grant given back", i);
+	for (int i = 0; i < lc.callers; i++)
+		for (int t = 1; t <= MAX_TRIES; t++) {
+			int kind = w->rep[i][t - 1], e = w->repe[i][t - 1];
+			if (!kind)
+				continue;
+			if (kind == R_GRANT && w->fresh[i] && w->mem[i] >= 0) {
+				if (lock_hold_of(lk, &rows[i]))
+					lock_ungrant(lk, &rows[i]);
+				else
+					lock_remove(lk, &rows[i]);
+				w->mem[i] = -1;
+				MOVE("; C%d's new lease dropped", i);
+			} else if (kind != R_LEFT && w->mem[i] >= 0) {
+				w->undel[i] |= (int8_t)(1 << e);
+				MOVE("; C%d's attempt %d given back", i, e);
+			}
+			if (w->ph[i] == C_ASKING && w->att[i] == t) {
+				w->ph[i] = C_GONE;
+				MOVE("; C%d told 503", i);
+			}
+			w->rep[i][t - 1] = R_NONE;
 		}
-		if (w->ph[i] == C_ASKING && w->att[i] == a) {
-			w->ph[i] = C_GONE;
-			MOVE("; C%d told 503", i);
-		}
-		w->rep[i] = R_NONE;
-	}
 }
 
 /* Another node takes the partition over: it starts from the store (lease_recover). */
@@ -480,7 +508,7 @@ static void owner_lost(lease_world *w, char *note, size_t n)
 		if (w->ph[i] == C_ASKING && !w->out[i]) /* its request was at the old owner */
 			w->ph[i] = C_GONE;
 		w->outold[i] = w->out[i] != R_NONE; /* its give-back would find nothing there */
-		w->rep[i] = R_NONE;
+		memset(w->rep[i], 0, sizeof w->rep[i]);
 		w->left[i] = w->undel[i] = 0; /* the old owner has no lease to give back */
 		w->mem[i] = -1;
 		w->caller[i] = w->grace[i] = w->fresh[i] = 0;
@@ -505,6 +533,8 @@ static void owner_lost(lease_world *w, char *note, size_t n)
 		int i = order[a];
 		w->mem[i] = w->dur[i];
 		w->tok[i] = w->dtok[i];
+		w->latt[i] = w->dlatt[i];
+		w->grace[i] = w->dur[i] == LEASE_HELD && w->dgrace[i]; /* stored with the grant */
 		steps[i].token = w->tok[i];
 		if (w->dur[i] == LEASE_HELD)
 			lock_restore(lk, &rows[i], w->dslot[i], 0);
@@ -513,6 +543,15 @@ static void owner_lost(lease_world *w, char *note, size_t n)
 	}
 	w->faulty = 0;
 	MOVE("the partition goes to another node, which recovers from the store");
+}
+
+/* Whether a "you hold it" to client i is on its way (owed by the round, or being sent). */
+static int owed_hold(const lease_world *w, int i)
+{
+	for (int t = 0; t < MAX_TRIES; t++)
+		if (w->rep[i][t] == R_GRANT || w->rep[i][t] == R_HELD)
+			return 1;
+	return w->out[i] == R_GRANT || w->out[i] == R_HELD;
 }
 
 static int lease_step(const void *sv, int a, void *tv, char *note, size_t n, unsigned *bad)
@@ -538,16 +577,17 @@ static int lease_step(const void *sv, int a, void *tv, char *note, size_t n, uns
 			MOVE(": answered 503, storage failing");
 			w->ph[i] = C_GONE;
 		} else if (w->mem[i] >= 0) {
-			lease_event(w, i, LEASE_ACQUIRE, here, w->att[i], note, n, bad);
+			lease_event(w, i, LEASE_ACQUIRE, here, w->att[i], 0, note, n, bad);
 		} else if (w->dur[i] >= 0) { /* step_stored */
 			lease_facts stored = {0};
 			w->mem[i] = w->dur[i]; /* only for lease_event to read it */
-			lease_event(w, i, LEASE_ACQUIRE, stored, w->att[i], note, n, bad);
+			lease_event(w, i, LEASE_ACQUIRE, stored, w->att[i], 0, note, n, bad);
 			w->mem[i] = -1;
 		} else { /* a new lease: it waits in the queue, granted at the round's end */
 			w->mem[i] = LEASE_WAITING;
 			w->caller[i] = w->att[i];
 			w->fresh[i] = 1;
+			w->latt[i] = 1;
 			w->seq[i] = ++w->seqs;
 			lock_enqueue(lk, &rows[i]);
 			MOVE(": a new lease, queued");
@@ -563,9 +603,10 @@ static int lease_step(const void *sv, int a, void *tv, char *note, size_t n, uns
 			MOVE("; the lease watch will give its wait back");
 		}
 		if (w->out[i] && w->outatt[i] == w->att[i]) {
-			if (w->out[i] == R_GRANT && !w->outold[i]) {
-				w->undel[i] |= (int8_t)(1 << w->att[i]);
-				MOVE("; its grant's answer is undeliverable: given back");
+			if (w->out[i] != R_LEFT && !w->outold[i]) {
+				w->undel[i] |= (int8_t)(1 << w->oute[i]);
+				MOVE("; its \"%s\" is undeliverable: attempt %d given back",
+				     w->out[i] == R_GRANT ? "granted" : "held", w->oute[i]);
 			}
 			w->out[i] = R_NONE;
 		}
@@ -573,8 +614,9 @@ static int lease_step(const void *sv, int a, void *tv, char *note, size_t n, uns
 	case A_DELIVER:
 		if (!w->out[i] || w->ph[i] != C_ASKING || w->outatt[i] != w->att[i])
 			return 0;
-		if (w->out[i] == R_GRANT) {
-			MOVE("C%d is told \"granted\", token %d", i, w->outtok[i]);
+		if (w->out[i] != R_LEFT) {
+			MOVE("C%d is told \"%s\", token %d", i,
+			     w->out[i] == R_GRANT ? "granted" : "held", w->outtok[i]);
 			told_held(w, i, w->outtok[i], bad);
 		} else {
 			MOVE("C%d is told it left the queue", i);
@@ -592,7 +634,7 @@ static int lease_step(const void *sv, int a, void *tv, char *note, size_t n, uns
 		if (kind == A_RELEASE)
 			w->ph[i] = C_DONE; /* it stops relying on the lease when it sends this */
 		if (w->mem[i] >= 0 && w->mem[i] < LEASE_RELEASED) {
-			lease_event(w, i, ev, here, w->att[i], note, n, bad);
+			lease_event(w, i, ev, here, w->att[i], 0, note, n, bad);
 		} else if (kind == A_RENEW && w->dur[i] < 0) {
 			MOVE(": answered 404, no such lease");
 			w->ph[i] = C_DONE;
@@ -600,7 +642,7 @@ static int lease_step(const void *sv, int a, void *tv, char *note, size_t n, uns
 			lease_facts stored = {0};
 			int keep = w->mem[i];
 			w->mem[i] = w->dur[i];
-			lease_event(w, i, ev, stored, w->att[i], note, n, bad);
+			lease_event(w, i, ev, stored, w->att[i], 0, note, n, bad);
 			w->mem[i] = (int8_t)keep;
 			if (w->ph[i] == C_GONE) /* 503: it keeps its ttl and asks again */
 				w->ph[i] = C_HOLDS;
@@ -608,17 +650,22 @@ static int lease_step(const void *sv, int a, void *tv, char *note, size_t n, uns
 		break;
 	}
 	case A_LEFT:
-	case A_UNDEL: {
+	case A_UNDEL:
+	case A_UNDEL_LAST: {
+		/* posted by other threads: applied in any order (the latest first, too) */
 		int8_t *bits = kind == A_LEFT ? &w->left[i] : &w->undel[i];
-		if (!*bits)
+		if (!*bits || (kind == A_UNDEL_LAST && __builtin_popcount((unsigned)*bits) < 2))
 			return 0;
-		int att = __builtin_ctz((unsigned)*bits);
-		*bits &= (int8_t) ~(1 << att);
-		MOVE("C%d's %s of request %d is applied", i,
-		     kind == A_LEFT ? "give-back of its wait" : "give-back of its grant", att);
+		int named = kind == A_UNDEL_LAST ? 31 - __builtin_clz((unsigned)*bits)
+						 : __builtin_ctz((unsigned)*bits);
+		*bits &= (int8_t) ~(1 << named);
+		MOVE("C%d's %s %d is applied", i,
+		     kind == A_LEFT ? "leaving, naming its request"
+				    : "give-back of a grant, naming attempt",
+		     named);
 		if (w->mem[i] >= 0 && w->mem[i] < LEASE_RELEASED)
 			lease_event(w, i, kind == A_LEFT ? LEASE_LEFT : LEASE_UNDELIVERED, here, 0,
-				    note, n, bad);
+				    named, note, n, bad);
 		break;
 	}
 	case A_EXPIRE:
@@ -631,7 +678,7 @@ static int lease_step(const void *sv, int a, void *tv, char *note, size_t n, uns
 		/* The client counts its ttl from its request, the engine from the grant: the
 		 * client's runs out first, and a grant's answer still on its way arrives (or
 		 * fails) before the engine's does. */
-		if (kind == A_EXPIRE && (w->rep[i] == R_GRANT || w->out[i] == R_GRANT))
+		if (kind == A_EXPIRE && owed_hold(w, i))
 			return 0;
 		f.expired = kind == A_EXPIRE;
 		f.grace_over = kind == A_GRACE;
@@ -643,7 +690,7 @@ static int lease_step(const void *sv, int a, void *tv, char *note, size_t n, uns
 		if (kind == A_EXPIRE && w->ph[i] == C_HOLDS)
 			w->ph[i] =
 			    C_DONE; /* the client counted its ttl from its send: over first */
-		lease_event(w, i, LEASE_TIMER, f, 0, note, n, bad);
+		lease_event(w, i, LEASE_TIMER, f, 0, 0, note, n, bad);
 		break;
 	}
 	case A_COMMIT:
@@ -675,10 +722,15 @@ static int lease_step(const void *sv, int a, void *tv, char *note, size_t n, uns
 			w->dslot[k] = 0;
 		if (w->mem[k] < 0 && w->dur[k] < 0)
 			w->seq[k] = 0;
-		if (!w->rep[k])
-			w->repatt[k] = 0;
+		for (int t = 0; t < MAX_TRIES; t++)
+			if (!w->rep[k][t])
+				w->repe[k][t] = 0;
 		if (!w->out[k])
-			w->outatt[k] = w->outtok[k] = w->outold[k] = 0;
+			w->outatt[k] = w->oute[k] = w->outtok[k] = w->outold[k] = 0;
+		if (w->mem[k] < 0)
+			w->latt[k] = 0;
+		if (w->dur[k] != LEASE_HELD)
+			w->dgrace[k] = 0;
 		if (w->ph[k] != C_HOLDS)
 			w->ctok[k] = 0;
 		if (w->ph[k] != C_ASKING && w->ph[k] != C_HOLDS)
