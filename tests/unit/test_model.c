@@ -257,12 +257,13 @@ static res_lock *lk;
 static wf_row rows[NC];
 static step_row steps[NC];
 
-enum lease_inv { I_LIMIT, I_PROMISED, I_BACKED, I_LEFT, I_NINV };
+enum lease_inv { I_LIMIT, I_PROMISED, I_BACKED, I_LEFT, I_SLOT, I_NINV };
 static const char *const lease_invariants[] = {
     "more clients hold an unexpired \"you hold it\" than the limit allows",
     "\"you hold it\" answered before its grant was committed",
     "a holder's committed grant was ended while it still holds it",
     "a waiter that left the queue was granted",
+    "two holds share a slot, or one has a slot past the limit",
 };
 
 /* The action table: kind * NC + caller. */
@@ -739,6 +740,20 @@ static int lease_step(const void *sv, int a, void *tv, char *note, size_t n, uns
 	return 1;
 }
 
+/* Whether the lock's holds (hold[0..nh), their slots in slot[]) each have a slot of their
+ * own below the limit, as lock.c's free slot promises. */
+static int slots_apart(const int8_t *hold, int nh, const int8_t *slot, int limit)
+{
+	unsigned seen = 0;
+	for (int k = 0; k < nh; k++) {
+		int sl = slot[hold[k]];
+		if (sl < 0 || sl >= limit || seen >> sl & 1)
+			return 0;
+		seen |= 1u << sl;
+	}
+	return 1;
+}
+
 static unsigned lease_check(const void *sv)
 {
 	const lease_world *w = sv;
@@ -753,6 +768,8 @@ static unsigned lease_check(const void *sv)
 	}
 	if (holders > lc.limit || w->nh > lc.limit)
 		bad |= 1u << I_LIMIT;
+	if (!slots_apart(w->hold, w->nh, w->slot, lc.limit))
+		bad |= 1u << I_SLOT;
 	for (int i = 0; i < lc.callers; i++) {
 		int left = w->dur[i] == LEASE_ABANDONED || w->told_left[i];
 		if (left && w->mem[i] == LEASE_HELD)
@@ -795,13 +812,13 @@ static void test_leases_two_callers_limit_one(void **state)
 static void test_leases_three_callers_limit_one(void **state)
 {
 	(void)state;
-	expect_none_broken(check_leases((lease_cfg){3, 1, 1, 0, 0}, 10));
+	expect_none_broken(check_leases((lease_cfg){3, 1, 1, 0, 0}, 9));
 }
 
 static void test_leases_three_callers_limit_two(void **state)
 {
 	(void)state;
-	expect_none_broken(check_leases((lease_cfg){3, 2, 1, 0, 0}, 9));
+	expect_none_broken(check_leases((lease_cfg){3, 2, 1, 1, 0}, 9));
 }
 
 /* ---- tasks: task_next, lock.c and the engine's round around them ---- */
@@ -836,12 +853,13 @@ typedef struct task_cfg {
 
 static task_cfg tc;
 
-enum task_inv { J_LIMIT, J_PROMISED, J_BACKED, J_ONE, J_NINV };
+enum task_inv { J_LIMIT, J_PROMISED, J_BACKED, J_ONE, J_SLOT, J_NINV };
 static const char *const task_invariants[] = {
     "more workers hold an unexpired claim than the limit allows",
     "a claim or heartbeat answered before the claim was committed",
     "a worker's committed claim was ended while it still holds it",
     "two workers hold the same attempt",
+    "two holds share a slot, or one has a slot past the limit",
 };
 
 enum task_act_kind {
@@ -1150,6 +1168,8 @@ static unsigned task_check(const void *sv)
 	}
 	if (holders > tc.limit || w->nh > tc.limit)
 		bad |= 1u << J_LIMIT;
+	if (!slots_apart(w->hold, w->nh, w->slot, tc.limit))
+		bad |= 1u << J_SLOT;
 	return bad;
 }
 
