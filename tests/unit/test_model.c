@@ -274,6 +274,7 @@ static const char *const lease_invariants[] = {
 enum lease_act_kind {
 	A_ACQUIRE,    /* the client asks (again, with the same request_id) */
 	A_DROP,	      /* the client's connection fails */
+	A_LOSE,	      /* an answer sent is lost on the way (a proxy drops it): nobody notices */
 	A_DELIVER,    /* a committed answer reaches its client */
 	A_RENEW,      /* the holder renews */
 	A_RELEASE,    /* the holder releases */
@@ -616,6 +617,14 @@ static int lease_step(const void *sv, int a, void *tv, char *note, size_t n, uns
 			w->out[i] = R_NONE;
 		}
 		break;
+	case A_LOSE:
+		if (!w->out[i] || w->ph[i] != C_ASKING || w->outatt[i] != w->att[i])
+			return 0;
+		MOVE("C%d's answer to request %d is lost on the way; it will ask again", i,
+		     w->att[i]);
+		w->ph[i] = C_GONE;
+		w->out[i] = R_NONE;
+		break;
 	case A_DELIVER:
 		if (!w->out[i] || w->ph[i] != C_ASKING || w->outatt[i] != w->att[i])
 			return 0;
@@ -869,6 +878,7 @@ static const char *const task_invariants[] = {
 enum task_act_kind {
 	K_CLAIM,     /* worker w asks for a task (a new claim: no request_id) */
 	K_DROP,	     /* worker w's connection fails */
+	K_LOSE,	     /* a claim's answer sent is lost on the way: nobody notices */
 	K_DELIVER,   /* a committed claim reaches its worker */
 	K_HEARTBEAT, /* worker w heartbeats its task */
 	K_COMPLETE,  /* worker w completes its task */
@@ -1028,6 +1038,14 @@ static int task_step(const void *sv, int a, void *tv, char *note, size_t n, unsi
 			w->out[i] = 0;
 			MOVE("; its claim's answer is undeliverable: given back");
 		}
+		break;
+	case K_LOSE:
+		if (i >= tc.workers || !w->out[i] || w->ph[i] != C_ASKING ||
+		    w->outtry[i] != w->cur[i])
+			return 0;
+		MOVE("W%d's claim answer is lost on the way", i);
+		w->ph[i] = C_GONE;
+		w->out[i] = 0;
 		break;
 	case K_DELIVER:
 		if (i >= tc.workers || !w->out[i] || w->ph[i] != C_ASKING ||
