@@ -410,13 +410,20 @@ void baton_lease_note(baton_engine *e, const char *id, const char *resource);
  * Claims a task: the step of a worker {"external": true} that holds its resource and
  * waits to be done (worker, resource: filters, NULL for any). done answers BATON_OK with
  * the task ({"id", "workflow_id", "step", "worker", "resource", "attempt",
- * "fencing_token", "ttl_ms", "expires_at", "input"}, once its grant is durable) or with
- * lease NULL when none came within wait_ms (0..300000). The claimer must heartbeat within
- * ttl_ms (1000..86400000), else the attempt fails and is retried under the workflow's
- * retry policy. Any thread.
+ * "fencing_token", "ttl_ms", "expires_at", "claim_attempt", "input"}, once its grant is
+ * durable) or with lease NULL when none came within wait_ms (0..300000). The claimer must
+ * heartbeat within ttl_ms (1000..86400000), else the attempt fails and is retried under the
+ * workflow's retry policy. request_id (a valid name, or NULL): the same claim asked again
+ * (its answer lost) is answered the task it claimed, while that claim holds, as its next
+ * claim_attempt, once durable; its ttl counts again from then. Any thread.
  */
-int baton_task_claim(baton_engine *e, const char *worker, const char *resource, int64_t wait_ms,
-		     int64_t ttl_ms, baton_lease_fn done, void *ud, baton_error *err);
+int baton_task_claim(baton_engine *e, const char *worker, const char *resource,
+		     const char *request_id, int64_t wait_ms, int64_t ttl_ms, baton_lease_fn done,
+		     void *ud, baton_error *err);
+/* Gives back the claim of task id answered to claim_attempt (the answer's "claim_attempt")
+ * that could not be delivered or committed: the task is offered again, unless a retry of
+ * the claim's request_id arrived since. Any thread; nothing is answered. */
+void baton_task_give_back(baton_engine *e, const char *id, int64_t claim_attempt);
 enum { BATON_TASK_HEARTBEAT, BATON_TASK_COMPLETE, BATON_TASK_FAIL, BATON_TASK_UNCLAIM };
 /*
  * Reports on task id ("<workflow id>.<step>.<attempt>"): a heartbeat (answered with the

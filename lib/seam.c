@@ -11,10 +11,10 @@
  *  - "answers": after a round's commit, before its callers are answered and its steps
  *    dispatched.
  * While it waits, it writes "<hold_file>.held": the point's name, then one line for each
- * message of the round and of the inbox, in order ("acquire lease-x", "undelivered
- * lease-x", ...), so that a test waits for exactly the messages it needs, in the order it
- * needs. The file is removed once the engine goes on. Without hold_file (production) this
- * costs a test of a pointer.
+ * lease or task message of the round and of the inbox, in order ("acquire lease-x",
+ * "undelivered lease-x", ...), so that a test waits for exactly the messages it needs, in the order
+ * it needs. The file is removed once the engine goes on. Without hold_file (production) this costs
+ * a test of a pointer.
  */
 #include "engine.h"
 
@@ -56,13 +56,14 @@ static const char *kind(const msg *m)
 	}
 }
 
+/* The lease and task messages (those a test races); the cluster's own are left out. */
 static void list(FILE *f, const msg *m)
 {
-	for (; m; m = m->next)
-		fprintf(f, "%s %s\n", kind(m),
-			m->type == MSG_LEASE && m->wf ? m->wf->id
-			: m->id			      ? m->id
-						      : "-");
+	for (; m; m = m->next) {
+		const char *id = m->type == MSG_LEASE && m->wf ? m->wf->id : m->id;
+		if (m->type >= MSG_LEASE)
+			fprintf(f, "%s %s\n", kind(m), id ? id : "-");
+	}
 }
 
 static void report(const baton_engine *e, const char *held, const char *point, const msg *m)

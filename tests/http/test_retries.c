@@ -7,7 +7,8 @@
  * tests hold the engine where they race, through the engine's testing seam (lib/seam.c:
  * BATON_TEST_HOLD_FILE names the point, and the engine lists what waits there), and let it
  * go on once exactly the messages of the race wait, in their order. Then:
- *  - the give-back of a first attempt's grant does nothing once the retry arrived;
+ *  - the give-back of a first attempt's grant does nothing once the retry arrived, on one
+ *    node and through a node that passes both on (a cluster, on PostgreSQL);
  *  - a retry that arrives in the round of the grant is answered once the grant is durable,
  *    and told 503 with it when its commit fails;
  *  - a renewal that arrives after its lease expired answers 410, in the expiry's round too;
@@ -28,6 +29,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "../harness/cluster.h"
 #include "../harness/harness.h"
 
 #define WAIT_MS 60000
@@ -62,6 +64,55 @@ static int setup(void **state)
 	}
 	*state = f;
 	return 0;
+}
+
+/* Two nodes on PostgreSQL: node0, held by the seam, drives the resource; node1 passes the
+ * requests it gets on to node0. *state is a fixture whose s is NULL and whose cluster is
+ * in cl. */
+typedef struct cfixture {
+	fixture f;
+	cluster cl;
+} cfixture;
+
+static int cluster_setup(void **state)
+{
+	cfixture *c = calloc(1, sizeof *c);
+	if (!c)
+		return -1;
+	*state = c;
+	if (!hs_store_is_pg())
+		return 0; /* the test skips */
+	const char *tmp = getenv("TMPDIR");
+	snprintf(c->f.dir, sizeof c->f.dir, "%s/baton-retries-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+	if (!mkdtemp(c->f.dir))
+		return -1;
+	snprintf(c->f.hold, sizeof c->f.hold, "%s/hold", c->f.dir);
+	snprintf(c->f.held, sizeof c->f.held, "%s/hold.held", c->f.dir);
+	const char *holds[] = {c->f.hold, ""}; /* "": node1 has no seam */
+	if (cl_open_proxied_env(&c->cl, 2, 3000, NULL, "BATON_TEST_HOLD_FILE", holds)) {
+		rmdir(c->f.dir);
+		c->f.dir[0] = 0;
+		return -1;
+	}
+	return 0;
+}
+
+static int cluster_teardown(void **state)
+{
+	cfixture *c = *state;
+	int rc = 0;
+	if (c->f.dir[0]) {
+		if (getenv("DEBUG_DUMP")) {
+			hs_dump_log(c->cl.node[0], 6000);
+			hs_dump_log(c->cl.node[1], 6000);
+		}
+		unlink(c->f.hold);
+		rc = cl_close(&c->cl);
+		unlink(c->f.held);
+		rmdir(c->f.dir);
+	}
+	free(c);
+	return rc;
 }
 
 static int teardown(void **state)
@@ -120,8 +171,16 @@ static bool holds(void *arg)
 static void hold_wait(const fixture *f, const char *point, const char *line)
 {
 	held_wait h = {f, point, line};
-	if (!hs_wait_until(holds, &h, WAIT_MS))
-		fail_msg("the engine never held at \"%s\" with \"%s\"", point, line ? line : "");
+	if (hs_wait_until(holds, &h, WAIT_MS))
+		return;
+	char text[4096] = "";
+	FILE *fp = fopen(f->held, "r");
+	if (fp) {
+		text[fread(text, 1, sizeof text - 1, fp)] = 0;
+		fclose(fp);
+	}
+	fail_msg("the engine never held at \"%s\" with \"%s\"; it held with:\n%s", point,
+		 line ? line : "", text);
 }
 
 /* ---- raw connections: the test decides when a client goes away ---- */
@@ -198,22 +257,30 @@ static json_t *lease_get(const hs_server *s, const char *id)
 typedef struct queue_wait {
 	const hs_server *s;
 	size_t n;
+	const char *resource; /* NULL: r */
 } queue_wait;
 
 static bool has_waiters(void *arg)
 {
 	queue_wait *q = arg;
-	json_t *r = hs_get_json(q->s, "/resources/r", 200);
+	char path[200];
+	snprintf(path, sizeof path, "/resources/%s", q->resource ? q->resource : "r");
+	json_t *r = hs_get_json(q->s, path, 200);
 	bool ok = json_array_size(json_object_get(r, "waiters")) == q->n;
 	json_decref(r);
 	return ok;
 }
 
+static void wait_waiters_on(const hs_server *s, const char *resource, size_t n)
+{
+	queue_wait q = {s, n, resource};
+	if (!hs_wait_until(has_waiters, &q, WAIT_MS))
+		fail_msg("resource %s never had %zu waiters", resource ? resource : "r", n);
+}
+
 static void wait_waiters(const hs_server *s, size_t n)
 {
-	queue_wait q = {s, n};
-	if (!hs_wait_until(has_waiters, &q, WAIT_MS))
-		fail_msg("resource r never had %zu waiters", n);
+	wait_waiters_on(s, NULL, n);
 }
 
 static bool past(void *arg)
@@ -285,6 +352,71 @@ static void test_give_back_does_nothing_once_the_retry_arrived(void **state)
 	assert_int_equal(hs_int(got, "fencing_token"), 3);
 	json_decref(got);
 	json_decref(a);
+}
+
+/* The same race through a node that passes the requests on: the client asks node1, which
+ * passes its acquisition and its retry on to node0, which drives the resource; the
+ * give-back of the first attempt's grant comes through node1 too, as node1 sends it when it
+ * cannot deliver a grant (DELETE ?attempt=1, passed on with its attempt). The retry arrives
+ * at node0 first: it keeps the lease, and the give-back changes nothing. */
+static void test_give_back_through_another_node(void **state)
+{
+	cfixture *c = *state;
+	if (!hs_store_is_pg())
+		skip(); /* a cluster runs on PostgreSQL */
+	fixture *f = &c->f;
+	const hs_server *owner = c->cl.node[0], *via = c->cl.node[1];
+	assert_true(cl_wait_balanced(&c->cl, 0, 3, WAIT_MS));
+	char res[64], path[200];
+	unsigned long long avoid = 0;
+	cl_pick_resource(&c->cl, 0, "retry", &avoid, res, sizeof res);
+	snprintf(path, sizeof path, "/resources/%s/leases", res);
+	hs_response r;
+	assert_int_equal(hs_post(owner, path, "{\"holder\": \"a\", \"ttl_ms\": 60000}", &r), 0);
+	assert_int_equal(r.status, 201);
+	char release[128];
+	snprintf(release, sizeof release, "/leases/%s", hs_str(r.json, "id"));
+	hs_response_fini(&r);
+	const char *x = "{\"holder\": \"x\", \"request_id\": \"xc-1\", \"wait_ms\": 60000,"
+			" \"ttl_ms\": 60000}";
+	int x1 = raw_send(via, "POST", path, x);
+	wait_waiters_on(owner, res, 1);
+	int y = raw_send(owner, "POST", path,
+			 "{\"holder\": \"y\", \"wait_ms\": 60000, \"ttl_ms\": 60000}");
+	wait_waiters_on(owner, res, 2);
+	/* a's release grants x's first attempt; its retry reaches node0 before any answer */
+	write_file(f->hold, "answers");
+	int d = raw_send(owner, "DELETE", release, NULL);
+	hold_wait(f, "answers", NULL);
+	int x2 = raw_send(via, "POST", path, x);
+	hold_wait(f, "answers", "acquire lease-xc-1");
+	write_file(f->hold, "round");
+	hold_wait(f, "round", "acquire lease-xc-1");
+	json_t *first, *got;
+	assert_int_equal(raw_read(x1, &first), 201);
+	/* then the give-back of the first attempt, through node1 */
+	int g = raw_send(via, "DELETE", "/leases/lease-xc-1?attempt=1", NULL);
+	hold_wait(f, "round", "undelivered lease-xc-1");
+	unlink(f->hold);
+	assert_int_equal(raw_read(x2, &got), 200);
+	assert_string_equal(hs_str(got, "state"), "held");
+	assert_int_equal(raw_read(d, NULL), 204);
+	assert_int_equal(raw_read(g, NULL), 409);
+	json_t *l = hs_get_json(owner, "/leases/lease-xc-1", 200);
+	assert_string_equal(hs_str(l, "state"), "held");
+	json_decref(l);
+	assert_int_equal(hs_int(first, "attempt"), 1);
+	assert_int_equal(hs_int(got, "attempt"), 2);
+	json_decref(first);
+	json_decref(got);
+	wait_waiters_on(owner, res, 1);
+	hs_request rel = {.method = "DELETE", .path = "/leases/lease-xc-1"};
+	assert_int_equal(hs_send(via, &rel, &r), 0);
+	assert_int_equal(r.status, 204);
+	hs_response_fini(&r);
+	assert_int_equal(raw_read(y, &got), 201);
+	assert_int_equal(hs_int(got, "fencing_token"), 3);
+	json_decref(got);
 }
 
 /* Item: "held" is promised only for a committed grant. The retry arrives in the round that
@@ -393,18 +525,62 @@ static void test_grace_of_a_grant_nobody_took_survives_kill9(void **state)
 	json_decref(a);
 }
 
+/* Task claims get the same rule: a claim with a request_id whose answer is lost (its
+ * connection reset) and that is retried before the give-back of its first answer arrives is
+ * answered the same claim, and the give-back does not offer the task to anyone else. */
+static void test_claim_retry_keeps_its_claim(void **state)
+{
+	fixture *f = *state;
+	const hs_server *s = f->s;
+	json_decref(
+	    hs_create_workflow(s, json_pack("{s:s, s:s, s:[{s:s, s:b}]}", "id", "job-1", "resource",
+					    "t", "workers", "name", "ext", "external", 1)));
+	json_decref(hs_wait_step(s, "job-1", 0, "running", WAIT_MS));
+	hs_response r;
+	assert_int_equal(hs_post(s, "/tasks/claim", "{\"request_id\": \"no spaces\"}", &r), 0);
+	hs_assert_problem(&r, 400, "invalid-request", "a claim's request_id that is no name");
+	hs_response_fini(&r);
+	const char *c = "{\"worker\": \"ext\", \"request_id\": \"w-1\", \"wait_ms\": 0,"
+			" \"ttl_ms\": 60000}";
+	write_file(f->hold, "answers");
+	int c1 = raw_send(s, "POST", "/tasks/claim", c);
+	hold_wait(f, "answers", NULL);
+	raw_reset(c1); /* the claim's answer cannot be delivered */
+	int c2 = raw_send(s, "POST", "/tasks/claim", c);
+	hold_wait(f, "answers", "claim w-1");
+	write_file(f->hold, "round");
+	hold_wait(f, "round", "task job-1.0.1"); /* the give-back, after the retry */
+	unlink(f->hold);
+	json_t *t;
+	assert_int_equal(raw_read(c2, &t), 200);
+	assert_string_equal(hs_str(t, "id"), "job-1.0.1");
+	/* nobody else is given the step: the give-back changed nothing */
+	assert_int_equal(hs_post(s, "/tasks/claim", "{\"wait_ms\": 0}", &r), 0);
+	assert_int_equal(r.status, 204);
+	hs_response_fini(&r);
+	assert_int_equal(hs_int(t, "claim_attempt"), 2);
+	assert_int_equal(hs_post(s, "/tasks/job-1.0.1/complete", "{\"result\": 1}", &r), 0);
+	assert_int_equal(r.status, 200);
+	hs_response_fini(&r);
+	json_decref(hs_wait_workflow(s, "job-1", "completed", WAIT_MS));
+	json_decref(t);
+}
+
 int main(void)
 {
 	hs_filters_from_env();
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test_setup_teardown(test_give_back_does_nothing_once_the_retry_arrived,
 					    setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_give_back_through_another_node, cluster_setup,
+					    cluster_teardown),
 	    cmocka_unit_test_setup_teardown(test_retry_waits_for_the_grants_commit, setup,
 					    teardown),
 	    cmocka_unit_test_setup_teardown(
 		test_renewal_after_expiry_answers_410_in_the_expirys_round, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_grace_of_a_grant_nobody_took_survives_kill9, setup,
 					    teardown),
+	    cmocka_unit_test_setup_teardown(test_claim_retry_keeps_its_claim, setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
