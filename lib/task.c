@@ -91,7 +91,8 @@ static void forget_claim(baton_engine *e, wf_row *wf)
 	}
 	free(wf->task_claim_rid);
 	wf->task_claim_rid = NULL;
-	wf->task_claim_attempt = 0;
+	/* task_claim_attempt runs on: the next claim of the step is numbered after this one,
+	 * so that a give-back of this claim, still on its way, cannot name the next */
 }
 
 /* Gives wf's step to claim (task_next: ready, a claim matches); answered once durable, as
@@ -103,7 +104,7 @@ static void assign(baton_engine *e, wf_row *wf, msg *claim, int64_t now)
 	assert(mv.act == TASK_ASSIGN && mv.answer == HOLD_GRANT);
 	(void)mv;
 	eng_set_param(e, wf, wf->cur, "claim_ttl_ms", json_integer(claim->ttl_ms));
-	wf->task_claim_attempt = 1;
+	wf->task_claim_attempt++; /* after every claim of the step before it */
 	if (claim->id) { /* stored: a retry finds the claim after a restart or a failover */
 		wf->task_claim_rid = xstrdup(claim->id);
 		eng_set_param(e, wf, wf->cur, "claim_request_id", json_string(claim->id));

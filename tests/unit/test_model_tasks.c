@@ -8,7 +8,8 @@
  * round's grants and its commit that succeeds or fails (a failed one gives its claims back),
  * answers on their way that are delivered, undeliverable (given back, naming the attempt) or
  * lost, heartbeats, completions, a claim whose ttl runs out and the workflow's next attempt.
- * A worker's claim carries no request_id: a worker that lost its answer claims anew.
+ * A worker's claim names a request_id: one that lost its answer asks again with the same
+ * request_id (the same claim, its next claim attempt) or claims anew with another.
  *
  * The invariants, checked after every step: no more workers hold an unexpired claim than
  * the limit allows, and no two the same attempt; every claim and heartbeat answer is backed
@@ -35,18 +36,24 @@ enum task_phase_model {
 
 typedef struct task_world {
 	/* the engine's memory: workflow j, one external step */
-	int8_t st[NC], att[NC], tok[NC], slot[NC], by[NC], bytry[NC];
-	int8_t rq[NC], nrq;			 /* tasks_ready */
-	int8_t cq[NCLAIMS], cqtry[NCLAIMS], ncq; /* the claims that wait, oldest first */
+	int8_t st[NC], att[NC], tok[NC], slot[NC];
+	/* its claim: the worker and the request_id it named (crid, 0: none), the claim's
+	 * arrivals so far (cat: the attempt a give-back names) */
+	int8_t by[NC], crid[NC], cat[NC];
+	int8_t rq[NC], nrq; /* tasks_ready */
+	/* the claims that wait, oldest first: worker, its request, its request_id */
+	int8_t cq[NCLAIMS], cqtry[NCLAIMS], cqrid[NCLAIMS], ncq;
 	int8_t q[NC], nq, hold[NC], nh, last;
-	int8_t rep[NC], repwf[NC], reptry[NC]; /* worker w's claim answer owed, once durable */
+	/* worker v's claim answer owed, once durable: the task, the request, the claim attempt */
+	int8_t rep[NC], repwf[NC], reptry[NC], repcat[NC];
 	int8_t faulty, fails;
 	/* durable */
 	int8_t dst[NC], datt[NC], dtok[NC];
 	/* the HTTP layer: committed claim answers on their way; give-backs by attempt */
-	int8_t out[NC], outwf[NC], outtry[NC], unclaim[NC];
-	/* the workers */
-	int8_t ph[NC], tries[NC], cur[NC], hwf[NC], hatt[NC], htok[NC];
+	int8_t out[NC], outwf[NC], outtry[NC], outcat[NC], outatt[NC], outtok[NC];
+	uint16_t unclaim[NC]; /* give-backs posted: bit GB(step attempt, claim attempt) */
+	/* the workers: rid, the request_id of its latest claim */
+	int8_t ph[NC], tries[NC], cur[NC], rid[NC], hwf[NC], hatt[NC], htok[NC];
 } task_world;
 
 typedef struct task_cfg {
@@ -65,16 +72,18 @@ static const char *const task_invariants[] = {
 };
 
 enum task_act_kind {
-	K_CLAIM,     /* worker w asks for a task (a new claim: no request_id) */
-	K_DROP,	     /* worker w's connection fails */
-	K_LOSE,	     /* a claim's answer sent is lost on the way: nobody notices */
-	K_DELIVER,   /* a committed claim reaches its worker */
-	K_HEARTBEAT, /* worker w heartbeats its task */
-	K_COMPLETE,  /* worker w completes its task */
-	K_UNCLAIM,   /* the give-back of workflow j's claim is applied */
-	K_EXPIRE,    /* workflow j's claim is not heartbeaten in time */
-	K_RETRY,     /* workflow j's next attempt is due */
-	K_COMMIT,    /* the round ends: grants, then the commit succeeds (0) or fails (1) */
+	K_CLAIM,	/* worker w asks for a task, with a new request_id */
+	K_RECLAIM,	/* worker w asks again with the same request_id, its answer lost */
+	K_DROP,		/* worker w's connection fails */
+	K_LOSE,		/* a claim's answer sent is lost on the way: nobody notices */
+	K_DELIVER,	/* a committed claim reaches its worker */
+	K_HEARTBEAT,	/* worker w heartbeats its task */
+	K_COMPLETE,	/* worker w completes its task */
+	K_UNCLAIM,	/* the give-back of workflow j's claim is applied */
+	K_UNCLAIM_LAST, /* the same, of the latest claim attempt given back, when two are */
+	K_EXPIRE,	/* workflow j's claim is not heartbeaten in time */
+	K_RETRY,	/* workflow j's next attempt is due */
+	K_COMMIT,	/* the round ends: grants, then the commit succeeds (0) or fails (1) */
 	K_NKINDS
 };
 
@@ -121,31 +130,53 @@ static int task_state(const task_world *w, int j, int att)
 }
 
 /* task.c's assign: workflow j to worker v's claim (try t); answered once durable. */
-static void assign(task_world *w, int j, int v, int t, char *note, size_t n)
+/* A give-back's bit: the step attempt its task id names, the claim attempt it undoes. */
+#define GB(att, cat) (1u << (((att)-1) * 8 + (cat)-1))
+#define MAX_CAT	     8 /* the claim attempts a give-back's bit can name */
+
+/* The claim answer owed to worker v's request t: task j, its claim attempt, once durable. */
+static void owe_claim(task_world *w, int v, int t, int j)
+{
+	w->rep[v] = 1;
+	w->repwf[v] = (int8_t)j;
+	w->reptry[v] = (int8_t)t;
+	w->repcat[v] = w->cat[j];
+}
+
+/* task.c's assign: workflow j to worker v's claim (request t, request_id r). */
+static void assign(task_world *w, int j, int v, int t, int r, char *note, size_t n)
 {
 	task_facts f = {.here = 1};
 	hold_move mv = task_next(task_state(w, j, w->att[j]), TASK_CLAIM, &f);
 	assert_int_equal(mv.act, TASK_ASSIGN);
 	w->st[j] = T_CLAIMED;
 	w->by[j] = (int8_t)v;
-	w->bytry[j] = (int8_t)t;
-	w->rep[v] = 1;
-	w->repwf[v] = (int8_t)j;
-	w->reptry[v] = (int8_t)t;
+	w->crid[j] = (int8_t)r;
+	w->cat[j]++; /* numbered after every claim of the step before it */
+	assert_true(w->cat[j] <= MAX_CAT);
+	owe_claim(w, v, t, j);
 	MOVE("; W%d's claim takes task %d.%d", v, j, w->att[j]);
+}
+
+/* task.c's forget_claim: the claim ended or was given back (its attempts' count runs on). */
+static void forget_claim(task_world *w, int j)
+{
+	w->by[j] = w->crid[j] = 0;
 }
 
 /* task.c's task_ready: to the oldest waiting claim, else to the ready list. */
 static void offer(task_world *w, int j, char *note, size_t n)
 {
 	w->st[j] = T_READY;
+	forget_claim(w, j);
 	if (w->ncq) {
-		int v = w->cq[0], t = w->cqtry[0];
+		int v = w->cq[0], t = w->cqtry[0], r = w->cqrid[0];
 		memmove(w->cq, w->cq + 1, NCLAIMS - 1);
 		memmove(w->cqtry, w->cqtry + 1, NCLAIMS - 1);
-		w->cq[NCLAIMS - 1] = w->cqtry[NCLAIMS - 1] = 0;
+		memmove(w->cqrid, w->cqrid + 1, NCLAIMS - 1);
+		w->cq[NCLAIMS - 1] = w->cqtry[NCLAIMS - 1] = w->cqrid[NCLAIMS - 1] = 0;
 		w->ncq--;
-		assign(w, j, v, t, note, n);
+		assign(w, j, v, t, r, note, n);
 	} else {
 		w->rq[w->nrq++] = (int8_t)j;
 	}
@@ -169,6 +200,7 @@ static void task_grant_next(task_world *w, char *note, size_t n)
 static void task_end(task_world *w, int j, int retry, char *note, size_t n)
 {
 	lock_release(lk, &rows[j], 0);
+	forget_claim(w, j);
 	w->st[j] = retry && w->att[j] < tc.max_attempts ? T_RETRYING : T_OVER;
 	task_grant_next(w, note, n);
 }
@@ -181,6 +213,44 @@ static void told_claim(task_world *w, int v, int j, int att, int tok, unsigned *
 	w->htok[v] = (int8_t)tok;
 	if (w->dst[j] != T_CLAIMED || w->datt[j] != att || w->dtok[j] != tok)
 		*bad |= 1u << J_PROMISED;
+}
+
+/* task.c's apply_claim for worker v's request naming request_id r: a retry of the request_id
+ * of a claim that holds is that claim's next attempt, answered the same task once durable
+ * (claim_again); else the oldest ready task, else it waits. */
+static void claim(task_world *w, int v, int r, char *note, size_t n)
+{
+	for (int j = 0; j < tc.workflows; j++)
+		if (w->st[j] == T_CLAIMED && w->by[j] == v && w->crid[j] == r) {
+			w->cat[j]++;
+			assert_true(w->cat[j] <= MAX_CAT);
+			owe_claim(w, v, w->cur[v], j);
+			MOVE(": the same claim of task %d.%d (claim attempt %d), once durable", j,
+			     w->att[j], w->cat[j]);
+			return;
+		}
+	if (w->nrq) {
+		int j = w->rq[0];
+		memmove(w->rq, w->rq + 1, NC - 1);
+		w->rq[NC - 1] = 0;
+		w->nrq--;
+		assign(w, j, v, w->cur[v], r, note, n);
+	} else {
+		assert_true(w->ncq < NCLAIMS);
+		w->cq[w->ncq] = (int8_t)v;
+		w->cqtry[w->ncq] = w->cur[v];
+		w->cqrid[w->ncq++] = (int8_t)r;
+		MOVE(": waits");
+	}
+}
+
+/* Whether a claim answer about task j is on its way (owed by the round, or being sent). */
+static int owed_claim(const task_world *w, int j)
+{
+	for (int v = 0; v < tc.workers; v++)
+		if ((w->rep[v] && w->repwf[v] == j) || (w->out[v] && w->outwf[v] == j))
+			return 1;
+	return 0;
 }
 
 static int task_step(const void *sv, int a, void *tv, char *note, size_t n, unsigned *bad)
@@ -197,24 +267,18 @@ static int task_step(const void *sv, int a, void *tv, char *note, size_t n, unsi
 	task_lock_load(w);
 	switch (kind) {
 	case K_CLAIM:
+	case K_RECLAIM:
 		if (i >= tc.workers || w->ph[i] == C_ASKING || w->ph[i] == C_HOLDS ||
-		    w->tries[i] >= tc.max_claims)
+		    w->tries[i] >= tc.max_claims ||
+		    (kind == K_RECLAIM && (w->ph[i] != C_GONE || !w->rid[i])))
 			return 0;
-		assert_true(w->ncq < NCLAIMS);
+		if (kind == K_CLAIM)
+			w->rid[i]++;
 		w->cur[i] = ++w->tries[i];
 		w->ph[i] = C_ASKING;
-		MOVE("W%d claims (claim %d)", i, w->cur[i]);
-		if (w->nrq) {
-			int j = w->rq[0];
-			memmove(w->rq, w->rq + 1, NC - 1);
-			w->rq[NC - 1] = 0;
-			w->nrq--;
-			assign(w, j, i, w->cur[i], note, n);
-		} else {
-			w->cq[w->ncq] = (int8_t)i;
-			w->cqtry[w->ncq++] = w->cur[i];
-			MOVE(": waits");
-		}
+		MOVE("W%d claims (request %d, request_id %d%s)", i, w->cur[i], w->rid[i],
+		     kind == K_RECLAIM ? ", again" : "");
+		claim(w, i, w->rid[i], note, n);
 		break;
 	case K_DROP:
 		if (i >= tc.workers || w->ph[i] != C_ASKING)
@@ -223,9 +287,10 @@ static int task_step(const void *sv, int a, void *tv, char *note, size_t n, unsi
 		MOVE("W%d's connection fails (claim %d)", i, w->cur[i]);
 		if (w->out[i] && w->outtry[i] == w->cur[i]) {
 			int j = w->outwf[i];
-			w->unclaim[j] |= (int8_t)(1 << w->att[j]);
+			w->unclaim[j] |= (uint16_t)GB(w->outatt[i], w->outcat[i]);
 			w->out[i] = 0;
-			MOVE("; its claim's answer is undeliverable: given back");
+			MOVE("; its claim's answer is undeliverable: claim attempt %d given back",
+			     w->outcat[i]);
 		}
 		break;
 	case K_LOSE:
@@ -240,12 +305,9 @@ static int task_step(const void *sv, int a, void *tv, char *note, size_t n, unsi
 		if (i >= tc.workers || !w->out[i] || w->ph[i] != C_ASKING ||
 		    w->outtry[i] != w->cur[i])
 			return 0;
-		{
-			int j = w->outwf[i];
-			MOVE("W%d is told it claimed task %d.%d, token %d", i, j, w->datt[j],
-			     w->dtok[j]);
-			told_claim(w, i, j, w->datt[j], w->dtok[j], bad);
-		}
+		MOVE("W%d is told it claimed task %d.%d, token %d", i, w->outwf[i], w->outatt[i],
+		     w->outtok[i]);
+		told_claim(w, i, w->outwf[i], w->outatt[i], w->outtok[i], bad);
 		w->out[i] = 0;
 		break;
 	case K_HEARTBEAT:
@@ -272,13 +334,19 @@ static int task_step(const void *sv, int a, void *tv, char *note, size_t n, unsi
 		}
 		break;
 	}
-	case K_UNCLAIM: {
-		if (i >= tc.workflows || !w->unclaim[i])
+	case K_UNCLAIM:
+	case K_UNCLAIM_LAST: {
+		/* posted by other threads: applied in any order (the latest first, too) */
+		unsigned bits = w->unclaim[i];
+		if (i >= tc.workflows || !bits ||
+		    (kind == K_UNCLAIM_LAST && __builtin_popcount(bits) < 2))
 			return 0;
-		int att = __builtin_ctz((unsigned)w->unclaim[i]);
-		w->unclaim[i] &= (int8_t) ~(1 << att);
-		hold_move mv = task_next(task_state(w, i, att), TASK_UNCLAIM, &here);
-		MOVE("the give-back of task %d.%d is applied", i, att);
+		int bit = kind == K_UNCLAIM_LAST ? 31 - __builtin_clz(bits) : __builtin_ctz(bits);
+		int att = bit / 8 + 1, cat = bit % 8 + 1;
+		w->unclaim[i] &= (uint16_t) ~(1u << bit);
+		task_facts f = {.here = 1, .superseded = cat < w->cat[i]};
+		hold_move mv = task_next(task_state(w, i, att), TASK_UNCLAIM, &f);
+		MOVE("the give-back of task %d.%d, claim attempt %d, is applied", i, att, cat);
 		if (mv.act == TASK_OFFER) {
 			MOVE(": offered again");
 			offer(w, i, note, n);
@@ -286,8 +354,7 @@ static int task_step(const void *sv, int a, void *tv, char *note, size_t n, unsi
 		break;
 	}
 	case K_EXPIRE: {
-		if (i >= tc.workflows || w->st[i] != T_CLAIMED || w->rep[w->by[i]] ||
-		    w->out[w->by[i]])
+		if (i >= tc.workflows || w->st[i] != T_CLAIMED || owed_claim(w, i))
 			return 0; /* an answer on its way arrives (or fails) before the ttl ends */
 		task_facts due = {.here = 1, .expired = 1};
 		hold_move mv = task_next(TASK_CLAIMED, TASK_TIMER, &due);
@@ -333,9 +400,12 @@ static int task_step(const void *sv, int a, void *tv, char *note, size_t n, unsi
 				w->out[v] = 1;
 				w->outwf[v] = (int8_t)j;
 				w->outtry[v] = w->reptry[v];
+				w->outcat[v] = w->repcat[v];
+				w->outatt[v] = w->att[j];
+				w->outtok[v] = w->tok[j];
 			} else { /* given back: told 503, or its worker has gone */
-				w->unclaim[j] |= (int8_t)(1 << w->att[j]);
-				MOVE("; W%d's claim given back", v);
+				w->unclaim[j] |= (uint16_t)GB(w->att[j], w->repcat[v]);
+				MOVE("; W%d's claim attempt %d given back", v, w->repcat[v]);
 				if (alive)
 					w->ph[v] = C_GONE;
 			}
@@ -346,15 +416,15 @@ static int task_step(const void *sv, int a, void *tv, char *note, size_t n, unsi
 	task_lock_save(w);
 	for (int v = 0; v < NC; v++) {
 		if (!w->rep[v])
-			w->repwf[v] = w->reptry[v] = 0;
+			w->repwf[v] = w->reptry[v] = w->repcat[v] = 0;
 		if (!w->out[v])
-			w->outwf[v] = w->outtry[v] = 0;
+			w->outwf[v] = w->outtry[v] = w->outcat[v] = w->outatt[v] = w->outtok[v] = 0;
 		if (w->ph[v] != C_HOLDS)
 			w->hwf[v] = w->hatt[v] = w->htok[v] = 0;
 	}
 	for (int j = 0; j < NC; j++) {
 		if (w->st[j] != T_CLAIMED)
-			w->by[j] = w->bytry[j] = 0;
+			w->by[j] = w->crid[j] = 0;
 		if (w->st[j] != T_READY && w->st[j] != T_CLAIMED)
 			w->slot[j] = 0;
 	}
@@ -414,13 +484,13 @@ static int check_tasks(task_cfg cfg, int depth)
 static void test_tasks_limit_one(void **state)
 {
 	(void)state;
-	expect_none_broken(check_tasks((task_cfg){2, 2, 1, 1, 3, 2}, 15));
+	expect_none_broken(check_tasks((task_cfg){2, 2, 1, 1, 3, 2}, 12));
 }
 
 static void test_tasks_limit_two(void **state)
 {
 	(void)state;
-	expect_none_broken(check_tasks((task_cfg){3, 2, 2, 1, 3, 2}, 12));
+	expect_none_broken(check_tasks((task_cfg){3, 2, 2, 1, 3, 2}, 10));
 }
 
 int main(void)
