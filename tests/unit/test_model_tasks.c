@@ -87,8 +87,17 @@ enum task_act_kind {
 	K_NKINDS
 };
 
+/* The state the lock holds now, when it is known (a move rebuilds the lock only when it
+ * starts from another state: most moves tried are not enabled and touch nothing). */
+static task_world lock_of;
+static int lock_known;
+
 static void task_lock_load(const task_world *w)
 {
+	if (lock_known && memcmp(&lock_of, w, sizeof *w) == 0)
+		return;
+	lock_of = *w;
+	lock_known = 1;
 	lock_clear_holds(lk);
 	while (lock_pop(lk))
 		;
@@ -414,6 +423,7 @@ static int task_step(const void *sv, int a, void *tv, char *note, size_t n, unsi
 		break;
 	}
 	task_lock_save(w);
+	lock_known = 0; /* the move changed it */
 	for (int v = 0; v < NC; v++) {
 		if (!w->rep[v])
 			w->repwf[v] = w->reptry[v] = w->repcat[v] = 0;
@@ -458,6 +468,7 @@ static int check_tasks(task_cfg cfg, int depth)
 {
 	tc = cfg;
 	lk = lock_new("r");
+	lock_known = 0;
 	for (int j = 0; j < NC; j++) {
 		rows[j] = (wf_row){.steps = &steps[j], .steps_total = 1};
 		steps[j] = (step_row){.params = json_object()};
