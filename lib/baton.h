@@ -336,7 +336,9 @@ int baton_engine_metrics(baton_engine *e, json_t **out, baton_error *err);
  * holder); ttl_ms >= 1000: how long the lease lasts without a renewal; wait_ms 0..300000:
  * how long to wait in the queue (0: granted only when the resource is free and nobody
  * waits); request_id: NULL, or a valid name that makes a repeated request return the
- * same lease (the lease's id is then "lease-" and the request_id).
+ * same lease (the lease's id is then "lease-" and the request_id). Each arrival of the
+ * request is the lease's next attempt (the answer's "attempt"); a repeated request for a
+ * held lease is answered once that attempt is durable.
  */
 typedef struct baton_lease_request {
 	const char *resource, *holder, *request_id;
@@ -349,7 +351,9 @@ typedef struct baton_lease_request {
  * reference the callee owns: {"id", "resource", "holder", "state", "fencing_token",
  * "ttl_ms", "expires_at", ...}), or an error with why; with BATON_ECONFLICT for an
  * acquisition that was not granted, lease is {"holder": ..., "queue_length": N} (who
- * holds the resource, how many wait) when known. created: 1 for a new grant.
+ * holds the resource, how many wait) when known. created: 1 for a new grant. An
+ * acquisition's answer that says "held" names its "attempt": the one that
+ * baton_lease_give_back names when the answer cannot be delivered.
  */
 typedef void (*baton_lease_fn)(void *ud, int rc, int created, json_t *lease, const char *why);
 
