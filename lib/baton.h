@@ -111,6 +111,9 @@ typedef struct baton_engine_config {
 	/* Testing seam: while this file exists, the database's writes fail (SQLITE_FULL when
 	 * it starts with "full", else an I/O error). NULL in production. */
 	const char *fault_file;
+	/* Testing seam: the engine waits at the racing point this file names ("round",
+	 * "answers"; lib/seam.c). NULL in production. */
+	const char *hold_file;
 	/* Finished workflows are deleted (with their steps and events) this long after they
 	 * finished, a bounded batch at a time between the engine's rounds; 0 keeps them. */
 	int64_t retention_ms;
@@ -333,7 +336,9 @@ int baton_engine_metrics(baton_engine *e, json_t **out, baton_error *err);
  * holder); ttl_ms >= 1000: how long the lease lasts without a renewal; wait_ms 0..300000:
  * how long to wait in the queue (0: granted only when the resource is free and nobody
  * waits); request_id: NULL, or a valid name that makes a repeated request return the
- * same lease (the lease's id is then "lease-" and the request_id).
+ * same lease (the lease's id is then "lease-" and the request_id). Each arrival of the
+ * request is the lease's next attempt (the answer's "attempt"); a repeated request for a
+ * held lease is answered once that attempt is durable.
  */
 typedef struct baton_lease_request {
 	const char *resource, *holder, *request_id;
@@ -346,7 +351,9 @@ typedef struct baton_lease_request {
  * reference the callee owns: {"id", "resource", "holder", "state", "fencing_token",
  * "ttl_ms", "expires_at", ...}), or an error with why; with BATON_ECONFLICT for an
  * acquisition that was not granted, lease is {"holder": ..., "queue_length": N} (who
- * holds the resource, how many wait) when known. created: 1 for a new grant.
+ * holds the resource, how many wait) when known. created: 1 for a new grant. An
+ * acquisition's answer that says "held" names its "attempt": the one that
+ * baton_lease_give_back names when the answer cannot be delivered.
  */
 typedef void (*baton_lease_fn)(void *ud, int rc, int created, json_t *lease, const char *why);
 
@@ -355,7 +362,7 @@ typedef void (*baton_lease_fn)(void *ud, int rc, int created, json_t *lease, con
  * granted within wait_ms: BATON_ECONFLICT; or refused); or an error here (invalid input,
  * engine full) and done is never called. The request occupies a place in the resource's
  * FIFO queue, among workflow steps, and the grant takes the next fencing token.
- * *id (33+7 bytes at least: 48) receives the lease's id, for baton_lease_abandon.
+ * *id (33+7 bytes at least: 48) receives the lease's id, for baton_lease_left.
  */
 int baton_lease_acquire(baton_engine *e, const baton_lease_request *req, baton_lease_fn done,
 			void *ud, char id[48], baton_error *err);
@@ -370,11 +377,22 @@ int baton_resource_limit(baton_engine *e, const char *name, int64_t limit, baton
 			 void *ud, baton_error *err);
 
 /*
- * The caller of baton_lease_acquire went away: a lease still waiting leaves the queue at
- * once (its done gets BATON_ECONFLICT); release: the lease was granted but its answer
- * could not be delivered, so it is released. Any thread; nothing is answered.
+ * The caller of the baton_lease_acquire whose ud this is went away while it waited: the
+ * lease leaves the queue (its done gets BATON_ECONFLICT), unless a retry of its request_id
+ * has taken that caller's place since, or it was granted first (then its answer cannot be
+ * delivered: baton_lease_give_back). Any thread; nothing is answered.
  */
-void baton_lease_abandon(baton_engine *e, const char *id, int release);
+void baton_lease_left(baton_engine *e, const char *id, const void *ud);
+/*
+ * Gives back the grant of lease id that was answered to `attempt` (the "attempt" of the
+ * answer: 1 for its first acquisition, each retry of its request_id the next) but could not
+ * be delivered, or whose commit failed: it is released, unless a later attempt has arrived
+ * since (answered or not), which keeps it (done: BATON_ECONFLICT), or it is not held. done
+ * NULL: the engine's own, never refused and not answered; else answered as a release is.
+ * BATON_EINVAL for an attempt below 1. Any thread.
+ */
+int baton_lease_give_back(baton_engine *e, const char *id, int64_t attempt, baton_lease_fn done,
+			  void *ud, baton_error *err);
 /* Renews (ttl_ms > 0: with a new ttl), releases, or reads lease id; done answers
  * (release: once durable). BATON_EGONE when it expired, BATON_ENOTFOUND when there is
  * no such lease. Any thread. Like every call below with a done (and submissions), it
@@ -396,13 +414,20 @@ void baton_lease_note(baton_engine *e, const char *id, const char *resource);
  * Claims a task: the step of a worker {"external": true} that holds its resource and
  * waits to be done (worker, resource: filters, NULL for any). done answers BATON_OK with
  * the task ({"id", "workflow_id", "step", "worker", "resource", "attempt",
- * "fencing_token", "ttl_ms", "expires_at", "input"}, once its grant is durable) or with
- * lease NULL when none came within wait_ms (0..300000). The claimer must heartbeat within
- * ttl_ms (1000..86400000), else the attempt fails and is retried under the workflow's
- * retry policy. Any thread.
+ * "fencing_token", "ttl_ms", "expires_at", "claim_attempt", "input"}, once its grant is
+ * durable) or with lease NULL when none came within wait_ms (0..300000). The claimer must
+ * heartbeat within ttl_ms (1000..86400000), else the attempt fails and is retried under the
+ * workflow's retry policy. request_id (a valid name, or NULL): the same claim asked again
+ * (its answer lost) is answered the task it claimed, while that claim holds, as its next
+ * claim_attempt, once durable; its ttl counts again from then. Any thread.
  */
-int baton_task_claim(baton_engine *e, const char *worker, const char *resource, int64_t wait_ms,
-		     int64_t ttl_ms, baton_lease_fn done, void *ud, baton_error *err);
+int baton_task_claim(baton_engine *e, const char *worker, const char *resource,
+		     const char *request_id, int64_t wait_ms, int64_t ttl_ms, baton_lease_fn done,
+		     void *ud, baton_error *err);
+/* Gives back the claim of task id answered to claim_attempt (the answer's "claim_attempt")
+ * that could not be delivered or committed: the task is offered again, unless a retry of
+ * the claim's request_id arrived since. Any thread; nothing is answered. */
+void baton_task_give_back(baton_engine *e, const char *id, int64_t claim_attempt);
 enum { BATON_TASK_HEARTBEAT, BATON_TASK_COMPLETE, BATON_TASK_FAIL, BATON_TASK_UNCLAIM };
 /*
  * Reports on task id ("<workflow id>.<step>.<attempt>"): a heartbeat (answered with the

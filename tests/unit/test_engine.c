@@ -2,7 +2,8 @@
  * test_engine.c - the engine and its SQLite store through the public API, each test on
  * its own temporary database: submission is durable and idempotent, steps run in order
  * and never overlap, a closed-while-running step resumes as a new attempt after reopen,
- * fencing tokens keep growing across reopen, retry waits are persisted.
+ * fencing tokens keep growing across reopen, retry waits are persisted, a claim's stale
+ * give-back never names a later claim.
  */
 #include "unit.h"
 
@@ -583,7 +584,7 @@ static void test_calls_share_the_inbox_cap(void **state)
 	rc[1] = baton_lease_renew(f->e, g->id, 0, on_answer, g, &err);
 	baton_lease_request more = {.resource = "more", .holder = "m", .ttl_ms = 60000};
 	rc[2] = baton_lease_acquire(f->e, &more, on_answer, g, other, &err);
-	rc[3] = baton_task_claim(f->e, NULL, NULL, 0, 60000, on_answer, g, &err);
+	rc[3] = baton_task_claim(f->e, NULL, NULL, NULL, 0, 60000, on_answer, g, &err);
 	rc[4] = baton_task_report(f->e, "w.0.1", BATON_TASK_HEARTBEAT, NULL, NULL, 0, on_answer, g,
 				  &err);
 	json_t *req = js("{\"resource\": \"r\", \"workers\": [\"a\"]}");
@@ -603,6 +604,79 @@ static void test_calls_share_the_inbox_cap(void **state)
 	f->e = open_engine(f);
 }
 
+/* One claim's answer, waited for. */
+typedef struct claim_answer {
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	int done, rc;
+	json_t *task;
+} claim_answer;
+
+static void on_claim(void *ud, int rc, int created, json_t *task, const char *why)
+{
+	claim_answer *a = ud;
+	(void)created, (void)why;
+	pthread_mutex_lock(&a->mu);
+	a->rc = rc;
+	a->task = task;
+	a->done = 1;
+	pthread_cond_broadcast(&a->cv);
+	pthread_mutex_unlock(&a->mu);
+}
+
+/* Claims (request_id rid, or none) and waits for the answer: the task, or NULL for none. */
+static json_t *claim_now(baton_engine *e, const char *rid, int64_t wait_ms)
+{
+	claim_answer a = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+	baton_error err = {0};
+	assert_int_equal(baton_task_claim(e, "ext", NULL, rid, wait_ms, 60000, on_claim, &a, &err),
+			 BATON_OK);
+	struct timespec t;
+	clock_gettime(CLOCK_REALTIME, &t);
+	t.tv_sec += 60;
+	pthread_mutex_lock(&a.mu);
+	while (!a.done && pthread_cond_timedwait(&a.cv, &a.mu, &t) == 0)
+		;
+	pthread_mutex_unlock(&a.mu);
+	assert_true(a.done);
+	assert_int_equal(a.rc, BATON_OK);
+	return a.task;
+}
+
+/* Give-backs name the claim attempt they undo, and the count runs on over the claims of a
+ * step: a claim retried with its request_id (claim attempt 2) is given back, another worker
+ * claims the step, and the give-back of the first answer (claim attempt 1), applied last,
+ * changes nothing. Before, that worker's claim was numbered 1 again, and the old give-back
+ * offered the step to a third claim while that worker held it. */
+static void test_a_stale_give_back_never_names_a_later_claim(void **state)
+{
+	fixture *f = *state;
+	json_decref(submit(f->e,
+			   "{\"id\": \"job\", \"resource\": \"r\", \"workers\": "
+			   "[{\"name\": \"ext\", \"external\": true}]}",
+			   NULL, BATON_OK));
+	json_t *first = claim_now(f->e, "w-1", 30000);
+	assert_non_null(first);
+	assert_int_equal(json_integer_value(json_object_get(first, "claim_attempt")), 1);
+	json_t *again = claim_now(f->e, "w-1", 30000); /* its answer was lost: the same claim */
+	assert_string_equal(json_string_value(json_object_get(again, "id")), "job.0.1");
+	assert_int_equal(json_integer_value(json_object_get(again, "claim_attempt")), 2);
+	baton_task_give_back(f->e, "job.0.1", 2);     /* the retry's answer failed too */
+	json_t *other = claim_now(f->e, NULL, 30000); /* another worker gets the step */
+	assert_non_null(other);
+	assert_string_equal(json_string_value(json_object_get(other, "id")), "job.0.1");
+	baton_task_give_back(f->e, "job.0.1", 1); /* the first answer's, still on its way */
+	json_t *third = claim_now(f->e, NULL, 0);
+	if (third)
+		fail_msg("task %s (claim attempt %lld) given to a third claim while claimed",
+			 json_string_value(json_object_get(third, "id")),
+			 (long long)json_integer_value(json_object_get(third, "claim_attempt")));
+	assert_int_equal(json_integer_value(json_object_get(other, "claim_attempt")), 3);
+	json_decref(first);
+	json_decref(again);
+	json_decref(other);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -620,6 +694,8 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_pending_steps_have_no_row_until_reached, setup,
 					    teardown),
 	    cmocka_unit_test_setup_teardown(test_calls_share_the_inbox_cap, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_a_stale_give_back_never_names_a_later_claim, setup,
+					    teardown),
 	};
 	return cmocka_run_group_tests_name("engine", tests, NULL, NULL);
 }
