@@ -236,9 +236,13 @@ export function resource(root, ctx, name) {
       later();
     }, ctx.fail);
     draw();
+    let ticks = 0;
     ticker = every(1000, () => {
       draw();
-      if (res) renderHolders();
+      // A renewal moves a lease's expiry without an event: read the resource again now
+      // and then.
+      if (++ticks % 5 === 0) later();
+      else if (res) renderHolders();
     });
     return loadHistory();
   }).catch(ctx.fail);
