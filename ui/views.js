@@ -92,7 +92,8 @@ export function overview(root, ctx) {
     const rows = page.resources.map((r) => ({
       cells: [
         resLink(r.name),
-        r.holder ? holderLink(r.holder, r.name) : 'free',
+        r.holder ? h('span', {}, holderLink(r.holder, r.name),
+          !r.holder.exclusive && r.permits_in_use > 1 ? ` and ${r.permits_in_use - 1} more` : '') : 'free',
         `${r.permits_in_use} of ${r.limit}`,
         String(r.queue_length),
         r.oldest_waiting_since ? ms(since(r.oldest_waiting_since)) : '–',

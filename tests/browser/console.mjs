@@ -224,7 +224,7 @@ test('the nodes and the store', async () => {
 
 test('with --token nothing shows without it and all with it; actions with --console-actions', async () => {
   const srv = await startBatond(['--token', 'tok-42', '--console-actions']);
-  await call(srv, 'POST', '/resources/vault/leases', { holder: 'carol', ttl_ms: 60000 }, 'tok-42');
+  const lease = await call(srv, 'POST', '/resources/vault/leases', { holder: 'carol', ttl_ms: 60000 }, 'tok-42');
   await call(srv, 'POST', '/workflows', { id: 'audit', resource: 'vault', workers: ['scan'] }, 'tok-42');
   const tab = await openTab(srv, { allow401: true });
   const { page } = tab;
@@ -237,10 +237,10 @@ test('with --token nothing shows without it and all with it; actions with --cons
   await page.getByRole('button', { name: 'Open' }).click();
   await expectText(page, 'carol (lease)', 'scan (audit step 0)');
   await page.getByRole('button', { name: 'Release' }).click();
-  await until('the lease released and the waiter granted', async () => {
-    const r = await call(srv, 'GET', '/resources/vault', null, 'tok-42');
-    return r.holders.length === 1 && r.holders[0].workflow_id === 'audit';
-  });
+  await until('the lease released', async () =>
+    (await call(srv, 'GET', `/leases/${lease.id}`, null, 'tok-42')).state === 'released');
+  await until('the waiter granted', async () =>
+    (await call(srv, 'GET', '/workflows/audit', null, 'tok-42')).status === 'completed');
   await page.goto(`${srv.url}/ui/workflows/audit`);
   await expectText(page, 'scan');
   await closeTab(tab);
