@@ -4,7 +4,7 @@
 // Each test opens an address of the console in a fresh tab and checks what a person
 // sees there (holders and waiters by name, a waiter that queues after the page loaded,
 // a workflow's steps, the nodes; with --token nothing without it and everything with
-// it), and on every page: no request leaves batond, nothing is logged as an error,
+// it), that a tab keeps one event stream open and none while hidden, and on every page: no request leaves batond, nothing is logged as an error,
 // axe-core finds no serious or critical violation, at 375 px nothing scrolls sideways,
 // and with the dark scheme emulated the background is dark. Screenshots of the resource
 // view and of a workflow with its timeline go to SCREENSHOTS (default build/browser/;
@@ -97,8 +97,15 @@ async function openTab(srv, opts = {}) {
     if (m.type() === 'error' && !(opts.allow401 && /401/.test(m.text()))) problems.push(`console error: ${m.text()}`);
   });
   page.on('pageerror', (e) => problems.push(`page error: ${e.message}`));
+  // The event streams the tab has open.
+  const streams = new Set();
+  page.on('request', (r) => {
+    if ((r.headers().accept || '').includes('text/event-stream')) streams.add(r);
+  });
+  page.on('requestfailed', (r) => streams.delete(r));
+  page.on('requestfinished', (r) => streams.delete(r));
   page.on('dialog', (d) => d.accept());
-  return { page, context, problems, srv };
+  return { page, context, problems, srv, streams };
 }
 
 async function closeTab(tab) {
@@ -177,6 +184,18 @@ test('a resource shows holders and waiters, and a new waiter without a reload', 
   const waiters = await page.locator('table', { hasText: 'Waiters for printer' }).innerText();
   if (waiters.indexOf('render') > waiters.indexOf('typeset')) throw new Error(`waiters out of order: ${waiters}`);
   await page.locator('.timeline .hold', { hasText: 'alice #1' }).first().waitFor({ timeout: WAIT });
+  // One stream for the tab; a hidden tab closes it, and opens it again when shown.
+  await until('one open stream', () => tab.streams.size === 1);
+  await page.evaluate(() => {
+    Object.defineProperty(document, 'hidden', { value: true, configurable: true });
+    document.dispatchEvent(new Event('visibilitychange'));
+  });
+  await until('no stream while hidden', () => tab.streams.size === 0);
+  await page.evaluate(() => {
+    Object.defineProperty(document, 'hidden', { value: false, configurable: true });
+    document.dispatchEvent(new Event('visibilitychange'));
+  });
+  await until('the stream back once shown', () => tab.streams.size === 1);
   mkdirSync(SHOTS, { recursive: true });
   await page.screenshot({ path: join(SHOTS, 'console-resource.png'), fullPage: true });
   await accessible(page);
