@@ -84,7 +84,7 @@ UNIT_BIN := $(patsubst tests/unit/%.c,$(BUILD)/tests/unit/%,$(UNIT_SRC))
 HTTP_BIN := $(patsubst tests/http/%.c,$(BUILD)/tests/http/%,$(HTTP_SRC))
 DEPS_STAMP := build/.deps-ok
 
-.PHONY: all run test check demo demo-crash install uninstall man FORCE clean format format-check format-check-counted deps fuzz valgrind-test torture torture-ci bench bench-smoke
+.PHONY: all run test check screenshots demo demo-crash install uninstall man FORCE clean format format-check format-check-counted deps fuzz valgrind-test torture torture-ci bench bench-smoke
 all: $(LIBBATON) $(BATOND) $(CLIENT)
 
 deps: $(DEPS_STAMP)
@@ -100,7 +100,18 @@ $(LIBBATON): $(call obj,$(LIB_SRC))
 	@mkdir -p $(@D)
 	rm -f $@ && ar rcs $@ $^
 
-$(BATOND): $(call obj,$(SERVER_SRC)) $(LIBBATON)
+# The console's files (ui/), carried in batond as C arrays (scripts/embed-ui.py).
+UI_FILES := $(sort $(wildcard ui/*.html ui/*.css ui/*.js ui/*.svg))
+UI_C     := $(BUILD)/gen/ui_files.c
+UI_OBJ   := $(BUILD)/obj/gen/ui_files.o
+$(UI_C): $(UI_FILES) scripts/embed-ui.py | $(DEPS_STAMP)
+	@mkdir -p $(@D)
+	python3 scripts/embed-ui.py $@ $(UI_FILES)
+$(UI_OBJ): $(UI_C)
+	@mkdir -p $(@D)
+	$(CC) $(ALL_CFLAGS) -Iserver -c $< -o $@
+
+$(BATOND): $(call obj,$(SERVER_SRC)) $(UI_OBJ) $(LIBBATON)
 	@mkdir -p $(@D)
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(BATOND_LIBS)
 
@@ -114,7 +125,7 @@ $(BUILD)/tests/unit/%: $(BUILD)/obj/tests/unit/%.o $(LIBBATON)
 
 # test_wait tests server/wait.c, so it links the server's objects (but its main).
 $(BUILD)/tests/unit/test_wait: $(BUILD)/obj/tests/unit/test_wait.o \
-  $(call obj,$(filter-out server/main.c,$(SERVER_SRC))) $(LIBBATON)
+  $(call obj,$(filter-out server/main.c,$(SERVER_SRC))) $(UI_OBJ) $(LIBBATON)
 	@mkdir -p $(@D)
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(BATOND_LIBS) $(CMOCKA_LIBS)
 
@@ -168,15 +179,22 @@ run: $(BATOND) $(CLIENT)
 	@echo "run: server $(BATOND), client $(CLIENT) (not on the PATH); pid in data/batond.pid"
 	@exec ./$(BATOND) --pid-file data/batond.pid
 
-# The unit tests and the OpenAPI check once; the HTTP suites on each store of STORE.
-# SUITES="test_ops test_start" runs those HTTP suites only.
+# The unit tests, the OpenAPI check and, in the plain build only, the console's tests in
+# a real browser (tests/browser/run.sh: Debian's chromium, npm ci) once; the HTTP suites
+# on each store of STORE. SUITES="test_ops test_start" runs those HTTP suites only, and
+# the browser tests only when SUITES names test_browser.
 SUITES ?=
 TEST_HTTP = $(if $(SUITES),$(filter $(addprefix $(BUILD)/tests/http/,$(SUITES)),$(HTTP_BIN)),$(HTTP_BIN))
+TEST_BROWSER = $(if $(SAN),,$(if $(SUITES),$(if $(filter test_browser,$(SUITES)),tests/browser/run.sh),tests/browser/run.sh))
 test: all $(UNIT_BIN) $(TEST_HTTP)
 	@BATOND=$(abspath $(BATOND)) BATON_CLIENT=$(abspath $(CLIENT)) STORE=$(STORE) \
 	  sh scripts/test-stores.sh $(UNIT_BIN) scripts/check-openapi.py tests/install/run.sh \
-	  tests/docker/check-files.sh -- $(TEST_HTTP)
+	  tests/docker/check-files.sh $(TEST_BROWSER) -- $(TEST_HTTP)
 check: test
+
+# The README's pictures of the console (docs/console-*.png), taken by its browser tests.
+screenshots: all
+	@BATOND=$(abspath $(BATOND)) SCREENSHOTS=docs sh tests/browser/run.sh
 
 # The HTTP suites once more with batond under valgrind (memory errors, definite leaks).
 # SQLite only (STORE does not apply): at valgrind's speed the suites run once, on the
@@ -272,7 +290,7 @@ FUZZ_SRV_SRC := $(filter-out server/main.c,$(SERVER_SRC))
 build/fuzz/fuzz_request: tests/fuzz/fuzz_request.c $(FUZZ_LIB_SRC) | $(DEPS_STAMP)
 	@mkdir -p $(@D)
 	$(FUZZ_CC) -std=c11 -D_GNU_SOURCE $(FUZZ_FLAGS) -Ilib $(PKG_CFLAGS) $^ -o $@ $(LIBS_ALL)
-build/fuzz/fuzz_route: tests/fuzz/fuzz_route.c $(FUZZ_SRV_SRC) $(FUZZ_LIB_SRC) | $(DEPS_STAMP)
+build/fuzz/fuzz_route: tests/fuzz/fuzz_route.c $(FUZZ_SRV_SRC) $(UI_C) $(FUZZ_LIB_SRC) | $(DEPS_STAMP)
 	@mkdir -p $(@D)
 	$(FUZZ_CC) -std=c11 -D_GNU_SOURCE $(FUZZ_FLAGS) -Ilib -Iserver $(PKG_CFLAGS) $^ -o $@ $(LIBS_ALL)
 build/fuzz/fuzz_answer: tests/fuzz/fuzz_answer.c $(FUZZ_LIB_SRC) | $(DEPS_STAMP)

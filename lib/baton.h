@@ -449,14 +449,18 @@ void baton_lease_stop(baton_engine *e);
 int baton_engine_ready(baton_engine *e);
 
 /*
- * Resources by name, at most `limit` (1..BATON_RESOURCE_PAGE_MAX, 0: BATON_RESOURCE_PAGE)
- * after `cursor` (the next_cursor of a previous page, or NULL for the first):
- * {"resources": [...], "next_cursor": string or null}. BATON_EINVAL for a bad limit or
- * cursor. New reference.
+ * Resources in `order` (below), at most `limit` (1..BATON_RESOURCE_PAGE_MAX, 0:
+ * BATON_RESOURCE_PAGE) after `cursor` (the next_cursor of a previous page, or NULL for the
+ * first): {"resources": [...], "next_cursor": string or null}, each with its limit, permits
+ * in use, first holder, queue length, oldest waiter's request time, last token and
+ * totals. BATON_EINVAL for a bad limit or cursor. New reference.
  */
 #define BATON_RESOURCE_PAGE	100
 #define BATON_RESOURCE_PAGE_MAX 1000
-int baton_engine_resources(baton_engine *e, const char *cursor, int limit, json_t **out,
+/* The orders of baton_engine_resources: by name (byte order), or by contention: the
+ * longest queues first, then by name. A cursor belongs to the order that returned it. */
+enum { BATON_RESOURCES_BY_NAME, BATON_RESOURCES_BY_CONTENTION };
+int baton_engine_resources(baton_engine *e, const char *cursor, int limit, int order, json_t **out,
 			   baton_error *err);
 /* One resource's holder, waiters and totals. New reference. */
 int baton_engine_resource(baton_engine *e, const char *name, json_t **out, baton_error *err);

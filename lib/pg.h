@@ -129,6 +129,7 @@ enum {
 	PR_WAITERS,
 	PR_QUEUE_LEN,
 	PR_RESOURCES,
+	PR_RESOURCES_BUSY,
 	PR_WF_COUNTS,
 	PR_LIST,
 	PR_OWNER,
@@ -239,7 +240,7 @@ int pg_read_events(store *s, const char *id, const char *resource, int64_t after
 		   store_event_fn fn, void *ctx, baton_error *err);
 int pg_read_resource(store *s, const char *name, int with_waiters, store_resource *out,
 		     baton_error *err);
-int pg_list_resources(store *s, const char *after, int limit,
+int pg_list_resources(store *s, const store_resource_page *page,
 		      void (*fn)(void *ctx, const store_resource *r), void *ctx, baton_error *err);
 int pg_count_workflows(store *s, int64_t counts[WF_NSTATUS], baton_error *err);
 int pg_ping(store *s, baton_error *err);

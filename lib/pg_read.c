@@ -10,6 +10,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* What a page of GET /resources shows of each row. */
+#define PG_RES_LIST_COLS                                                                           \
+	"name, permits, last_token, grants, total_hold_ms, max_hold_ms, total_wait_ms, "           \
+	"max_wait_ms"
+
 static const char *const reader_sql[PR_NSTMT] = {
     [PR_WF_BY_ID] = "SELECT " PG_WF_READ_COLS " FROM workflows WHERE id=$1",
     [PR_STEPS] = "SELECT " PG_STEP_COLS " FROM steps WHERE workflow_seq=$1 ORDER BY idx",
@@ -44,9 +49,16 @@ static const char *const reader_sql[PR_NSTMT] = {
 		   " coalesce((s.params::jsonb->>'exclusive')::boolean, false) FROM steps s"
 		   " JOIN workflows w ON w.seq=s.workflow_seq"
 		   " WHERE s.resource=$1 AND s.status='waiting' ORDER BY s.lock_seq",
-    [PR_QUEUE_LEN] = "SELECT count(*) FROM steps WHERE resource=$1 AND status='waiting'",
-    [PR_RESOURCES] = "SELECT name, permits FROM resources WHERE name COLLATE \"C\" > $1"
+    [PR_QUEUE_LEN] = "SELECT count(*), coalesce(min(requested_at), 0) FROM steps"
+		     " WHERE resource=$1 AND status='waiting'",
+    [PR_RESOURCES] = "SELECT " PG_RES_LIST_COLS " FROM resources WHERE name COLLATE \"C\" > $1"
 		     " ORDER BY name COLLATE \"C\" LIMIT $2",
+    /* The longest queues first, then by name, after the page's last (queue, name). */
+    [PR_RESOURCES_BUSY] =
+	"SELECT " PG_RES_LIST_COLS " FROM (SELECT r.*, (SELECT count(*)"
+	" FROM steps s WHERE s.resource=r.name AND s.status='waiting') AS q"
+	" FROM resources r) x WHERE q < $3 OR (q = $3 AND name COLLATE \"C\" > $1)"
+	" ORDER BY q DESC, name COLLATE \"C\" LIMIT $2",
     [PR_WF_COUNTS] = "SELECT status, count(*) FROM workflows GROUP BY status",
     /* Newest first by the time the accepting node took it (the seqs of a cluster come from
      * each node's blocks), then by seq; a page starts below the last one's pair. */
@@ -397,7 +409,9 @@ static int read_waiters(pg_reader *r, const char *name, store_resource *out, bat
 	return BATON_OK;
 }
 
-static int queue_length(pg_reader *r, const char *name, int64_t *n, baton_error *err)
+/* The queue's length; *oldest (when not NULL) gets its oldest request's time (0: none). */
+static int queue_length(pg_reader *r, const char *name, int64_t *n, int64_t *oldest,
+			baton_error *err)
 {
 	pg_params p = {0};
 	pg_text(&p, name);
@@ -406,6 +420,8 @@ static int queue_length(pg_reader *r, const char *name, int64_t *n, baton_error 
 	if (!q)
 		return rc;
 	*n = pg_col_int(q, 0, 0);
+	if (oldest)
+		*oldest = pg_col_int(q, 0, 1);
 	PQclear(q);
 	return BATON_OK;
 }
@@ -450,7 +466,7 @@ int pg_read_resource(store *base, const char *name, int with_waiters, store_reso
 		rc = read_holders(r, out, err);
 	if (rc == BATON_OK)
 		rc = with_waiters ? read_waiters(r, name, out, err)
-				  : queue_length(r, name, &out->queue_length, err);
+				  : queue_length(r, name, &out->queue_length, NULL, err);
 	end_read(r);
 	reader_put(s, r);
 	if (rc)
@@ -458,7 +474,7 @@ int pg_read_resource(store *base, const char *name, int with_waiters, store_reso
 	return rc;
 }
 
-int pg_list_resources(store *base, const char *after, int limit,
+int pg_list_resources(store *base, const store_resource_page *page,
 		      void (*fn)(void *ctx, const store_resource *r), void *ctx, baton_error *err)
 {
 	pg_store *s = (pg_store *)base;
@@ -467,16 +483,29 @@ int pg_list_resources(store *base, const char *after, int limit,
 		return err->code;
 	int rc = begin_read(r, err);
 	pg_params p = {0};
-	pg_text(&p, after);
-	pg_int(&p, limit);
-	PGresult *q = rc ? NULL : query(r, PR_RESOURCES, &p, &rc, err, "listing resources");
+	pg_text(&p, page->after);
+	pg_int(&p, page->limit);
+	if (page->by_contention)
+		pg_int(&p, page->after_queue);
+	PGresult *q = rc ? NULL
+			 : query(r, page->by_contention ? PR_RESOURCES_BUSY : PR_RESOURCES, &p, &rc,
+				 err, "listing resources");
 	for (int i = 0; q && rc == BATON_OK && i < PQntuples(q); i++) {
 		store_resource res = {0};
-		res.row.name = pg_col_str(q, i, 0);
-		res.row.permits = (int)pg_col_int(q, i, 1);
+		res.row = (resource_row){
+		    .name = pg_col_str(q, i, 0),
+		    .permits = (int)pg_col_int(q, i, 1),
+		    .last_token = pg_col_int(q, i, 2),
+		    .grants = pg_col_int(q, i, 3),
+		    .total_hold_ms = pg_col_int(q, i, 4),
+		    .max_hold_ms = pg_col_int(q, i, 5),
+		    .total_wait_ms = pg_col_int(q, i, 6),
+		    .max_wait_ms = pg_col_int(q, i, 7),
+		};
 		rc = read_holders(r, &res, err);
 		if (rc == BATON_OK)
-			rc = queue_length(r, res.row.name, &res.queue_length, err);
+			rc =
+			    queue_length(r, res.row.name, &res.queue_length, &res.oldest_wait, err);
 		if (rc == BATON_OK)
 			fn(ctx, &res);
 		store_resource_fini(&res);

@@ -42,10 +42,10 @@ int baton_engine_steps(baton_engine *e, const char *id, int after, int limit, js
 	return store_list_steps(e->st, id, after, limit, out, err);
 }
 
-int baton_engine_resources(baton_engine *e, const char *cursor, int limit, json_t **out,
+int baton_engine_resources(baton_engine *e, const char *cursor, int limit, int order, json_t **out,
 			   baton_error *err)
 {
-	return store_list_resources(e->st, cursor, limit, out, err);
+	return store_list_resources(e->st, cursor, limit, order, out, err);
 }
 
 int baton_engine_resource(baton_engine *e, const char *name, json_t **out, baton_error *err)

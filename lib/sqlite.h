@@ -51,6 +51,7 @@ enum {
 	R_EVENTS,
 	R_WF_SEQ,
 	R_RESOURCES,
+	R_RESOURCES_BUSY,
 	R_RESOURCE,
 	R_HOLDERS,
 	R_WAITERS,
@@ -125,7 +126,7 @@ int sqlite_read_events(store *s, const char *id, const char *resource, int64_t a
 		       char status[16], store_event_fn fn, void *ctx, baton_error *err);
 int sqlite_read_resource(store *s, const char *name, int with_waiters, store_resource *out,
 			 baton_error *err);
-int sqlite_list_resources(store *s, const char *after, int limit,
+int sqlite_list_resources(store *s, const store_resource_page *page,
 			  void (*fn)(void *ctx, const store_resource *r), void *ctx,
 			  baton_error *err);
 int sqlite_count_workflows(store *s, int64_t counts[WF_NSTATUS], baton_error *err);

@@ -10,6 +10,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* What a page of GET /resources shows of each row. */
+#define RES_LIST_COLS                                                                              \
+	"name, permits, last_token, grants, total_hold_ms, max_hold_ms, total_wait_ms, "           \
+	"max_wait_ms"
+
 const char *const reader_sql[R_NSTMT] = {
     [R_WF_BY_ID] = "SELECT " WF_READ_COLS " FROM workflows WHERE id=?",
     [R_STEPS] = "SELECT " STEP_COLS " FROM steps WHERE workflow_seq=? ORDER BY idx",
@@ -21,7 +26,12 @@ const char *const reader_sql[R_NSTMT] = {
 		 "(SELECT max(seq) FROM events WHERE workflow_seq=?1 AND seq<=?2), 0)"
 		 " ORDER BY seq",
     [R_WF_SEQ] = "SELECT seq, status FROM workflows WHERE id=?",
-    [R_RESOURCES] = "SELECT name, permits FROM resources WHERE name > ?1 ORDER BY name LIMIT ?2",
+    [R_RESOURCES] = "SELECT " RES_LIST_COLS " FROM resources WHERE name > ?1 ORDER BY name"
+		    " LIMIT ?2",
+    /* The longest queues first, then by name, after the page's last (queue, name). */
+    [R_RESOURCES_BUSY] = "SELECT " RES_LIST_COLS " FROM (SELECT *, (SELECT count(*) FROM steps s"
+			 " WHERE s.resource=r.name AND s.status='waiting') AS q FROM resources r)"
+			 " WHERE q < ?3 OR (q = ?3 AND name > ?1) ORDER BY q DESC, name LIMIT ?2",
     /* Last: the end of the newest row of the resource's history (0 when it has none). */
     [R_RESOURCE] = "SELECT last_token, grants, total_hold_ms, max_hold_ms, total_wait_ms,"
 		   " max_wait_ms, coalesce((SELECT last_seq FROM events WHERE resource=?1"
@@ -41,7 +51,8 @@ const char *const reader_sql[R_NSTMT] = {
 		  " coalesce(json_extract(s.params, '$.exclusive'), 0) FROM steps s"
 		  " JOIN workflows w ON w.seq=s.workflow_seq"
 		  " WHERE s.resource=? AND s.status='waiting' ORDER BY s.lock_seq",
-    [R_QUEUE_LEN] = "SELECT count(*) FROM steps WHERE resource=? AND status='waiting'",
+    [R_QUEUE_LEN] = "SELECT count(*), coalesce(min(requested_at), 0) FROM steps"
+		    " WHERE resource=? AND status='waiting'",
     [R_RES_EVENTS] = "SELECT e.seq, e.data, w.id FROM events e"
 		     " JOIN workflows w ON w.seq=e.workflow_seq WHERE e.resource=?1 AND e.lock"
 		     " AND e.seq >= coalesce((SELECT max(seq) FROM events"
@@ -415,7 +426,8 @@ static int read_waiters(reader *r, const char *name, store_resource *out, baton_
 	return rc == SQLITE_DONE ? BATON_OK : sql_fail(r->db, rc, err, "reading waiters");
 }
 
-static int64_t queue_length(reader *r, const char *name, int *rc)
+/* The queue's length; *oldest (when not NULL) gets its oldest request's time (0: none). */
+static int64_t queue_length(reader *r, const char *name, int64_t *oldest, int *rc)
 {
 	sqlite3_stmt *q = rstmt(r, R_QUEUE_LEN);
 	int64_t n = 0;
@@ -427,6 +439,8 @@ static int64_t queue_length(reader *r, const char *name, int *rc)
 	*rc = sqlite3_step(q);
 	if (*rc == SQLITE_ROW) {
 		n = sqlite3_column_int64(q, 0);
+		if (oldest)
+			*oldest = sqlite3_column_int64(q, 1);
 		*rc = SQLITE_OK;
 	}
 	rdone(q);
@@ -471,7 +485,7 @@ int sqlite_read_resource(store *base, const char *name, int with_waiters, store_
 		rc = read_waiters(r, name, out, err);
 	else if (rc == BATON_OK) {
 		int qrc;
-		out->queue_length = queue_length(r, name, &qrc);
+		out->queue_length = queue_length(r, name, NULL, &qrc);
 		if (qrc != SQLITE_OK)
 			rc = sql_fail(r->db, qrc, err, "reading a queue length");
 	}
@@ -482,29 +496,40 @@ int sqlite_read_resource(store *base, const char *name, int with_waiters, store_
 	return rc;
 }
 
-int sqlite_list_resources(store *base, const char *after, int limit,
+int sqlite_list_resources(store *base, const store_resource_page *page,
 			  void (*fn)(void *ctx, const store_resource *r), void *ctx,
 			  baton_error *err)
 {
 	sqlite_store *s = (sqlite_store *)base;
 	reader *r = reader_get(s);
 	int rc = begin_read(r, err);
-	sqlite3_stmt *q = rc ? NULL : rstmt(r, R_RESOURCES);
+	sqlite3_stmt *q =
+	    rc ? NULL : rstmt(r, page->by_contention ? R_RESOURCES_BUSY : R_RESOURCES);
 	if (rc == BATON_OK && !q)
 		rc = sql_fail(r->db, sqlite3_errcode(r->db), err, "preparing a query");
 	if (q) {
-		sqlite3_bind_text(q, 1, after, -1, SQLITE_TRANSIENT);
-		sqlite3_bind_int(q, 2, limit);
+		sqlite3_bind_text(q, 1, page->after, -1, SQLITE_TRANSIENT);
+		sqlite3_bind_int(q, 2, page->limit);
+		if (page->by_contention)
+			sqlite3_bind_int64(q, 3, page->after_queue);
 	}
 	int s1 = SQLITE_DONE;
 	while (rc == BATON_OK && (s1 = sqlite3_step(q)) == SQLITE_ROW) {
 		store_resource res = {0};
-		res.row.name = sql_column_strdup(q, 0);
-		res.row.permits = sqlite3_column_int(q, 1);
+		res.row = (resource_row){
+		    .name = sql_column_strdup(q, 0),
+		    .permits = sqlite3_column_int(q, 1),
+		    .last_token = sqlite3_column_int64(q, 2),
+		    .grants = sqlite3_column_int64(q, 3),
+		    .total_hold_ms = sqlite3_column_int64(q, 4),
+		    .max_hold_ms = sqlite3_column_int64(q, 5),
+		    .total_wait_ms = sqlite3_column_int64(q, 6),
+		    .max_wait_ms = sqlite3_column_int64(q, 7),
+		};
 		int qrc;
 		rc = read_holders(r, &res, err);
 		if (rc == BATON_OK) {
-			res.queue_length = queue_length(r, res.row.name, &qrc);
+			res.queue_length = queue_length(r, res.row.name, &res.oldest_wait, &qrc);
 			if (qrc != SQLITE_OK)
 				rc = sql_fail(r->db, qrc, err, "reading a queue length");
 		}

@@ -444,26 +444,70 @@ static void put_holders(json_t *o, const store_resource *r, int all)
 	json_object_set_new(o, "holders", list);
 }
 
+static json_t *totals_json(const resource_row *row)
+{
+	return json_pack("{s:I, s:I, s:I, s:I, s:I}", "grants", (json_int_t)row->grants,
+			 "total_hold_ms", (json_int_t)row->total_hold_ms, "max_hold_ms",
+			 (json_int_t)row->max_hold_ms, "total_wait_ms",
+			 (json_int_t)row->total_wait_ms, "max_wait_ms",
+			 (json_int_t)row->max_wait_ms);
+}
+
 static void add_resource(void *ctx, const store_resource *r)
 {
 	json_t *o = json_pack("{s:s, s:I}", "name", r->row.name, "queue_length",
 			      (json_int_t)r->queue_length);
+	json_object_set_new(o, "oldest_waiting_since",
+			    r->queue_length ? time_json(r->oldest_wait) : json_null());
+	json_object_set_new(o, "last_fencing_token", json_integer(r->row.last_token));
+	json_object_set_new(o, "totals", totals_json(&r->row));
 	put_holders(o, r, 0);
 	json_array_append_new(ctx, o);
 }
 
-/* A resources cursor is "r" and the last name shown. */
-int store_list_resources(store *s, const char *cursor, int limit, json_t **out, baton_error *err)
+/*
+ * A cursor by name is "r" and the last name shown; by contention "c", the last queue
+ * length shown, ":" and its name. Fills page from it (NULL: the first page); -1 when it
+ * is none this server could have returned for that order.
+ */
+static int parse_resource_cursor(const char *cursor, int order, store_resource_page *page)
+{
+	page->after = "";
+	page->after_queue = INT64_MAX;
+	page->by_contention = order == BATON_RESOURCES_BY_CONTENTION;
+	if (!cursor)
+		return 0;
+	if (!page->by_contention) {
+		page->after = cursor + 1;
+		return cursor[0] == 'r' && valid_name(cursor + 1) ? 0 : -1;
+	}
+	const char *colon = strchr(cursor, ':');
+	if (cursor[0] != 'c' || !colon || colon == cursor + 1 || colon - cursor > 19 ||
+	    !valid_name(colon + 1))
+		return -1;
+	int64_t q = 0;
+	for (const char *p = cursor + 1; p < colon; p++) {
+		if (*p < '0' || *p > '9')
+			return -1;
+		q = q * 10 + (*p - '0');
+	}
+	page->after_queue = q;
+	page->after = colon + 1;
+	return 0;
+}
+
+int store_list_resources(store *s, const char *cursor, int limit, int order, json_t **out,
+			 baton_error *err)
 {
 	limit = limit ? limit : BATON_RESOURCE_PAGE;
 	if (limit < 1 || limit > BATON_RESOURCE_PAGE_MAX)
 		return err_set(err, BATON_EINVAL, "limit: must be between 1 and %d",
 			       BATON_RESOURCE_PAGE_MAX);
-	if (cursor && (cursor[0] != 'r' || !valid_name(cursor + 1)))
+	store_resource_page page = {.limit = limit + 1};
+	if (parse_resource_cursor(cursor, order, &page))
 		return err_set(err, BATON_EINVAL, "cursor: not a cursor this server returned");
 	json_t *list = json_array();
-	int rc =
-	    s->ops->list_resources(s, cursor ? cursor + 1 : "", limit + 1, add_resource, list, err);
+	int rc = s->ops->list_resources(s, &page, add_resource, list, err);
 	if (rc) {
 		json_decref(list);
 		return rc;
@@ -471,10 +515,16 @@ int store_list_resources(store *s, const char *cursor, int limit, json_t **out, 
 	json_t *next = json_null();
 	if (json_array_size(list) > (size_t)limit) {
 		json_array_remove(list, (size_t)limit);
-		const char *last = json_string_value(
-		    json_object_get(json_array_get(list, (size_t)limit - 1), "name"));
-		char buf[MAX_NAME + 2];
-		snprintf(buf, sizeof buf, "r%s", last ? last : "");
+		json_t *lastr = json_array_get(list, (size_t)limit - 1);
+		const char *last = json_string_value(json_object_get(lastr, "name"));
+		char buf[MAX_NAME + 32];
+		if (page.by_contention)
+			snprintf(
+			    buf, sizeof buf, "c%lld:%s",
+			    (long long)json_integer_value(json_object_get(lastr, "queue_length")),
+			    last ? last : "");
+		else
+			snprintf(buf, sizeof buf, "r%s", last ? last : "");
 		json_decref(next);
 		next = json_string(buf);
 	}
@@ -500,11 +550,7 @@ int store_get_resource(store *s, const char *name, json_t **out, baton_error *er
 		mark_kind(j, w->wf_id);
 		json_array_append_new(waiters, j);
 	}
-	json_t *totals = json_pack("{s:I, s:I, s:I, s:I, s:I}", "grants", (json_int_t)r.row.grants,
-				   "total_hold_ms", (json_int_t)r.row.total_hold_ms, "max_hold_ms",
-				   (json_int_t)r.row.max_hold_ms, "total_wait_ms",
-				   (json_int_t)r.row.total_wait_ms, "max_wait_ms",
-				   (json_int_t)r.row.max_wait_ms);
+	json_t *totals = totals_json(&r.row);
 	*out = json_pack("{s:s, s:I, s:I, s:o, s:o}", "name", name, "last_fencing_token",
 			 (json_int_t)r.row.last_token, "last_event_seq",
 			 (json_int_t)r.last_event_seq, "waiters", waiters, "totals", totals);

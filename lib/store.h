@@ -108,6 +108,7 @@ typedef struct store_resource {
 	store_holder *holders; /* lowest fencing token first */
 	size_t nholders;
 	int64_t queue_length;
+	int64_t oldest_wait; /* list_resources: when its oldest waiter asked (ms); 0: none */
 	char *node; /* read_resource: the cluster node that drives it (NULL: none, SQLite) */
 	/* read_resource: where the resource's history ends now (the last seq of its newest
 	 * event row; 0 when it has none): events after it are newer than the read. */
@@ -116,6 +117,15 @@ typedef struct store_resource {
 	size_t nwaiters;
 } store_resource;
 void store_resource_fini(store_resource *r);
+
+/* A page of list_resources: by name after `after`, or with by_contention the longest
+ * queues first, then by name, after (after_queue, after). */
+typedef struct store_resource_page {
+	const char *after; /* "" for the first page */
+	int64_t after_queue;
+	int by_contention;
+	int limit;
+} store_resource_page;
 
 typedef struct store_list {
 	int64_t before; /* seq, exclusive */
@@ -254,9 +264,10 @@ typedef struct store_ops {
 			   char status[16], store_event_fn fn, void *ctx, baton_error *err);
 	int (*read_resource)(store *s, const char *name, int with_waiters, store_resource *out,
 			     baton_error *err);
-	/* Up to limit resources whose names sort after `after` (bytewise; "" for the first),
-	 * in that order, each with holder and queue length; fn owns nothing. */
-	int (*list_resources)(store *s, const char *after, int limit,
+	/* Up to page->limit resources of the page's order (names compare bytewise), each with
+	 * its row (limit, last token, totals), holders, queue length and oldest wait; fn
+	 * owns nothing. */
+	int (*list_resources)(store *s, const store_resource_page *page,
 			      void (*fn)(void *ctx, const store_resource *r), void *ctx,
 			      baton_error *err);
 	int (*count_workflows)(store *s, int64_t counts[WF_NSTATUS], baton_error *err);
@@ -351,7 +362,8 @@ int store_list_steps(store *s, const char *id, int after, int limit, json_t **ou
 		     baton_error *err);
 int store_list_events(store *s, const char *id, int64_t after, int limit, json_t **out,
 		      baton_error *err);
-int store_list_resources(store *s, const char *cursor, int limit, json_t **out, baton_error *err);
+int store_list_resources(store *s, const char *cursor, int limit, int order, json_t **out,
+			 baton_error *err);
 int store_get_resource(store *s, const char *name, json_t **out, baton_error *err);
 int store_resource_events(store *s, const char *name, int64_t after, int limit, json_t **out,
 			  baton_error *err);

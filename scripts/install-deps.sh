@@ -7,10 +7,14 @@
 # installed; it is told not to before postgresql-15 comes in, so no server runs that
 # nobody started. faketime (libfaketime) steps batond's wall clock in test_clock. systemd
 # brings systemd-analyze, with which tests/install/run.sh verifies the unit (it needs no
-# running systemd). BATON_BUILD_ONLY=1 (the image's build stage) leaves these out:
-# building needs libpq's headers, not a server.
+# running systemd). chromium is the browser of the console's tests (tests/browser/,
+# driven by playwright-core from npm, with the machine's Node.js). BATON_BUILD_ONLY=1 (the
+# image's build stage) leaves these out: building needs libpq's headers, not a server.
 set -eu
-testing="postgresql-15 faketime systemd"
+testing="postgresql-15 faketime systemd chromium"
+# Node.js and npm when the machine has none (the Debian packages; a Node.js installed
+# otherwise brings its own npm, which Debian's would conflict with).
+command -v node >/dev/null 2>&1 || testing="$testing nodejs npm"
 [ "${BATON_BUILD_ONLY:-}" = 1 ] && testing=""
 pkgs="build-essential pkg-config libmicrohttpd-dev libjansson-dev libsqlite3-dev
       libcurl4-openssl-dev libcmocka-dev sqlite3 curl python3 python3-yaml help2man

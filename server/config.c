@@ -66,7 +66,8 @@ static void usage(FILE *f)
 	    "                           repeatable (BATON_ALLOW_CALL, comma-separated;\n"
 	    "                           default: none)\n"
 	    "  --token TOKEN            require Authorization: Bearer TOKEN on every path but\n"
-	    "                           /healthz and /readyz (BATON_TOKEN; default: none)\n"
+	    "                           /healthz, /readyz and the console's files (/ui/,\n"
+	    "                           which hold no data) (BATON_TOKEN; default: none)\n"
 	    "  --token-file PATH        read the token from a file (BATON_TOKEN_FILE)\n"
 	    "  --log-format FORMAT      text or json (BATON_LOG_FORMAT, default text)\n"
 	    "  --max-connections N      open connections at most; past 90%% new requests get\n"
@@ -94,6 +95,12 @@ static void usage(FILE *f)
 	    "                           requests of the resources it drives\n"
 	    "                           (BATON_ADVERTISE_URL, default: http:// and --listen,\n"
 	    "                           with the host name for an address of every interface)\n"
+	    "  --console-actions        the console at /ui/ offers to cancel workflows,\n"
+	    "                           release leases and change limits (through the API,\n"
+	    "                           with the token) (BATON_CONSOLE_ACTIONS=1; default:\n"
+	    "                           it only shows)\n"
+	    "  --console-dir DIR        serve the console's files from DIR instead of those\n"
+	    "                           built in, for working on them (BATON_CONSOLE_DIR)\n"
 	    "  --pid-file PATH          write batond's process id to PATH once it listens\n"
 	    "                           (0600; its directory created 0700) and remove it\n"
 	    "                           when batond stops (a flag only; default: none)\n"
@@ -475,6 +482,22 @@ static int set_option(config *c, const char *name, const char *v)
 		snprintf(c->pid_file, sizeof c->pid_file, "%s", v);
 		return 0;
 	}
+	if (strcmp(name, "console-actions") == 0) {
+		if (strcmp(v, "1") != 0 && strcmp(v, "0") != 0) {
+			fprintf(stderr, "batond: BATON_CONSOLE_ACTIONS must be 1 or 0\n");
+			return -1;
+		}
+		c->console_actions = strcmp(v, "1") == 0;
+		return 0;
+	}
+	if (strcmp(name, "console-dir") == 0) {
+		if (!*v || strlen(v) >= sizeof c->console_dir) {
+			fprintf(stderr, "batond: --console-dir wants a directory\n");
+			return -1;
+		}
+		snprintf(c->console_dir, sizeof c->console_dir, "%s", v);
+		return 0;
+	}
 	if (strcmp(name, "log-format") == 0) {
 		if (strcmp(v, "text") != 0 && strcmp(v, "json") != 0) {
 			fprintf(stderr, "batond: --log-format must be text or json\n");
@@ -507,6 +530,8 @@ static const char *const env_names[][2] = {
     {"node-id", "BATON_NODE_ID"},
     {"lease-ms", "BATON_LEASE_MS"},
     {"advertise-url", "BATON_ADVERTISE_URL"},
+    {"console-actions", "BATON_CONSOLE_ACTIONS"},
+    {"console-dir", "BATON_CONSOLE_DIR"},
 };
 
 int config_load(config *c, int argc, char **argv)
@@ -533,6 +558,8 @@ int config_load(config *c, int argc, char **argv)
 	    {"lease-ms", required_argument, NULL, 0},
 	    {"advertise-url", required_argument, NULL, 0},
 	    {"pid-file", required_argument, NULL, 0},
+	    {"console-actions", no_argument, NULL, 0},
+	    {"console-dir", required_argument, NULL, 0},
 	    {"help", no_argument, NULL, 'h'},
 	    {"version", no_argument, NULL, 'V'},
 	    {NULL, 0, NULL, 0},
@@ -573,7 +600,7 @@ int config_load(config *c, int argc, char **argv)
 		}
 		if (strcmp(opts[idx].name, "allow-call") == 0
 			? add_allow_call(c, optarg)
-			: set_option(c, opts[idx].name, optarg))
+			: set_option(c, opts[idx].name, optarg ? optarg : "1"))
 			return -1;
 	}
 	if (optind < argc) {

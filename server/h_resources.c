@@ -14,7 +14,14 @@ int h_resources_list(srv *s, const request *r, const char *const *p, response *o
 	(void)p;
 	if (query_int(r, "limit", 1, BATON_RESOURCE_PAGE_MAX, &limit, out))
 		return out->status;
-	if (baton_engine_resources(s->engine, query_arg(r, "cursor"), (int)limit, &list, &err))
+	const char *sort = query_arg(r, "sort");
+	int order = BATON_RESOURCES_BY_NAME;
+	if (sort && strcmp(sort, "contention") == 0)
+		order = BATON_RESOURCES_BY_CONTENTION;
+	else if (sort && strcmp(sort, "name") != 0)
+		return reply_problem(out, 400, "sort: \"name\" or \"contention\"");
+	if (baton_engine_resources(s->engine, query_arg(r, "cursor"), (int)limit, order, &list,
+				   &err))
 		return reply_error(out, &err);
 	return reply_json(out, 200, list);
 }

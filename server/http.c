@@ -153,7 +153,15 @@ static enum MHD_Result send_response(struct MHD_Connection *conn, request *r, re
 	}
 	if (out->content_type)
 		MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, out->content_type);
-	MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
+	MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL,
+				out->console_file ? "no-cache" : "no-store");
+	if (out->etag[0])
+		MHD_add_response_header(resp, MHD_HTTP_HEADER_ETAG, out->etag);
+	if (out->console_file) {
+		MHD_add_response_header(resp, "Content-Security-Policy", "default-src 'self'");
+		MHD_add_response_header(resp, "X-Content-Type-Options", "nosniff");
+		MHD_add_response_header(resp, "Referrer-Policy", "no-referrer");
+	}
 	if (out->location[0])
 		MHD_add_response_header(resp, MHD_HTTP_HEADER_LOCATION, out->location);
 	if (out->allow[0])
@@ -183,10 +191,13 @@ static int token_matches(const char *given, const char *want)
 	return diff == 0;
 }
 
-/* With --token, every path but the health checks needs "Authorization: Bearer TOKEN". */
+/* With --token, every path but the health checks and the console's files (which hold no
+ * data: the console asks the API for it, with the token) needs "Authorization: Bearer
+ * TOKEN". */
 static int authorized(const srv *s, struct MHD_Connection *conn, const char *url)
 {
-	if (!s->cfg->token[0] || strcmp(url, "/healthz") == 0 || strcmp(url, "/readyz") == 0)
+	if (!s->cfg->token[0] || strcmp(url, "/healthz") == 0 || strcmp(url, "/readyz") == 0 ||
+	    srv_ui_path(url))
 		return 1;
 	const char *h =
 	    MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);

@@ -34,6 +34,13 @@ static const route_def routes[] = {
     {"GET", "/nodes", h_nodes},
     {"GET", "/metrics", h_metrics},
     {"GET", "/backup", h_backup},
+    {"GET", "/", h_ui_redirect},
+    {"GET", "/ui", h_ui_redirect},
+    {"GET", "/ui/", h_ui_file},
+    {"GET", "/ui/{file}", h_ui_file},
+    {"GET", "/ui/resources/{name}", h_ui_file},
+    {"GET", "/ui/workflows/{id}", h_ui_file},
+    {"GET", "/favicon.ico", h_ui_file},
 };
 
 /* Matches path against pattern; captured segments are copied into caps. */

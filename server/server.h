@@ -45,6 +45,8 @@ typedef struct config {
 	long long stream_buffer; /* bytes one event stream buffers at most */
 	char pid_file[4096];	 /* empty: none */
 	char advertise_url[256]; /* how the other nodes reach this one; empty: they cannot */
+	int console_actions;	 /* the console offers its actions (ui.c) */
+	char console_dir[4096];	 /* the console's files from here (empty: those built in) */
 } config;
 
 /* 0: run; 1: done (--help, --version printed); -1: invalid, message printed. */
@@ -140,6 +142,10 @@ typedef struct response {
 	const char *www_authenticate;
 	int retry_after; /* seconds, 0: no Retry-After */
 	int pending;	 /* the connection is suspended; the answer comes later */
+	/* A console file (ui.c): cached while its ETag holds, under the console's
+	 * Content-Security-Policy. */
+	char etag[48];
+	int console_file;
 } response;
 
 /* ---- forward.c: requests passed on to the node that drives their resource ---- */
@@ -309,6 +315,12 @@ int srv_streams_count(void);
 int srv_wants_stream(const request *r);
 int srv_stream_start(srv *s, const request *r, int is_resource, const char *key, int64_t after,
 		     response *out);
+
+/* ---- ui.c: the console, its files served at /ui/ without the token ---- */
+int h_ui_file(srv *s, const request *r, const char *const *p, response *out);
+int h_ui_redirect(srv *s, const request *r, const char *const *p, response *out);
+/* 1 when path is one of the console's (its files hold no data: no token needed). */
+int srv_ui_path(const char *path);
 
 /* ---- shutdown.c ---- */
 /* Logs what the shutdown after signal sig waits for (running steps, until when). */

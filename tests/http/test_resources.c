@@ -624,6 +624,110 @@ static void test_sigkill_with_holders_and_waiters(void **state)
 		json_decref(before[i]);
 }
 
+/* POSTs a lease on `resource` for `holder` (granted at once); returns its id (malloc'd). */
+static char *hold_lease(const hs_server *s, const char *resource, const char *holder)
+{
+	char path[128], body[160];
+	snprintf(path, sizeof path, "/resources/%s/leases", resource);
+	snprintf(body, sizeof body, "{\"holder\": \"%s\", \"ttl_ms\": 120000}", holder);
+	hs_response r;
+	assert_int_equal(hs_post(s, path, body, &r), 0);
+	if (r.status != 201)
+		fail_msg("lease on %s answered %ld: %s", resource, r.status, r.body ? r.body : "");
+	char *id = strdup(hs_str(r.json, "id"));
+	hs_response_fini(&r);
+	return id;
+}
+
+/* The names of GET `path`'s "resources", comma-joined (malloc'd); *next gets next_cursor
+ * (malloc'd, NULL when null). */
+static char *page_names(const hs_server *s, const char *path, char **next)
+{
+	json_t *doc = hs_get_json(s, path, 200);
+	char *names = calloc(1, 1024);
+	size_t i;
+	json_t *r;
+	json_array_foreach(json_object_get(doc, "resources"), i, r)
+	{
+		if (i)
+			strcat(names, ",");
+		strncat(names, hs_str(r, "name"), 900 - strlen(names));
+	}
+	const char *n = json_string_value(json_object_get(doc, "next_cursor"));
+	*next = n ? strdup(n) : NULL;
+	json_decref(doc);
+	return names;
+}
+
+/*
+ * GET /resources tells where it is contended: each resource's last token, its totals and
+ * since when its oldest waiter waits (null when nobody does); ?sort=contention lists the
+ * longest queues first (then by name), and pages as by name do. Bad sorts and cursors
+ * are 400.
+ */
+static void test_resources_list_shows_contention(void **state)
+{
+	hs_server *s = *state;
+	queue_submit(s, "calm-1", "calm", 1, 0);
+	json_decref(hs_wait_workflow(s, "calm-1", "completed", WAIT_MS));
+	char *busy = hold_lease(s, "busy", "holder-busy");
+	char *mid = hold_lease(s, "mid", "holder-mid");
+	int64_t before = hs_now_ms();
+	queue_submit(s, "busy-1", "busy", 1, 0);
+	queue_submit(s, "busy-2", "busy", 1, 0);
+	queue_submit(s, "mid-1", "mid", 1, 0);
+	queue_wait(s, "busy", 2);
+	queue_wait(s, "mid", 1);
+
+	json_t *doc = hs_get_json(s, "/resources", 200);
+	json_t *list = json_object_get(doc, "resources");
+	assert_int_equal(json_array_size(list), 3);
+	json_t *b = json_array_get(list, 0), *c = json_array_get(list, 1);
+	assert_string_equal(hs_str(b, "name"), "busy");
+	assert_string_equal(hs_str(c, "name"), "calm");
+	assert_int_equal(hs_int(b, "last_fencing_token"), 1);
+	assert_true(hs_time(b, "oldest_waiting_since") >= before - 1000);
+	assert_true(json_is_null(json_object_get(c, "oldest_waiting_since")));
+	json_t *totals = json_object_get(c, "totals");
+	assert_int_equal(hs_int(totals, "grants"), 1);
+	assert_true(json_is_integer(json_object_get(totals, "total_hold_ms")));
+	assert_true(json_is_integer(json_object_get(totals, "total_wait_ms")));
+	json_decref(doc);
+
+	char *next, *names = page_names(s, "/resources?sort=contention", &next);
+	assert_string_equal(names, "busy,mid,calm");
+	assert_null(next);
+	free(names);
+	char path[300], *all = calloc(1, 1024);
+	snprintf(path, sizeof path, "/resources?sort=contention&limit=1");
+	for (int pages = 0; pages < 10; pages++) {
+		names = page_names(s, path, &next);
+		strcat(all, *all ? "," : "");
+		strcat(all, names);
+		free(names);
+		if (!next)
+			break;
+		char *esc = hs_url_escape(next);
+		snprintf(path, sizeof path, "/resources?sort=contention&limit=1&cursor=%s", esc);
+		free(esc);
+		free(next);
+	}
+	assert_string_equal(all, "busy,mid,calm");
+	free(all);
+
+	static const char *const bad[] = {
+	    "/resources?sort=noise", "/resources?sort=", "/resources?sort=contention&cursor=rbusy",
+	    "/resources?cursor=c1:busy", "/resources?sort=contention&cursor=cx:busy"};
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+		hs_response r;
+		hs_get(s, bad[i], &r);
+		hs_assert_problem(&r, 400, "invalid-request", bad[i]);
+		hs_response_fini(&r);
+	}
+	free(busy);
+	free(mid);
+}
+
 /* A batond with a single HTTP thread. */
 static int setup_one_http_thread(void **state)
 {
@@ -672,6 +776,8 @@ int main(void)
 					    hs_teardown),
 	    cmocka_unit_test_setup_teardown(test_grants_are_fifo, hs_setup, hs_teardown),
 	    cmocka_unit_test(test_idle_resources_leave_memory),
+	    cmocka_unit_test_setup_teardown(test_resources_list_shows_contention, hs_setup,
+					    hs_teardown),
 	    cmocka_unit_test_setup_teardown(test_resource_view_during_contention, calls_setup,
 					    calls_teardown),
 	    cmocka_unit_test_setup_teardown(test_many_posts_over_one_http_thread,
