@@ -208,7 +208,7 @@ static int on_progress(void *ud, curl_off_t a, curl_off_t b, curl_off_t c, curl_
  * (in->send_by), and another node may hold the resource now. */
 static int too_late(const step_input *in)
 {
-	return in->send_by && mono_ms() >= in->send_by;
+	return in->send_by && proof_ms() >= in->send_by;
 }
 
 /* The request not sent because it was too late: worth another attempt, on whichever node

@@ -471,13 +471,13 @@ void members_round(baton_engine *e, int64_t now)
 		hand_over(e);
 }
 
-/* Until when (mono_ms) the lease in st proves this node's partitions. No other node claims
+/* Until when (proof_ms) the lease in st proves this node's partitions. No other node claims
  * them before the lease ends by the database's clock, at least lease_ms after the renewal
  * was sent; a tenth of the lease is left for the machines' clocks running at slightly
  * different rates. */
 static int64_t proof_until(const store_cluster_stats *st)
 {
-	return mono_ms() + st->lease_left_ms - st->lease_ms / 10;
+	return proof_ms() + st->lease_left_ms - st->lease_ms / 10;
 }
 
 int64_t members_send_by(baton_engine *e)
@@ -512,7 +512,7 @@ static int may_promise(baton_engine *e, const char *resource, baton_error *err)
 		return BATON_OK;
 	store_cluster_stats st;
 	e->st->ops->cluster_stats(e->st, &st);
-	if (proof_until(&st) <= mono_ms())
+	if (proof_until(&st) <= proof_ms())
 		return err_set(
 		    err, BATON_EBUSY,
 		    "node %s cannot prove that it still drives resource \"%s\": its lease"

@@ -638,14 +638,24 @@ static void *renewer_main(void *arg)
 }
 
 /* A hand-over never stops a holder's renewals: while a partition waits to be handed over
- * (a step of it runs on a step thread here), the leases held in it renew through every
- * node, and a holder that renews in time keeps its lease. Before, a partition marked as
- * leaving answered every renewal 503 until its step ended, and the lease expired. */
+ * (a step of it runs on a step thread here: an HTTP call that the test answers when it is
+ * done), the leases held in it renew through every node, and a holder that renews in time
+ * keeps its lease. Before, a partition marked as leaving answered every renewal 503 until
+ * its step ended, and the lease expired. */
 static void test_hand_over_keeps_renewals(void **state)
 {
 	SKIP_UNLESS_PG();
 	cluster *c = *state;
-	assert_int_equal(cl_open(c, 1, LEASE_MS, NULL), 0);
+	int port, filler, lis = hanging_listener(&port, &filler);
+	close(filler); /* connects go through at once, once its connection left the queue */
+	int queued = accept(lis, NULL, NULL);
+	assert_true(queued >= 0);
+	close(queued);
+	char allow[64], url[80];
+	snprintf(allow, sizeof allow, "http://127.0.0.1:%d/", port);
+	snprintf(url, sizeof url, "http://127.0.0.1:%d/op", port);
+	const char *const extra[] = {"--allow-call", allow, NULL};
+	assert_int_equal(cl_open(c, 1, LEASE_MS, extra), 0);
 	assert_true(cl_wait_balanced(c, 0, 1, WAIT_MS));
 	/* Partition p holds a running step and the lease: two workflows. Every other one
 	 * holds three leases, so that p is among the first handed over. */
@@ -661,12 +671,15 @@ static void test_hand_over_keeps_renewals(void **state)
 					      "{\"holder\": \"f\", \"ttl_ms\": 120000}", NULL),
 					 201);
 		}
-	assert_int_equal(call(c->node[0], "POST", "/workflows",
-			      "{\"id\": \"keep-busy\", \"resource\": \"keep-busy\", \"workers\":"
-			      " [{\"name\": \"slow\", \"work_ms\": 25000}]}",
-			      NULL),
-			 201);
-	json_decref(hs_wait_step(c->node[0], "keep-busy", 0, "running", WAIT_MS));
+	snprintf(body, sizeof body,
+		 "{\"id\": \"keep-busy\", \"resource\": \"keep-busy\", \"workers\": [\"w\"],"
+		 " \"call\": {\"url\": \"%s\", \"timeout_ms\": %d}}",
+		 url, 2 * WAIT_MS);
+	assert_int_equal(call(c->node[0], "POST", "/workflows", body, NULL), 201);
+	struct pollfd pl = {.fd = lis, .events = POLLIN};
+	assert_int_equal(poll(&pl, 1, WAIT_MS), 1);
+	int busy = accept(lis, NULL, NULL); /* the step's call, answered once the test is done */
+	assert_true(busy >= 0);
 	name_in_part(p, "keep-lease", name, sizeof name);
 	snprintf(path, sizeof path, "/resources/%s/leases", name);
 	json_t *l;
@@ -703,8 +716,31 @@ static void test_hand_over_keeps_renewals(void **state)
 		hs_pause_ms(POLL_MS);
 	leaving = leaving && cl_part_owner(c, p) == 0; /* the step still runs */
 	/* Once the step ends, the partition moves with the lease, renewed all along. */
-	json_t *wf =
-	    leaving ? hs_wait_workflow(c->node[0], "keep-busy", "completed", WAIT_MS) : NULL;
+	static const char ok[] = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+				 "Content-Length: 2\r\nConnection: close\r\n\r\n{}";
+	char head[4096];
+	size_t got = 0;
+	for (int64_t end = hs_mono_ms() + WAIT_MS; hs_mono_ms() < end && got < sizeof head - 1;) {
+		struct pollfd q = {.fd = busy, .events = POLLIN};
+		ssize_t n =
+		    poll(&q, 1, 200) == 1 ? read(busy, head + got, sizeof head - 1 - got) : 0;
+		got += n > 0 ? (size_t)n : 0;
+		head[got] = 0;
+		if (n < 0 || strstr(head, "\r\n\r\n"))
+			break;
+	}
+	ssize_t wrote = write(busy, ok, sizeof ok - 1);
+	shutdown(busy, SHUT_WR);
+	for (int64_t end = hs_mono_ms() + WAIT_MS; hs_mono_ms() < end;) { /* until batond closes */
+		struct pollfd q = {.fd = busy, .events = POLLIN};
+		if (poll(&q, 1, 200) == 1 && read(busy, head, sizeof head) <= 0)
+			break;
+	}
+	close(busy);
+	close(lis);
+	json_t *wf = leaving && wrote > 0
+			 ? hs_wait_workflow(c->node[0], "keep-busy", "completed", WAIT_MS)
+			 : NULL;
 	json_decref(wf);
 	for (deadline = hs_mono_ms() + WAIT_MS;
 	     wf && cl_part_owner(c, p) != 1 && hs_mono_ms() < deadline;)
@@ -755,6 +791,47 @@ static void test_healed_node_serves_again(void **state)
 				 201);
 		json_decref(l);
 	}
+}
+
+/* A second batond started with a running node's --node-id takes its partitions only once
+ * the first one can no longer promise anything from memory: the first one's proof (its
+ * node lease as last renewed) has run out by then. Before, the second took the partitions
+ * at once, and the first still answered renewals 200 until its next renewal told it
+ * otherwise, while the second counted the lease's ttl from its own claim. The first one is
+ * cut off from the database (so that no renewal or hint tells it soon), its clients still
+ * reach it; the second one reaches the database directly. */
+static void test_same_node_id_waits_for_the_first(void **state)
+{
+	SKIP_UNLESS_PG();
+	cluster *c = *state;
+	assert_int_equal(cl_open_proxied(c, 1, LEASE_MS, NULL), 0);
+	assert_true(cl_wait_balanced(c, 0, 1, WAIT_MS));
+	json_t *l;
+	assert_int_equal(call(c->node[0], "POST", "/resources/twice/leases",
+			      "{\"holder\": \"h\", \"ttl_ms\": 60000}", &l),
+			 201);
+	char renew[200];
+	snprintf(renew, sizeof renew, "/leases/%s/renew", hs_str(l, "id"));
+	json_decref(l);
+	cl_cut(c, 0);
+	char lease[16];
+	snprintf(lease, sizeof lease, "%d", LEASE_MS);
+	const char *args[] = {"--node-id", "node0", "--lease-ms", lease, NULL};
+	snprintf(c->id[1], sizeof c->id[1], "node0");
+	c->node[1] = hs_new(c->node[0], args);
+	assert_non_null(c->node[1]);
+	c->n = 2;
+	assert_int_equal(hs_route_db(c->node[1], hs_pg_port()), 0);
+	assert_int_equal(hs_start(c->node[1]), 0);
+	/* the second drives the resource now: the first promises nothing more */
+	json_t *said = NULL;
+	long first = call(c->node[0], "POST", renew, NULL, &said);
+	const char *why = json_string_value(json_object_get(said, "detail"));
+	print_message("the first batond answered a renewal %ld once the second had started (%s)\n",
+		      first, why ? why : "no detail");
+	json_decref(said);
+	assert_int_not_equal(first, 200);
+	assert_int_equal(call_again(c->node[1], "POST", renew, NULL, NULL), 200);
 }
 
 static bool one_waiter_on(void *arg)
@@ -1183,6 +1260,7 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_hand_over_moves_held_leases, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_hand_over_keeps_renewals, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_healed_node_serves_again, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_same_node_id_waits_for_the_first, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_late_connect_sends_nothing, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_renewal_after_lapse_promises_nothing, setup,
 					    teardown),
