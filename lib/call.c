@@ -16,12 +16,21 @@
 
 #include <curl/curl.h>
 #include <dlfcn.h>
+#include <errno.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #define MAX_RESPONSE (1024 * 1024)
+/* How long a call given up on (its timeout, a cancel, a stop) keeps the resource after
+ * baton hung up, waiting for the resource to close its side: the most baton can know of
+ * a request that may still run there. */
+#define GIVEN_UP_WAIT_MS 10000
+#define KEPT_SOCKETS	 4
 
 /*
  * libcurl is loaded when HTTP steps are allowed (the engine calls call_load at open) or
@@ -208,7 +217,7 @@ static int on_progress(void *ud, curl_off_t a, curl_off_t b, curl_off_t c, curl_
  * (in->send_by), and another node may hold the resource now. */
 static int too_late(const step_input *in)
 {
-	return in->send_by && mono_ms() >= in->send_by;
+	return in->send_by && proof_ms() >= in->send_by;
 }
 
 /* The request not sent because it was too late: worth another attempt, on whichever node
@@ -220,11 +229,60 @@ static void not_sent(step_output *out)
 		 "not sent: this node's lease may have run out since the grant");
 }
 
-/* The call's own state for the callback below. */
+/* The call's own state for the callbacks below. */
 typedef struct send_check {
 	const step_input *in;
-	int late; /* the request was held back: too_late once connected */
+	int late;		/* the request was held back: too_late once connected */
+	int sent;		/* it went out (on_prereq let it) */
+	int answered;		/* its answer came in full */
+	int kept[KEPT_SOCKETS]; /* sockets libcurl is done with, closed by close_kept */
+	int nkept;
 } send_check;
+
+/* libcurl is done with a socket of the call: it is kept open until the call's outcome is
+ * known (close_kept), so that a call given up on is not followed by the next holder's
+ * while the resource may still run it. */
+static int on_close_socket(void *ud, curl_socket_t fd)
+{
+	send_check *sc = ud;
+	if (sc->nkept < KEPT_SOCKETS)
+		sc->kept[sc->nkept++] = fd;
+	else
+		close(fd);
+	return 0;
+}
+
+/* Waits until the peer of fd has closed its side (or the socket failed), GIVEN_UP_WAIT_MS
+ * at most: baton's side is shut first, so that the resource sees the hang-up. */
+static void wait_peer_close(int fd)
+{
+	shutdown(fd, SHUT_WR);
+	int64_t end = mono_ms() + GIVEN_UP_WAIT_MS;
+	char buf[4096];
+	for (int64_t left; (left = end - mono_ms()) > 0;) {
+		struct pollfd p = {.fd = fd, .events = POLLIN};
+		int n = poll(&p, 1, (int)left);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0 || (p.revents & (POLLERR | POLLNVAL)))
+			return;
+		ssize_t got = recv(fd, buf, sizeof buf, MSG_DONTWAIT);
+		if (got == 0 || (got < 0 && errno != EAGAIN && errno != EINTR))
+			return; /* closed by the resource */
+	}
+}
+
+/* Closes the call's sockets; after a call given up on (sent, and not answered in full),
+ * each once the resource has closed its side too, or GIVEN_UP_WAIT_MS passed. */
+static void close_kept(send_check *sc, int given_up)
+{
+	for (int i = 0; i < sc->nkept; i++) {
+		if (given_up)
+			wait_peer_close(sc->kept[i]);
+		close(sc->kept[i]);
+	}
+	sc->nkept = 0;
+}
 
 /* Once the connection is up (and TLS too), right before the request goes out: a connect
  * that took until this node lost its proof sends nothing, or the request would reach the
@@ -233,8 +291,10 @@ static int on_prereq(void *ud, char *remote_ip, char *local_ip, int remote_port,
 {
 	send_check *sc = ud;
 	(void)remote_ip, (void)local_ip, (void)remote_port, (void)local_port;
-	if (!too_late(sc->in))
+	if (!too_late(sc->in)) {
+		sc->sent = 1;
 		return CURL_PREREQFUNC_OK;
+	}
 	sc->late = 1;
 	return CURL_PREREQFUNC_ABORT;
 }
@@ -324,11 +384,12 @@ static int call_options(CURL *c, const step_input *in, const json_t *call, const
 }
 
 /* Runs the prepared transfer and turns its outcome into out. */
-static void perform(CURL *c, const step_input *in, const char *url, response_buf *b,
-		    const send_check *sc, step_output *out)
+static void perform(CURL *c, const step_input *in, const char *url, response_buf *b, send_check *sc,
+		    step_output *out)
 {
 	int64_t t0 = mono_ms();
 	CURLcode rc = cu.easy_perform(c);
+	sc->answered = rc == CURLE_OK;
 	int64_t latency = mono_ms() - t0;
 	long status = 0;
 	char *content_type = NULL; /* owned by the handle */
@@ -370,12 +431,14 @@ void call_run(const step_input *in, step_output *out)
 	CURL *c = cu.easy_init();
 	struct curl_slist *headers = c ? request_headers(in, call, payload != NULL) : NULL;
 	char refused[160] = "";
-	send_check sc = {in, 0};
+	send_check sc = {.in = in};
 	out->detail = json_pack("{s:s, s:s, s:I, s:n}", "method", method, "url", url, "latency_ms",
 				(json_int_t)0, "http_status");
 	if (!c || call_options(c, in, call, payload, headers, &b, refused, sizeof refused) ||
 	    SETOPT(c, CURLOPT_PREREQFUNCTION, on_prereq, refused, sizeof refused) || /* 7.80.0 */
-	    SETOPT(c, CURLOPT_PREREQDATA, &sc, refused, sizeof refused)) {
+	    SETOPT(c, CURLOPT_PREREQDATA, &sc, refused, sizeof refused) ||
+	    SETOPT(c, CURLOPT_CLOSESOCKETFUNCTION, on_close_socket, refused, sizeof refused) ||
+	    SETOPT(c, CURLOPT_CLOSESOCKETDATA, &sc, refused, sizeof refused)) {
 		out->retryable = 1; /* nothing was sent */
 		snprintf(out->error, sizeof out->error, "%s",
 			 c ? refused : "curl_easy_init failed");
@@ -391,6 +454,10 @@ void call_run(const step_input *in, step_output *out)
 	cu.slist_free_all(headers);
 	if (c)
 		cu.easy_cleanup(c);
+	/* A call given up on may still run at the resource: the step keeps the resource until
+	 * the resource has closed the connection too (bounded), and only then is its outcome
+	 * recorded and the resource granted again. */
+	close_kept(&sc, sc.sent && !sc.answered);
 	free(payload);
 	free(b.data);
 }

@@ -442,11 +442,35 @@ static void take_back(baton_engine *e, const reply *r)
 	}
 }
 
+/* Failing commits left nothing to commit (what they carried was taken back, or went with
+ * partitions another node took): the database is asked whether it answers again, on the
+ * same backoff, so that a node healthy again serves again whether it has work of its own
+ * or not. Its next commit shows whether writes go through. */
+static void probe_storage(baton_engine *e)
+{
+	baton_error err = {0};
+	if (store_ping(e->st, &err) == BATON_OK) {
+		log_at(&e->log, BATON_LOG_WARN, NULL,
+		       "storage answers again, with nothing left to commit; resuming");
+		set_faulty(e, 0);
+		e->write_unknown = 0;
+		e->fault_backoff_ms = 0;
+		return;
+	}
+	e->fault_backoff_ms = e->fault_backoff_ms ? e->fault_backoff_ms * 2 : 50;
+	if (e->fault_backoff_ms > 2000)
+		e->fault_backoff_ms = 2000;
+	e->retry_commit_at = mono_ms() + e->fault_backoff_ms;
+}
+
 /* Commits the round; on failure keeps everything pending and schedules a retry. */
 void eng_flush(baton_engine *e)
 {
-	if (!e->dirty_wfs.n && !e->dirty_locks.n && !e->events.n && !e->replies.n)
+	if (!e->dirty_wfs.n && !e->dirty_locks.n && !e->events.n && !e->replies.n) {
+		if (e->faulty)
+			probe_storage(e);
 		return;
+	}
 	baton_error err = {0};
 	store_write_failure why;
 	struct timespec t0, t1;

@@ -210,7 +210,7 @@ struct baton_engine {
 	char owner[PARTS][MAX_NAME + 1];    /* every partition's owner, as last read */
 	char owner_url[PARTS][MAX_URL + 1]; /* and where that owner is reached */
 	int want;			    /* this node's fair share */
-	int64_t owners_read_at; /* mono_ms when what epoch[] says was read (store_ownership) */
+	int64_t owners_read_at; /* proof_ms when what epoch[] says was read (store_ownership) */
 	int inbox_due;		/* under mu: a hint came */
 	int64_t inbox_at;	/* mono_ms of the next poll of the inbox */
 	uint64_t parts_gained, parts_lost; /* metrics_mu */
@@ -325,8 +325,8 @@ void members_round(baton_engine *e, int64_t now);
 /* A write was refused because this node lost a partition: what it lost leaves memory.
  * BATON_OK, or the store's error when it could not tell what it holds. */
 int members_fenced(baton_engine *e, baton_error *err);
-/* When a step granted now must not send its call any more (step_input.send_by), 0 without
- * a cluster. Engine thread. */
+/* When (proof_ms) a step granted now must not send its call any more (step_input.send_by),
+ * 0 without a cluster. Engine thread. */
 int64_t members_send_by(baton_engine *e);
 /*
  * May this node tell a client "you hold it" (a renewal, a heartbeat, a held lease or claim

@@ -177,6 +177,15 @@ void resource_row_fini(resource_row *r);
  */
 int64_t now_ms(void);
 int64_t mono_ms(void);
+/*
+ * The clock of a node's proof that it still drives its partitions (members.c, pg_cluster.c)
+ * and of an HTTP step's send-by bound (call.c), in ms: CLOCK_BOOTTIME, which keeps counting
+ * while the machine is suspended. CLOCK_MONOTONIC stops then: a node resumed after a suspend
+ * longer than its lease would count a lease that ran out meanwhile, and another node may
+ * have claimed its partitions. Only differences of its values mean anything. Thread safe.
+ */
+#define PROOF_CLOCK CLOCK_BOOTTIME
+int64_t proof_ms(void);
 /* The wall clock itself (CLOCK_REALTIME), for what another machine dated: an HTTP date. */
 int64_t wall_ms(void);
 /* A condition variable whose timed waits take CLOCK_MONOTONIC deadlines (mono_ms). */
@@ -259,7 +268,7 @@ typedef struct step_input {
 	int (*sleep_ms)(void *ctx, int64_t ms); /* returns non-zero when aborted */
 	int (*aborted)(void *ctx);		/* non-zero once the engine stops */
 	void *sleep_ctx;
-	/* mono_ms() after which an HTTP call must not be sent, 0 for no limit: in a cluster,
+	/* proof_ms() after which an HTTP call must not be sent, 0 for no limit: in a cluster,
 	 * when this node's lease may have run out and another node may run the step. */
 	int64_t send_by;
 } step_input;

@@ -471,13 +471,13 @@ void members_round(baton_engine *e, int64_t now)
 		hand_over(e);
 }
 
-/* Until when (mono_ms) the lease in st proves this node's partitions. No other node claims
+/* Until when (proof_ms) the lease in st proves this node's partitions. No other node claims
  * them before the lease ends by the database's clock, at least lease_ms after the renewal
  * was sent; a tenth of the lease is left for the machines' clocks running at slightly
  * different rates. */
 static int64_t proof_until(const store_cluster_stats *st)
 {
-	return mono_ms() + st->lease_left_ms - st->lease_ms / 10;
+	return proof_ms() + st->lease_left_ms - st->lease_ms / 10;
 }
 
 int64_t members_send_by(baton_engine *e)
@@ -489,9 +489,19 @@ int64_t members_send_by(baton_engine *e)
 	return proof_until(&st);
 }
 
+/* Whether this node may still answer for what a resource already holds: a partition being
+ * handed over grants nothing new (eng_drives), but its holders renew, release and read
+ * through this node until the hand-over, so that no holder that renews in time loses its
+ * lease to it; the new owner counts every ttl again from its claim, after any renewal
+ * answered here. */
+static int answers_for(const baton_engine *e, const char *resource)
+{
+	return !e->clustered || loaded_part(e, part_of(resource));
+}
+
 static int may_promise(baton_engine *e, const char *resource, baton_error *err)
 {
-	if (!eng_drives(e, resource)) {
+	if (!answers_for(e, resource)) {
 		char who[MAX_NAME + 1];
 		members_who(e, resource, who, sizeof who);
 		return err_set(err, BATON_EBUSY,
@@ -502,7 +512,7 @@ static int may_promise(baton_engine *e, const char *resource, baton_error *err)
 		return BATON_OK;
 	store_cluster_stats st;
 	e->st->ops->cluster_stats(e->st, &st);
-	if (proof_until(&st) <= mono_ms())
+	if (proof_until(&st) <= proof_ms())
 		return err_set(
 		    err, BATON_EBUSY,
 		    "node %s cannot prove that it still drives resource \"%s\": its lease"
@@ -561,8 +571,13 @@ int eng_promise(baton_engine *e, waiter *w, const char *resource)
 void eng_pass_on(baton_engine *e, waiter *w, const char *resource)
 {
 	baton_error err = {0};
-	if (may_promise(e, resource, &err) == BATON_OK) /* it was stored before this node took
-							   its partition, and is not loaded yet */
+	if (may_promise(e, resource, &err) == BATON_OK && e->leaving[part_of(resource)])
+		err_set(&err, BATON_EBUSY,
+			"resource \"%s\" is being handed over by node %s to another node: try"
+			" again shortly",
+			resource, e->node_id);
+	else if (err.code == 0) /* it was stored before this node took its partition, and is
+				   not loaded yet */
 		err_set(&err, BATON_EBUSY,
 			"resource \"%s\" has just been taken over by node %s: try again shortly",
 			resource, e->node_id);

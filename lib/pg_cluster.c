@@ -33,6 +33,7 @@
 #include <poll.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 typedef struct pg_cluster {
@@ -49,22 +50,28 @@ typedef struct pg_cluster {
 	store_ownership owner; /* as last read */
 	pthread_mutex_t mu;    /* guards stats and renewed_at */
 	store_cluster_stats stats;
-	int64_t renewed_at; /* mono_ms when the last renewal was sent */
+	int64_t renewed_at; /* proof_ms when the last renewal was sent */
 	char incarnation[33];
 	char url[MAX_URL + 1]; /* this node's, as the others reach it (under mu) */
 	int free_parts;	       /* partitions with no owner, as last read */
 	int joined;	       /* the row is this process's: renewals are conditional from now on */
+	int64_t earlier_left;  /* the join: what the row's lease had left (join_sql) */
 } pg_cluster;
 
 /* A node's row belongs to the process that joined last under its id (its incarnation): a
  * second batond started with the same --node-id takes the row over, and the first one's
- * next renewal finds nothing to renew and stops. */
+ * next renewal finds nothing to renew and stops. The third column: how long the row's
+ * lease as it stood still runs, by the database's clock (0 when it had run out or there
+ * was none): until then the first one may still promise from memory (pg_join waits). */
 static const char join_sql[] =
-    "INSERT INTO nodes (id, expires, incarnation, url) VALUES ($1, clock_timestamp() + $2 *"
+    "WITH old AS (SELECT expires FROM nodes WHERE id = $1)"
+    " INSERT INTO nodes (id, expires, incarnation, url) VALUES ($1, clock_timestamp() + $2 *"
     " interval '1 ms', $3, $4) ON CONFLICT (id) DO UPDATE SET expires = excluded.expires,"
     " incarnation = excluded.incarnation, url = excluded.url"
     " RETURNING (extract(epoch FROM expires) * 1000)::bigint,"
-    " (SELECT count(*) FROM nodes WHERE expires > now() AND id <> $1) + 1";
+    " (SELECT count(*) FROM nodes WHERE expires > now() AND id <> $1) + 1,"
+    " coalesce((SELECT greatest(0, ceil(extract(epoch FROM old.expires - clock_timestamp())"
+    " * 1000))::bigint FROM old), 0)";
 static const char renew_sql[] =
     "UPDATE nodes SET expires = clock_timestamp() + $2 * interval '1 ms', url = $4"
     " WHERE id = $1 AND incarnation = $3"
@@ -117,7 +124,7 @@ static int renew(pg_cluster *cl, int *live, baton_error *err)
 	pthread_mutex_unlock(&cl->mu);
 	pg_text(&p, url);
 	PGresult *r;
-	int64_t t0 = mono_ms();
+	int64_t t0 = proof_ms();
 	int rc =
 	    run_ok(cl->c, cl->joined ? renew_sql : join_sql, &p, &r, err, "renewing the lease");
 	if (rc)
@@ -129,9 +136,11 @@ static int renew(pg_cluster *cl, int *live, baton_error *err)
 			       " (give each batond its own --node-id)",
 			       cl->s->node_id);
 	}
+	if (!cl->joined)
+		cl->earlier_left = pg_col_int(r, 0, 2);
 	cl->joined = 1;
 	*live = (int)pg_col_int(r, 0, 1);
-	int64_t t1 = mono_ms();
+	int64_t t1 = proof_ms();
 	pthread_mutex_lock(&cl->mu);
 	/* Unbroken when this renewal committed before the last one ran out, as members_send_by
 	 * counts it (a tenth of the lease short); else the others could claim this node's
@@ -149,7 +158,7 @@ static int renew(pg_cluster *cl, int *live, baton_error *err)
 static int read_owners(pg_cluster *cl, baton_error *err)
 {
 	PGresult *r;
-	int64_t t0 = mono_ms();
+	int64_t t0 = proof_ms();
 	int rc = run_ok(cl->c, read_sql, NULL, &r, err, "reading partitions");
 	if (rc)
 		return rc;
@@ -337,6 +346,26 @@ static void *member_main(void *arg)
 	return NULL;
 }
 
+/* The join took the row over from a process that may still be running under this node id
+ * (or one killed so recently that its lease has not run out): that process answers from
+ * memory while its proof lasts, which ends before the row's lease as it stood (the proof is
+ * counted from before its renewal was sent, a tenth of the lease short). Its partitions are
+ * taken once that lease has run out; its next renewal finds the row taken and stops it. */
+static void wait_for_earlier(pg_cluster *cl)
+{
+	if (cl->earlier_left <= 0)
+		return;
+	log_at(cl->s->log, BATON_LOG_WARN, NULL,
+	       "node %s: the lease of an earlier batond with this node id runs %lld ms more (is "
+	       "it still running?); waiting for it before taking its partitions",
+	       cl->s->node_id, (long long)cl->earlier_left);
+	int64_t until = proof_ms() + cl->earlier_left;
+	for (int64_t left; (left = until - proof_ms()) > 0;) {
+		struct timespec ts = {(time_t)(left / 1000), (long)(left % 1000) * 1000000L};
+		nanosleep(&ts, NULL);
+	}
+}
+
 int pg_join(store *base, const char *node_id, const char *url, int64_t lease_ms,
 	    const store_cluster_hooks *h, int64_t epochs[PARTS], baton_error *err)
 {
@@ -370,6 +399,8 @@ int pg_join(store *base, const char *node_id, const char *url, int64_t lease_ms,
 	int live = 1;
 	if (rc == BATON_OK)
 		rc = renew(cl, &live, err);
+	if (rc == BATON_OK)
+		wait_for_earlier(cl);
 	if (rc == BATON_OK)
 		rc = run_ok(cl->c, "UPDATE partitions SET epoch = epoch + 1 WHERE owner = $1", &p,
 			    NULL, err, "taking back partitions");
@@ -553,7 +584,7 @@ void pg_cluster_stats(store *base, store_cluster_stats *out)
 		return;
 	pthread_mutex_lock(&cl->mu);
 	*out = cl->stats;
-	out->lease_left_ms = cl->lease_ms - (mono_ms() - cl->renewed_at);
+	out->lease_left_ms = cl->lease_ms - (proof_ms() - cl->renewed_at);
 	out->lease_ms = cl->lease_ms;
 	pthread_mutex_unlock(&cl->mu);
 }

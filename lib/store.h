@@ -147,7 +147,7 @@ typedef struct store_ownership {
 	char owner[PARTS][MAX_NAME + 1]; /* every partition's owner, "" when none */
 	char url[PARTS][MAX_URL + 1];	 /* and that owner's --advertise-url, "" when none */
 	int want;			 /* this node's fair share of partitions */
-	int64_t read_at;		 /* mono_ms when the read was sent */
+	int64_t read_at;		 /* proof_ms when the read was sent */
 } store_ownership;
 
 /* Called on the membership thread: each time it has read the partitions (every third of
@@ -171,9 +171,9 @@ typedef struct store_cluster_stats {
 	int joined;
 	int nodes;		  /* live, as last read */
 	int64_t lease_expires_at; /* this node's, as last renewed */
-	int64_t lease_left_ms;	  /* what is left of it now (this node's monotonic clock) */
+	int64_t lease_left_ms;	  /* what is left of it now (this node's proof_ms clock) */
 	int64_t lease_ms;	  /* the lease it renews */
-	/* mono_ms when the lease as it stands began: a renewal that came after the last one
+	/* proof_ms when the lease as it stands began: a renewal that came after the last one
 	 * had run out (as members_send_by counts it) begins it anew, since another node may
 	 * have claimed this node's partitions in between. */
 	int64_t lease_since;

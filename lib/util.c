@@ -65,6 +65,13 @@ int64_t mono_ms(void)
 	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+int64_t proof_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(PROOF_CLOCK, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
 void format_time(int64_t ms, char buf[32])
 {
 	time_t secs = (time_t)(ms / 1000);

@@ -19,12 +19,16 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <arpa/inet.h>
 #include <curl/curl.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -629,6 +633,119 @@ static void test_stored_call_waits_for_libcurl(void **state)
 	calls_assert_sound(c->res);
 }
 
+/* ---- a call given up on ----------------------------------------------------------- */
+
+/* A resource that goes on working after its client hung up: a bare listener on 127.0.0.1
+ * and the batond allowed to call it. */
+typedef struct lingering {
+	int l;	/* the listener */
+	int fd; /* the given-up call's connection, -1 once closed */
+	hs_server *s;
+	char url[80];
+} lingering;
+
+static int lingering_setup(void **state)
+{
+	lingering *g = calloc(1, sizeof *g);
+	struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	socklen_t len = sizeof a;
+	g->fd = -1;
+	g->l = socket(AF_INET, SOCK_STREAM, 0);
+	if (g->l < 0 || bind(g->l, (struct sockaddr *)&a, sizeof a) != 0 || listen(g->l, 8) != 0 ||
+	    getsockname(g->l, (struct sockaddr *)&a, &len) != 0)
+		return -1;
+	char allow[40];
+	snprintf(allow, sizeof allow, "http://127.0.0.1:%d/", ntohs(a.sin_port));
+	snprintf(g->url, sizeof g->url, "%sop", allow);
+	const char *args[] = {"--allow-call", allow, NULL};
+	g->s = hs_open(args);
+	*state = g;
+	return g->s ? 0 : -1;
+}
+
+static int lingering_teardown(void **state)
+{
+	lingering *g = *state;
+	int rc = hs_close(g->s);
+	if (g->fd >= 0)
+		close(g->fd);
+	close(g->l);
+	free(g);
+	return rc;
+}
+
+/* Reads fd until the end of a request's head; false when none came within ms. */
+static bool read_head(int fd, int ms)
+{
+	char buf[8192];
+	size_t n = 0;
+	for (int64_t end = hs_mono_ms() + ms; hs_mono_ms() < end && n < sizeof buf - 1;) {
+		struct pollfd p = {.fd = fd, .events = POLLIN};
+		if (poll(&p, 1, 100) != 1)
+			continue;
+		ssize_t got = read(fd, buf + n, sizeof buf - 1 - n);
+		if (got <= 0)
+			return false;
+		n += (size_t)got;
+		buf[n] = 0;
+		if (strstr(buf, "\r\n\r\n"))
+			return true;
+	}
+	return false;
+}
+
+/* Whether the listener has a connection waiting within ms. */
+static bool arrives(int l, int ms)
+{
+	struct pollfd p = {.fd = l, .events = POLLIN};
+	return poll(&p, 1, ms) == 1;
+}
+
+/*
+ * A call that baton gives up on (here its timeout) may still run at the resource: the
+ * resource is granted again only once the resource has closed that call's connection too.
+ * The resource here notices the hang-up, works on for a second, then closes; the next
+ * holder's call must not arrive before. Before, baton closed its side and granted the
+ * next step at once, whose call arrived while the first one still ran.
+ */
+static void test_given_up_call_keeps_the_resource_until_closed(void **state)
+{
+	lingering *g = *state;
+	char body[512];
+	for (int i = 0; i < 2; i++) {
+		snprintf(body, sizeof body,
+			 "{\"id\": \"linger-%d\", \"resource\": \"linger\", \"workers\": [\"w\"],"
+			 " \"call\": {\"url\": \"%s\", \"timeout_ms\": %d},"
+			 " \"retry\": {\"max_attempts\": 1}}",
+			 i, g->url, i == 0 ? 300 : 10000);
+		json_decref(hs_create_workflow(g->s, json_loads(body, 0, NULL)));
+	}
+	assert_true(arrives(g->l, WAIT_MS));
+	g->fd = accept(g->l, NULL, NULL);
+	assert_true(g->fd >= 0);
+	assert_true(read_head(g->fd, WAIT_MS));
+	/* batond hangs up at the timeout: the resource reads the end of the connection */
+	char c;
+	for (int64_t end = hs_mono_ms() + WAIT_MS; read(g->fd, &c, 1) > 0;)
+		assert_true(hs_mono_ms() < end);
+	/* ... and works on for a second: nothing else may reach it meanwhile */
+	bool early = arrives(g->l, 1000);
+	close(g->fd);
+	g->fd = -1;
+	if (early)
+		fail_msg("the next holder's call arrived while the given-up call still ran");
+	assert_true(arrives(g->l, WAIT_MS));
+	int fd = accept(g->l, NULL, NULL);
+	assert_true(fd >= 0);
+	assert_true(read_head(fd, WAIT_MS));
+	static const char ok[] = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+				 "Content-Length: 2\r\nConnection: close\r\n\r\n{}";
+	assert_int_equal(write(fd, ok, sizeof ok - 1), (ssize_t)(sizeof ok - 1));
+	close(fd);
+	json_decref(hs_wait_workflow(g->s, "linger-0", "failed", WAIT_MS));
+	json_decref(hs_wait_workflow(g->s, "linger-1", "completed", WAIT_MS));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -640,6 +757,8 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_429_retry_after_honoured, calls_setup,
 					    calls_teardown),
 	    cmocka_unit_test_setup_teardown(test_timeout_retried, calls_setup, calls_teardown),
+	    cmocka_unit_test_setup_teardown(test_given_up_call_keeps_the_resource_until_closed,
+					    lingering_setup, lingering_teardown),
 	    cmocka_unit_test_setup_teardown(test_lost_answer_applied_once, calls_setup,
 					    calls_teardown),
 	    cmocka_unit_test_setup_teardown(test_sigkill_during_call, calls_setup, calls_teardown),

@@ -19,7 +19,9 @@
  * PostgreSQL run on the real clock). The short form (make test) strikes each kind once in a
  * seeded order; LOCKFAULTS_ROUNDS=N (make torture) strikes N faults chosen at random.
  * Checks: no two runs overlap; fencing tokens strictly increase in the order the runs
- * started; the lock stays live (a command completes after the last fault).
+ * started; the lock stays live (a command completes after the last fault); and then every
+ * node grants a lease on a resource nobody used yet within GRANT_MS, whichever node
+ * drives it.
  *
  * Permits: a second resource, of PLIMIT permits (set with PUT through a node at the start),
  * on the partition of the first, so that every fault that strikes the one's driver strikes
@@ -65,6 +67,7 @@
 #define CLIENTS	    3
 #define MAX_RUNS    4096
 #define LIVE_MS	    60000  /* after the last fault, a command must complete within this */
+#define GRANT_MS    10000  /* then each node grants a fresh resource of any node within this */
 #define COMMAND_CAP 120000 /* a baton lock still running after this is killed (a hang) */
 #define RESOURCE    "lockfaults"
 #define WRESOURCE   "lockfaults-w" /* the external workers' steps */
@@ -961,6 +964,50 @@ static int by_task_then_first(const void *a, const void *b)
 	return (x->first > y->first) - (x->first < y->first);
 }
 
+/* Liveness after the faults: every node grants a lease on a resource nobody used yet
+ * within GRANT_MS, for a resource of each node (its own, and those it passes on), asking
+ * again on 503 as clients do. A node healthy again must serve whether it has work of its
+ * own or not. Returns the first failure, "" when none (a static buffer). */
+static const char *every_node_grants(suite *t)
+{
+	static char why[256];
+	why[0] = 0;
+	if (!cl_wait_balanced(&t->cl, 0, (1u << NODES) - 1, LIVE_MS)) {
+		snprintf(why, sizeof why,
+			 "the nodes did not share the partitions again within %d ms", LIVE_MS);
+		return why;
+	}
+	unsigned long long avoid = 0;
+	for (int via = 0; via < NODES && !why[0]; via++)
+		for (int owner = 0; owner < NODES && !why[0]; owner++) {
+			char name[64], path[128];
+			cl_pick_resource(&t->cl, owner, "lockfaults-fresh", &avoid, name,
+					 sizeof name);
+			snprintf(path, sizeof path, "/resources/%s/leases", name);
+			const char *body = "{\"holder\": \"liveness\", \"ttl_ms\": 5000}";
+			hs_request req = {.method = "POST",
+					  .path = path,
+					  .content_type = "application/json",
+					  .body = body,
+					  .body_len = strlen(body)};
+			long st = 0;
+			for (int64_t end = mono() + GRANT_MS; st != 201 && mono() < end;) {
+				hs_response r;
+				st = hs_send(t->cl.node[via], &req, &r) == 0 ? r.status : 0;
+				hs_response_fini(&r);
+				if (st != 201)
+					hs_pause_ms(200);
+			}
+			if (st != 201)
+				snprintf(
+				    why, sizeof why,
+				    "node %d did not grant %s (driven by node %d) within %d ms:"
+				    " HTTP %ld",
+				    via, name, owner, GRANT_MS, st);
+		}
+	return why;
+}
+
 /* The external workers' runs: for each step, no two attempts ran at once, tokens increase
  * in run order, no attempt ran twice, and nothing ran after the attempt that completed. */
 static void check_tasks(suite *t)
@@ -1102,6 +1149,7 @@ static void test_lock_under_faults(void **state)
 	for (int i = 0; i < t->started; i++)
 		pthread_join(t->clients[i], NULL);
 	t->started = 0;
+	const char *dead = every_node_grants(t);
 	check_runs(t);
 	check_tasks(t);
 	check_permits(t);
@@ -1111,6 +1159,8 @@ static void test_lock_under_faults(void **state)
 	if (!plive)
 		fail_msg("no command on %s completed within %d ms after the last fault (seed %u)",
 			 t->presource, LIVE_MS, t->seed);
+	if (dead[0])
+		fail_msg("%s (seed %u)", dead, t->seed);
 	if (!tasks_live)
 		fail_msg("the external workers' workflows did not all end within %d ms (seed %u)",
 			 2 * LIVE_MS, t->seed);

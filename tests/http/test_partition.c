@@ -22,6 +22,7 @@
 #include <string.h>
 #include <signal.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -598,6 +599,241 @@ static void test_hand_over_moves_held_leases(void **state)
 	assert_true(moved > 0);
 }
 
+/* A resource named "<prefix>-<k>" in partition p (the first k that fits). */
+static void name_in_part(int p, const char *prefix, char *out, size_t size)
+{
+	for (int k = 0; k < 100000; k++) {
+		snprintf(out, size, "%s-%d", prefix, k);
+		if (cl_part_of(out) == p)
+			return;
+	}
+	fail_msg("no name in partition %d", p);
+}
+
+/* A holder that renews its lease every second, through node0 and, once set, node1 in
+ * turn, as `baton lock` does (asking again on 503); it counts the renewals and keeps the
+ * first answer that was not 200. */
+typedef struct renewer {
+	const hs_server *node0;
+	_Atomic(const hs_server *) node1;
+	const char *path;
+	atomic_bool stop;
+	atomic_int renewed;
+	atomic_long refused; /* the first status other than 200, 0 while none */
+} renewer;
+
+static void *renewer_main(void *arg)
+{
+	renewer *r = arg;
+	for (int i = 0; !atomic_load(&r->stop) && !atomic_load(&r->refused); i++) {
+		const hs_server *via = atomic_load(&r->node1);
+		long st = call_again(i % 2 && via ? via : r->node0, "POST", r->path, NULL, NULL);
+		if (st == 200)
+			atomic_fetch_add(&r->renewed, 1);
+		else
+			atomic_store(&r->refused, st);
+		hs_pause_ms(1000);
+	}
+	return NULL;
+}
+
+/* A hand-over never stops a holder's renewals: while a partition waits to be handed over
+ * (a step of it runs on a step thread here: an HTTP call that the test answers when it is
+ * done), the leases held in it renew through every node, and a holder that renews in time
+ * keeps its lease. Before, a partition marked as leaving answered every renewal 503 until
+ * its step ended, and the lease expired. */
+static void test_hand_over_keeps_renewals(void **state)
+{
+	SKIP_UNLESS_PG();
+	cluster *c = *state;
+	int port, filler, lis = hanging_listener(&port, &filler);
+	close(filler); /* connects go through at once, once its connection left the queue */
+	int queued = accept(lis, NULL, NULL);
+	assert_true(queued >= 0);
+	close(queued);
+	char allow[64], url[80];
+	snprintf(allow, sizeof allow, "http://127.0.0.1:%d/", port);
+	snprintf(url, sizeof url, "http://127.0.0.1:%d/op", port);
+	const char *const extra[] = {"--allow-call", allow, NULL};
+	assert_int_equal(cl_open(c, 1, LEASE_MS, extra), 0);
+	assert_true(cl_wait_balanced(c, 0, 1, WAIT_MS));
+	/* Partition p holds a running step and the lease: two workflows. Every other one
+	 * holds three leases, so that p is among the first handed over. */
+	char name[64], path[200], body[256];
+	int p = cl_part_of("keep-busy");
+	for (int q = 0; q < CL_PARTS; q++)
+		for (int k = 0; q != p && k < 3; k++) {
+			char prefix[32];
+			snprintf(prefix, sizeof prefix, "fill%d", k);
+			name_in_part(q, prefix, name, sizeof name);
+			snprintf(path, sizeof path, "/resources/%s/leases", name);
+			assert_int_equal(call(c->node[0], "POST", path,
+					      "{\"holder\": \"f\", \"ttl_ms\": 120000}", NULL),
+					 201);
+		}
+	snprintf(body, sizeof body,
+		 "{\"id\": \"keep-busy\", \"resource\": \"keep-busy\", \"workers\": [\"w\"],"
+		 " \"call\": {\"url\": \"%s\", \"timeout_ms\": %d}}",
+		 url, 2 * WAIT_MS);
+	assert_int_equal(call(c->node[0], "POST", "/workflows", body, NULL), 201);
+	struct pollfd pl = {.fd = lis, .events = POLLIN};
+	assert_int_equal(poll(&pl, 1, WAIT_MS), 1);
+	int busy = accept(lis, NULL, NULL); /* the step's call, answered once the test is done */
+	assert_true(busy >= 0);
+	name_in_part(p, "keep-lease", name, sizeof name);
+	snprintf(path, sizeof path, "/resources/%s/leases", name);
+	json_t *l;
+	snprintf(body, sizeof body, "{\"holder\": \"h\", \"ttl_ms\": %d}", TTL_MS);
+	assert_int_equal(call(c->node[0], "POST", path, body, &l), 201);
+	char renew[200];
+	snprintf(renew, sizeof renew, "/leases/%s/renew", hs_str(l, "id"));
+	json_int_t token = hs_int(l, "fencing_token");
+	json_decref(l);
+	renewer r = {.node0 = c->node[0], .path = renew};
+	pthread_t t;
+	assert_int_equal(pthread_create(&t, NULL, renewer_main, &r), 0);
+
+	char lease[16];
+	snprintf(lease, sizeof lease, "%d", LEASE_MS);
+	const char *args[] = {"--node-id", "node1", "--lease-ms", lease, NULL};
+	snprintf(c->id[1], sizeof c->id[1], "node1");
+	c->node[1] = hs_open_node(c->node[0], args);
+	c->n = c->node[1] ? 2 : 1;
+	atomic_store(&r.node1, c->node[1]);
+	/* node1 takes its share but p: node0 keeps p while its step runs. The holder renews
+	 * meanwhile, through either node, for more than two ttls. */
+	int64_t deadline = hs_mono_ms() + WAIT_MS;
+	for (int on1 = 0; c->node[1] && on1 < CL_PARTS / 2 - 1 && hs_mono_ms() < deadline;
+	     hs_pause_ms(POLL_MS)) {
+		on1 = 0;
+		for (int q = 0; q < CL_PARTS; q++)
+			on1 += cl_part_owner(c, q) == 1;
+	}
+	int leaving = cl_part_owner(c, p) == 0;
+	for (int from = atomic_load(&r.renewed);
+	     leaving && atomic_load(&r.renewed) < from + 2 * TTL_MS / 1000 &&
+	     !atomic_load(&r.refused);)
+		hs_pause_ms(POLL_MS);
+	leaving = leaving && cl_part_owner(c, p) == 0; /* the step still runs */
+	/* Once the step ends, the partition moves with the lease, renewed all along. */
+	static const char ok[] = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+				 "Content-Length: 2\r\nConnection: close\r\n\r\n{}";
+	char head[4096];
+	size_t got = 0;
+	for (int64_t end = hs_mono_ms() + WAIT_MS; hs_mono_ms() < end && got < sizeof head - 1;) {
+		struct pollfd q = {.fd = busy, .events = POLLIN};
+		ssize_t n =
+		    poll(&q, 1, 200) == 1 ? read(busy, head + got, sizeof head - 1 - got) : 0;
+		got += n > 0 ? (size_t)n : 0;
+		head[got] = 0;
+		if (n < 0 || strstr(head, "\r\n\r\n"))
+			break;
+	}
+	ssize_t wrote = write(busy, ok, sizeof ok - 1);
+	shutdown(busy, SHUT_WR);
+	for (int64_t end = hs_mono_ms() + WAIT_MS; hs_mono_ms() < end;) { /* until batond closes */
+		struct pollfd q = {.fd = busy, .events = POLLIN};
+		if (poll(&q, 1, 200) == 1 && read(busy, head, sizeof head) <= 0)
+			break;
+	}
+	close(busy);
+	close(lis);
+	json_t *wf = leaving && wrote > 0
+			 ? hs_wait_workflow(c->node[0], "keep-busy", "completed", WAIT_MS)
+			 : NULL;
+	json_decref(wf);
+	for (deadline = hs_mono_ms() + WAIT_MS;
+	     wf && cl_part_owner(c, p) != 1 && hs_mono_ms() < deadline;)
+		hs_pause_ms(POLL_MS);
+	int moved = cl_part_owner(c, p) == 1;
+	atomic_store(&r.stop, true);
+	pthread_join(t, NULL);
+	assert_non_null(c->node[1]);
+	assert_true(leaving);
+	assert_non_null(wf);
+	assert_true(moved);
+	assert_int_equal(atomic_load(&r.refused), 0);
+	assert_int_equal(call_again(c->node[1], "POST", renew, NULL, &l), 200);
+	assert_int_equal(hs_int(l, "fencing_token"), token);
+	json_decref(l);
+}
+
+/* A node healthy again serves again, whether it has work of its own to commit or not. A
+ * node cut off from PostgreSQL fails a commit (here a grant nobody is then told of, so
+ * nothing of it is left to commit); once healed, it passes requests on and grants again.
+ * Before, its "commits are failing" state was cleared only by a commit of its own, and
+ * with nothing to commit it answered 503 "storage is failing" to everything for good. */
+static void test_healed_node_serves_again(void **state)
+{
+	SKIP_UNLESS_PG();
+	cluster *c = *state;
+	char res[64], path[200];
+	two_proxied(c, "heal", res, path);
+	/* a first grant: node 0 has its ids for new leases, and asks the database nothing
+	 * before the commit of the next */
+	json_t *l = NULL;
+	assert_int_equal(call(c->node[0], "POST", path, "{\"holder\": \"before\"}", NULL), 201);
+	cl_cut(c, 0);
+	long st = 0;
+	for (int64_t end = hs_mono_ms() + WAIT_MS; st != 503 && hs_mono_ms() < end;)
+		st = call(c->node[0], "POST", path, "{\"holder\": \"cut\", \"wait_ms\": 1000}",
+			  NULL);
+	assert_int_equal(st, 503);
+	cl_heal(c, 0);
+	assert_true(cl_wait_balanced(c, 1, 3, WAIT_MS));
+	/* a resource nobody used yet, driven by each node in turn, asked through node 0 */
+	unsigned long long avoid = 0;
+	for (int owner = 1; owner >= 0; owner--) {
+		char fresh[64];
+		cl_pick_resource(c, owner, "healed", &avoid, fresh, sizeof fresh);
+		snprintf(path, sizeof path, "/resources/%s/leases", fresh);
+		assert_int_equal(call_again(c->node[0], "POST", path, "{\"holder\": \"h\"}", &l),
+				 201);
+		json_decref(l);
+	}
+}
+
+/* A second batond started with a running node's --node-id takes its partitions only once
+ * the first one can no longer promise anything from memory: the first one's proof (its
+ * node lease as last renewed) has run out by then. Before, the second took the partitions
+ * at once, and the first still answered renewals 200 until its next renewal told it
+ * otherwise, while the second counted the lease's ttl from its own claim. The first one is
+ * cut off from the database (so that no renewal or hint tells it soon), its clients still
+ * reach it; the second one reaches the database directly. */
+static void test_same_node_id_waits_for_the_first(void **state)
+{
+	SKIP_UNLESS_PG();
+	cluster *c = *state;
+	assert_int_equal(cl_open_proxied(c, 1, LEASE_MS, NULL), 0);
+	assert_true(cl_wait_balanced(c, 0, 1, WAIT_MS));
+	json_t *l;
+	assert_int_equal(call(c->node[0], "POST", "/resources/twice/leases",
+			      "{\"holder\": \"h\", \"ttl_ms\": 60000}", &l),
+			 201);
+	char renew[200];
+	snprintf(renew, sizeof renew, "/leases/%s/renew", hs_str(l, "id"));
+	json_decref(l);
+	cl_cut(c, 0);
+	char lease[16];
+	snprintf(lease, sizeof lease, "%d", LEASE_MS);
+	const char *args[] = {"--node-id", "node0", "--lease-ms", lease, NULL};
+	snprintf(c->id[1], sizeof c->id[1], "node0");
+	c->node[1] = hs_new(c->node[0], args);
+	assert_non_null(c->node[1]);
+	c->n = 2;
+	assert_int_equal(hs_route_db(c->node[1], hs_pg_port()), 0);
+	assert_int_equal(hs_start(c->node[1]), 0);
+	/* the second drives the resource now: the first promises nothing more */
+	json_t *said = NULL;
+	long first = call(c->node[0], "POST", renew, NULL, &said);
+	const char *why = json_string_value(json_object_get(said, "detail"));
+	print_message("the first batond answered a renewal %ld once the second had started (%s)\n",
+		      first, why ? why : "no detail");
+	json_decref(said);
+	assert_int_not_equal(first, 200);
+	assert_int_equal(call_again(c->node[1], "POST", renew, NULL, NULL), 200);
+}
+
 static bool one_waiter_on(void *arg)
 {
 	void **a = arg;
@@ -1022,6 +1258,9 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_refused_changes_are_not_answered_done, setup,
 					    teardown),
 	    cmocka_unit_test_setup_teardown(test_hand_over_moves_held_leases, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_hand_over_keeps_renewals, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_healed_node_serves_again, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_same_node_id_waits_for_the_first, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_late_connect_sends_nothing, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_renewal_after_lapse_promises_nothing, setup,
 					    teardown),

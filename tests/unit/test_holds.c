@@ -6,6 +6,8 @@
  */
 #include "unit.h"
 
+#include <time.h>
+
 static const lease_facts here = {.here = 1};
 
 static void expect(hold_move m, int to, int act, int answer)
@@ -263,6 +265,22 @@ static void test_task_rules_hold_everywhere(void **state)
 			}
 }
 
+/* The proof that a node still drives its partitions (its node lease, counted from the
+ * renewal's send) runs on a clock that keeps counting while the machine is suspended:
+ * CLOCK_MONOTONIC stops then, and a node resumed after a suspend longer than its lease
+ * would still count a lease that ran out, and promise from memory. */
+static void test_proof_clock_counts_suspended_time(void **state)
+{
+	(void)state;
+	assert_int_equal(PROOF_CLOCK, CLOCK_BOOTTIME);
+	struct timespec before, after;
+	clock_gettime(CLOCK_BOOTTIME, &before);
+	int64_t proof = proof_ms();
+	clock_gettime(CLOCK_BOOTTIME, &after);
+	assert_true(proof >= (int64_t)before.tv_sec * 1000 + before.tv_nsec / 1000000);
+	assert_true(proof <= (int64_t)after.tv_sec * 1000 + after.tv_nsec / 1000000);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -274,6 +292,7 @@ int main(void)
 	    cmocka_unit_test(test_task_claimed),
 	    cmocka_unit_test(test_task_not_claimed_here),
 	    cmocka_unit_test(test_task_rules_hold_everywhere),
+	    cmocka_unit_test(test_proof_clock_counts_suspended_time),
 	};
 	return cmocka_run_group_tests_name("holds", tests, NULL, NULL);
 }
