@@ -1,0 +1,329 @@
+/*
+ * test_failover.c - PostgreSQL itself failing over under batond, on servers this suite
+ * starts and stops itself: a primary (scripts/pg.sh) and a streaming standby copied from it
+ * with `pg_basebackup -R -X stream -c fast`, both on loopback in directories of their own,
+ * batond on a libpq multi-host URL that names both with target_session_attrs=read-write.
+ * The standby is made to miss commits by stopping it, the primary is stopped with
+ * `pg_ctl stop -m immediate` (a crash) and the standby promoted with `pg_ctl promote`, as
+ * PostgreSQL's own src/test/recovery/t/004_timeline_switch.pl does.
+ *
+ *  - batond follows the promotion by itself, without a restart.
+ *
+ * Only on PostgreSQL (BATON_TEST_PG set, which hs_new needs); on SQLite every test skips.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <pwd.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../harness/harness.h"
+#include "../harness/pg.h"
+
+#define WAIT_MS 60000
+
+/* ---- the servers: a primary and its standby -------------------------------------- */
+
+typedef struct pg_node {
+	char dir[128]; /* pg.sh's directory: data/, port, postgres.log */
+	int port;
+} pg_node;
+
+typedef struct pair {
+	pg_node n[2]; /* n[0] starts as the primary, n[1] as its standby */
+	hs_server *s;
+} pair;
+
+/* The PostgreSQL binaries and, as root, the user that runs them (pg.sh's choice). */
+static const char *pg_bin(void)
+{
+	const char *b = getenv("PG_BIN");
+	return b && *b ? b : "/usr/lib/postgresql/15/bin";
+}
+
+static const char *as_owner(void)
+{
+	if (geteuid() != 0)
+		return "";
+	return getpwnam("postgres") ? "runuser -u postgres -- " : "runuser -u baton-pg -- ";
+}
+
+static const char *owner_name(void)
+{
+	return getpwnam("postgres") ? "postgres" : "baton-pg";
+}
+
+/* Runs a shell command (bounded by timeout(1)); 0 when it exited with 0. */
+static int shell(const char *fmt, ...)
+{
+	char cmd[2048], full[2100];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(cmd, sizeof cmd, fmt, ap);
+	va_end(ap);
+	snprintf(full, sizeof full, "timeout 120 sh -c '%s' 1>&2", cmd);
+	int rc = system(full);
+	if (rc != 0)
+		fprintf(stderr, "test_failover: `%s` failed (%d)\n", cmd, rc);
+	return rc == 0 ? 0 : -1;
+}
+
+static const char *pg_script(void)
+{
+	const char *s = getenv("BATON_PG_SCRIPT");
+	return s && *s ? s : "scripts/pg.sh";
+}
+
+static int node_start(pg_node *n)
+{
+	if (shell("sh %s start %s >/dev/null", pg_script(), n->dir))
+		return -1;
+	char path[200];
+	snprintf(path, sizeof path, "%s/port", n->dir);
+	FILE *f = fopen(path, "r");
+	n->port = 0;
+	if (f) {
+		if (fscanf(f, "%d", &n->port) != 1)
+			n->port = 0;
+		fclose(f);
+	}
+	return n->port > 0 ? 0 : -1;
+}
+
+static void node_stop(pg_node *n)
+{
+	if (n->dir[0])
+		shell("sh %s stop %s >/dev/null", pg_script(), n->dir);
+}
+
+/* A crash: no shutdown checkpoint, nothing more sent to the standby. */
+static void node_crash(pg_node *n)
+{
+	assert_int_equal(shell("%s%s/pg_ctl -D %s/data -m immediate -w stop >/dev/null", as_owner(),
+			       pg_bin(), n->dir),
+			 0);
+}
+
+static void node_promote(pg_node *n)
+{
+	assert_int_equal(shell("%s%s/pg_ctl -D %s/data -w -t 60 promote >/dev/null", as_owner(),
+			       pg_bin(), n->dir),
+			 0);
+}
+
+static void node_url(const pg_node *n, char *out, size_t size)
+{
+	snprintf(out, size, "postgresql://postgres@127.0.0.1:%d/baton", n->port);
+}
+
+/* The first value of sql on the database baton of n, as an integer; -1 on failure. */
+static long long node_value(const pg_node *n, const char *sql)
+{
+	char url[128];
+	node_url(n, url, sizeof url);
+	return pg_db_count(url, sql);
+}
+
+/* Waits until the standby has replayed everything the primary wrote so far. */
+static void wait_caught_up(const pair *p)
+{
+	long long want = node_value(&p->n[0], "SELECT pg_current_wal_lsn() - '0/0'");
+	assert_true(want > 0);
+	int64_t deadline = hs_mono_ms() + WAIT_MS;
+	while (node_value(&p->n[1], "SELECT coalesce(pg_last_wal_replay_lsn() - '0/0', 0)") <
+	       want) {
+		if (hs_mono_ms() > deadline)
+			fail_msg("the standby did not catch up within %d ms", WAIT_MS);
+		hs_pause_ms(20);
+	}
+}
+
+static int make_dir(pg_node *n)
+{
+	snprintf(n->dir, sizeof n->dir, "/tmp/baton-fo-XXXXXX");
+	if (!mkdtemp(n->dir)) {
+		n->dir[0] = 0;
+		return -1;
+	}
+	return 0;
+}
+
+/* Appends a line to n's postgresql.conf. 0 or -1. */
+static int append_conf(const pg_node *n, const char *fmt, ...)
+{
+	char path[200];
+	snprintf(path, sizeof path, "%s/data/postgresql.conf", n->dir);
+	FILE *f = fopen(path, "a");
+	if (!f)
+		return -1;
+	va_list ap;
+	va_start(ap, fmt);
+	vfprintf(f, fmt, ap);
+	va_end(ap);
+	return fclose(f) == 0 ? 0 : -1;
+}
+
+/* The primary with a database "baton", and a standby streaming from it. */
+static int pair_setup(void **state)
+{
+	pair *p = calloc(1, sizeof *p);
+	*state = p;
+	if (!hs_store_is_pg())
+		return 0;
+	if (make_dir(&p->n[0]) || node_start(&p->n[0]))
+		return -1;
+	char url[128];
+	snprintf(url, sizeof url, "postgresql://postgres@127.0.0.1:%d/postgres", p->n[0].port);
+	if (pg_db_count(url, "SELECT count(*) FROM (SELECT 1) x") < 0 ||
+	    shell(
+		"%s%s/psql -q -h 127.0.0.1 -p %d -U postgres -c \"CREATE DATABASE baton\" postgres",
+		as_owner(), pg_bin(), p->n[0].port))
+		return -1;
+	if (make_dir(&p->n[1]))
+		return -1;
+	if (geteuid() == 0 && shell("chown %s %s", owner_name(), p->n[1].dir))
+		return -1;
+	if (shell(
+		"%s%s/pg_basebackup -h 127.0.0.1 -p %d -U postgres -D %s/data -R -X stream -c fast",
+		as_owner(), pg_bin(), p->n[0].port, p->n[1].dir) ||
+	    append_conf(&p->n[1], "unix_socket_directories = '%s'\n", p->n[1].dir) ||
+	    node_start(&p->n[1]))
+		return -1;
+	return 0;
+}
+
+static int pair_teardown(void **state)
+{
+	pair *p = *state;
+	if (p->s)
+		hs_close(p->s);
+	for (int i = 0; i < 2; i++) {
+		node_stop(&p->n[i]);
+		if (p->n[i].dir[0] && !getenv("BATON_TEST_KEEP"))
+			shell("rm -rf %s", p->n[i].dir);
+	}
+	free(p);
+	return 0;
+}
+
+/* batond on the multi-host URL of both servers, primary first. */
+static hs_server *start_batond(pair *p)
+{
+	static const char *const args[] = {"--lease-ms", "1000", NULL};
+	char url[256];
+	snprintf(url, sizeof url,
+		 "postgresql://postgres@127.0.0.1:%d,127.0.0.1:%d/baton"
+		 "?target_session_attrs=read-write",
+		 p->n[0].port, p->n[1].port);
+	hs_server *s = hs_new(NULL, args);
+	assert_non_null(s);
+	p->s = s;
+	assert_int_equal(hs_set_db(s, url), 0);
+	assert_int_equal(hs_start(s), 0);
+	return s;
+}
+
+/* ---- leases: a grant, its token, its release -------------------------------------- */
+
+/* A lease on resource granted at once: its token; *id gets its id. Any other answer
+ * (503 while the database fails over) is -1. */
+static long long try_grant(const hs_server *s, const char *resource, char *id, size_t n)
+{
+	char path[128];
+	snprintf(path, sizeof path, "/resources/%s/leases", resource);
+	hs_response r;
+	long long token = -1;
+	if (hs_post(s, path, "{\"holder\": \"t\", \"ttl_ms\": 60000}", &r) == 0 &&
+	    r.status == 201) {
+		token = hs_int(r.json, "fencing_token");
+		snprintf(id, n, "%s", hs_str(r.json, "id"));
+	}
+	hs_response_fini(&r);
+	return token;
+}
+
+static long long grant(const hs_server *s, const char *resource, char *id, size_t n)
+{
+	long long token = try_grant(s, resource, id, n);
+	if (token < 0)
+		fail_msg("the lease on %s was not granted", resource);
+	return token;
+}
+
+/* Grants when it can, as a client retries through a failover. */
+static long long grant_eventually(const hs_server *s, const char *resource, char *id, size_t n)
+{
+	int64_t deadline = hs_mono_ms() + WAIT_MS;
+	long long token;
+	while ((token = try_grant(s, resource, id, n)) < 0) {
+		if (hs_mono_ms() > deadline)
+			fail_msg("no lease on %s was granted within %d ms", resource, WAIT_MS);
+		hs_pause_ms(50);
+	}
+	return token;
+}
+
+static void release(const hs_server *s, const char *id)
+{
+	char path[128];
+	snprintf(path, sizeof path, "/leases/%s", id);
+	hs_request req = {.method = "DELETE", .path = path};
+	hs_response r;
+	assert_int_equal(hs_send(s, &req, &r), 0);
+	assert_int_equal(r.status, 204);
+	hs_response_fini(&r);
+}
+
+/* ---- the tests ------------------------------------------------------------------- */
+
+/* The primary crashes and its standby, caught up, is promoted: the same batond, never
+ * restarted, grants again on the new primary, with a higher token, stored there. */
+static void test_batond_follows_the_promoted_standby(void **state)
+{
+	pair *p = *state;
+	if (!hs_store_is_pg())
+		skip();
+	hs_server *s = start_batond(p);
+	char id[128];
+	long long before = grant(s, "db", id, sizeof id);
+	release(s, id);
+	wait_caught_up(p);
+	node_crash(&p->n[0]);
+	node_promote(&p->n[1]);
+	long long after = grant_eventually(s, "db", id, sizeof id);
+	assert_true(after > before);
+	assert_true(hs_alive(s));
+	assert_int_equal(node_value(&p->n[1], "SELECT last_token FROM resources WHERE name = 'db'"),
+			 after);
+	/* Reads, from the pool of connections, come from the new primary too. */
+	int64_t deadline = hs_mono_ms() + WAIT_MS;
+	for (;;) {
+		hs_response r;
+		long long seen = -1;
+		if (hs_get(s, "/resources/db", &r) == 0 && r.status == 200)
+			seen = hs_int(r.json, "last_fencing_token");
+		hs_response_fini(&r);
+		if (seen == after)
+			break;
+		if (hs_mono_ms() > deadline)
+			fail_msg("GET /resources/db still shows token %lld, not %lld", seen, after);
+		hs_pause_ms(50);
+	}
+	release(s, id);
+}
+
+int main(void)
+{
+	hs_filters_from_env();
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test_setup_teardown(test_batond_follows_the_promoted_standby, pair_setup,
+					    pair_teardown),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
