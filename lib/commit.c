@@ -439,8 +439,16 @@ static void take_back(baton_engine *e, const reply *r)
 /* Commits the round; on failure keeps everything pending and schedules a retry. */
 void eng_flush(baton_engine *e)
 {
-	if (!e->dirty_wfs.n && !e->dirty_locks.n && !e->events.n && !e->replies.n)
+	if (!e->dirty_wfs.n && !e->dirty_locks.n && !e->events.n && !e->replies.n) {
+		/* What a failed round left to write has left memory with the partitions this
+		 * node lost (after a promotion of the database, all of them): nothing is left
+		 * to retry, and new work is taken again. */
+		if (e->faulty) {
+			e->write_unknown = 0;
+			set_faulty(e, 0);
+		}
 		return;
+	}
 	baton_error err = {0};
 	store_write_failure why;
 	struct timespec t0, t1;

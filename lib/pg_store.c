@@ -33,7 +33,7 @@
  * lost, a token going backwards) BATON_ECONFLICT, XX (internal, corruption)
  * BATON_ECORRUPT, anything else BATON_EINTERNAL: a retry cannot help those.
  *
- * Schema (baton_meta 'schema' = 5; a database of an older schema is migrated when opened,
+ * Schema (baton_meta 'schema' = 7; a database of an older schema is migrated when opened,
  * one version at a time, under a lock): the same tables and columns as the SQLite
  * store's, so that operators can read either with the same SQL, with boolean columns
  * where SQLite has integers, and counters for ids in baton_meta.
@@ -43,7 +43,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define PG_SCHEMA_VERSION 6
+#define PG_SCHEMA_VERSION 7
 /* Advisory lock key of the schema migration (per transaction). */
 #define LOCK_MIGRATE "7303122311001"
 
@@ -144,6 +144,27 @@ static const char migrate_v5_sql[] =
     "  ADD COLUMN holders text;"
     "UPDATE baton_meta SET value = 6 WHERE key = 'schema'";
 
+/*
+ * Schema 6 to 7: the database's generation (baton_generation()), the floor of every
+ * partition epoch and fencing token granted under it: generation_base plus the timeline ID
+ * of the live primary, less one, times 2^40. PostgreSQL raises the timeline ID at every
+ * promotion of a standby, and the current WAL file's name carries it (pg_walfile_name
+ * errors on a standby, which takes no writes anyway). So on a database that never failed
+ * over, the floor is 0 and tokens keep their values; after a promotion, everything granted
+ * is above everything granted before it, also the grants the promoted standby never
+ * received. generation_base is raised only when an operator accepts a database of another
+ * system identifier (--accept-system-identifier), above every stored token and epoch.
+ */
+static const char migrate_v6_sql[] =
+    "INSERT INTO baton_meta VALUES ('generation_base', 0) ON CONFLICT (key) DO NOTHING;"
+    "CREATE FUNCTION baton_timeline() RETURNS bigint LANGUAGE sql VOLATILE AS $$"
+    " SELECT ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::bigint"
+    " $$;"
+    "CREATE FUNCTION baton_generation() RETURNS bigint LANGUAGE sql VOLATILE AS $$"
+    " SELECT (SELECT value FROM baton_meta WHERE key = 'generation_base')"
+    " + ((baton_timeline() - 1) << 40) $$;"
+    "UPDATE baton_meta SET value = 7 WHERE key = 'schema'";
+
 /* Deletes the finished workflows that d picks, with everything that names them, in one
  * statement; the ids deleted come back. Event seqs and workflow seqs come from
  * baton_meta's counters, which deletes do not touch. */
@@ -230,11 +251,16 @@ static const char *const writer_sql[W_NSTMT] = {
      * it, and the batch is refused (BT003) if any of them names another owner or epoch
      * ($2 and $3 are aligned). MATERIALIZED keeps the check above the lock: pushed below
      * it, only the rows that fail it would be locked. baton_refuse runs only to refuse,
-     * so a batch pays for no PL/pgSQL call. */
+     * so a batch pays for no PL/pgSQL call. An epoch below the database's generation
+     * (schema 7) was claimed before a promotion: the batch is refused, and the node claims
+     * its partitions again under the new generation (pg_cluster.c), so that no grant
+     * commits with a token of an earlier generation. */
     [W_FENCE] = "WITH p AS MATERIALIZED (SELECT id, owner, epoch FROM partitions"
-		" WHERE id = ANY($2::integer[]) ORDER BY id FOR SHARE)"
-		" SELECT baton_refuse($1) FROM p WHERE p.owner IS DISTINCT FROM $1"
-		" OR p.epoch <> ($3::bigint[])[array_position($2::integer[], p.id)]",
+		" WHERE id = ANY($2::integer[]) ORDER BY id FOR SHARE),"
+		" g AS MATERIALIZED (SELECT baton_generation() AS floor)"
+		" SELECT baton_refuse($1) FROM p, g WHERE p.owner IS DISTINCT FROM $1"
+		" OR p.epoch <> ($3::bigint[])[array_position($2::integer[], p.id)]"
+		" OR p.epoch < g.floor",
     /* A hint to the owner of a partition that it has work (a submission from here). */
     [W_NOTIFY] = "SELECT pg_notify('baton', $1)",
 };
@@ -536,6 +562,10 @@ static int migrate(pg_store *s, PGconn *c, baton_error *err)
 	if (rc == BATON_OK && version == 5) {
 		rc = pg_exec_ok(c, migrate_v5_sql, err, "migrating schema 5 to 6");
 		version = 6;
+	}
+	if (rc == BATON_OK && version == 6) {
+		rc = pg_exec_ok(c, migrate_v6_sql, err, "migrating schema 6 to 7");
+		version = 7;
 	}
 	if (rc == BATON_OK && version != PG_SCHEMA_VERSION)
 		rc = err_set(err, BATON_ECORRUPT,

@@ -7,7 +7,12 @@
  * `pg_ctl stop -m immediate` (a crash) and the standby promoted with `pg_ctl promote`, as
  * PostgreSQL's own src/test/recovery/t/004_timeline_switch.pl does.
  *
- *  - batond follows the promotion by itself, without a restart.
+ *  - batond follows the promotion by itself, without a restart;
+ *  - after an asynchronous promotion that lost acknowledged grants (asserted: the new
+ *    primary's stored token is below the highest one acknowledged), no fencing token repeats:
+ *    every one granted after it is above every one granted before;
+ *  - a task claim acknowledged and lost with the old primary: its step runs again under a
+ *    new token, above the one its first worker holds.
  *
  * Only on PostgreSQL (BATON_TEST_PG set, which hs_new needs); on SQLite every test skips.
  */
@@ -169,13 +174,11 @@ static int append_conf(const pg_node *n, const char *fmt, ...)
 	return fclose(f) == 0 ? 0 : -1;
 }
 
+static int pair_teardown(void **state);
+
 /* The primary with a database "baton", and a standby streaming from it. */
-static int pair_setup(void **state)
+static int start_servers(pair *p)
 {
-	pair *p = calloc(1, sizeof *p);
-	*state = p;
-	if (!hs_store_is_pg())
-		return 0;
 	if (make_dir(&p->n[0]) || node_start(&p->n[0]))
 		return -1;
 	char url[128];
@@ -196,6 +199,20 @@ static int pair_setup(void **state)
 	    node_start(&p->n[1]))
 		return -1;
 	return 0;
+}
+
+/* cmocka runs no teardown after a failed setup: what was started is stopped here. */
+static int pair_setup(void **state)
+{
+	pair *p = calloc(1, sizeof *p);
+	*state = p;
+	if (!p || !hs_store_is_pg())
+		return p ? 0 : -1;
+	if (start_servers(p) == 0)
+		return 0;
+	pair_teardown(state);
+	*state = NULL;
+	return -1;
 }
 
 static int pair_teardown(void **state)
@@ -269,9 +286,44 @@ static long long grant_eventually(const hs_server *s, const char *resource, char
 	return token;
 }
 
+/* Releases lease id; -1 when it was not answered 204. */
+static int try_release(const hs_server *s, const char *id)
+{
+	char path[160];
+	snprintf(path, sizeof path, "/leases/%s", id);
+	hs_request req = {.method = "DELETE", .path = path};
+	hs_response r;
+	int rc = hs_send(s, &req, &r) == 0 && r.status == 204 ? 0 : -1;
+	hs_response_fini(&r);
+	return rc;
+}
+
+static void release_eventually(const hs_server *s, const char *id)
+{
+	int64_t deadline = hs_mono_ms() + WAIT_MS;
+	while (try_release(s, id) != 0) {
+		if (hs_mono_ms() > deadline)
+			fail_msg("lease %s was not released within %d ms", id, WAIT_MS);
+		hs_pause_ms(50);
+	}
+}
+
+/* A claim of worker ext's task: its token, or -1 when none was answered 200. */
+static long long try_claim(const hs_server *s, int wait_ms)
+{
+	char body[96];
+	snprintf(body, sizeof body, "{\"worker\": \"ext\", \"wait_ms\": %d}", wait_ms);
+	hs_response r;
+	long long token = -1;
+	if (hs_post(s, "/tasks/claim", body, &r) == 0 && r.status == 200)
+		token = hs_int(r.json, "fencing_token");
+	hs_response_fini(&r);
+	return token;
+}
+
 static void release(const hs_server *s, const char *id)
 {
-	char path[128];
+	char path[160];
 	snprintf(path, sizeof path, "/leases/%s", id);
 	hs_request req = {.method = "DELETE", .path = path};
 	hs_response r;
@@ -318,12 +370,101 @@ static void test_batond_follows_the_promoted_standby(void **state)
 	release(s, id);
 }
 
+/* Asynchronous replication loses the last acknowledged grants with the primary: the
+ * standby is stopped, so that it misses them, then the primary crashes with batond and
+ * the standby is promoted. Every token granted after that is above every token granted
+ * before, acknowledged or lost, and none repeats. */
+static void test_no_token_repeats_after_an_asynchronous_promotion(void **state)
+{
+	pair *p = *state;
+	if (!hs_store_is_pg())
+		skip();
+	hs_server *s = start_batond(p);
+	char id[128];
+	for (int i = 0; i < 5; i++)
+		release(s, (grant(s, "db", id, sizeof id), id));
+	wait_caught_up(p);
+	node_stop(&p->n[1]);
+	long long acknowledged = 0;
+	for (int i = 0; i < 5; i++) {
+		acknowledged = grant(s, "db", id, sizeof id);
+		release(s, id);
+	}
+	hs_kill(s);
+	node_crash(&p->n[0]);
+	assert_int_equal(node_start(&p->n[1]), 0);
+	node_promote(&p->n[1]);
+	/* The loss happened: the new primary knows fewer grants than were acknowledged. */
+	long long stored =
+	    node_value(&p->n[1], "SELECT last_token FROM resources WHERE name = 'db'");
+	assert_true(stored >= 5);
+	assert_true(stored < acknowledged);
+
+	assert_int_equal(hs_start(s), 0);
+	long long last = acknowledged;
+	for (int i = 0; i < 5; i++) {
+		long long t = grant_eventually(s, "db", id, sizeof id);
+		if (t <= last)
+			fail_msg("token %lld granted after %lld (highest acknowledged before the "
+				 "promotion: %lld)",
+				 t, last, acknowledged);
+		assert_true(t < (1LL << 53));
+		last = t;
+		release(s, id);
+	}
+}
+
+/* A task claimed, acknowledged and lost with the old primary: its step is granted again
+ * on the new one, and its new worker works under a new token, never under the token the
+ * first worker still holds. */
+static void test_a_lost_claim_runs_again_under_a_new_token(void **state)
+{
+	pair *p = *state;
+	if (!hs_store_is_pg())
+		skip();
+	hs_server *s = start_batond(p);
+	char lease[128];
+	grant(s, "q", lease, sizeof lease);
+	json_decref(
+	    hs_create_workflow(s, json_pack("{s:s, s:s, s:[{s:s, s:b}]}", "id", "w1", "resource",
+					    "q", "workers", "name", "ext", "external", 1)));
+	wait_caught_up(p);
+	node_stop(&p->n[1]);
+	release(s, lease);
+	long long first = try_claim(s, 30000);
+	assert_true(first > 0);
+	hs_kill(s);
+	node_crash(&p->n[0]);
+	assert_int_equal(node_start(&p->n[1]), 0);
+	node_promote(&p->n[1]);
+	/* The loss happened: the grant of the claimed step is not on the new primary. */
+	assert_true(node_value(&p->n[1], "SELECT last_token FROM resources WHERE name = 'q'") <
+		    first);
+
+	assert_int_equal(hs_start(s), 0);
+	release_eventually(s, lease);
+	int64_t deadline = hs_mono_ms() + WAIT_MS;
+	long long again;
+	while ((again = try_claim(s, 1000)) < 0) {
+		if (hs_mono_ms() > deadline)
+			fail_msg("the step of w1 was not offered again within %d ms", WAIT_MS);
+		hs_pause_ms(50);
+	}
+	if (again <= first)
+		fail_msg("the step runs again under token %lld, its lost claim had %lld", again,
+			 first);
+}
+
 int main(void)
 {
 	hs_filters_from_env();
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test_setup_teardown(test_batond_follows_the_promoted_standby, pair_setup,
 					    pair_teardown),
+	    cmocka_unit_test_setup_teardown(test_no_token_repeats_after_an_asynchronous_promotion,
+					    pair_setup, pair_teardown),
+	    cmocka_unit_test_setup_teardown(test_a_lost_claim_runs_again_under_a_new_token,
+					    pair_setup, pair_teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
