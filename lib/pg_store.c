@@ -578,6 +578,77 @@ static int migrate(pg_store *s, PGconn *c, baton_error *err)
 	return pg_exec_ok(c, "COMMIT", err, "committing the schema");
 }
 
+/*
+ * The database's identity. baton_meta records the system_identifier of the PostgreSQL
+ * cluster baton first ran on. A promotion keeps it (a standby is a copy of its primary);
+ * a database restored from a logical dump, or moved by pg_upgrade, is in another cluster,
+ * whose timeline may have started again at 1, so the generation (migrate_v6_sql) could fall
+ * and tokens granted before could be granted again. Such a database is refused, unless
+ * the operator accepts its identifier (accept): then generation_base rises so that the
+ * generation's floor is above every token and epoch stored.
+ */
+static int check_identity(pg_store *s, PGconn *c, const char *accept, baton_error *err)
+{
+	int rc = pg_exec_ok(c, "BEGIN", err, "begin");
+	PGresult *r =
+	    rc ? NULL
+	       : PQexec(c, "SELECT (SELECT system_identifier FROM pg_control_system()),"
+			   " (SELECT value FROM baton_meta WHERE key = 'system_identifier'"
+			   " FOR UPDATE)");
+	if (!rc && (PQresultStatus(r) != PGRES_TUPLES_OK || PQntuples(r) != 1))
+		rc = pg_fail(c, r, err, "reading the system identifier");
+	char now[24] = "", was[24] = "";
+	if (!rc) {
+		snprintf(now, sizeof now, "%s", PQgetvalue(r, 0, 0));
+		snprintf(was, sizeof was, "%s", PQgetvalue(r, 0, 1));
+	}
+	PQclear(r);
+	pg_params p = {0};
+	pg_text(&p, now);
+	p.fmt[0] = 0;
+	if (!rc && !was[0]) {
+		r = PQexecParams(c, "INSERT INTO baton_meta VALUES ('system_identifier', $1)", p.n,
+				 NULL, p.v, p.len, p.fmt, 0);
+		rc = PQresultStatus(r) == PGRES_COMMAND_OK ? BATON_OK
+							   : pg_fail(c, r, err, "recording it");
+		PQclear(r);
+	} else if (!rc && strcmp(was, now) != 0 && !(accept && strcmp(accept, now) == 0)) {
+		rc =
+		    err_set(err, BATON_ECONFLICT,
+			    "%s has system_identifier %s, but baton recorded %s there: this is "
+			    "another PostgreSQL cluster (a restore from a dump, pg_upgrade), where "
+			    "fencing tokens granted before could be granted again. If it is the "
+			    "right database, start batond with --accept-system-identifier %s: "
+			    "tokens then continue above every one stored",
+			    s->shown, now, was, now);
+	} else if (!rc && strcmp(was, now) != 0) {
+		r = PQexecParams(
+		    c,
+		    "WITH t AS (SELECT greatest((SELECT max(last_token) FROM resources),"
+		    " (SELECT max(epoch) FROM partitions), (SELECT max(fencing_token) FROM steps),"
+		    " baton_generation()) AS top),"
+		    " b AS (UPDATE baton_meta SET value = greatest(value, ((((SELECT top FROM t)"
+		    " >> 40) + 1) << 40) - ((baton_timeline() - 1) << 40))"
+		    " WHERE key = 'generation_base')"
+		    " UPDATE baton_meta SET value = $1 WHERE key = 'system_identifier'"
+		    " RETURNING (SELECT (((top >> 40) + 1) << 40) FROM t)",
+		    p.n, NULL, p.v, p.len, p.fmt, 0);
+		if (PQresultStatus(r) != PGRES_TUPLES_OK || PQntuples(r) != 1)
+			rc = pg_fail(c, r, err, "starting a new generation");
+		else
+			log_at(s->log, BATON_LOG_WARN, NULL,
+			       "accepted %s with system_identifier %s (baton recorded %s): fencing "
+			       "tokens continue from %s",
+			       s->shown, now, was, PQgetvalue(r, 0, 0));
+		PQclear(r);
+	}
+	if (rc) {
+		pg_exec_ok(c, "ROLLBACK", NULL, "rollback");
+		return rc;
+	}
+	return pg_exec_ok(c, "COMMIT", err, "committing the system identifier");
+}
+
 static int prepare_writer(PGconn *c, baton_error *err)
 {
 	for (int i = 0; i < W_NSTMT; i++) {
@@ -692,6 +763,8 @@ static int pg_open(const store_config *cfg, store **out, baton_error *err)
 	int rc = c ? BATON_OK : err->code;
 	if (rc == BATON_OK)
 		rc = migrate(s, c, err);
+	if (rc == BATON_OK)
+		rc = check_identity(s, c, cfg->accept_sysid, err);
 	if (rc == BATON_OK)
 		rc = prepare_writer(c, err);
 	s->w = c;

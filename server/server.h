@@ -45,6 +45,7 @@ typedef struct config {
 	long long stream_buffer; /* bytes one event stream buffers at most */
 	char pid_file[4096];	 /* empty: none */
 	char advertise_url[256]; /* how the other nodes reach this one; empty: they cannot */
+	char accept_sysid[24];	 /* a PostgreSQL system_identifier to accept; empty: none */
 } config;
 
 /* 0: run; 1: done (--help, --version printed); -1: invalid, message printed. */

@@ -12,7 +12,9 @@
  *    primary's stored token is below the highest one acknowledged), no fencing token repeats:
  *    every one granted after it is above every one granted before;
  *  - a task claim acknowledged and lost with the old primary: its step runs again under a
- *    new token, above the one its first worker holds.
+ *    new token, above the one its first worker holds;
+ *  - a database of another system identifier is refused, naming both, until accepted with
+ *    --accept-system-identifier (this test on the run's own server).
  *
  * Only on PostgreSQL (BATON_TEST_PG set, which hs_new needs); on SQLite every test skips.
  */
@@ -26,6 +28,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "../harness/harness.h"
@@ -455,6 +458,68 @@ static void test_a_lost_claim_runs_again_under_a_new_token(void **state)
 			 first);
 }
 
+/* A database of another PostgreSQL cluster (a dump restored, pg_upgrade): batond refuses
+ * it, naming both system identifiers, until the operator accepts the new one; tokens then
+ * continue above every one stored, and later starts need nothing more. */
+static void test_another_system_identifier_is_refused_until_accepted(void **state)
+{
+	hs_server *s = *state;
+	if (!s)
+		skip();
+	char id[128];
+	long long before = 0;
+	for (int i = 0; i < 3; i++) {
+		before = grant(s, "db", id, sizeof id);
+		release(s, id);
+	}
+	assert_int_equal(hs_stop(s), 0);
+	char now[32];
+	snprintf(now, sizeof now, "%lld",
+		 pg_db_count(hs_db_url(s), "SELECT system_identifier FROM pg_control_system()"));
+	/* As a dump restored into another cluster carries it: not this cluster's identifier. */
+	assert_int_equal(
+	    pg_db_count(hs_db_url(s),
+			"WITH u AS (INSERT INTO baton_meta VALUES ('system_identifier',"
+			" 4242) ON CONFLICT (key) DO UPDATE SET value = 4242 RETURNING 1)"
+			" SELECT count(*) FROM u"),
+	    1);
+	char out[4096];
+	const char *args[] = {"--listen", "127.0.0.1:0", "--db", hs_db_url(s), NULL};
+	int st = hs_run_batond(args, NULL, NULL, 30000, out, sizeof out);
+	assert_true(WIFEXITED(st));
+	assert_int_equal(WEXITSTATUS(st), 1);
+	char says[128];
+	snprintf(says, sizeof says, "system_identifier %s, but baton recorded 4242", now);
+	if (!strstr(out, says))
+		fail_msg("batond's refusal does not say \"%s\": %s", says, out);
+	snprintf(says, sizeof says, "--accept-system-identifier %s", now);
+	assert_non_null(strstr(out, says));
+
+	const char *accept[] = {"--accept-system-identifier", now, NULL};
+	assert_int_equal(hs_set_args(s, accept), 0);
+	assert_int_equal(hs_start(s), 0);
+	long long after = grant(s, "db", id, sizeof id);
+	if (after <= before || after < (1LL << 40) || after >= (1LL << 53))
+		fail_msg("token %lld after the new generation began (%lld before)", after, before);
+	release(s, id);
+	assert_int_equal(hs_stop(s), 0);
+	assert_int_equal(hs_set_args(s, NULL), 0);
+	assert_int_equal(hs_start(s), 0);
+	assert_true(grant(s, "db", id, sizeof id) > after);
+	release(s, id);
+}
+
+static int pg_server_setup(void **state)
+{
+	*state = NULL;
+	return hs_store_is_pg() ? hs_setup(state) : 0;
+}
+
+static int pg_server_teardown(void **state)
+{
+	return *state ? hs_teardown(state) : 0;
+}
+
 int main(void)
 {
 	hs_filters_from_env();
@@ -465,6 +530,9 @@ int main(void)
 					    pair_setup, pair_teardown),
 	    cmocka_unit_test_setup_teardown(test_a_lost_claim_runs_again_under_a_new_token,
 					    pair_setup, pair_teardown),
+	    cmocka_unit_test_setup_teardown(
+		test_another_system_identifier_is_refused_until_accepted, pg_server_setup,
+		pg_server_teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
