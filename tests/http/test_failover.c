@@ -7,7 +7,8 @@
  * `pg_ctl stop -m immediate` (a crash) and the standby promoted with `pg_ctl promote`, as
  * PostgreSQL's own src/test/recovery/t/004_timeline_switch.pl does.
  *
- *  - batond follows the promotion by itself, without a restart;
+ *  - batond, a cluster of two nodes, follows the promotion by itself, without a restart:
+ *    one holder at a time, tokens increasing, both nodes serving again;
  *  - after an asynchronous promotion that lost acknowledged grants (asserted: the new
  *    primary's stored token is below the highest one acknowledged), no fencing token repeats:
  *    every one granted after it is above every one granted before;
@@ -44,8 +45,8 @@ typedef struct pg_node {
 } pg_node;
 
 typedef struct pair {
-	pg_node n[2]; /* n[0] starts as the primary, n[1] as its standby */
-	hs_server *s;
+	pg_node n[2];	     /* n[0] starts as the primary, n[1] as its standby */
+	hs_server *s, *node; /* batond, and a second node of its cluster */
 } pair;
 
 /* The PostgreSQL binaries and, as root, the user that runs them (pg.sh's choice). */
@@ -221,6 +222,8 @@ static int pair_setup(void **state)
 static int pair_teardown(void **state)
 {
 	pair *p = *state;
+	if (p->node)
+		hs_close(p->node);
 	if (p->s)
 		hs_close(p->s);
 	for (int i = 0; i < 2; i++) {
@@ -235,7 +238,7 @@ static int pair_teardown(void **state)
 /* batond on the multi-host URL of both servers, primary first. */
 static hs_server *start_batond(pair *p)
 {
-	static const char *const args[] = {"--lease-ms", "1000", NULL};
+	static const char *const args[] = {"--lease-ms", "1000", "--node-id", "fo-1", NULL};
 	char url[256];
 	snprintf(url, sizeof url,
 		 "postgresql://postgres@127.0.0.1:%d,127.0.0.1:%d/baton"
@@ -337,27 +340,57 @@ static void release(const hs_server *s, const char *id)
 
 /* ---- the tests ------------------------------------------------------------------- */
 
-/* The primary crashes and its standby, caught up, is promoted: the same batond, never
- * restarted, grants again on the new primary, with a higher token, stored there. */
+/* A lease on resource through s, asked for while another may hold it: 1 granted (its id in
+ * id), 0 refused because it is held (409), -1 anything else (503 while failing over). */
+static int try_hold(const hs_server *s, const char *resource, char *id, size_t n)
+{
+	char path[128];
+	snprintf(path, sizeof path, "/resources/%s/leases", resource);
+	hs_response r;
+	int rc = -1;
+	if (hs_post(s, path, "{\"holder\": \"t\", \"ttl_ms\": 60000}", &r) == 0)
+		rc = r.status == 201 ? 1 : r.status == 409 ? 0 : -1;
+	if (rc == 1)
+		snprintf(id, n, "%s", hs_str(r.json, "id"));
+	hs_response_fini(&r);
+	return rc;
+}
+
+/* The primary crashes and its standby, caught up, is promoted under a cluster of two nodes
+ * that names both servers: the same nodes, never restarted, serve again on the new primary:
+ * one holder at a time, each token above the last, stored there. */
 static void test_batond_follows_the_promoted_standby(void **state)
 {
 	pair *p = *state;
 	if (!hs_store_is_pg())
 		skip();
 	hs_server *s = start_batond(p);
-	char id[128];
+	static const char *const args[] = {"--lease-ms", "1000", "--node-id", "fo-2", NULL};
+	p->node = hs_new(s, args);
+	assert_non_null(p->node);
+	assert_int_equal(hs_start(p->node), 0);
+	char id[128], other[128];
 	long long before = grant(s, "db", id, sizeof id);
 	release(s, id);
+	before = grant(p->node, "db", id, sizeof id);
+	release(p->node, id);
 	wait_caught_up(p);
 	node_crash(&p->n[0]);
 	node_promote(&p->n[1]);
 	long long after = grant_eventually(s, "db", id, sizeof id);
 	assert_true(after > before);
+	/* Held through one node: the other grants nobody else. */
+	int64_t deadline = hs_mono_ms() + WAIT_MS;
+	int held;
+	while ((held = try_hold(p->node, "db", other, sizeof other)) < 0 && hs_mono_ms() < deadline)
+		hs_pause_ms(50);
+	assert_int_equal(held, 0);
 	assert_true(hs_alive(s));
+	assert_true(hs_alive(p->node));
 	assert_int_equal(node_value(&p->n[1], "SELECT last_token FROM resources WHERE name = 'db'"),
 			 after);
 	/* Reads, from the pool of connections, come from the new primary too. */
-	int64_t deadline = hs_mono_ms() + WAIT_MS;
+	deadline = hs_mono_ms() + WAIT_MS;
 	for (;;) {
 		hs_response r;
 		long long seen = -1;
@@ -371,6 +404,8 @@ static void test_batond_follows_the_promoted_standby(void **state)
 		hs_pause_ms(50);
 	}
 	release(s, id);
+	assert_true(grant_eventually(p->node, "db", id, sizeof id) > after);
+	release(p->node, id);
 }
 
 /* Asynchronous replication loses the last acknowledged grants with the primary: the
