@@ -673,6 +673,26 @@ static PGresult *run(PGconn *c, int stmt, const pg_params *p)
 			      p ? p->fmt : NULL, 0);
 }
 
+/*
+ * PostgreSQL commits a transaction whose wait for a synchronous standby was cancelled (a
+ * statement timeout, pg_cancel_backend, a fast shutdown) and only warns: "canceling wait
+ * for synchronous replication ... already committed locally, but might not have been
+ * replicated to the standby". That is no success: a promotion may lose it. The warning is
+ * recognized by the function that raises it, whatever language the server speaks.
+ */
+static void writer_notice(void *arg, const PGresult *r)
+{
+	pg_store *s = arg;
+	const char *fn = PQresultErrorField(r, PG_DIAG_SOURCE_FUNCTION);
+	if (fn && strcmp(fn, "SyncRepWaitForLSN") == 0)
+		s->sync_cancelled = 1;
+}
+
+void pg_watch_writer(pg_store *s, PGconn *c)
+{
+	PQsetNoticeReceiver(c, writer_notice, s);
+}
+
 /* The writer's connection, reconnected when it broke. Whatever the server said while the
  * connection was idle is read first: a server that shut down has closed it, and it is
  * better to learn that before a batch is sent (its outcome would be unknown) than after. */
@@ -696,6 +716,8 @@ int pg_writer(pg_store *s, baton_error *err)
 		return rc;
 	}
 	s->w = c;
+	s->sync_cancelled = 0;
+	pg_watch_writer(s, c);
 	if (s->w_lost) {
 		log_at(s->log, BATON_LOG_WARN, NULL, "database connection is back (%s)", s->shown);
 		s->w_lost = 0;
@@ -703,11 +725,14 @@ int pg_writer(pg_store *s, baton_error *err)
 	return BATON_OK;
 }
 
-/* After a failure: a broken connection is dropped and said once. */
+/* After a failure: a broken connection is dropped and said once. A connection on which
+ * a commit's wait for the synchronous standby was cancelled counts as broken: what it
+ * committed is on this server only, and a new session learns the real outcome. */
 void pg_writer_failed(pg_store *s)
 {
-	if (s->w && PQstatus(s->w) == CONNECTION_OK)
+	if (s->w && PQstatus(s->w) == CONNECTION_OK && !s->sync_cancelled)
 		return;
+	s->sync_cancelled = 0;
 	PQfinish(s->w);
 	s->w = NULL;
 	if (!s->w_lost)
@@ -768,6 +793,8 @@ static int pg_open(const store_config *cfg, store **out, baton_error *err)
 	if (rc == BATON_OK)
 		rc = prepare_writer(c, err);
 	s->w = c;
+	if (c)
+		pg_watch_writer(s, c);
 	if (rc == BATON_OK)
 		rc = pg_readers_open(s, cfg->readers);
 	if (rc) {

@@ -14,6 +14,8 @@
  *    every one granted after it is above every one granted before;
  *  - a task claim acknowledged and lost with the old primary: its step runs again under a
  *    new token, above the one its first worker holds;
+ *  - with the synchronous standby down, a commit whose wait for it is cancelled (committed
+ *    on the primary only) is never answered as done; the same request_id gets the outcome;
  *  - a database of another system identifier is refused, naming both, until accepted with
  *    --accept-system-identifier (this test on the run's own server).
  *
@@ -25,6 +27,8 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <libpq-fe.h>
+#include <pthread.h>
 #include <pwd.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -493,6 +497,139 @@ static void test_a_lost_claim_runs_again_under_a_new_token(void **state)
 			 first);
 }
 
+/* ---- a synchronous standby ------------------------------------------------------ */
+
+/* Runs sql (no transaction block: ALTER SYSTEM) as the superuser on the server of n. */
+static int node_sql(const pg_node *n, const char *sql)
+{
+	char url[128];
+	node_url(n, url, sizeof url);
+	PGconn *c = PQconnectdb(url);
+	PGresult *r = PQstatus(c) == CONNECTION_OK ? PQexec(c, sql) : NULL;
+	ExecStatusType st = PQresultStatus(r);
+	int rc = st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK ? 0 : -1;
+	if (rc)
+		fprintf(stderr, "test_failover: %s: %s", sql, PQerrorMessage(c));
+	PQclear(r);
+	PQfinish(c);
+	return rc;
+}
+
+/* A lease request sent on a thread of its own: its answer, and when it came. */
+typedef struct posted {
+	const hs_server *s;
+	long status; /* 0: no answer (the client's timeout) */
+	long long token;
+	int done; /* under mu */
+	pthread_mutex_t mu;
+} posted;
+
+static void *post_lease(void *arg)
+{
+	posted *p = arg;
+	hs_response r;
+	long status = 0;
+	long long token = -1;
+	if (hs_post(p->s, "/resources/db/leases",
+		    "{\"holder\": \"t\", \"ttl_ms\": 60000, \"request_id\": \"sync-1\"}",
+		    &r) == 0) {
+		status = r.status;
+		if (r.status == 201 || r.status == 200)
+			token = hs_int(r.json, "fencing_token");
+	}
+	hs_response_fini(&r);
+	pthread_mutex_lock(&p->mu);
+	p->status = status;
+	p->token = token;
+	p->done = 1;
+	pthread_mutex_unlock(&p->mu);
+	return NULL;
+}
+
+static int is_done(posted *p)
+{
+	pthread_mutex_lock(&p->mu);
+	int d = p->done;
+	pthread_mutex_unlock(&p->mu);
+	return d;
+}
+
+/* The pid of a batond session writing a round (not a node's lease: its statements name
+ * the nodes table) that waits for the synchronous standby, other than `not`; 0. */
+static long long sync_waiter(const pair *p, long long not )
+{
+	char sql[256];
+	snprintf(sql, sizeof sql,
+		 "SELECT coalesce(max(pid), 0) FROM pg_stat_activity WHERE wait_event = 'SyncRep'"
+		 " AND application_name = 'batond' AND query NOT LIKE '%%nodes%%' AND pid <> %lld",
+		 not );
+	return node_value(&p->n[0], sql);
+}
+
+/* With its synchronous standby down, a commit waits; when that wait is cancelled
+ * (pg_cancel_backend, as a statement timeout or an HA tool would), PostgreSQL commits on
+ * the primary only and merely warns. batond answers nothing as done then: it drops the
+ * session, writes the round again on a new one (which waits for the standby again), and
+ * answers once the standby has it; the same request_id posted again gets that outcome. */
+static void test_a_cancelled_synchronous_commit_is_no_success(void **state)
+{
+	pair *p = *state;
+	if (!hs_store_is_pg())
+		skip();
+	assert_int_equal(node_sql(&p->n[0], "ALTER SYSTEM SET synchronous_standby_names = '*'"), 0);
+	assert_int_equal(node_sql(&p->n[0], "SELECT pg_reload_conf()"), 0);
+	int64_t deadline = hs_mono_ms() + WAIT_MS;
+	while (node_value(&p->n[0], "SELECT count(*) FROM pg_stat_replication"
+				    " WHERE sync_state = 'sync'") != 1) {
+		if (hs_mono_ms() > deadline)
+			fail_msg("the standby did not become synchronous within %d ms", WAIT_MS);
+		hs_pause_ms(20);
+	}
+	hs_server *s = start_batond(p);
+	char id[128];
+	long long before = grant(s, "db", id, sizeof id);
+	release(s, id);
+	node_stop(&p->n[1]);
+
+	posted req = {.s = s, .mu = PTHREAD_MUTEX_INITIALIZER};
+	pthread_t t;
+	assert_int_equal(pthread_create(&t, NULL, post_lease, &req), 0);
+	long long waiting = 0;
+	deadline = hs_mono_ms() + WAIT_MS;
+	while (!(waiting = sync_waiter(p, 0)) && hs_mono_ms() < deadline)
+		hs_pause_ms(20);
+	if (!waiting) {
+		pthread_join(t, NULL);
+		fail_msg("no commit of batond waited for the synchronous standby");
+	}
+	char sql[96];
+	snprintf(sql, sizeof sql, "SELECT pg_cancel_backend(%lld)::int", waiting);
+	assert_int_equal(node_value(&p->n[0], sql), 1);
+	/* Either batond answers now, or it writes the round again on a new session, which
+	 * waits for the standby again: then it must not have answered. */
+	while (!is_done(&req) && !sync_waiter(p, waiting) && hs_mono_ms() < deadline)
+		hs_pause_ms(20);
+	int answered_early = is_done(&req) && req.status == 201;
+	assert_int_equal(node_start(&p->n[1]), 0);
+	pthread_join(t, NULL);
+	if (answered_early)
+		fail_msg("a commit only on the primary was answered as granted (token %lld)",
+			 req.token);
+	/* Answered once the standby had it, or not before the client gave up: the same
+	 * request_id gets the real outcome. */
+	assert_true(req.status == 201 || req.status == 0 || req.status == 503);
+	posted again = {.s = s, .mu = PTHREAD_MUTEX_INITIALIZER};
+	deadline = hs_mono_ms() + WAIT_MS;
+	do {
+		again.done = 0;
+		post_lease(&again);
+	} while (again.status != 200 && hs_mono_ms() < deadline && (hs_pause_ms(50), 1));
+	assert_int_equal(again.status, 200); /* the lease of that request, found again */
+	assert_true(again.token > before);
+	if (req.status == 201)
+		assert_int_equal(again.token, req.token);
+}
+
 /* A database of another PostgreSQL cluster (a dump restored, pg_upgrade): batond refuses
  * it, naming both system identifiers, until the operator accepts the new one; tokens then
  * continue above every one stored, and later starts need nothing more. */
@@ -564,6 +701,8 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_no_token_repeats_after_an_asynchronous_promotion,
 					    pair_setup, pair_teardown),
 	    cmocka_unit_test_setup_teardown(test_a_lost_claim_runs_again_under_a_new_token,
+					    pair_setup, pair_teardown),
+	    cmocka_unit_test_setup_teardown(test_a_cancelled_synchronous_commit_is_no_success,
 					    pair_setup, pair_teardown),
 	    cmocka_unit_test_setup_teardown(
 		test_another_system_identifier_is_refused_until_accepted, pg_server_setup,
