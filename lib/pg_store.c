@@ -589,7 +589,10 @@ static int migrate(pg_store *s, PGconn *c, baton_error *err)
  */
 static int check_identity(pg_store *s, PGconn *c, const char *accept, baton_error *err)
 {
-	int rc = pg_exec_ok(c, "BEGIN", err, "begin");
+	/* Under the schema's lock: two batonds starting at once on a new database would both
+	 * find no identifier and both record it. */
+	int rc = pg_exec_ok(c, "BEGIN; SELECT pg_advisory_xact_lock(" LOCK_MIGRATE ")", err,
+			    "locking the system identifier");
 	PGresult *r =
 	    rc ? NULL
 	       : PQexec(c, "SELECT (SELECT system_identifier FROM pg_control_system()),"
