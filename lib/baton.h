@@ -133,6 +133,12 @@ typedef struct baton_engine_config {
 	 * API: they pass it the lease and task requests of the resources it drives.
 	 * NULL or "": they answer those with 503 instead. */
 	const char *advertise_url;
+	/* PostgreSQL only: the system_identifier (decimal) of a database to run on although
+	 * baton recorded another one there (restored from a dump, upgraded with pg_upgrade).
+	 * Opening such a database otherwise fails with BATON_ECONFLICT, naming both. Accepted,
+	 * every resource's fencing tokens and every partition's epoch continue above every
+	 * one stored. NULL: none. */
+	const char *accept_system_identifier;
 } baton_engine_config;
 
 /*

@@ -54,6 +54,17 @@ static void forget(baton_engine *e, res_lock *l)
 	lock_free(l);
 }
 
+/* In a cluster, a grant takes a token above the floor of the database generation under
+ * which this node holds the resource's partition (internal.h): above every token granted
+ * under an earlier generation, also those that the promoted standby never received and so
+ * are not in the stored row. */
+static void raise_to_generation(const baton_engine *e, res_lock *l)
+{
+	int64_t floor = e->clustered ? generation_floor(e->epoch[part_of(l->row.name)]) : 0;
+	if (l->row.last_token < floor)
+		l->row.last_token = floor;
+}
+
 /* Reads l's stored row; BATON_OK when l is loaded (a resource never stored is new). */
 static int load(baton_engine *e, res_lock *l)
 {
@@ -63,6 +74,7 @@ static int load(baton_engine *e, res_lock *l)
 	if (rc == BATON_ENOTFOUND) {
 		l->loaded = 1;
 		l->dirty = 1; /* its first row is written with its first grant */
+		raise_to_generation(e, l);
 		return BATON_OK;
 	}
 	if (rc != BATON_OK) {
@@ -83,6 +95,7 @@ static int load(baton_engine *e, res_lock *l)
 	r.row = (resource_row){0};
 	store_resource_fini(&r);
 	l->loaded = 1;
+	raise_to_generation(e, l);
 	return BATON_OK;
 }
 

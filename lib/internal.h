@@ -199,6 +199,19 @@ uint32_t fnv1a(const char *s);
 /* A cluster's unit of ownership (members.c): every resource belongs to one of PARTS
  * partitions, and one node at a time drives all the resources of a partition. */
 #define PARTS 64
+/*
+ * The generation of the database a cluster runs on (pg_store.c): it rises at every promotion
+ * of a standby, and a partition's epoch and a resource's fencing tokens granted under a
+ * generation start at its floor, GENERATION_STEP times the generation, so that they outrank
+ * everything granted under earlier ones, even what the promoted standby never received.
+ * Tokens stay below 2^53 (exact in every JSON client) for generations below 2^13.
+ */
+#define GENERATION_BITS 40
+#define GENERATION_STEP ((int64_t)1 << GENERATION_BITS)
+static inline int64_t generation_floor(int64_t epoch)
+{
+	return epoch & ~(GENERATION_STEP - 1);
+}
 static inline int part_of(const char *resource)
 {
 	return (int)(fnv1a(resource) % PARTS);

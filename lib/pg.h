@@ -41,6 +41,7 @@
 	X(PQresultErrorMessage)                                                                    \
 	X(PQresultStatus)                                                                          \
 	X(PQsendFlushRequest)                                                                      \
+	X(PQsetNoticeReceiver)                                                                     \
 	X(PQsendQueryPrepared)                                                                     \
 	X(PQsocket)                                                                                \
 	X(PQstatus)                                                                                \
@@ -76,6 +77,7 @@ int pg_load_libpq(char *why, size_t n);
 #define PQresultErrorMessage (pg_api.PQresultErrorMessage_)
 #define PQresultStatus	     (pg_api.PQresultStatus_)
 #define PQsendFlushRequest   (pg_api.PQsendFlushRequest_)
+#define PQsetNoticeReceiver  (pg_api.PQsetNoticeReceiver_)
 #define PQsendQueryPrepared  (pg_api.PQsendQueryPrepared_)
 #define PQsocket	     (pg_api.PQsocket_)
 #define PQstatus	     (pg_api.PQstatus_)
@@ -152,6 +154,9 @@ typedef struct pg_store {
 	const logger *log;
 	PGconn *w;  /* the writer's connection (engine thread) */
 	int w_lost; /* the writer's connection broke and is not back yet (logged once) */
+	/* The server warned that it cancelled a commit's wait for the synchronous standby: the
+	 * commit is local only (writer_notice). Set by libpq's calls on the writer's thread. */
+	int sync_cancelled;
 	char node_id[MAX_NAME + 1]; /* this node in the cluster, once joined */
 	int64_t idle_tx_ms;	    /* idle_in_transaction_session_timeout of new sessions */
 	struct pg_cluster *cluster; /* the membership thread and what it read (pg_cluster.c) */
@@ -187,6 +192,8 @@ enum {
 /* pg_store.c */
 /* A new connection with baton's session settings, or NULL with err set. */
 PGconn *pg_connect(pg_store *s, baton_error *err);
+/* Watches the writer's connection c for the warning of a cancelled synchronous commit. */
+void pg_watch_writer(pg_store *s, PGconn *c);
 /* The writer's connection, reconnected (lock taken, epoch checked) when it broke. */
 int pg_writer(pg_store *s, baton_error *err);
 /* After a failure: a broken writer connection is dropped, and said once. */

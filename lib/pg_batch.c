@@ -452,6 +452,7 @@ static int write_once(pg_store *s, const store_batch *b, int per_row, store_writ
 {
 	if (PQenterPipelineMode(s->w) != 1)
 		return pg_fail(s->w, NULL, err, "entering pipeline mode");
+	s->sync_cancelled = 0;
 	pipeline p = {.s = s, .err = err};
 	send_batch(&p, b, per_row);
 	/* The statements up to the sync are one implicit transaction, committed (or, after a
@@ -481,13 +482,21 @@ static int write_once(pg_store *s, const store_batch *b, int per_row, store_writ
 		}
 		PQexitPipelineMode(s->w);
 	}
+	/* Committed on this server only (writer_notice): its outcome is unknown until a new
+	 * session writes it again, which waits for the standby. */
+	if (!p.failed && s->sync_cancelled) {
+		p.failed = err_set(err, BATON_EIO,
+				   "commit: its wait for the synchronous standby was cancelled; it "
+				   "is committed on the primary only");
+		p.at_commit = 1;
+	}
 	if (!p.failed)
 		return BATON_OK;
 	/* The commit's outcome is unknown when the connection broke after the sync went out,
 	 * and when the failure came at the commit itself and a retry may clear it: a server
 	 * told to shut down while the commit waited for its WAL flush commits, then says
 	 * "terminating connection" instead of acknowledging. */
-	int broken = PQstatus(s->w) != CONNECTION_OK;
+	int broken = PQstatus(s->w) != CONNECTION_OK || s->sync_cancelled;
 	why->unknown = p.commit_sent && (broken || (p.at_commit && pg_transient(p.failed)));
 	why->permanent = !broken && !pg_transient(p.failed);
 	why->culprit = why->permanent ? p.culprit : NULL;

@@ -27,6 +27,13 @@
  * After the database was unreachable, every lease may have run out while no node could
  * renew it; a node that reconnects first waits one lease before it takes partitions that
  * belong to others, so that they can renew theirs instead of losing their work to it.
+ *
+ * Generations. When a standby is promoted, the database's generation (baton_generation(),
+ * pg_store.c) rises, and an epoch claimed before it no longer passes the ownership check.
+ * A node reads the generation with the partitions: its own partitions under an older epoch
+ * count as not held, and it claims them again at once, with an epoch at or above the new
+ * generation's floor (whose bits the engine's tokens then start from, idle.c); the
+ * partitions of other nodes only one lease after it saw the change.
  */
 #include "pg.h"
 
@@ -56,6 +63,7 @@ typedef struct pg_cluster {
 	int free_parts;	       /* partitions with no owner, as last read */
 	int joined;	       /* the row is this process's: renewals are conditional from now on */
 	int64_t earlier_left;  /* the join: what the row's lease had left (join_sql) */
+	int64_t generation;    /* the database's (baton_generation()) as last read; -1: unread */
 } pg_cluster;
 
 /* A node's row belongs to the process that joined last under its id (its incarnation): a
@@ -77,14 +85,21 @@ static const char renew_sql[] =
     " WHERE id = $1 AND incarnation = $3"
     " RETURNING (extract(epoch FROM expires) * 1000)::bigint,"
     " (SELECT count(*) FROM nodes WHERE expires > now() AND id <> $1) + 1";
+/* With the database's generation and timeline (pg_store.c, schema 7). */
 static const char read_sql[] =
-    "SELECT p.id, p.epoch, coalesce(p.owner, ''), coalesce(n.url, '') FROM partitions p"
-    " LEFT JOIN nodes n ON n.id = p.owner ORDER BY p.id";
-/* Free partitions first, then (with $3) those whose owner is not live. */
+    "SELECT p.id, p.epoch, coalesce(p.owner, ''), coalesce(n.url, ''), g.floor,"
+    " baton_timeline() FROM partitions p LEFT JOIN nodes n ON n.id = p.owner,"
+    " (SELECT baton_generation() AS floor) g ORDER BY p.id";
+/* This node's own partitions claimed under an earlier generation first, then free
+ * partitions, then (with $3) those whose owner is not live. A claim's epoch is at least
+ * the generation's floor. */
 static const char claim_sql[] =
-    "UPDATE partitions p SET owner = $1, epoch = p.epoch + 1 FROM (SELECT id FROM partitions q"
-    " WHERE q.owner IS NULL OR ($3 AND q.owner <> $1 AND NOT EXISTS (SELECT 1 FROM nodes n"
-    " WHERE n.id = q.owner AND n.expires > now())) ORDER BY q.owner IS NOT NULL, q.id"
+    "WITH g AS MATERIALIZED (SELECT baton_generation() AS floor)"
+    " UPDATE partitions p SET owner = $1, epoch = greatest(p.epoch + 1, g.floor) FROM g,"
+    " (SELECT id FROM partitions q WHERE (q.owner = $1 AND q.epoch < (SELECT floor FROM g))"
+    " OR q.owner IS NULL OR ($3 AND q.owner <> $1 AND NOT EXISTS (SELECT 1 FROM nodes n"
+    " WHERE n.id = q.owner AND n.expires > now()))"
+    " ORDER BY q.owner IS DISTINCT FROM $1, q.owner IS NOT NULL, q.id"
     " LIMIT $2 FOR UPDATE SKIP LOCKED) w WHERE p.id = w.id RETURNING p.id, p.epoch";
 
 static PGresult *exec(PGconn *c, const char *sql, const pg_params *p)
@@ -155,6 +170,25 @@ static int renew(pg_cluster *cl, int *live, baton_error *err)
 	return BATON_OK;
 }
 
+/*
+ * The database's generation changed under this node (a standby was promoted): the others
+ * may not have found the new primary yet, and their leases, as the new primary's clock
+ * sees them, may have run out while nobody could renew them. So no partition of another
+ * node is claimed for one lease from now; this node's own are claimed again at once.
+ */
+static void new_generation(pg_cluster *cl, int64_t floor, int64_t timeline)
+{
+	if (cl->generation >= 0) {
+		cl->grace_until = mono_ms() + cl->lease_ms;
+		log_at(
+		    cl->s->log, BATON_LOG_WARN, NULL,
+		    "the database changed generation (a promotion: timeline %lld); node %s claims "
+		    "its partitions again, and fencing tokens continue from %lld",
+		    (long long)timeline, cl->s->node_id, (long long)floor);
+	}
+	cl->generation = floor;
+}
+
 static int read_owners(pg_cluster *cl, baton_error *err)
 {
 	PGresult *r;
@@ -165,6 +199,9 @@ static int read_owners(pg_cluster *cl, baton_error *err)
 	cl->owner.read_at = t0;
 	memset(cl->owner.epoch, 0, sizeof cl->owner.epoch);
 	cl->free_parts = 0;
+	int64_t floor = PQntuples(r) ? pg_col_int(r, 0, 4) : cl->generation;
+	if (floor != cl->generation)
+		new_generation(cl, floor, PQntuples(r) ? pg_col_int(r, 0, 5) : 0);
 	for (int i = 0; i < PQntuples(r); i++) {
 		cl->free_parts += PQgetvalue(r, i, 2)[0] == 0;
 		int id = (int)pg_col_int(r, i, 0);
@@ -173,7 +210,9 @@ static int read_owners(pg_cluster *cl, baton_error *err)
 		snprintf(cl->owner.owner[id], sizeof cl->owner.owner[id], "%s",
 			 PQgetvalue(r, i, 2));
 		snprintf(cl->owner.url[id], sizeof cl->owner.url[id], "%s", PQgetvalue(r, i, 3));
-		if (strcmp(cl->owner.owner[id], cl->s->node_id) == 0)
+		/* Claimed before a promotion: no longer held, claimed again (claim_sql). */
+		if (strcmp(cl->owner.owner[id], cl->s->node_id) == 0 &&
+		    pg_col_int(r, i, 1) >= floor)
 			cl->owner.epoch[id] = pg_col_int(r, i, 1);
 	}
 	PQclear(r);
@@ -374,6 +413,7 @@ int pg_join(store *base, const char *node_id, const char *url, int64_t lease_ms,
 	cl->s = s;
 	cl->hooks = *h;
 	cl->lease_ms = lease_ms;
+	cl->generation = -1;
 	cl->stop_pipe[0] = cl->stop_pipe[1] = -1;
 	pthread_mutex_init(&cl->mu, NULL);
 	snprintf(s->node_id, sizeof s->node_id, "%s", node_id);
@@ -402,8 +442,10 @@ int pg_join(store *base, const char *node_id, const char *url, int64_t lease_ms,
 	if (rc == BATON_OK)
 		wait_for_earlier(cl);
 	if (rc == BATON_OK)
-		rc = run_ok(cl->c, "UPDATE partitions SET epoch = epoch + 1 WHERE owner = $1", &p,
-			    NULL, err, "taking back partitions");
+		rc = run_ok(cl->c,
+			    "UPDATE partitions SET epoch = greatest(epoch + 1, baton_generation())"
+			    " WHERE owner = $1",
+			    &p, NULL, err, "taking back partitions");
 	if (rc == BATON_OK)
 		rc = tick(cl, err);
 	if (rc == BATON_OK) /* the others' shares shrink: they hand over now, not at their tick */
@@ -508,8 +550,11 @@ int pg_owned(store *base, int64_t epochs[PARTS], baton_error *err)
 	pg_params p = {0};
 	pg_text(&p, s->node_id);
 	PGresult *r;
-	int rc = writer_ok(s, "SELECT id, epoch FROM partitions WHERE owner = $1", &p, &r, err,
-			   "reading partitions");
+	/* One claimed before a promotion is held no more: the fence refuses its batches. */
+	int rc = writer_ok(s,
+			   "SELECT id, epoch FROM partitions WHERE owner = $1"
+			   " AND epoch >= baton_generation()",
+			   &p, &r, err, "reading partitions");
 	if (rc)
 		return rc;
 	memset(epochs, 0, PARTS * sizeof *epochs);

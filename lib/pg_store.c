@@ -33,7 +33,7 @@
  * lost, a token going backwards) BATON_ECONFLICT, XX (internal, corruption)
  * BATON_ECORRUPT, anything else BATON_EINTERNAL: a retry cannot help those.
  *
- * Schema (baton_meta 'schema' = 5; a database of an older schema is migrated when opened,
+ * Schema (baton_meta 'schema' = 7; a database of an older schema is migrated when opened,
  * one version at a time, under a lock): the same tables and columns as the SQLite
  * store's, so that operators can read either with the same SQL, with boolean columns
  * where SQLite has integers, and counters for ids in baton_meta.
@@ -43,7 +43,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define PG_SCHEMA_VERSION 6
+#define PG_SCHEMA_VERSION 7
 /* Advisory lock key of the schema migration (per transaction). */
 #define LOCK_MIGRATE "7303122311001"
 
@@ -144,6 +144,27 @@ static const char migrate_v5_sql[] =
     "  ADD COLUMN holders text;"
     "UPDATE baton_meta SET value = 6 WHERE key = 'schema'";
 
+/*
+ * Schema 6 to 7: the database's generation (baton_generation()), the floor of every
+ * partition epoch and fencing token granted under it: generation_base plus the timeline ID
+ * of the live primary, less one, times 2^40. PostgreSQL raises the timeline ID at every
+ * promotion of a standby, and the current WAL file's name carries it (pg_walfile_name
+ * errors on a standby, which takes no writes anyway). So on a database that never failed
+ * over, the floor is 0 and tokens keep their values; after a promotion, everything granted
+ * is above everything granted before it, also the grants the promoted standby never
+ * received. generation_base is raised only when an operator accepts a database of another
+ * system identifier (--accept-system-identifier), above every stored token and epoch.
+ */
+static const char migrate_v6_sql[] =
+    "INSERT INTO baton_meta VALUES ('generation_base', 0) ON CONFLICT (key) DO NOTHING;"
+    "CREATE FUNCTION baton_timeline() RETURNS bigint LANGUAGE sql VOLATILE AS $$"
+    " SELECT ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::bigint"
+    " $$;"
+    "CREATE FUNCTION baton_generation() RETURNS bigint LANGUAGE sql VOLATILE AS $$"
+    " SELECT (SELECT value FROM baton_meta WHERE key = 'generation_base')"
+    " + ((baton_timeline() - 1) << 40) $$;"
+    "UPDATE baton_meta SET value = 7 WHERE key = 'schema'";
+
 /* Deletes the finished workflows that d picks, with everything that names them, in one
  * statement; the ids deleted come back. Event seqs and workflow seqs come from
  * baton_meta's counters, which deletes do not touch. */
@@ -230,11 +251,16 @@ static const char *const writer_sql[W_NSTMT] = {
      * it, and the batch is refused (BT003) if any of them names another owner or epoch
      * ($2 and $3 are aligned). MATERIALIZED keeps the check above the lock: pushed below
      * it, only the rows that fail it would be locked. baton_refuse runs only to refuse,
-     * so a batch pays for no PL/pgSQL call. */
+     * so a batch pays for no PL/pgSQL call. An epoch below the database's generation
+     * (schema 7) was claimed before a promotion: the batch is refused, and the node claims
+     * its partitions again under the new generation (pg_cluster.c), so that no grant
+     * commits with a token of an earlier generation. */
     [W_FENCE] = "WITH p AS MATERIALIZED (SELECT id, owner, epoch FROM partitions"
-		" WHERE id = ANY($2::integer[]) ORDER BY id FOR SHARE)"
-		" SELECT baton_refuse($1) FROM p WHERE p.owner IS DISTINCT FROM $1"
-		" OR p.epoch <> ($3::bigint[])[array_position($2::integer[], p.id)]",
+		" WHERE id = ANY($2::integer[]) ORDER BY id FOR SHARE),"
+		" g AS MATERIALIZED (SELECT baton_generation() AS floor)"
+		" SELECT baton_refuse($1) FROM p, g WHERE p.owner IS DISTINCT FROM $1"
+		" OR p.epoch <> ($3::bigint[])[array_position($2::integer[], p.id)]"
+		" OR p.epoch < g.floor",
     /* A hint to the owner of a partition that it has work (a submission from here). */
     [W_NOTIFY] = "SELECT pg_notify('baton', $1)",
 };
@@ -537,6 +563,10 @@ static int migrate(pg_store *s, PGconn *c, baton_error *err)
 		rc = pg_exec_ok(c, migrate_v5_sql, err, "migrating schema 5 to 6");
 		version = 6;
 	}
+	if (rc == BATON_OK && version == 6) {
+		rc = pg_exec_ok(c, migrate_v6_sql, err, "migrating schema 6 to 7");
+		version = 7;
+	}
 	if (rc == BATON_OK && version != PG_SCHEMA_VERSION)
 		rc = err_set(err, BATON_ECORRUPT,
 			     "%s: schema version %lld is not one this batond knows (%d)", s->shown,
@@ -546,6 +576,80 @@ static int migrate(pg_store *s, PGconn *c, baton_error *err)
 		return rc;
 	}
 	return pg_exec_ok(c, "COMMIT", err, "committing the schema");
+}
+
+/*
+ * The database's identity. baton_meta records the system_identifier of the PostgreSQL
+ * cluster baton first ran on. A promotion keeps it (a standby is a copy of its primary);
+ * a database restored from a logical dump, or moved by pg_upgrade, is in another cluster,
+ * whose timeline may have started again at 1, so the generation (migrate_v6_sql) could fall
+ * and tokens granted before could be granted again. Such a database is refused, unless
+ * the operator accepts its identifier (accept): then generation_base rises so that the
+ * generation's floor is above every token and epoch stored.
+ */
+static int check_identity(pg_store *s, PGconn *c, const char *accept, baton_error *err)
+{
+	/* Under the schema's lock: two batonds starting at once on a new database would both
+	 * find no identifier and both record it. */
+	int rc = pg_exec_ok(c, "BEGIN; SELECT pg_advisory_xact_lock(" LOCK_MIGRATE ")", err,
+			    "locking the system identifier");
+	PGresult *r =
+	    rc ? NULL
+	       : PQexec(c, "SELECT (SELECT system_identifier FROM pg_control_system()),"
+			   " (SELECT value FROM baton_meta WHERE key = 'system_identifier'"
+			   " FOR UPDATE)");
+	if (!rc && (PQresultStatus(r) != PGRES_TUPLES_OK || PQntuples(r) != 1))
+		rc = pg_fail(c, r, err, "reading the system identifier");
+	char now[24] = "", was[24] = "";
+	if (!rc) {
+		snprintf(now, sizeof now, "%s", PQgetvalue(r, 0, 0));
+		snprintf(was, sizeof was, "%s", PQgetvalue(r, 0, 1));
+	}
+	PQclear(r);
+	pg_params p = {0};
+	pg_text(&p, now);
+	p.fmt[0] = 0;
+	if (!rc && !was[0]) {
+		r = PQexecParams(c, "INSERT INTO baton_meta VALUES ('system_identifier', $1)", p.n,
+				 NULL, p.v, p.len, p.fmt, 0);
+		rc = PQresultStatus(r) == PGRES_COMMAND_OK ? BATON_OK
+							   : pg_fail(c, r, err, "recording it");
+		PQclear(r);
+	} else if (!rc && strcmp(was, now) != 0 && !(accept && strcmp(accept, now) == 0)) {
+		rc =
+		    err_set(err, BATON_ECONFLICT,
+			    "%s has system_identifier %s, but baton recorded %s there: this is "
+			    "another PostgreSQL cluster (a restore from a dump, pg_upgrade), where "
+			    "fencing tokens granted before could be granted again. If it is the "
+			    "right database, start batond with --accept-system-identifier %s: "
+			    "tokens then continue above every one stored",
+			    s->shown, now, was, now);
+	} else if (!rc && strcmp(was, now) != 0) {
+		r = PQexecParams(
+		    c,
+		    "WITH t AS (SELECT greatest((SELECT max(last_token) FROM resources),"
+		    " (SELECT max(epoch) FROM partitions), (SELECT max(fencing_token) FROM steps),"
+		    " baton_generation()) AS top),"
+		    " b AS (UPDATE baton_meta SET value = greatest(value, ((((SELECT top FROM t)"
+		    " >> 40) + 1) << 40) - ((baton_timeline() - 1) << 40))"
+		    " WHERE key = 'generation_base')"
+		    " UPDATE baton_meta SET value = $1 WHERE key = 'system_identifier'"
+		    " RETURNING (SELECT (((top >> 40) + 1) << 40) FROM t)",
+		    p.n, NULL, p.v, p.len, p.fmt, 0);
+		if (PQresultStatus(r) != PGRES_TUPLES_OK || PQntuples(r) != 1)
+			rc = pg_fail(c, r, err, "starting a new generation");
+		else
+			log_at(s->log, BATON_LOG_WARN, NULL,
+			       "accepted %s with system_identifier %s (baton recorded %s): fencing "
+			       "tokens continue from %s",
+			       s->shown, now, was, PQgetvalue(r, 0, 0));
+		PQclear(r);
+	}
+	if (rc) {
+		pg_exec_ok(c, "ROLLBACK", NULL, "rollback");
+		return rc;
+	}
+	return pg_exec_ok(c, "COMMIT", err, "committing the system identifier");
 }
 
 static int prepare_writer(PGconn *c, baton_error *err)
@@ -572,6 +676,26 @@ static PGresult *run(PGconn *c, int stmt, const pg_params *p)
 			      p ? p->fmt : NULL, 0);
 }
 
+/*
+ * PostgreSQL commits a transaction whose wait for a synchronous standby was cancelled (a
+ * statement timeout, pg_cancel_backend, a fast shutdown) and only warns: "canceling wait
+ * for synchronous replication ... already committed locally, but might not have been
+ * replicated to the standby". That is no success: a promotion may lose it. The warning is
+ * recognized by the function that raises it, whatever language the server speaks.
+ */
+static void writer_notice(void *arg, const PGresult *r)
+{
+	pg_store *s = arg;
+	const char *fn = PQresultErrorField(r, PG_DIAG_SOURCE_FUNCTION);
+	if (fn && strcmp(fn, "SyncRepWaitForLSN") == 0)
+		s->sync_cancelled = 1;
+}
+
+void pg_watch_writer(pg_store *s, PGconn *c)
+{
+	PQsetNoticeReceiver(c, writer_notice, s);
+}
+
 /* The writer's connection, reconnected when it broke. Whatever the server said while the
  * connection was idle is read first: a server that shut down has closed it, and it is
  * better to learn that before a batch is sent (its outcome would be unknown) than after. */
@@ -595,6 +719,8 @@ int pg_writer(pg_store *s, baton_error *err)
 		return rc;
 	}
 	s->w = c;
+	s->sync_cancelled = 0;
+	pg_watch_writer(s, c);
 	if (s->w_lost) {
 		log_at(s->log, BATON_LOG_WARN, NULL, "database connection is back (%s)", s->shown);
 		s->w_lost = 0;
@@ -602,11 +728,14 @@ int pg_writer(pg_store *s, baton_error *err)
 	return BATON_OK;
 }
 
-/* After a failure: a broken connection is dropped and said once. */
+/* After a failure: a broken connection is dropped and said once. A connection on which
+ * a commit's wait for the synchronous standby was cancelled counts as broken: what it
+ * committed is on this server only, and a new session learns the real outcome. */
 void pg_writer_failed(pg_store *s)
 {
-	if (s->w && PQstatus(s->w) == CONNECTION_OK)
+	if (s->w && PQstatus(s->w) == CONNECTION_OK && !s->sync_cancelled)
 		return;
+	s->sync_cancelled = 0;
 	PQfinish(s->w);
 	s->w = NULL;
 	if (!s->w_lost)
@@ -663,8 +792,12 @@ static int pg_open(const store_config *cfg, store **out, baton_error *err)
 	if (rc == BATON_OK)
 		rc = migrate(s, c, err);
 	if (rc == BATON_OK)
+		rc = check_identity(s, c, cfg->accept_sysid, err);
+	if (rc == BATON_OK)
 		rc = prepare_writer(c, err);
 	s->w = c;
+	if (c)
+		pg_watch_writer(s, c);
 	if (rc == BATON_OK)
 		rc = pg_readers_open(s, cfg->readers);
 	if (rc) {

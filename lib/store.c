@@ -48,10 +48,10 @@ void store_resource_fini(store_resource *r)
 	memset(r, 0, sizeof *r);
 }
 
-int store_open(const char *db, int readers, const logger *log, const char *fault_file, store **out,
-	       baton_error *err)
+int store_open(const store_config *in, store **out, baton_error *err)
 {
-	store_config cfg = {db, readers, log, fault_file};
+	store_config cfg = *in;
+	const char *db = in->target;
 	const store_ops *ops = &sqlite_store_ops;
 	const char *scheme_end = strstr(db, "://");
 	if (strncmp(db, "postgresql://", 13) == 0 || strncmp(db, "postgres://", 11) == 0) {

@@ -186,6 +186,9 @@ typedef struct store_config {
 	int readers;
 	const logger *log;
 	const char *fault_file; /* SQLite's testing seam (vfs.c); NULL elsewhere */
+	/* PostgreSQL: a system_identifier to accept in place of the one recorded (pg_store.c);
+	 * NULL elsewhere */
+	const char *accept_sysid;
 } store_config;
 
 /*
@@ -312,8 +315,8 @@ void store_base_fini(store *s);
  * Opens the store that db names: "postgresql://..." or "postgres://..." (a libpq URL),
  * "sqlite:PATH", or a plain PATH (SQLite). Any other "SCHEME://" is refused.
  */
-int store_open(const char *db, int readers, const logger *log, const char *fault_file, store **out,
-	       baton_error *err);
+/* Opens the store that cfg->target names (a file path, sqlite:PATH or a PostgreSQL URL). */
+int store_open(const store_config *cfg, store **out, baton_error *err);
 void store_close(store *s);
 /* The finished-workflow cache's budget in bytes (0: no cache); before any read. */
 void store_set_cache_bytes(store *s, size_t max);

@@ -86,10 +86,12 @@ init_cluster() {
 		cat "$dir/initdb.log" >&2
 		exit 1
 	}
-	# Loopback only: the unix socket in DIR and 127.0.0.1.
+	# Loopback only: the unix socket in DIR and 127.0.0.1; replication too, for the
+	# standbys that tests/http/test_failover.c copies from it with pg_basebackup.
 	cat >"$data/pg_hba.conf" <<-EOF
 		local all all trust
 		host all all 127.0.0.1/32 trust
+		host replication all 127.0.0.1/32 trust
 	EOF
 	cat >>"$data/postgresql.conf" <<-EOF
 

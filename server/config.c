@@ -101,6 +101,12 @@ static void usage(FILE *f)
 	    "                           it only shows)\n"
 	    "  --console-dir DIR        serve the console's files from DIR instead of those\n"
 	    "                           built in, for working on them (BATON_CONSOLE_DIR)\n"
+	    "  --accept-system-identifier ID\n"
+	    "                           run on a PostgreSQL database whose system_identifier\n"
+	    "                           is ID although baton recorded another one there (a\n"
+	    "                           restore from a dump, pg_upgrade): tokens continue\n"
+	    "                           above every stored one (BATON_ACCEPT_SYSTEM_IDENTIFIER,\n"
+	    "                           default: none, such a database is refused)\n"
 	    "  --pid-file PATH          write batond's process id to PATH once it listens\n"
 	    "                           (0600; its directory created 0700) and remove it\n"
 	    "                           when batond stops (a flag only; default: none)\n"
@@ -400,6 +406,19 @@ static int set_option(config *c, const char *name, const char *v)
 			 (int)len - (v[len - 1] == '/'), v);
 		return 0;
 	}
+	if (strcmp(name, "accept-system-identifier") == 0) {
+		size_t len = strlen(v);
+		if (len < 1 || len >= sizeof c->accept_sysid || strspn(v, "0123456789") != len) {
+			fprintf(stderr,
+				"batond: --accept-system-identifier wants the database's"
+				" system_identifier (digits, as batond's refusal names it), not "
+				"\"%s\"\n",
+				v);
+			return -1;
+		}
+		snprintf(c->accept_sysid, sizeof c->accept_sysid, "%s", v);
+		return 0;
+	}
 	if (strcmp(name, "lease-ms") == 0) {
 		if (parse_int("--lease-ms", v, 500, 600000, &n))
 			return -1;
@@ -532,6 +551,7 @@ static const char *const env_names[][2] = {
     {"advertise-url", "BATON_ADVERTISE_URL"},
     {"console-actions", "BATON_CONSOLE_ACTIONS"},
     {"console-dir", "BATON_CONSOLE_DIR"},
+    {"accept-system-identifier", "BATON_ACCEPT_SYSTEM_IDENTIFIER"},
 };
 
 int config_load(config *c, int argc, char **argv)
@@ -557,6 +577,7 @@ int config_load(config *c, int argc, char **argv)
 	    {"node-id", required_argument, NULL, 0},
 	    {"lease-ms", required_argument, NULL, 0},
 	    {"advertise-url", required_argument, NULL, 0},
+	    {"accept-system-identifier", required_argument, NULL, 0},
 	    {"pid-file", required_argument, NULL, 0},
 	    {"console-actions", no_argument, NULL, 0},
 	    {"console-dir", required_argument, NULL, 0},

@@ -47,6 +47,7 @@ typedef struct config {
 	char advertise_url[256]; /* how the other nodes reach this one; empty: they cannot */
 	int console_actions;	 /* the console offers its actions (ui.c) */
 	char console_dir[4096];	 /* the console's files from here (empty: those built in) */
+	char accept_sysid[24];	 /* a PostgreSQL system_identifier to accept; empty: none */
 } config;
 
 /* 0: run; 1: done (--help, --version printed); -1: invalid, message printed. */

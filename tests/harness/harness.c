@@ -334,6 +334,15 @@ int hs_route_db(hs_server *s, int port)
 	return 0;
 }
 
+int hs_set_db(hs_server *s, const char *url)
+{
+	size_t n = strlen(url);
+	if (n >= sizeof s->db)
+		return -1;
+	memcpy(s->db, url, n + 1);
+	return 0;
+}
+
 static hs_server *open_on(const hs_server *first, const char *const *extra_args, int start)
 {
 	pthread_once(&global_once, global_init);

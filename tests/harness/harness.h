@@ -77,6 +77,9 @@ hs_server *hs_new(const hs_server *first, const char *const *extra_args);
 /* For the next starts: the PostgreSQL URL batond gets reaches the server through `port` on
  * 127.0.0.1 (a proxy in front of it, proxy.h). 0, or -1 on SQLite. */
 int hs_route_db(hs_server *s, int port);
+/* For the next starts: batond gets `url` as its --db (a database of a server the test runs
+ * itself, such as a multi-host URL over a primary and its standby). 0, or -1 when too long. */
+int hs_set_db(hs_server *s, const char *url);
 /* libfaketime's multi-threaded library (Debian's faketime package), or NULL when missing, or
  * in a ThreadSanitizer build: libfaketime wraps pthread_cond_timedwait, which hides batond's
  * mutex hand-offs from TSan, and TSan then reports races and double locks that are not

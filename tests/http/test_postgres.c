@@ -375,7 +375,7 @@ static void test_pg_two_start_on_empty_database(void **state)
 	assert_true(clean);
 	assert_string_equal(sql_on(db, "SELECT count(*) FROM baton_meta WHERE key = 'schema'"),
 			    "1");
-	assert_string_equal(sql_on(db, "SELECT value FROM baton_meta WHERE key = 'schema'"), "6");
+	assert_string_equal(sql_on(db, "SELECT value FROM baton_meta WHERE key = 'schema'"), "7");
 	drop_database(db);
 }
 
@@ -420,7 +420,9 @@ static void migrates_from(const char *file, const char *version, const char *pre
 	const char *args[] = {"--db", url, NULL};
 	hs_server *s = hs_open(args);
 	assert_non_null(s);
-	assert_string_equal(sql_on(db, "SELECT value FROM baton_meta WHERE key = 'schema'"), "6");
+	assert_string_equal(sql_on(db, "SELECT value FROM baton_meta WHERE key = 'schema'"), "7");
+	/* schema 7: the database's generation, 0 on a database that never failed over */
+	assert_string_equal(sql_on(db, "SELECT baton_generation()"), "0");
 	/* schema 6: a resource's limit, 1 (a mutex) for those that existed */
 	assert_string_equal(sql_on(db, "SELECT count(*) FROM resources WHERE permits <> 1"), "0");
 	assert_string_equal(sql_on(db, "SELECT count(*) FROM information_schema.columns WHERE"
