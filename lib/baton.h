@@ -111,6 +111,9 @@ typedef struct baton_engine_config {
 	/* Testing seam: while this file exists, the database's writes fail (SQLITE_FULL when
 	 * it starts with "full", else an I/O error). NULL in production. */
 	const char *fault_file;
+	/* Testing seam: the engine waits at the racing point this file names ("round",
+	 * "answers"; lib/seam.c). NULL in production. */
+	const char *hold_file;
 	/* Finished workflows are deleted (with their steps and events) this long after they
 	 * finished, a bounded batch at a time between the engine's rounds; 0 keeps them. */
 	int64_t retention_ms;
@@ -355,7 +358,7 @@ typedef void (*baton_lease_fn)(void *ud, int rc, int created, json_t *lease, con
  * granted within wait_ms: BATON_ECONFLICT; or refused); or an error here (invalid input,
  * engine full) and done is never called. The request occupies a place in the resource's
  * FIFO queue, among workflow steps, and the grant takes the next fencing token.
- * *id (33+7 bytes at least: 48) receives the lease's id, for baton_lease_abandon.
+ * *id (33+7 bytes at least: 48) receives the lease's id, for baton_lease_left.
  */
 int baton_lease_acquire(baton_engine *e, const baton_lease_request *req, baton_lease_fn done,
 			void *ud, char id[48], baton_error *err);
@@ -370,11 +373,22 @@ int baton_resource_limit(baton_engine *e, const char *name, int64_t limit, baton
 			 void *ud, baton_error *err);
 
 /*
- * The caller of baton_lease_acquire went away: a lease still waiting leaves the queue at
- * once (its done gets BATON_ECONFLICT); release: the lease was granted but its answer
- * could not be delivered, so it is released. Any thread; nothing is answered.
+ * The caller of the baton_lease_acquire whose ud this is went away while it waited: the
+ * lease leaves the queue (its done gets BATON_ECONFLICT), unless a retry of its request_id
+ * has taken that caller's place since, or it was granted first (then its answer cannot be
+ * delivered: baton_lease_give_back). Any thread; nothing is answered.
  */
-void baton_lease_abandon(baton_engine *e, const char *id, int release);
+void baton_lease_left(baton_engine *e, const char *id, const void *ud);
+/*
+ * Gives back the grant of lease id that was answered to `attempt` (the "attempt" of the
+ * answer: 1 for its first acquisition, each retry of its request_id the next) but could not
+ * be delivered, or whose commit failed: it is released, unless a later attempt has arrived
+ * since (answered or not), which keeps it (done: BATON_ECONFLICT), or it is not held. done
+ * NULL: the engine's own, never refused and not answered; else answered as a release is.
+ * BATON_EINVAL for an attempt below 1. Any thread.
+ */
+int baton_lease_give_back(baton_engine *e, const char *id, int64_t attempt, baton_lease_fn done,
+			  void *ud, baton_error *err);
 /* Renews (ttl_ms > 0: with a new ttl), releases, or reads lease id; done answers
  * (release: once durable). BATON_EGONE when it expired, BATON_ENOTFOUND when there is
  * no such lease. Any thread. Like every call below with a done (and submissions), it

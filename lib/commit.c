@@ -413,20 +413,25 @@ void eng_reply(baton_engine *e, waiter *w, int rc, int kind, const char *resourc
 
 /* The caller of r is told 503 because its round could not be committed: what r was to tell
  * it is taken back. A new workflow or lease leaves memory (drop_unacknowledged); a grant of
- * an older lease or a claim is given back by the next round, as when its answer could not
- * be delivered, so nobody holds what nobody was told it holds. */
+ * an older lease (to its first attempt or a retry) or a claim is given back by the next
+ * round, as when its answer could not be delivered, so nobody holds what nobody was told it
+ * holds. A lease's give-back names the attempt r answered: once a later attempt has
+ * arrived, the lease is that attempt's to keep or give back. */
 static void take_back(baton_engine *e, const reply *r)
 {
 	const char *id = json_string_value(json_object_get(r->w->lease, "id"));
+	json_int_t attempt = json_integer_value(json_object_get(r->w->lease, "attempt"));
 	baton_error err;
 	switch (r->kind) {
 	case REPLY_STORED:
 		drop_unacknowledged(e, r->w->id);
 		break;
 	case REPLY_LEASE_GRANTED:
-		drop_unacknowledged(e, r->w->id);
+	case REPLY_LEASE_HELD: /* the attempt it answered; a later one keeps the lease */
+		if (r->kind == REPLY_LEASE_GRANTED)
+			drop_unacknowledged(e, r->w->id);
 		if (id && strmap_get(e->wfs, id))
-			baton_lease_abandon(e, id, 1);
+			baton_lease_give_back(e, id, attempt, NULL, NULL, &err);
 		break;
 	case REPLY_TASK_CLAIMED:
 		if (id)
@@ -466,6 +471,7 @@ void eng_flush(baton_engine *e)
 			set_faulty(e, 0);
 		}
 		e->fault_backoff_ms = 0;
+		eng_seam(e, "answers", NULL);
 		effects(e, send_by,
 			(double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9);
 		return;

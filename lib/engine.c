@@ -52,6 +52,7 @@ static _Thread_local int held_posted;
 void eng_post(baton_engine *e, msg *m)
 {
 	pthread_mutex_lock(&e->mu);
+	m->arrived = mono_ms(); /* under mu: a message the round did not take arrived after it */
 	if (e->inbox_tail)
 		e->inbox_tail->next = m;
 	else
@@ -532,6 +533,11 @@ void eng_grant(baton_engine *e, int64_t now)
 		eng_grant_lock(e, e->dirty_locks.v[i], now);
 }
 
+int64_t eng_arrival(const baton_engine *e, const msg *m, int64_t now)
+{
+	return now - (e->taken_mono - m->arrived);
+}
+
 /* ---- the loop ---- */
 
 /* mono_ms of the engine's next timed work, INT64_MAX for none (under mu, not in a round). */
@@ -561,6 +567,7 @@ static msg *take_inbox(baton_engine *e, int *stop)
 	*stop = e->stop;
 	e->no_new_work = e->draining;
 	e->in_round = 1;
+	e->taken_mono = mono_ms();
 	return m;
 }
 
@@ -601,6 +608,7 @@ static msg *wait_for_work(baton_engine *e, int *stop)
 /* One round: the messages taken, then timers, grants and the commit. */
 static void run_round(baton_engine *e, msg *m)
 {
+	eng_seam(e, "round", &m);
 	int64_t now = e->now = now_ms();
 	members_round(e, now);
 	while (m) {
@@ -722,6 +730,7 @@ int baton_engine_open(const baton_engine_config *cfg, baton_engine **out, baton_
 			       "db_path, threads >= 1 and readers >= 1 are required");
 	baton_engine *e = xcalloc(1, sizeof *e);
 	e->log = (logger){cfg->log, cfg->log_ud, cfg->log_level, cfg->log_flush};
+	e->hold_file = cfg->hold_file && cfg->hold_file[0] ? xstrdup(cfg->hold_file) : NULL;
 	e->def = &mutex_workflow;
 	e->allow_call = cfg->allow_call;
 	e->on_commit = cfg->on_commit;
@@ -834,6 +843,7 @@ void baton_engine_close(baton_engine *e, int64_t timeout_ms)
 	for (size_t i = 0; i < e->timers.n; i++)
 		free(e->timers.v[i].id);
 	free(e->events.v);
+	free(e->hold_file);
 	free(e->text.v);
 	free(e->event_rows.v);
 	free(e->res_rows.v);

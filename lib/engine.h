@@ -49,11 +49,14 @@ typedef struct msg {
 	char *id;		 /* CANCEL, DELETE */
 	waiter *w;		 /* SUBMIT, CANCEL, DELETE */
 	int idx, attempt;	 /* OUTCOME; LEASE_OP, TASK_OP: idx is the event */
+	int64_t lease_attempt;	 /* LEASE_OP: the attempt a give-back undoes */
+	const void *who;	 /* LEASE_OP: the acquisition whose caller left (its ud) */
 	int64_t ttl_ms, wait_ms; /* LEASE, LEASE_OP, TASK_CLAIM; LIMIT: ttl_ms is the limit */
 	int64_t wait_until;	 /* TASK_CLAIM, once it waits: its deadline */
 	char *worker, *resource; /* TASK_CLAIM: its filters (NULL: any); LIMIT: the resource */
 	step_output out;	 /* OUTCOME */
 	store_ownership *own;	 /* OWNERSHIP (owned) */
+	int64_t arrived;	 /* mono_ms when it was posted (under mu: in the inbox's order) */
 	unsigned counted : 1;	 /* a client's call, counted in pending_submits (eng_post_call) */
 	struct msg *next;
 } msg;
@@ -105,6 +108,8 @@ enum reply_kind {
 	REPLY_LEASE_GRANTED, /* 201: "you hold it", a lease; when the round fails the caller is
 				told 503 and the grant undone (a new lease taken back, an older
 				one released), so nothing is held for nobody */
+	REPLY_LEASE_HELD,    /* 200: "you hold it", to a retry of a lease's acquisition; when the
+				round fails the caller is told 503 and its attempt given back */
 	REPLY_TASK_CLAIMED   /* 200: "you hold it", a task; when not, offered again */
 };
 /* `part`: the partition of the resource the answer is about, -1 for none; when the ownership
@@ -154,6 +159,8 @@ struct baton_engine {
 	int in_round;		   /* a thread runs a round: the engine thread or a helper */
 	pthread_cond_t round_over; /* a round ended while draining (baton_engine_close) */
 	int64_t sleep_until;	   /* mono_ms the idle engine thread waits for; INT64_MAX: a post */
+	int64_t taken_mono; /* mono_ms when the round took its messages: each arrived before */
+	char *hold_file;    /* the testing seam's control file (seam.c); NULL in production */
 
 	/* The thread that runs a round only (the engine thread, or a helper: in_round). */
 	int faulty;			  /* commits are failing */
@@ -215,6 +222,12 @@ struct baton_engine {
 	struct lease_hint *hints;
 	pthread_mutex_t hints_mu;
 };
+
+/* seam.c: a test may hold the engine at point ("round": m is the round's messages, and
+ * those posted while it waits join them; "answers": m NULL). */
+void eng_seam(baton_engine *e, const char *point, msg **m);
+/* The wall-clock time (the round's clock, ms) at which m arrived. Engine thread. */
+int64_t eng_arrival(const baton_engine *e, const msg *m, int64_t now);
 
 /* engine.c */
 void eng_waiter_done(waiter *w, int rc, int created, const char *msg_text);

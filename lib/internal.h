@@ -112,6 +112,9 @@ typedef struct wf_row {
 	unsigned lease : 1, lease_named : 1;
 	int64_t lease_ttl_ms, lease_expires_at, lease_wait_until, lease_grace_until;
 	struct waiter *lease_w; /* the acquisition's caller until it is answered */
+	/* The arrivals of its acquisition so far: the first request is attempt 1, each retry
+	 * of its request_id the next. Stored with the round of each retry ("attempt"). */
+	int64_t lease_attempt;
 	/* An external step (task.c) that a process has claimed, until when, for how long. */
 	unsigned task_claimed : 1;
 	int64_t task_expires_at, task_ttl_ms;
@@ -331,6 +334,8 @@ enum hold_answer {
 	HOLD_READ,	/* its state as it is now: a read that promises nothing */
 	HOLD_COMMITTED, /* its state once this round is durable, under the ownership check */
 	HOLD_GRANT,	/* "you hold it" once the grant is durable; given back when it is not */
+	HOLD_HELD,	/* "you hold it" to a retry, once this round (the grant, the retry's
+			   attempt) is durable; its attempt given back when it is not */
 	HOLD_WAIT,	/* the caller waits for a later event (its grant, its wait deadline) */
 	HOLD_REFUSE,	/* refused: code and why; nothing changed */
 	HOLD_PASS_ON	/* another node drives it: 503 naming that node, which the HTTP layer
@@ -351,12 +356,13 @@ typedef struct hold_move {
 /* A lease, as the API names its states. */
 enum lease_state { LEASE_WAITING, LEASE_HELD, LEASE_RELEASED, LEASE_EXPIRED, LEASE_ABANDONED };
 enum lease_event {
-	LEASE_ACQUIRE,	   /* its request_id is asked for again */
+	LEASE_ACQUIRE,	   /* its request_id is asked for again: the next attempt arrived */
 	LEASE_RENEW,	   /* its holder renews it (maybe with a new ttl) */
 	LEASE_RELEASE,	   /* its holder releases it (or gives up its wait) */
 	LEASE_GET,	   /* somebody reads it */
-	LEASE_LEFT,	   /* the caller waiting for its grant went away */
-	LEASE_UNDELIVERED, /* its grant could not be told (or committed) to its caller */
+	LEASE_LEFT,	   /* the caller waiting for its grant went away (it names that caller) */
+	LEASE_UNDELIVERED, /* the give-back of a grant that could not be told (or committed) to
+			      the caller of one attempt (it names that attempt) */
 	LEASE_GRANTED,	   /* its resource's queue granted it */
 	LEASE_TIMER,	   /* one of its deadlines came (lease_facts says which) */
 	LEASE_STOP	   /* the server stops */
@@ -365,7 +371,8 @@ enum lease_act {
 	LEASE_KEEP,	    /* nothing changes */
 	LEASE_EXTEND,	    /* its expiry counted again from now */
 	LEASE_NEW_TTL,	    /* its new ttl written with this round; its expiry from now */
-	LEASE_ADOPT,	    /* a caller came back for it: no grace any more; expiry from now */
+	LEASE_ADOPT,	    /* a caller came back for it: no grace any more; expiry from now; its
+			       attempt written with this round */
 	LEASE_REATTACH,	    /* the caller takes the waiting one's place (it is told 409) */
 	LEASE_START,	    /* granted: its expiry from now; its caller answered once durable */
 	LEASE_START_UNSEEN, /* granted while nobody waits for it: kept a grace for its caller to
@@ -381,6 +388,12 @@ typedef struct lease_facts {
 	int caller;    /* somebody waits for the answer to its acquisition */
 	int new_ttl;   /* LEASE_RENEW: with a ttl other than its own */
 	int expired, grace_over, wait_over; /* LEASE_TIMER: which of its deadlines came */
+	/* LEASE_UNDELIVERED, LEASE_LEFT: the attempt or the caller it names is not the latest:
+	 * a retry of the same request_id arrived since (answered or not). */
+	int superseded;
+	/* LEASE_RENEW, LEASE_RELEASE: the request arrived (as stamped when it was posted) at
+	 * or after the lease's expiry, whatever the engine's round applies first. */
+	int late;
 } lease_facts;
 hold_move lease_next(int state, int event, const lease_facts *f);
 /* "waiting", "held", ... (static), and back; an unknown name reads as abandoned. */

@@ -14,14 +14,17 @@
  * once the new ttl is durable), how long its caller waits for it, and that caller. Every
  * change happens on the engine thread, so a grant and the end of the wait (timeout, the
  * client went away) are ordered: a lease whose caller gave up before the grant leaves the
- * queue; one granted to a caller that can no longer be answered is released
- * (baton_lease_abandon with release).
+ * queue (baton_lease_left, naming that caller); one granted to a caller that can no longer
+ * be answered is given back (baton_lease_give_back, naming the attempt that was answered),
+ * unless a retry of its request_id has arrived since (lease_machine.c: retries and
+ * give-backs are one rule).
  *
  * A waiter asked for with a request_id keeps its place across a restart or a failover: its
  * wait deadline is stored with it ("wait_until"), recovery queues it again in its FIFO
  * order, and the same request_id retried reattaches to it. One whose caller does not come
  * back leaves the queue at that deadline; if it is granted first, the grant is released
- * after GRACE_MS unless a caller comes back for it, so nothing is held for nobody for long.
+ * after GRACE_MS unless a caller comes back for it, so nothing is held for nobody for long;
+ * that deadline is stored with the grant ("grace_until"), and a restart keeps it.
  * A waiter without a request_id cannot be found again: recovery abandons it.
  *
  * Its states (waiting, held, released: its step completed, expired: its step failed with
@@ -78,6 +81,7 @@ static json_t *lease_json(const wf_row *wf)
 	json_object_set_new(o, "expires_at", time_json(held ? wf->lease_expires_at : 0));
 	json_object_set_new(o, "acquired_at", time_json(st->started_at));
 	json_object_set_new(o, "ended_at", time_json(held ? 0 : st->finished_at));
+	json_object_set_new(o, "attempt", json_integer(wf->lease_attempt));
 	return o;
 }
 
@@ -212,7 +216,9 @@ static void wait_until(baton_engine *e, wf_row *wf, int64_t at)
 }
 
 /* The resource granted wf: its expiry runs, and its caller is told once it is durable; with
- * no caller (gone with a restart) it is kept a grace for that caller to come back. */
+ * no caller (gone with a restart) it is kept a grace for that caller to come back. The
+ * grace's end is stored with the grant ("grace_until"), so that a restart does not give
+ * a grant that nobody took its whole ttl again. */
 static void start(baton_engine *e, wf_row *wf, int unseen, int64_t now)
 {
 	set_expiry(e, wf, now);
@@ -221,17 +227,45 @@ static void start(baton_engine *e, wf_row *wf, int unseen, int64_t now)
 		int64_t grace = wf->lease_ttl_ms < GRACE_MS ? wf->lease_ttl_ms : GRACE_MS;
 		wf->lease_grace_until = now + grace;
 		eng_timer_arm(e, wf, wf->lease_grace_until);
+		eng_set_param(e, wf, 0, "grace_until", json_integer(wf->lease_grace_until));
 	}
 }
 
+/* An event's call: its caller (NULL: none), what a renewal or a retried acquire asks, what a
+ * give-back or a leaving names, and when it arrived (0: the engine's own). */
+typedef struct lease_call {
+	waiter *w;
+	int64_t ttl_ms, wait_ms;
+	int64_t attempt; /* LEASE_UNDELIVERED: the attempt whose grant is given back */
+	const void *who; /* LEASE_LEFT: the ud of the acquisition whose caller went away */
+	int64_t arrived; /* the round's clock */
+} lease_call;
+
 /* What the engine knows of wf, a lease in memory that has not ended, at `now`. */
-static lease_facts facts_of(const wf_row *wf, int64_t now)
+static lease_facts facts_of(const wf_row *wf, int event, const lease_call *c, int64_t now)
 {
-	return (lease_facts){.here = 1,
-			     .caller = wf->lease_w != NULL,
-			     .expired = wf->lease_expires_at <= now,
-			     .grace_over = wf->lease_grace_until && wf->lease_grace_until <= now,
-			     .wait_over = wf->lease_wait_until <= now};
+	lease_facts f = {.here = 1,
+			 .caller = wf->lease_w != NULL,
+			 .expired = wf->lease_expires_at <= now,
+			 .grace_over = wf->lease_grace_until && wf->lease_grace_until <= now,
+			 .wait_over = wf->lease_wait_until <= now};
+	f.new_ttl = c->ttl_ms > 0 && c->ttl_ms != wf->lease_ttl_ms;
+	if (event == LEASE_UNDELIVERED)
+		f.superseded = c->attempt < wf->lease_attempt;
+	else if (event == LEASE_LEFT)
+		f.superseded = c->who && (!wf->lease_w || wf->lease_w->ud != c->who);
+	else if (event == LEASE_RENEW || event == LEASE_RELEASE)
+		f.late = c->arrived && wf->steps[0].status == ST_RUNNING &&
+			 wf->lease_expires_at <= c->arrived;
+	return f;
+}
+
+/* Every arrival of a request for the lease is its next attempt, stored with the round: a
+ * give-back names the attempt it undoes, and does nothing once a later one arrived. */
+static void next_attempt(baton_engine *e, wf_row *wf)
+{
+	wf->lease_attempt++;
+	eng_set_param(e, wf, 0, "attempt", json_integer(wf->lease_attempt));
 }
 
 /* Answers w, the event's caller, as mv says; lease is what it is shown (stolen). */
@@ -255,28 +289,33 @@ static void answer(baton_engine *e, waiter *w, const hold_move *mv, json_t *leas
 		eng_reply(e, w, BATON_OK, REPLY_CHANGED, resource);
 	else if (mv->answer == HOLD_GRANT)
 		eng_reply(e, w, BATON_OK, REPLY_LEASE_GRANTED, resource);
+	else if (mv->answer == HOLD_HELD)
+		eng_reply(e, w, BATON_OK, REPLY_LEASE_HELD, resource);
 	else /* HOLD_PROMISE (proven) or HOLD_READ */
 		eng_waiter_done(w, BATON_OK, 0, NULL);
 }
 
-/* Carries out the event for wf, a lease in memory in `state`; w: the event's caller (NULL:
- * none), ttl_ms and wait_ms: what a renewal or a retried acquire asks. */
-static void step_in(baton_engine *e, wf_row *wf, int state, int event, waiter *w, int64_t ttl_ms,
-		    int64_t wait_ms, int64_t now)
+/* Carries out the event for wf, a lease in memory in `state`, for the call c. */
+static void step_in(baton_engine *e, wf_row *wf, int state, int event, const lease_call *c,
+		    int64_t now)
 {
-	lease_facts f = facts_of(wf, now);
-	f.new_ttl = ttl_ms > 0 && ttl_ms != wf->lease_ttl_ms;
+	waiter *w = c->w;
+	if (event == LEASE_ACQUIRE && (state == LEASE_WAITING || state == LEASE_HELD))
+		next_attempt(e, wf);
+	lease_facts f = facts_of(wf, event, c, now);
 	hold_move mv = lease_next(state, event, &f);
 	if (mv.proof && !eng_promise(e, w, wf->resource))
 		return;
 	switch (mv.act) {
 	case LEASE_NEW_TTL:
-		change_ttl(e, wf, ttl_ms);
+		change_ttl(e, wf, c->ttl_ms);
 		/* fall through */
 	case LEASE_EXTEND:
 		set_expiry(e, wf, now);
 		break;
 	case LEASE_ADOPT:
+		if (wf->lease_grace_until)
+			eng_set_param(e, wf, 0, "grace_until", NULL);
 		wf->lease_grace_until = 0;
 		set_expiry(e, wf, now);
 		break;
@@ -285,7 +324,7 @@ static void step_in(baton_engine *e, wf_row *wf, int state, int event, waiter *w
 			eng_waiter_done(wf->lease_w, BATON_ECONFLICT, 0,
 					"superseded by a retry with the same request_id");
 		wf->lease_w = w;
-		wait_until(e, wf, now + wait_ms);
+		wait_until(e, wf, now + c->wait_ms);
 		break;
 	case LEASE_START:
 	case LEASE_START_UNSEEN:
@@ -304,10 +343,15 @@ static void step_in(baton_engine *e, wf_row *wf, int state, int event, waiter *w
 	answer(e, w, &mv, mv.answer == HOLD_SILENT ? NULL : lease_json(wf), wf->resource);
 }
 
-static void step(baton_engine *e, wf_row *wf, int event, waiter *w, int64_t ttl_ms, int64_t wait_ms,
-		 int64_t now)
+static void step(baton_engine *e, wf_row *wf, int event, const lease_call *c, int64_t now)
 {
-	step_in(e, wf, state_of(wf), event, w, ttl_ms, wait_ms, now);
+	step_in(e, wf, state_of(wf), event, c, now);
+}
+
+static void step_alone(baton_engine *e, wf_row *wf, int event, int64_t now)
+{
+	lease_call none = {0};
+	step(e, wf, event, &none, now);
 }
 
 /* ---- where a lease passed on lives ----
@@ -402,7 +446,8 @@ static void step_stored(baton_engine *e, int event, waiter *w, const char *id)
 void lease_granted(baton_engine *e, wf_row *wf, int64_t now)
 {
 	/* machine_grant has made its step running: the lease was waiting until now */
-	step_in(e, wf, LEASE_WAITING, LEASE_GRANTED, NULL, 0, 0, now);
+	lease_call none = {0};
+	step_in(e, wf, LEASE_WAITING, LEASE_GRANTED, &none, now);
 }
 
 int64_t lease_deadline(const wf_row *wf)
@@ -420,7 +465,7 @@ int64_t lease_deadline(const wf_row *wf)
 void lease_timer(baton_engine *e, wf_row *wf, int64_t now)
 {
 	if (!wf->done)
-		step(e, wf, LEASE_TIMER, NULL, 0, 0, now);
+		step_alone(e, wf, LEASE_TIMER, now);
 }
 
 void lease_cancelled(baton_engine *e, wf_row *wf)
@@ -439,10 +484,20 @@ int lease_recover(baton_engine *e, wf_row *wf)
 		return 0;
 	wf->lease = 1;
 	wf->lease_ttl_ms = json_integer_value(json_object_get(st->params, "ttl_ms"));
+	json_t *attempt = json_object_get(st->params, "attempt");
+	wf->lease_attempt = json_is_integer(attempt) ? json_integer_value(attempt) : 1;
 	if (st->status == ST_RUNNING) {
 		lock_restore(eng_lock_of(e, wf->resource), wf, lock_granted_slot(wf),
 			     st->started_at);
 		set_expiry(e, wf, e->now);
+		json_t *grace = json_object_get(st->params, "grace_until");
+		if (json_is_integer(grace)) { /* granted to nobody: its grace, no more */
+			int64_t at = json_integer_value(grace), most = e->now + GRACE_MS;
+			wf->lease_grace_until = at < most ? at : most;
+			if (wf->lease_grace_until < 1)
+				wf->lease_grace_until = 1;
+			eng_timer_arm(e, wf, wf->lease_grace_until);
+		}
 		return 1;
 	}
 	json_t *until = json_object_get(st->params, "wait_until");
@@ -466,7 +521,7 @@ static void stop_one(void *ctx, void *value)
 	baton_engine *e = ctx;
 	wf_row *wf = value;
 	if (wf->lease && !wf->done)
-		step(e, wf, LEASE_STOP, NULL, 0, 0, e->now);
+		step_alone(e, wf, LEASE_STOP, e->now);
 }
 
 void lease_stop(baton_engine *e)
@@ -494,7 +549,7 @@ static void acquire_again(baton_engine *e, msg *m, wf_row *cur, const char *stor
 		eng_waiter_done(m->w, BATON_ECONFLICT, 0,
 				"this request_id was used for another lease request");
 	else if (cur)
-		step(e, cur, LEASE_ACQUIRE, m->w, 0, m->wait_ms, now);
+		step(e, cur, LEASE_ACQUIRE, &(lease_call){.w = m->w, .wait_ms = m->wait_ms}, now);
 	else
 		step_stored(e, LEASE_ACQUIRE, m->w, m->wf->id);
 }
@@ -553,6 +608,7 @@ static void apply_acquire(baton_engine *e, msg *m, int64_t now)
 	wf->is_new = 1;
 	wf->dirty_lo = wf->steps_total;
 	wf->lease_w = m->w;
+	wf->lease_attempt = 1;
 	wf->lease_wait_until = now + m->wait_ms;
 	if (wf->lease_named) /* a new row: its params are written with it */
 		json_object_set_new(wf->steps[0].params, "wait_until",
@@ -579,7 +635,12 @@ static void apply_op(baton_engine *e, msg *m, int64_t now)
 	} else if (!wf || wf->done) {
 		step_stored(e, m->idx, m->w, m->id);
 	} else {
-		step(e, wf, m->idx, m->w, m->ttl_ms, 0, now);
+		lease_call c = {.w = m->w,
+				.ttl_ms = m->ttl_ms,
+				.attempt = m->lease_attempt,
+				.who = m->who,
+				.arrived = m->arrived ? eng_arrival(e, m, now) : 0};
+		step(e, wf, m->idx, &c, now);
 	}
 }
 
@@ -676,8 +737,8 @@ int baton_lease_acquire(baton_engine *e, const baton_lease_request *req, baton_l
 	return BATON_OK;
 }
 
-static int post_op(baton_engine *e, const char *id, int op, int64_t ttl_ms, baton_lease_fn done,
-		   void *ud, baton_error *err)
+static int post_op(baton_engine *e, const char *id, int op, int64_t ttl_ms, int64_t attempt,
+		   const void *who, baton_lease_fn done, void *ud, baton_error *err)
 {
 	if (!valid_name(id) || strncmp(id, LEASE_PREFIX, strlen(LEASE_PREFIX)) != 0)
 		return err_set(err, BATON_ENOTFOUND, "no lease with id \"%.128s\"", id);
@@ -686,6 +747,8 @@ static int post_op(baton_engine *e, const char *id, int op, int64_t ttl_ms, bato
 	m->id = xstrdup(id);
 	m->idx = op;
 	m->ttl_ms = ttl_ms;
+	m->lease_attempt = attempt;
+	m->who = who;
 	m->w = done ? lease_waiter(done, ud, id) : NULL;
 	if (!m->w) { /* the engine's own (a waiter that left, a grant given back): never refused */
 		eng_post(e, m);
@@ -700,10 +763,18 @@ static int post_op(baton_engine *e, const char *id, int op, int64_t ttl_ms, bato
 	return BATON_OK;
 }
 
-void baton_lease_abandon(baton_engine *e, const char *id, int release)
+void baton_lease_left(baton_engine *e, const char *id, const void *ud)
 {
 	baton_error err;
-	post_op(e, id, release ? LEASE_UNDELIVERED : LEASE_LEFT, 0, NULL, NULL, &err);
+	post_op(e, id, LEASE_LEFT, 0, 0, ud, NULL, NULL, &err);
+}
+
+int baton_lease_give_back(baton_engine *e, const char *id, int64_t attempt, baton_lease_fn done,
+			  void *ud, baton_error *err)
+{
+	if (attempt < 1)
+		return err_set(err, BATON_EINVAL, "attempt: a whole number from 1");
+	return post_op(e, id, LEASE_UNDELIVERED, 0, attempt, NULL, done, ud, err);
 }
 
 int baton_lease_renew(baton_engine *e, const char *id, int64_t ttl_ms, baton_lease_fn done,
@@ -711,19 +782,19 @@ int baton_lease_renew(baton_engine *e, const char *id, int64_t ttl_ms, baton_lea
 {
 	if (ttl_ms != 0 && (ttl_ms < 1000 || ttl_ms > 86400000))
 		return err_set(err, BATON_EINVAL, "ttl_ms: from 1000 to 86400000");
-	return post_op(e, id, LEASE_RENEW, ttl_ms, done, ud, err);
+	return post_op(e, id, LEASE_RENEW, ttl_ms, 0, NULL, done, ud, err);
 }
 
 int baton_lease_release(baton_engine *e, const char *id, baton_lease_fn done, void *ud,
 			baton_error *err)
 {
-	return post_op(e, id, LEASE_RELEASE, 0, done, ud, err);
+	return post_op(e, id, LEASE_RELEASE, 0, 0, NULL, done, ud, err);
 }
 
 int baton_lease_get(baton_engine *e, const char *id, baton_lease_fn done, void *ud,
 		    baton_error *err)
 {
-	return post_op(e, id, LEASE_GET, 0, done, ud, err);
+	return post_op(e, id, LEASE_GET, 0, 0, NULL, done, ud, err);
 }
 
 void baton_lease_stop(baton_engine *e)

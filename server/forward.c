@@ -21,8 +21,11 @@
  * suspended meanwhile (wait.c), and a client that goes away from a waiting acquisition or
  * claim is noticed (its socket polled, as h_leases.c's watch does) and the exchange cut:
  * the owner sees its connection close and takes the request out of its queue, as for a
- * client of its own. A grant that comes back for a client that has gone is released at
- * the owner (h_leases.c); a claim, which no other node can give back, runs out with its ttl.
+ * client of its own. A grant that comes back for a client that has gone is given back at
+ * the owner (h_leases.c) with DELETE /leases/{id}?attempt=N: the give-back names the attempt
+ * whose answer was lost, so the owner tells it from the holder's own release and ignores it
+ * once a retry of the same request_id has arrived. A claim, which no other node can give
+ * back, runs out with its ttl.
  */
 #include "server.h"
 
@@ -173,7 +176,10 @@ int srv_forward_start(srv *s, request *r, srv_forward *f, const char *node, cons
 	j->f = f;
 	j->body = body;
 	j->body_len = r->body_len;
-	snprintf(j->url, sizeof j->url, "%s%s", url, r->path);
+	/* The one query a lease or task call passed on has: a give-back's attempt (checked). */
+	const char *attempt = query_arg(r, "attempt");
+	snprintf(j->url, sizeof j->url, "%s%s%s%s", url, r->path, attempt ? "?attempt=" : "",
+		 attempt ? attempt : "");
 	snprintf(j->method, sizeof j->method, "%s", r->method);
 	snprintf(j->auth, sizeof j->auth, "%s", f->auth);
 	snprintf(j->by, sizeof j->by, "Baton-Forwarded: %s", s->cfg->node_id);
@@ -261,10 +267,11 @@ void srv_forward_fini(srv_forward *f)
 	f->body_len = 0;
 }
 
-int srv_forward_release(srv *s, const char *base, const char *authorization, const char *path)
+int srv_forward_give_back(srv *s, const char *base, const char *authorization, const char *id,
+			  int64_t attempt)
 {
 	char url[MAX_FORWARD_URL + 400], by[200], auth[600] = "";
-	snprintf(url, sizeof url, "%s%s", base, path);
+	snprintf(url, sizeof url, "%s/leases/%s?attempt=%lld", base, id, (long long)attempt);
 	snprintf(by, sizeof by, "Baton-Forwarded: %s", s->cfg->node_id);
 	if (authorization)
 		snprintf(auth, sizeof auth, "Authorization: %s", authorization);
@@ -273,7 +280,10 @@ int srv_forward_release(srv *s, const char *base, const char *authorization, con
 	baton_http_resp p;
 	int rc = baton_http_exchange(NULL, &q, &p);
 	free(p.body);
-	return rc == 0 && (p.status == 204 || p.status == 404 || p.status == 410) ? 0 : -1;
+	/* 409: a later attempt arrived, and the lease is that attempt's */
+	return rc == 0 && (p.status == 204 || p.status == 404 || p.status == 409 || p.status == 410)
+		   ? 0
+		   : -1;
 }
 
 const char *srv_forward_auth(const srv_forward *f)

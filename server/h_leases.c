@@ -13,6 +13,7 @@
  */
 #include "server.h"
 
+#include <limits.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -69,7 +70,7 @@ static void *watch_main(void *arg)
 				i++;
 				continue;
 			}
-			baton_lease_abandon(watch.engine, watch.v[i].id, 0);
+			baton_lease_left(watch.engine, watch.v[i].id, watch.v[i].r);
 			watch.v[i] = watch.v[--watch.n];
 		}
 		pthread_mutex_unlock(&watch.mu);
@@ -153,35 +154,61 @@ static void on_lease(void *ud, int rc, int created, json_t *lease, const char *w
 	srv_wait_done(r);
 }
 
+/* The attempt that an acquisition's answer tells "you hold it" (201, or 200 to a retry): the
+ * one its give-back names when the answer cannot be delivered; 0 for any other answer. */
+static int64_t held_attempt(const json_t *lease)
+{
+	const char *state = json_string_value(json_object_get(lease, "state"));
+	json_int_t attempt = json_integer_value(json_object_get(lease, "attempt"));
+	return state && strcmp(state, "held") == 0 && attempt > 0 ? attempt : 0;
+}
+
+static void give_back(srv *s, const char *id, int64_t attempt)
+{
+	baton_error err;
+	baton_lease_give_back(s->engine, id, attempt, NULL, NULL, &err);
+}
+
 /* A lease granted or waiting at the node that drives it: its renewals and release through
- * this node go there with no read of the store (baton_lease_note). */
-static void note_relayed(srv *s, const char *text)
+ * this node go there with no read of the store (baton_lease_note). Returns the attempt that
+ * the answer tells "you hold it" (held_attempt), and its id in id. */
+static int64_t note_relayed(srv *s, const char *text, char id[48])
 {
 	json_t *lease = json_loads(text, 0, NULL);
 	baton_lease_note(s->engine, json_string_value(json_object_get(lease, "id")),
 			 json_string_value(json_object_get(lease, "resource")));
+	snprintf(id, 48, "%.47s",
+		 json_string_value(json_object_get(lease, "id"))
+		     ? json_string_value(json_object_get(lease, "id"))
+		     : "");
+	int64_t attempt = held_attempt(lease);
 	json_decref(lease);
+	return attempt;
 }
 
 /* The answer of the node that drives the resource, relayed. A grant for a client that has
- * gone is released there at once, as answered does here. */
+ * gone is given back there at once, naming its attempt, as answered does here. */
 static int relayed(srv *s, request *r, lease_answer *a, response *out)
 {
 	int status = srv_forward_reply(&a->fwd, out);
+	char id[48] = "";
+	int64_t attempt = 0;
 	if (a->acquire && (status == 200 || status == 201) && out->text)
-		note_relayed(s, out->text);
-	if (a->acquire && status == 201 && out->location[0]) {
+		attempt = note_relayed(s, out->text, id);
+	if (attempt && id[0]) {
 		if (srv_peer_gone(r->fd)) {
-			srv_forward_release(s, a->fwd.url, r->authorization, out->location);
+			srv_forward_give_back(s, a->fwd.url, r->authorization, id, attempt);
 			free(out->text);
 			out->text = NULL;
+			out->location[0] = 0;
 			return reply_problem(
 			    out, 409,
 			    "the client closed its side of the connection before the"
 			    " grant could be answered: the lease was released");
 		}
-		snprintf(r->lease_granted, sizeof r->lease_granted, "%.47s", out->location);
+		snprintf(r->lease_granted, sizeof r->lease_granted, "%s", id);
 		snprintf(r->granted_by, sizeof r->granted_by, "%s", a->fwd.url);
+		r->granted_attempt = attempt;
 	}
 	srv_forward_fini(&a->fwd);
 	return status;
@@ -206,11 +233,12 @@ static int answered(srv *s, request *r, void *data, response *out)
 		return out->status;
 	}
 	const char *id = json_string_value(json_object_get(lease, "id"));
-	if (a->acquire && a->created && id) {
+	int64_t attempt = a->acquire && !a->rc ? held_attempt(lease) : 0;
+	if (attempt && id) {
 		if (srv_peer_gone(srv_conn_fd(r->conn))) {
 			/* Granted to a client that closed its side: given back at once. One that
 			 * only half-closed still reads this answer, which must say so. */
-			baton_lease_abandon(s->engine, id, 1);
+			give_back(s, id, attempt);
 			json_decref(lease);
 			return reply_problem(
 			    out, 409,
@@ -218,7 +246,9 @@ static int answered(srv *s, request *r, void *data, response *out)
 			    " grant could be answered: the lease was released");
 		}
 		snprintf(r->lease_granted, sizeof r->lease_granted, "%s", id);
-		snprintf(out->location, sizeof out->location, "/leases/%s", id);
+		r->granted_attempt = attempt;
+		if (a->created)
+			snprintf(out->location, sizeof out->location, "/leases/%s", id);
 	}
 	if (a->resource[0]) { /* the limit is durable: the resource as it is now */
 		json_t *res;
@@ -243,25 +273,32 @@ static void dropped(srv *s, void *data)
 {
 	lease_answer *a = data;
 	if (a->forwarded) {
-		if (a->acquire && a->fwd.status == 201 && a->fwd.location[0])
-			srv_forward_release(s, a->fwd.url, srv_forward_auth(&a->fwd),
-					    a->fwd.location);
+		json_t *lease = a->acquire && (a->fwd.status == 200 || a->fwd.status == 201)
+				    ? json_loadb(a->fwd.body, a->fwd.body_len, 0, NULL)
+				    : NULL;
+		const char *id = json_string_value(json_object_get(lease, "id"));
+		if (id && held_attempt(lease))
+			srv_forward_give_back(s, a->fwd.url, srv_forward_auth(&a->fwd), id,
+					      held_attempt(lease));
+		json_decref(lease);
 		srv_forward_fini(&a->fwd);
 		return;
 	}
 	const char *id = json_string_value(json_object_get(a->lease, "id"));
-	if (!a->rc && a->acquire && a->created && id)
-		baton_lease_abandon(s->engine, id, 1);
+	int64_t attempt = !a->rc && a->acquire ? held_attempt(a->lease) : 0;
+	if (attempt && id)
+		give_back(s, id, attempt);
 	json_decref(a->lease);
 	a->lease = NULL;
 }
 
 void srv_lease_unsent(srv *s, request *r)
 {
-	if (r->lease_granted[0] && r->granted_by[0]) /* "/leases/ID" at that node */
-		srv_forward_release(s, r->granted_by, r->authorization, r->lease_granted);
+	if (r->lease_granted[0] && r->granted_by[0])
+		srv_forward_give_back(s, r->granted_by, r->authorization, r->lease_granted,
+				      r->granted_attempt);
 	else if (r->lease_granted[0])
-		baton_lease_abandon(s->engine, r->lease_granted, 1);
+		give_back(s, r->lease_granted, r->granted_attempt);
 }
 
 static lease_answer *begin(srv *s, request *r, int acquire, int64_t wait_ms, response *out)
@@ -414,9 +451,22 @@ int h_lease_get(srv *s, const request *r, const char *const *p, response *out)
 	return lease_op(s, (request *)r, p[0], 0, call_get, out);
 }
 
+static int call_give_back(baton_engine *e, const char *id, int64_t attempt, baton_lease_fn done,
+			  void *ud, baton_error *err)
+{
+	return baton_lease_give_back(e, id, attempt, done, ud, err);
+}
+
+/* DELETE /leases/{id}: the holder's release; with ?attempt=N, the give-back of the grant
+ * answered to that attempt (another node passes on one it could not deliver). */
 int h_lease_release(srv *s, const request *r, const char *const *p, response *out)
 {
-	return lease_op(s, (request *)r, p[0], 0, call_release, out);
+	if (!query_arg(r, "attempt"))
+		return lease_op(s, (request *)r, p[0], 0, call_release, out);
+	long long attempt = 0;
+	if (query_int(r, "attempt", 1, LLONG_MAX, &attempt, out))
+		return out->status;
+	return lease_op(s, (request *)r, p[0], attempt, call_give_back, out);
 }
 
 int h_lease_renew(srv *s, const request *r, const char *const *p, response *out)

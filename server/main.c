@@ -154,6 +154,7 @@ int main(int argc, char **argv)
 	const char *fault_file = getenv("BATON_TEST_FAULT_FILE");
 	if (fault_file && !*fault_file)
 		fault_file = NULL;
+	const char *hold_file = getenv("BATON_TEST_HOLD_FILE");
 	baton_engine_config ecfg = {
 	    .db_path = cfg.db,
 	    .threads = cfg.threads,
@@ -164,6 +165,7 @@ int main(int argc, char **argv)
 	    .allow_call = cfg.allow_call,
 	    .on_commit = srv_streams_notify,
 	    .fault_file = fault_file, /* tests only */
+	    .hold_file = hold_file,   /* tests only */
 	    .retention_ms = cfg.retention_ms,
 	    .idle_resources = cfg.idle_resources,
 	    .cache_bytes = cfg.cache_bytes ? cfg.cache_bytes : -1,

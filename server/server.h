@@ -121,6 +121,7 @@ typedef struct request {
 	const char *authorization;	  /* as the client sent it, to pass on */
 	char lease_granted[48];		  /* a lease granted in this answer (h_leases.c) */
 	char granted_by[MAX_FORWARD_URL]; /* the node that granted it, when passed on */
+	int64_t granted_attempt;	  /* the attempt of it that this answer tells */
 	char task_claimed[200];		  /* a task claimed in this answer (h_tasks.c) */
 } request;
 
@@ -172,7 +173,8 @@ int srv_forward_reply(const srv_forward *f, response *out);
 void srv_forward_fini(srv_forward *f);
 /* DELETE path at the node at url: a lease it granted for a client that has gone. 0 when
  * released (or found ended). */
-int srv_forward_release(srv *s, const char *url, const char *authorization, const char *path);
+int srv_forward_give_back(srv *s, const char *url, const char *authorization, const char *id,
+			  int64_t attempt);
 /* Cuts every exchange under way and waits for their threads; none starts after. */
 void srv_forwards_stop(void);
 /* The Authorization value that f passes on, NULL when none. */

@@ -34,9 +34,14 @@ static void test_lease_waiting(void **state)
 	assert_string_equal(m.why, "released while it waited");
 	expect(lease_next(LEASE_WAITING, LEASE_LEFT, &caller), LEASE_ABANDONED, LEASE_LEAVE,
 	       HOLD_SILENT);
-	/* a grant that could not be told to a waiter changes nothing: there was none */
-	expect(lease_next(LEASE_WAITING, LEASE_UNDELIVERED, &caller), LEASE_WAITING, LEASE_KEEP,
+	/* the caller who left was replaced by a retry of its request_id: it keeps waiting */
+	lease_facts retried = {.here = 1, .caller = 1, .superseded = 1};
+	expect(lease_next(LEASE_WAITING, LEASE_LEFT, &retried), LEASE_WAITING, LEASE_KEEP,
 	       HOLD_SILENT);
+	/* a give-back of a waiter changes nothing: there was no grant */
+	m = lease_next(LEASE_WAITING, LEASE_UNDELIVERED, &caller);
+	expect(m, LEASE_WAITING, LEASE_KEEP, HOLD_REFUSE);
+	assert_int_equal(m.code, BATON_ECONFLICT);
 	lease_facts due = {.here = 1, .caller = 1, .wait_over = 1, .expired = 1};
 	m = lease_next(LEASE_WAITING, LEASE_TIMER, &due);
 	expect(m, LEASE_ABANDONED, LEASE_LEAVE, HOLD_SILENT);
@@ -60,13 +65,26 @@ static void test_lease_held(void **state)
 	m = lease_next(LEASE_HELD, LEASE_RENEW, &ttl);
 	expect(m, LEASE_HELD, LEASE_NEW_TTL, HOLD_COMMITTED); /* told once the ttl is durable */
 	assert_true(m.proof);
-	m = lease_next(LEASE_HELD, LEASE_ACQUIRE, &here);
-	expect(m, LEASE_HELD, LEASE_ADOPT, HOLD_PROMISE);
-	assert_true(m.proof);
+	/* a retry is told it holds the lease once the round (its grant, its attempt) is
+	 * durable, never from memory */
+	expect(lease_next(LEASE_HELD, LEASE_ACQUIRE, &here), LEASE_HELD, LEASE_ADOPT, HOLD_HELD);
 	expect(lease_next(LEASE_HELD, LEASE_RELEASE, &here), LEASE_RELEASED, LEASE_END_RELEASED,
 	       HOLD_COMMITTED);
 	expect(lease_next(LEASE_HELD, LEASE_UNDELIVERED, &here), LEASE_RELEASED, LEASE_END_RELEASED,
-	       HOLD_SILENT);
+	       HOLD_COMMITTED);
+	/* the give-back of an attempt after which a retry arrived does nothing */
+	lease_facts retried = {.here = 1, .superseded = 1};
+	m = lease_next(LEASE_HELD, LEASE_UNDELIVERED, &retried);
+	expect(m, LEASE_HELD, LEASE_KEEP, HOLD_REFUSE);
+	assert_int_equal(m.code, BATON_ECONFLICT);
+	/* a renewal or release that arrived after the expiry: 410, and the lease expires in
+	 * this round, whether or not its timer ran yet */
+	lease_facts late = {.here = 1, .late = 1};
+	for (int ev = LEASE_RENEW; ev <= LEASE_RELEASE; ev++) {
+		m = lease_next(LEASE_HELD, ev, &late);
+		expect(m, LEASE_EXPIRED, LEASE_END_EXPIRED, HOLD_REFUSE);
+		assert_int_equal(m.code, BATON_EGONE);
+	}
 	expect(lease_next(LEASE_HELD, LEASE_LEFT, &here), LEASE_HELD, LEASE_KEEP, HOLD_SILENT);
 	expect(lease_next(LEASE_HELD, LEASE_STOP, &here), LEASE_HELD, LEASE_KEEP, HOLD_SILENT);
 	expect(lease_next(LEASE_HELD, LEASE_GET, &here), LEASE_HELD, LEASE_KEEP, HOLD_READ);
@@ -125,10 +143,10 @@ static void test_lease_rules_hold_everywhere(void **state)
 	(void)state;
 	for (int s = LEASE_WAITING; s <= LEASE_ABANDONED; s++)
 		for (int ev = LEASE_ACQUIRE; ev <= LEASE_STOP; ev++)
-			for (int bits = 0; bits < 128; bits++) {
+			for (int bits = 0; bits < 512; bits++) {
 				lease_facts f = {bits & 1,	bits >> 1 & 1, bits >> 2 & 1,
 						 bits >> 3 & 1, bits >> 4 & 1, bits >> 5 & 1,
-						 bits >> 6 & 1};
+						 bits >> 6 & 1, bits >> 7 & 1, bits >> 8 & 1};
 				hold_move m = lease_next(s, ev, &f);
 				int ended = s >= LEASE_RELEASED;
 				/* a promise from memory is made only with proof */
@@ -146,7 +164,7 @@ static void test_lease_rules_hold_everywhere(void **state)
 					expect(m, s, LEASE_KEEP, m.answer);
 				/* a caller is always answered or kept waiting; besides the grant,
 				 * which answers the acquisition's caller, nothing else answers */
-				int caller = ev <= LEASE_GET;
+				int caller = ev <= LEASE_GET || ev == LEASE_UNDELIVERED;
 				if (caller)
 					assert_true(m.answer != HOLD_SILENT);
 				else if (ev != LEASE_GRANTED)
@@ -155,6 +173,19 @@ static void test_lease_rules_hold_everywhere(void **state)
 					assert_true(m.code != BATON_OK && m.why);
 				if (m.act == LEASE_LEAVE)
 					assert_true(m.why && m.to == LEASE_ABANDONED);
+				/* an undo names what it undoes: once a later attempt arrived,
+				 * the give-back or leaving of an earlier one does nothing */
+				if (f.superseded && (ev == LEASE_UNDELIVERED || ev == LEASE_LEFT))
+					expect(m, s, LEASE_KEEP, m.answer);
+				/* "you hold it" to a retry only once durable */
+				if (ev == LEASE_ACQUIRE)
+					assert_true(m.answer != HOLD_PROMISE &&
+						    m.answer != HOLD_GRANT);
+				if (m.answer == HOLD_HELD)
+					assert_true(s == LEASE_HELD && m.act == LEASE_ADOPT);
+				/* a renewal that came after the expiry never extends the lease */
+				if (f.late && ev == LEASE_RENEW && s == LEASE_HELD && f.here)
+					assert_int_equal(m.act, LEASE_END_EXPIRED);
 			}
 	assert_string_equal(lease_state_name(LEASE_HELD), "held");
 	for (int s = LEASE_WAITING; s <= LEASE_ABANDONED; s++)
