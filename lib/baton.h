@@ -336,7 +336,9 @@ int baton_engine_metrics(baton_engine *e, json_t **out, baton_error *err);
  * holder); ttl_ms >= 1000: how long the lease lasts without a renewal; wait_ms 0..300000:
  * how long to wait in the queue (0: granted only when the resource is free and nobody
  * waits); request_id: NULL, or a valid name that makes a repeated request return the
- * same lease (the lease's id is then "lease-" and the request_id).
+ * same lease (the lease's id is then "lease-" and the request_id). Each arrival of the
+ * request is the lease's next attempt (the answer's "attempt"); a repeated request for a
+ * held lease is answered once that attempt is durable.
  */
 typedef struct baton_lease_request {
 	const char *resource, *holder, *request_id;
@@ -349,7 +351,9 @@ typedef struct baton_lease_request {
  * reference the callee owns: {"id", "resource", "holder", "state", "fencing_token",
  * "ttl_ms", "expires_at", ...}), or an error with why; with BATON_ECONFLICT for an
  * acquisition that was not granted, lease is {"holder": ..., "queue_length": N} (who
- * holds the resource, how many wait) when known. created: 1 for a new grant.
+ * holds the resource, how many wait) when known. created: 1 for a new grant. An
+ * acquisition's answer that says "held" names its "attempt": the one that
+ * baton_lease_give_back names when the answer cannot be delivered.
  */
 typedef void (*baton_lease_fn)(void *ud, int rc, int created, json_t *lease, const char *why);
 
@@ -410,13 +414,20 @@ void baton_lease_note(baton_engine *e, const char *id, const char *resource);
  * Claims a task: the step of a worker {"external": true} that holds its resource and
  * waits to be done (worker, resource: filters, NULL for any). done answers BATON_OK with
  * the task ({"id", "workflow_id", "step", "worker", "resource", "attempt",
- * "fencing_token", "ttl_ms", "expires_at", "input"}, once its grant is durable) or with
- * lease NULL when none came within wait_ms (0..300000). The claimer must heartbeat within
- * ttl_ms (1000..86400000), else the attempt fails and is retried under the workflow's
- * retry policy. Any thread.
+ * "fencing_token", "ttl_ms", "expires_at", "claim_attempt", "input"}, once its grant is
+ * durable) or with lease NULL when none came within wait_ms (0..300000). The claimer must
+ * heartbeat within ttl_ms (1000..86400000), else the attempt fails and is retried under the
+ * workflow's retry policy. request_id (a valid name, or NULL): the same claim asked again
+ * (its answer lost) is answered the task it claimed, while that claim holds, as its next
+ * claim_attempt, once durable; its ttl counts again from then. Any thread.
  */
-int baton_task_claim(baton_engine *e, const char *worker, const char *resource, int64_t wait_ms,
-		     int64_t ttl_ms, baton_lease_fn done, void *ud, baton_error *err);
+int baton_task_claim(baton_engine *e, const char *worker, const char *resource,
+		     const char *request_id, int64_t wait_ms, int64_t ttl_ms, baton_lease_fn done,
+		     void *ud, baton_error *err);
+/* Gives back the claim of task id answered to claim_attempt (the answer's "claim_attempt")
+ * that could not be delivered or committed: the task is offered again, unless a retry of
+ * the claim's request_id arrived since. Any thread; nothing is answered. */
+void baton_task_give_back(baton_engine *e, const char *id, int64_t claim_attempt);
 enum { BATON_TASK_HEARTBEAT, BATON_TASK_COMPLETE, BATON_TASK_FAIL, BATON_TASK_UNCLAIM };
 /*
  * Reports on task id ("<workflow id>.<step>.<attempt>"): a heartbeat (answered with the

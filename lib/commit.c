@@ -435,8 +435,9 @@ static void take_back(baton_engine *e, const reply *r)
 		break;
 	case REPLY_TASK_CLAIMED:
 		if (id)
-			baton_task_report(e, id, BATON_TASK_UNCLAIM, NULL, NULL, 0, NULL, NULL,
-					  &err);
+			baton_task_give_back(
+			    e, id,
+			    json_integer_value(json_object_get(r->w->lease, "claim_attempt")));
 		break;
 	}
 }

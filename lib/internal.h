@@ -118,6 +118,10 @@ typedef struct wf_row {
 	/* An external step (task.c) that a process has claimed, until when, for how long. */
 	unsigned task_claimed : 1;
 	int64_t task_expires_at, task_ttl_ms;
+	/* The claim's request_id (NULL: none) and its arrivals so far (the first claim is 1,
+	 * each retry of its request_id the next); both stored with the claim. */
+	char *task_claim_rid;
+	int64_t task_claim_attempt;
 	/* The earliest timer pending for its lease or claim (eng_timer_arm), 0: none. */
 	int64_t hold_timer_at;
 } wf_row;
@@ -429,6 +433,9 @@ typedef struct task_facts {
 	int here;      /* this node has its workflow in memory, not ended */
 	int elsewhere; /* not here, not ended: another node drives the workflow */
 	int expired;   /* TASK_TIMER: its claim's deadline came */
+	/* TASK_UNCLAIM: the claim attempt it gives back is not the latest: a retry of the
+	 * claim's request_id arrived since (answered or not) */
+	int superseded;
 } task_facts;
 hold_move task_next(int state, int event, const task_facts *f);
 

@@ -60,6 +60,7 @@ static json_t *task_json(const wf_row *wf)
 	json_object_set_new(o, "slot", slot >= 0 ? json_integer(slot) : json_null());
 	json_object_set_new(o, "exclusive", json_boolean(slot < 0));
 	json_object_set_new(o, "expires_at", time_json(wf->task_expires_at));
+	json_object_set_new(o, "claim_attempt", json_integer(wf->task_claim_attempt));
 	json_object_set_new(o, "input", input);
 	return o;
 }
@@ -75,8 +76,22 @@ static void claim_done(msg *claim)
 {
 	free(claim->worker);
 	free(claim->resource);
-	claim->worker = claim->resource = NULL;
+	free(claim->id);
+	claim->worker = claim->resource = claim->id = NULL;
 	claim->w = NULL;
+}
+
+/* The claim of wf's step ended or was given back: its request_id names nothing any more. */
+static void forget_claim(baton_engine *e, wf_row *wf)
+{
+	eng_set_param(e, wf, wf->cur, "claim_ttl_ms", NULL);
+	if (wf->task_claim_rid) {
+		eng_set_param(e, wf, wf->cur, "claim_request_id", NULL);
+		eng_set_param(e, wf, wf->cur, "claim_attempt", NULL);
+	}
+	free(wf->task_claim_rid);
+	wf->task_claim_rid = NULL;
+	wf->task_claim_attempt = 0;
 }
 
 /* Gives wf's step to claim (task_next: ready, a claim matches); answered once durable, as
@@ -88,6 +103,11 @@ static void assign(baton_engine *e, wf_row *wf, msg *claim, int64_t now)
 	assert(mv.act == TASK_ASSIGN && mv.answer == HOLD_GRANT);
 	(void)mv;
 	eng_set_param(e, wf, wf->cur, "claim_ttl_ms", json_integer(claim->ttl_ms));
+	wf->task_claim_attempt = 1;
+	if (claim->id) { /* stored: a retry finds the claim after a restart or a failover */
+		wf->task_claim_rid = xstrdup(claim->id);
+		eng_set_param(e, wf, wf->cur, "claim_request_id", json_string(claim->id));
+	}
 	wf->task_claimed = 1;
 	wf->task_ttl_ms = claim->ttl_ms;
 	wf->task_expires_at = now + claim->ttl_ms;
@@ -101,7 +121,7 @@ static void assign(baton_engine *e, wf_row *wf, msg *claim, int64_t now)
 void task_ready(baton_engine *e, wf_row *wf, int64_t now)
 {
 	wf->task_claimed = 0;
-	eng_set_param(e, wf, wf->cur, "claim_ttl_ms", NULL);
+	forget_claim(e, wf);
 	for (size_t i = 0; i < e->claims.n; i++) {
 		msg *c = e->claims.v[i];
 		if (!matches(c, wf))
@@ -121,7 +141,7 @@ static void outcome(baton_engine *e, wf_row *wf, step_output *out, int64_t now)
 {
 	event_sink ev = {eng_on_event, e};
 	wf->task_claimed = 0;
-	eng_set_param(e, wf, wf->cur, "claim_ttl_ms", NULL);
+	forget_claim(e, wf);
 	eng_follow(e, wf, machine_outcome(wf, out, e->def, now, &ev), now);
 	if (!e->no_new_work)
 		eng_grant_lock(e, eng_lock_of(e, wf->resource), now);
@@ -196,6 +216,10 @@ int task_recover(baton_engine *e, wf_row *wf)
 	wf->task_claimed = 1;
 	wf->task_ttl_ms = ttl;
 	wf->task_expires_at = e->now + ttl;
+	const char *rid = json_string_value(json_object_get(st->params, "claim_request_id"));
+	json_t *attempt = json_object_get(st->params, "claim_attempt");
+	wf->task_claim_rid = rid ? xstrdup(rid) : NULL;
+	wf->task_claim_attempt = json_is_integer(attempt) ? json_integer_value(attempt) : 1;
 	eng_timer_arm(e, wf, wf->task_expires_at);
 	return 1;
 }
@@ -226,6 +250,48 @@ void task_claims_timer(baton_engine *e, int64_t now)
 	e->claims.n = k;
 }
 
+typedef struct rid_search {
+	const char *rid;
+	wf_row *found;
+} rid_search;
+
+static void find_rid(void *ctx, void *value)
+{
+	rid_search *q = ctx;
+	wf_row *wf = value;
+	if (!q->found && !wf->done && wf->task_claimed && wf->task_claim_rid &&
+	    strcmp(wf->task_claim_rid, q->rid) == 0)
+		q->found = wf;
+}
+
+/* A claim with a request_id that a claimed task already answers: its answer was lost and
+ * the worker asks again. It is that claim's next attempt, answered the same task once the
+ * round (the claim, this attempt) is durable; its ttl counts from this request, as the
+ * worker counts it. 1 when it was such a retry (m answered). The search goes through the
+ * workflows in memory, and only for a claim that names a request_id. */
+static int claim_again(baton_engine *e, msg *m, int64_t now)
+{
+	rid_search q = {m->id, NULL};
+	strmap_each(e->wfs, find_rid, &q);
+	wf_row *wf = q.found;
+	if (!wf)
+		return 0;
+	if (!matches(m, wf)) {
+		eng_waiter_done(m->w, BATON_ECONFLICT, 0,
+				"this request_id was used for another claim");
+		claim_done(m);
+		return 1;
+	}
+	wf->task_claim_attempt++;
+	eng_set_param(e, wf, wf->cur, "claim_attempt", json_integer(wf->task_claim_attempt));
+	wf->task_expires_at = now + wf->task_ttl_ms;
+	eng_timer_arm(e, wf, wf->task_expires_at);
+	m->w->lease = task_json(wf);
+	eng_reply(e, m->w, BATON_OK, REPLY_TASK_CLAIMED, wf->resource);
+	claim_done(m);
+	return 1;
+}
+
 static void apply_claim(baton_engine *e, msg *m, int64_t now)
 {
 	if (e->no_new_work || e->leases_stopped) {
@@ -233,6 +299,8 @@ static void apply_claim(baton_engine *e, msg *m, int64_t now)
 		claim_done(m);
 		return;
 	}
+	if (m->id && claim_again(e, m, now))
+		return;
 	if (m->resource && !eng_promise(e, m->w, m->resource)) {
 		/* Another node drives it (or this one cannot prove it still does): only that
 		 * node has its tasks, so the worker is told to ask it, not "no task". */
@@ -344,6 +412,8 @@ static void apply_op(baton_engine *e, msg *m, int64_t now)
 	wf_row *wf = parsed ? strmap_get(e->wfs, wf_id) : NULL;
 	task_facts f = {.here = wf && !wf->done};
 	int state = wf ? state_of(wf, step, attempt) : TASK_UNKNOWN;
+	if (wf && m->idx == TASK_UNCLAIM && m->lease_attempt)
+		f.superseded = m->lease_attempt < wf->task_claim_attempt;
 	if (!wf && parsed && m->w) /* only a caller needs to know what the store has */
 		state = stored_state(e, wf_id, &f, &stored_resource);
 	hold_move mv = task_next(state, m->idx, &f);
@@ -386,11 +456,15 @@ void task_free_all(baton_engine *e)
 
 /* ---- public API ---- */
 
-int baton_task_claim(baton_engine *e, const char *worker, const char *resource, int64_t wait_ms,
-		     int64_t ttl_ms, baton_lease_fn done, void *ud, baton_error *err)
+int baton_task_claim(baton_engine *e, const char *worker, const char *resource,
+		     const char *request_id, int64_t wait_ms, int64_t ttl_ms, baton_lease_fn done,
+		     void *ud, baton_error *err)
 {
 	if (resource && !valid_name(resource))
 		return err_set(err, BATON_EINVAL, "resource: not a valid resource name");
+	if (request_id && !valid_name(request_id))
+		return err_set(err, BATON_EINVAL,
+			       "request_id: a name of 1 to 128 characters [A-Za-z0-9._:-]");
 	if (ttl_ms < 1000 || ttl_ms > 86400000)
 		return err_set(err, BATON_EINVAL, "ttl_ms: from 1000 to 86400000");
 	if (wait_ms < 0 || wait_ms > 300000)
@@ -399,6 +473,7 @@ int baton_task_claim(baton_engine *e, const char *worker, const char *resource, 
 	m->type = MSG_TASK_CLAIM;
 	m->worker = worker ? xstrdup(worker) : NULL;
 	m->resource = resource ? xstrdup(resource) : NULL;
+	m->id = request_id ? xstrdup(request_id) : NULL;
 	m->wait_ms = wait_ms;
 	m->ttl_ms = ttl_ms;
 	m->w = xcalloc(1, sizeof *m->w);
@@ -411,6 +486,16 @@ int baton_task_claim(baton_engine *e, const char *worker, const char *resource, 
 		return err->code;
 	}
 	return BATON_OK;
+}
+
+void baton_task_give_back(baton_engine *e, const char *id, int64_t claim_attempt)
+{
+	msg *m = xcalloc(1, sizeof *m);
+	m->type = MSG_TASK_OP;
+	m->id = xstrdup(id);
+	m->idx = TASK_UNCLAIM;
+	m->lease_attempt = claim_attempt;
+	eng_post(e, m); /* the engine's own: never refused */
 }
 
 int baton_task_report(baton_engine *e, const char *id, int op, json_t *result, const char *error,

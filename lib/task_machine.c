@@ -9,6 +9,12 @@
  * the caller is answered, under the same rules as lease_machine.c: a promise from memory
  * only with proof (eng_promise), a change once durable, and an attempt that another node
  * drives passed on to it. tests/unit/test_holds.c checks the rules; task.c carries them out.
+ *
+ * Retries and give-backs follow lease_machine.c's one rule. A claim may carry a request_id;
+ * the same claim retried (its answer lost) is its next attempt and is answered the same
+ * task once durable (task.c), not a second one. The give-back of a claim whose answer could
+ * not be delivered or whose commit failed (TASK_UNCLAIM) names the claim attempt it undoes,
+ * and does nothing once a later attempt arrived (task_facts.superseded).
  */
 #include "internal.h"
 
@@ -36,7 +42,9 @@ static hold_move claimed(int event, const task_facts *f)
 	case TASK_COMPLETE:
 	case TASK_FAIL: /* through the workflow's retry policy, as a step thread's outcome */
 		return move(TASK_OVER, TASK_END, HOLD_COMMITTED);
-	case TASK_UNCLAIM: /* its claimer could not be told, or the claim was not durable */
+	case TASK_UNCLAIM:	   /* its claimer could not be told, or the claim was not durable */
+		if (f->superseded) /* unless a retry of the claim came since: it keeps it */
+			break;
 		return move(TASK_READY, TASK_OFFER, HOLD_SILENT);
 	case TASK_TIMER:
 		if (f->expired)

@@ -338,6 +338,7 @@ void wf_row_free(wf_row *wf)
 		json_decref(st->result);
 	}
 	free(wf->steps);
+	free(wf->task_claim_rid);
 	free(wf->id);
 	free(wf->resource);
 	free(wf->definition);

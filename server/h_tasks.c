@@ -37,10 +37,12 @@ static void on_task(void *ud, int rc, int created, json_t *task, const char *why
 }
 
 /* Gives a claimed task back to its queue: its worker will never see the claim. */
-static void unclaim(srv *s, const char *id)
+/* The claim answered in task could not be delivered: given back, naming its claim_attempt
+ * (a retry of the claim's request_id that arrived since keeps it). */
+static void unclaim(srv *s, const json_t *task)
 {
-	baton_error err;
-	baton_task_report(s->engine, id, BATON_TASK_UNCLAIM, NULL, NULL, 0, NULL, NULL, &err);
+	baton_task_give_back(s->engine, json_string_value(json_object_get(task, "id")),
+			     json_integer_value(json_object_get(task, "claim_attempt")));
 }
 
 static int answered(srv *s, request *r, void *data, response *out)
@@ -70,7 +72,7 @@ static int answered(srv *s, request *r, void *data, response *out)
 		if (srv_peer_gone(srv_conn_fd(r->conn))) {
 			/* Claimed for a worker that closed its side: offered again at once. One
 			 * that only half-closed still reads this answer, which must say so. */
-			unclaim(s, id);
+			unclaim(s, task);
 			json_decref(task);
 			return reply_problem(
 			    out, 409,
@@ -78,6 +80,7 @@ static int answered(srv *s, request *r, void *data, response *out)
 			    " claim could be answered: the task is offered again");
 		}
 		snprintf(r->task_claimed, sizeof r->task_claimed, "%s", id);
+		r->claim_attempt = json_integer_value(json_object_get(task, "claim_attempt"));
 	}
 	return reply_json(out, 200, task);
 }
@@ -93,7 +96,7 @@ static void dropped(srv *s, void *data)
 	}
 	const char *id = json_string_value(json_object_get(a->task, "id"));
 	if (!a->rc && a->claim && id)
-		unclaim(s, id);
+		unclaim(s, a->task);
 	json_decref(a->task);
 	a->task = NULL;
 }
@@ -101,7 +104,7 @@ static void dropped(srv *s, void *data)
 void srv_task_unsent(srv *s, request *r)
 {
 	if (r->task_claimed[0])
-		unclaim(s, r->task_claimed);
+		baton_task_give_back(s->engine, r->task_claimed, r->claim_attempt);
 }
 
 static task_answer *begin(srv *s, request *r, int claim, int64_t wait_ms, response *out)
@@ -121,16 +124,18 @@ static task_answer *begin(srv *s, request *r, int claim, int64_t wait_ms, respon
 
 int h_task_claim(srv *s, const request *cr, const char *const *p, response *out)
 {
-	static const char *const keys[] = {"worker", "resource", "wait_ms", "ttl_ms", NULL};
+	static const char *const keys[] = {"worker", "resource",   "wait_ms",
+					   "ttl_ms", "request_id", NULL};
 	request *r = (request *)cr;
 	json_t *body;
-	const char *worker = NULL, *resource = NULL;
+	const char *worker = NULL, *resource = NULL, *request_id = NULL;
 	int64_t wait_ms = 30000, ttl_ms = 30000;
 	(void)p;
 	if (body_optional_body(r, out, &body))
 		return out->status;
 	if (body_only_fields(body, keys, out) || body_field_str(body, "worker", &worker, out) ||
 	    body_field_str(body, "resource", &resource, out) ||
+	    body_field_str(body, "request_id", &request_id, out) ||
 	    body_field_int(body, "wait_ms", 0, 300000, &wait_ms, out) ||
 	    body_field_int(body, "ttl_ms", 1000, 86400000, &ttl_ms, out)) {
 		json_decref(body);
@@ -141,7 +146,8 @@ int h_task_claim(srv *s, const request *cr, const char *const *p, response *out)
 		return out->status;
 	}
 	baton_error err = {0};
-	int rc = baton_task_claim(s->engine, worker, resource, wait_ms, ttl_ms, on_task, r, &err);
+	int rc = baton_task_claim(s->engine, worker, resource, request_id, wait_ms, ttl_ms, on_task,
+				  r, &err);
 	json_decref(body);
 	if (rc) {
 		srv_wait_cancel(s, r);

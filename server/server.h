@@ -123,6 +123,7 @@ typedef struct request {
 	char granted_by[MAX_FORWARD_URL]; /* the node that granted it, when passed on */
 	int64_t granted_attempt;	  /* the attempt of it that this answer tells */
 	char task_claimed[200];		  /* a task claimed in this answer (h_tasks.c) */
+	int64_t claim_attempt;		  /* and the claim attempt it tells */
 } request;
 
 void srv_forward_counts(unsigned long long *total, unsigned long long *failed);

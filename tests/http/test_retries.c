@@ -525,6 +525,47 @@ static void test_grace_of_a_grant_nobody_took_survives_kill9(void **state)
 	json_decref(a);
 }
 
+/* Task claims get the same rule: a claim with a request_id whose answer is lost (its
+ * connection reset) and that is retried before the give-back of its first answer arrives is
+ * answered the same claim, and the give-back does not offer the task to anyone else. */
+static void test_claim_retry_keeps_its_claim(void **state)
+{
+	fixture *f = *state;
+	const hs_server *s = f->s;
+	json_decref(
+	    hs_create_workflow(s, json_pack("{s:s, s:s, s:[{s:s, s:b}]}", "id", "job-1", "resource",
+					    "t", "workers", "name", "ext", "external", 1)));
+	json_decref(hs_wait_step(s, "job-1", 0, "running", WAIT_MS));
+	hs_response r;
+	assert_int_equal(hs_post(s, "/tasks/claim", "{\"request_id\": \"no spaces\"}", &r), 0);
+	hs_assert_problem(&r, 400, "invalid-request", "a claim's request_id that is no name");
+	hs_response_fini(&r);
+	const char *c = "{\"worker\": \"ext\", \"request_id\": \"w-1\", \"wait_ms\": 0,"
+			" \"ttl_ms\": 60000}";
+	write_file(f->hold, "answers");
+	int c1 = raw_send(s, "POST", "/tasks/claim", c);
+	hold_wait(f, "answers", NULL);
+	raw_reset(c1); /* the claim's answer cannot be delivered */
+	int c2 = raw_send(s, "POST", "/tasks/claim", c);
+	hold_wait(f, "answers", "claim w-1");
+	write_file(f->hold, "round");
+	hold_wait(f, "round", "task job-1.0.1"); /* the give-back, after the retry */
+	unlink(f->hold);
+	json_t *t;
+	assert_int_equal(raw_read(c2, &t), 200);
+	assert_string_equal(hs_str(t, "id"), "job-1.0.1");
+	/* nobody else is given the step: the give-back changed nothing */
+	assert_int_equal(hs_post(s, "/tasks/claim", "{\"wait_ms\": 0}", &r), 0);
+	assert_int_equal(r.status, 204);
+	hs_response_fini(&r);
+	assert_int_equal(hs_int(t, "claim_attempt"), 2);
+	assert_int_equal(hs_post(s, "/tasks/job-1.0.1/complete", "{\"result\": 1}", &r), 0);
+	assert_int_equal(r.status, 200);
+	hs_response_fini(&r);
+	json_decref(hs_wait_workflow(s, "job-1", "completed", WAIT_MS));
+	json_decref(t);
+}
+
 int main(void)
 {
 	hs_filters_from_env();
@@ -539,6 +580,7 @@ int main(void)
 		test_renewal_after_expiry_answers_410_in_the_expirys_round, setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_grace_of_a_grant_nobody_took_survives_kill9, setup,
 					    teardown),
+	    cmocka_unit_test_setup_teardown(test_claim_retry_keeps_its_claim, setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

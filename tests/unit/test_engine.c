@@ -583,7 +583,7 @@ static void test_calls_share_the_inbox_cap(void **state)
 	rc[1] = baton_lease_renew(f->e, g->id, 0, on_answer, g, &err);
 	baton_lease_request more = {.resource = "more", .holder = "m", .ttl_ms = 60000};
 	rc[2] = baton_lease_acquire(f->e, &more, on_answer, g, other, &err);
-	rc[3] = baton_task_claim(f->e, NULL, NULL, 0, 60000, on_answer, g, &err);
+	rc[3] = baton_task_claim(f->e, NULL, NULL, NULL, 0, 60000, on_answer, g, &err);
 	rc[4] = baton_task_report(f->e, "w.0.1", BATON_TASK_HEARTBEAT, NULL, NULL, 0, on_answer, g,
 				  &err);
 	json_t *req = js("{\"resource\": \"r\", \"workers\": [\"a\"]}");

@@ -228,6 +228,9 @@ static void test_task_not_claimed_here(void **state)
 		expect(task_next(TASK_CLAIMED, ev, &there), TASK_CLAIMED, TASK_KEEP, HOLD_PASS_ON);
 	}
 	expect(task_next(TASK_OVER, TASK_UNCLAIM, &stored), TASK_OVER, TASK_KEEP, HOLD_SILENT);
+	task_facts retried = {.here = 1, .superseded = 1};
+	expect(task_next(TASK_CLAIMED, TASK_UNCLAIM, &retried), TASK_CLAIMED, TASK_KEEP,
+	       HOLD_SILENT);
 	expect(task_next(TASK_OVER, TASK_TIMER, &f), TASK_OVER, TASK_KEEP, HOLD_SILENT);
 }
 
@@ -236,9 +239,14 @@ static void test_task_rules_hold_everywhere(void **state)
 	(void)state;
 	for (int s = TASK_READY; s <= TASK_UNKNOWN; s++)
 		for (int ev = TASK_HEARTBEAT; ev <= TASK_CANCEL; ev++)
-			for (int bits = 0; bits < 8; bits++) {
-				task_facts f = {bits & 1, bits >> 1 & 1, bits >> 2 & 1};
+			for (int bits = 0; bits < 16; bits++) {
+				task_facts f = {bits & 1, bits >> 1 & 1, bits >> 2 & 1,
+						bits >> 3 & 1};
 				hold_move m = task_next(s, ev, &f);
+				/* the give-back of a claim attempt after which a retry of its
+				 * request_id arrived does nothing */
+				if (f.superseded && ev == TASK_UNCLAIM)
+					assert_int_equal(m.act, TASK_KEEP);
 				if (m.answer == HOLD_PROMISE)
 					assert_true(m.proof);
 				if (m.to == TASK_CLAIMED && s != TASK_CLAIMED)
