@@ -155,7 +155,8 @@ $(TORTURE_BIN): $(call obj,$(TORTURE_SRC)) $(call obj,$(HARNESS_SRC) $(COMMON_SR
 	@mkdir -p $(@D)
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(LIBS_ALL) $(PQ_LIBS) $(CMOCKA_LIBS)
 # The lock's fault-injection suite (tests/http/test_lockfaults.c) runs each fault once in
-# make test; here LOCKFAULTS_ROUNDS faults chosen at random (LOCKFAULTS_SEED=N replays).
+# make test, the nodes' and the clients' network's; here LOCKFAULTS_ROUNDS faults chosen at
+# random among them (LOCKFAULTS_SEED=N replays).
 LOCKFAULTS_ROUNDS ?= 24
 LOCKFAULTS_BIN := $(BUILD)/tests/http/test_lockfaults
 torture: $(BATOND) $(CLIENT) $(TORTURE_BIN) $(LOCKFAULTS_BIN)

@@ -3,10 +3,15 @@
  *
  * Design. One thread polls a control pipe, the listening socket (while not cut) and both
  * sockets of every piped connection. Bytes read from one side are written to the other
- * with blocking writes: on loopback, to PostgreSQL or to batond, both of which read what
- * they are sent, a write finishes at once. A request (cut, heal, stop) is a field set
- * under the mutex and a byte on the pipe; the caller waits on the condition variable until
- * the thread has carried it out (done == asked).
+ * with blocking writes: on loopback, to PostgreSQL, to batond or to an HTTP client, each of
+ * which reads what it is sent, a write finishes at once. A request (cut, heal, stop ...) is
+ * a field set under the mutex and a byte on the pipe; the caller waits on the condition
+ * variable until the thread has carried it out (done == asked).
+ *
+ * Client faults. Each connection is IDLE, in a REQUEST (the client's bytes since the last
+ * answer began) or in an ANSWER (the node's bytes since). The first bytes of a request
+ * draw its fault; a fault that acts later (a held request's delivery, a reset before the
+ * answer) sets the connection's timer, which bounds the poll.
  */
 #include "proxy.h"
 
@@ -21,26 +26,51 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #define MAX_PIPES 64
 
-enum { REQ_NONE, REQ_CUT, REQ_HEAL, REQ_STOP, REQ_HOLD, REQ_RELEASE };
+enum { REQ_NONE, REQ_CUT, REQ_HEAL, REQ_STOP, REQ_HOLD, REQ_RELEASE, REQ_RETARGET, REQ_STRIKE };
+enum phase { IDLE, REQUEST, ANSWER };
+enum outcome { GO_ON, CLOSE, RESET }; /* what becomes of a connection after an event */
+
+typedef struct pair {
+	int fd[2]; /* [0] the client's side (the node, or an HTTP client), [1] the target's */
+	int held;  /* what the target sends is not read meanwhile (hs_proxy_hold) */
+	enum phase phase;
+	int fault;    /* the current request's enum hs_fault, -1 for none */
+	int half;     /* HS_RESET_REQUEST: half the request, then the reset */
+	long long at; /* the fault's timer (monotonic ms), 0 for none */
+	char *buf;    /* HS_HOLD_REQUEST: the bytes held back */
+	size_t len, cap;
+} pair;
 
 struct hs_proxy {
 	int target_port, port;
 	int lfd;    /* listening socket, -1 while cut */
 	int ctl[2]; /* the control pipe */
-	int pairs[MAX_PIPES][2];
-	int held[MAX_PIPES]; /* what PostgreSQL sends on pairs[i] is not read meanwhile */
+	pair pairs[MAX_PIPES];
 	int npairs;
-	int holding;	  /* new pairs start held */
-	int release_port; /* REQ_RELEASE's port, 0: all */
+	int holding;		   /* new pairs start held */
+	int release_port;	   /* REQ_RELEASE's port, 0: all */
+	int new_target;		   /* REQ_RETARGET's port */
+	unsigned kinds, new_kinds; /* the faults that strike (REQ_STRIKE sets them) */
+	int percent, new_percent;
+	unsigned rnd, new_seed;
+	int struck[HS_FAULTS]; /* under mu */
 	pthread_t thread;
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
 	int req, asked, done, heal_rc, released;
 };
+
+static long long now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
 
 static int listen_on(int port)
 {
@@ -74,16 +104,22 @@ static int connect_to(int port)
 	return fd;
 }
 
-static void drop_pair(hs_proxy *p, int i)
+/* Closes both sides of pair i; with `reset`, as a reset (SO_LINGER 0: each side sees
+ * ECONNRESET, not an orderly end). */
+static void drop_pair(hs_proxy *p, int i, int reset)
 {
+	pair *c = &p->pairs[i];
 	for (int k = 0; k < 2; k++) {
-		shutdown(p->pairs[i][k], SHUT_RDWR);
-		close(p->pairs[i][k]);
+		if (reset) {
+			struct linger l = {.l_onoff = 1, .l_linger = 0};
+			setsockopt(c->fd[k], SOL_SOCKET, SO_LINGER, &l, sizeof l);
+		} else {
+			shutdown(c->fd[k], SHUT_RDWR);
+		}
+		close(c->fd[k]);
 	}
-	p->pairs[i][0] = p->pairs[p->npairs - 1][0];
-	p->pairs[i][1] = p->pairs[p->npairs - 1][1];
-	p->held[i] = p->held[p->npairs - 1];
-	p->npairs--;
+	free(c->buf);
+	*c = p->pairs[--p->npairs];
 }
 
 static void accept_one(hs_proxy *p)
@@ -98,10 +134,7 @@ static void accept_one(hs_proxy *p)
 	}
 	int one = 1;
 	setsockopt(c, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-	p->pairs[p->npairs][0] = c;
-	p->pairs[p->npairs][1] = t;
-	p->held[p->npairs] = p->holding;
-	p->npairs++;
+	p->pairs[p->npairs++] = (pair){.fd = {c, t}, .held = p->holding, .fault = -1};
 }
 
 /* The local port of socket fd, 0 if unknown. */
@@ -112,22 +145,110 @@ static int local_port(int fd)
 	return getsockname(fd, (struct sockaddr *)&a, &len) == 0 ? ntohs(a.sin_port) : 0;
 }
 
-/* Moves what one side has to the other; 0, or -1 when the pair is over. */
-static int pump(int from, int to)
+/* Writes n bytes to fd; 0, or -1 when the other side is gone. */
+static int send_all(int fd, const char *buf, size_t n)
 {
-	char buf[16384];
-	ssize_t n = read(from, buf, sizeof buf);
-	if (n <= 0)
-		return -1;
-	for (ssize_t off = 0; off < n;) {
-		ssize_t w = write(to, buf + off, (size_t)(n - off));
+	for (size_t off = 0; off < n;) {
+		ssize_t w = send(fd, buf + off, n - off, MSG_NOSIGNAL);
 		if (w < 0 && errno == EINTR)
 			continue;
 		if (w <= 0)
 			return -1;
-		off += w;
+		off += (size_t)w;
 	}
 	return 0;
+}
+
+/* A request starts on c: draws whether a fault strikes it, and which. */
+static void begin_request(hs_proxy *p, pair *c)
+{
+	c->phase = REQUEST;
+	c->fault = -1;
+	c->at = 0;
+	if (!p->kinds || p->percent <= 0 || (int)(rand_r(&p->rnd) % 100) >= p->percent)
+		return;
+	int kinds[HS_FAULTS], n = 0;
+	for (int f = 0; f < HS_FAULTS; f++)
+		if (p->kinds >> f & 1)
+			kinds[n++] = f;
+	c->fault = kinds[rand_r(&p->rnd) % (unsigned)n];
+	if (c->fault == HS_RESET_REQUEST) {
+		c->half = rand_r(&p->rnd) % 2;
+		if (!c->half)
+			c->at = now_ms() + rand_r(&p->rnd) % 1500;
+	} else if (c->fault == HS_HOLD_REQUEST) {
+		c->at = now_ms() + 200 + rand_r(&p->rnd) % 2800;
+	}
+	pthread_mutex_lock(&p->mu);
+	p->struck[c->fault]++;
+	pthread_mutex_unlock(&p->mu);
+}
+
+/* Keeps n more bytes of a held request; CLOSE when out of memory. */
+static enum outcome hold_back(pair *c, const char *buf, size_t n)
+{
+	if (c->len + n > c->cap) {
+		size_t cap = (c->len + n) * 2;
+		char *b = realloc(c->buf, cap);
+		if (!b)
+			return CLOSE;
+		c->buf = b;
+		c->cap = cap;
+	}
+	memcpy(c->buf + c->len, buf, n);
+	c->len += n;
+	return GO_ON;
+}
+
+/* The client sent something: the start of a request, or more of one. */
+static enum outcome from_client(hs_proxy *p, pair *c)
+{
+	char buf[16384];
+	ssize_t n = read(c->fd[0], buf, sizeof buf);
+	if (n <= 0)
+		return CLOSE; /* the client is gone: so is its connection to the target */
+	if (c->phase != REQUEST)
+		begin_request(p, c);
+	if (c->fault == HS_HOLD_REQUEST && c->at)
+		return hold_back(c, buf, (size_t)n);
+	if (c->fault == HS_RESET_REQUEST && c->half) {
+		send_all(c->fd[1], buf, (size_t)n / 2);
+		return RESET;
+	}
+	return send_all(c->fd[1], buf, (size_t)n) ? CLOSE : GO_ON;
+}
+
+/* The target sent something: the start of an answer, or more of one. */
+static enum outcome from_target(pair *c)
+{
+	char buf[16384];
+	ssize_t n = read(c->fd[1], buf, sizeof buf);
+	if (n <= 0)
+		return CLOSE;
+	if (c->phase == REQUEST) {
+		c->phase = ANSWER;
+		c->at = 0;
+		if (c->fault == HS_DROP_ANSWER || c->fault == HS_RESET_REQUEST)
+			return RESET; /* the answer goes down with the connection */
+		if (c->fault == HS_RESET_ANSWER) {
+			send_all(c->fd[0], buf, (size_t)n / 2);
+			return RESET;
+		}
+	}
+	return send_all(c->fd[0], buf, (size_t)n) ? CLOSE : GO_ON;
+}
+
+/* c's timer ran out: a held request goes on its way, a reset before the answer comes. */
+static enum outcome on_timer(pair *c)
+{
+	c->at = 0;
+	if (c->fault == HS_RESET_REQUEST)
+		return RESET;
+	int rc = send_all(c->fd[1], c->buf, c->len);
+	free(c->buf);
+	c->buf = NULL;
+	c->len = c->cap = 0;
+	return rc ? CLOSE : GO_ON;
 }
 
 /* Carries out a request from the pipe; returns 1 to stop. */
@@ -140,7 +261,7 @@ static int serve_request(hs_proxy *p)
 	int req = p->req;
 	if (req == REQ_CUT || req == REQ_STOP) {
 		while (p->npairs)
-			drop_pair(p, 0);
+			drop_pair(p, 0, 0);
 		if (p->lfd >= 0)
 			close(p->lfd);
 		p->lfd = -1;
@@ -150,22 +271,39 @@ static int serve_request(hs_proxy *p)
 	} else if (req == REQ_HOLD) {
 		p->holding = 1;
 		for (int i = 0; i < p->npairs; i++)
-			p->held[i] = 1;
+			p->pairs[i].held = 1;
 	} else if (req == REQ_RELEASE) {
 		p->released = 0;
 		if (!p->release_port)
 			p->holding = 0;
 		for (int i = 0; i < p->npairs; i++)
-			if (p->held[i] &&
-			    (!p->release_port || local_port(p->pairs[i][1]) == p->release_port)) {
-				p->held[i] = 0;
+			if (p->pairs[i].held &&
+			    (!p->release_port ||
+			     local_port(p->pairs[i].fd[1]) == p->release_port)) {
+				p->pairs[i].held = 0;
 				p->released = 1;
 			}
+	} else if (req == REQ_RETARGET) {
+		p->target_port = p->new_target;
+	} else if (req == REQ_STRIKE) {
+		p->kinds = p->new_kinds;
+		p->percent = p->new_percent;
+		p->rnd = p->new_seed;
 	}
 	p->done = p->asked;
 	pthread_cond_broadcast(&p->cv);
 	pthread_mutex_unlock(&p->mu);
 	return req == REQ_STOP;
+}
+
+/* The poll's timeout: until the nearest timer of a connection, -1 for none. */
+static int next_timeout(const hs_proxy *p)
+{
+	long long now = now_ms(), first = -1;
+	for (int i = 0; i < p->npairs; i++)
+		if (p->pairs[i].at && (first < 0 || p->pairs[i].at < first))
+			first = p->pairs[i].at;
+	return first < 0 ? -1 : first <= now ? 0 : (int)(first - now);
 }
 
 static void *proxy_main(void *arg)
@@ -177,12 +315,12 @@ static void *proxy_main(void *arg)
 		fds[n++] = (struct pollfd){.fd = p->ctl[0], .events = POLLIN};
 		fds[n++] = (struct pollfd){.fd = p->lfd, .events = POLLIN};
 		for (int i = 0; i < p->npairs; i++) {
-			fds[n++] = (struct pollfd){.fd = p->pairs[i][0], .events = POLLIN};
+			fds[n++] = (struct pollfd){.fd = p->pairs[i].fd[0], .events = POLLIN};
 			/* a negative fd is not polled: what PostgreSQL sent waits in the socket */
-			fds[n++] = (struct pollfd){.fd = p->held[i] ? -1 : p->pairs[i][1],
+			fds[n++] = (struct pollfd){.fd = p->pairs[i].held ? -1 : p->pairs[i].fd[1],
 						   .events = POLLIN};
 		}
-		if (poll(fds, (nfds_t)n, -1) < 0) {
+		if (poll(fds, (nfds_t)n, next_timeout(p)) < 0) {
 			if (errno == EINTR)
 				continue;
 			break;
@@ -191,11 +329,19 @@ static void *proxy_main(void *arg)
 			break;
 		if (fds[0].revents)
 			continue; /* the sockets polled may have been closed */
+		long long now = now_ms();
+		/* from the last: dropping pair i moves the last one, already seen, into i */
 		for (int i = p->npairs - 1; i >= 0; i--) {
-			short a = fds[2 + 2 * i].revents, b = fds[3 + 2 * i].revents;
-			if ((a && pump(p->pairs[i][0], p->pairs[i][1]) != 0) ||
-			    (b && pump(p->pairs[i][1], p->pairs[i][0]) != 0))
-				drop_pair(p, i);
+			pair *c = &p->pairs[i];
+			enum outcome o = GO_ON;
+			if (fds[2 + 2 * i].revents)
+				o = from_client(p, c);
+			if (o == GO_ON && fds[3 + 2 * i].revents)
+				o = from_target(c);
+			if (o == GO_ON && c->at && now >= c->at)
+				o = on_timer(c);
+			if (o != GO_ON)
+				drop_pair(p, i, o == RESET);
 		}
 		if (p->lfd >= 0 && fds[1].revents)
 			accept_one(p);
@@ -264,6 +410,32 @@ int hs_proxy_heal(hs_proxy *p)
 {
 	ask(p, REQ_HEAL);
 	return p->heal_rc;
+}
+
+void hs_proxy_retarget(hs_proxy *p, int target_port)
+{
+	pthread_mutex_lock(&p->mu);
+	p->new_target = target_port;
+	pthread_mutex_unlock(&p->mu);
+	ask(p, REQ_RETARGET);
+}
+
+void hs_proxy_strike(hs_proxy *p, unsigned kinds, int percent, unsigned seed)
+{
+	pthread_mutex_lock(&p->mu);
+	p->new_kinds = kinds & ((1u << HS_FAULTS) - 1);
+	p->new_percent = percent;
+	p->new_seed = seed;
+	pthread_mutex_unlock(&p->mu);
+	ask(p, REQ_STRIKE);
+}
+
+int hs_proxy_struck(hs_proxy *p, enum hs_fault f)
+{
+	pthread_mutex_lock(&p->mu);
+	int n = f >= 0 && f < HS_FAULTS ? p->struck[f] : 0;
+	pthread_mutex_unlock(&p->mu);
+	return n;
 }
 
 void hs_proxy_hold(hs_proxy *p)

@@ -16,12 +16,17 @@
  * node leases; paused (SIGSTOP) past its lease; killed (SIGKILL) and started again; the
  * PostgreSQL server restarted; its wall clock stepped by an hour either way (every node
  * runs under libfaketime, reading an offset from a file of its own; the clients and
- * PostgreSQL run on the real clock). The short form (make test) strikes each kind once in a
- * seeded order; LOCKFAULTS_ROUNDS=N (make torture) strikes N faults chosen at random.
+ * PostgreSQL run on the real clock). And the clients' own network: every client reaches
+ * node i through a proxy of the test (cpx[i], tests/harness/proxy.h), which for three to
+ * five seconds strikes half of their requests with one fault: the answer dropped, a reset
+ * in mid-request or in mid-answer, the request held back. The clients are the real
+ * `baton lock` and `baton worker`, so they retry as they do (the same request_id, the next
+ * node). The short form (make test) strikes each kind once in a seeded order;
+ * LOCKFAULTS_ROUNDS=N (make torture) strikes N faults chosen at random.
  * Checks: no two runs overlap; fencing tokens strictly increase in the order the runs
- * started; the lock stays live (a command completes after the last fault); and then every
- * node grants a lease on a resource nobody used yet within GRANT_MS, whichever node
- * drives it.
+ * started; the lock stays live: once the faults are over, every node, asked directly,
+ * grants a lease on resources nobody used yet, one in a partition of each node (its own
+ * and those it passes on), within FRESH_MS, and a command completes after the last fault.
  *
  * Permits: a second resource, of PLIMIT permits (set with PUT through a node at the start),
  * on the partition of the first, so that every fault that strikes the one's driver strikes
@@ -67,7 +72,6 @@
 #define CLIENTS	    3
 #define MAX_RUNS    4096
 #define LIVE_MS	    60000  /* after the last fault, a command must complete within this */
-#define GRANT_MS    10000  /* then each node grants a fresh resource of any node within this */
 #define COMMAND_CAP 120000 /* a baton lock still running after this is killed (a hang) */
 #define RESOURCE    "lockfaults"
 #define WRESOURCE   "lockfaults-w" /* the external workers' steps */
@@ -79,10 +83,27 @@
 #define MAX_HOLDERS 64	  /* a history that shows more holders at once has failed already */
 #define ALL_CLIENTS (CLIENTS + WORKERS + PCLIENTS)
 
-enum fault { F_CUT, F_PAUSE, F_KILL, F_PG_RESTART, F_CLOCK, F_KINDS };
-static const char *const fault_name[F_KINDS] = {"cut off the database", "paused",
-						"killed and restarted", "PostgreSQL restarted",
-						"wall clock stepped"};
+/* The node faults, then the clients' own (each one enum hs_fault of the clients' proxies,
+ * in its order). */
+enum fault {
+	F_CUT,
+	F_PAUSE,
+	F_KILL,
+	F_PG_RESTART,
+	F_CLOCK,
+	F_DROP_ANSWER,
+	F_RESET_REQUEST,
+	F_RESET_ANSWER,
+	F_HOLD_REQUEST,
+	F_KINDS
+};
+#define F_CLIENT     F_DROP_ANSWER /* the first of the clients' faults */
+#define STRIKE_SHARE 50		   /* percent of the clients' requests struck meanwhile */
+#define FRESH_MS     10000 /* after the faults, every node grants a fresh resource within this */
+static const char *const fault_name[F_KINDS] = {
+    "cut off the database", "paused",	       "killed and restarted", "PostgreSQL restarted",
+    "wall clock stepped",   "answers dropped", "reset in mid-request", "reset in mid-answer",
+    "requests held back"};
 
 static const char stamper[] =
     "import os, sys, time\n"
@@ -136,10 +157,12 @@ typedef struct suite {
 	pthread_t clients[ALL_CLIENTS];
 	int started;
 	atomic_int stop;
-	tally mutex;			       /* RESOURCE's commands (files named run-N) */
-	tally permits;			       /* the permits' commands (prun-N) */
-	char presource[32];		       /* the permits' resource: RESOURCE's partition */
-	pid_t child[ALL_CLIENTS];	       /* each client's running baton, 0 for none */
+	tally mutex;		  /* RESOURCE's commands (files named run-N) */
+	tally permits;		  /* the permits' commands (prun-N) */
+	char presource[32];	  /* the permits' resource: RESOURCE's partition */
+	pid_t child[ALL_CLIENTS]; /* each client's running baton, 0 for none */
+	hs_proxy *cpx[NODES];	  /* the clients reach node i through cpx[i], which strikes them */
+	int faults;		  /* faults struck */
 	char clock_file[NODES][PATH_MAX + 16]; /* each node's libfaketime offset */
 	int offset[NODES];		       /* its wall clock's step so far, in s */
 	pthread_mutex_t mu; /* guards child[] and the cluster's node pointers' use */
@@ -154,8 +177,9 @@ static int64_t mono(void)
 	return hs_mono_ms();
 }
 
-/* Every running node's URL, comma-separated, starting at node `first` (each client names
- * them in another order, as `baton lock --server` takes them); "" when none runs. */
+/* The URL of every running node's client proxy, comma-separated, starting at node `first`
+ * (each client names them in another order, as `baton lock --server` takes them); "" when
+ * none runs. */
 static void server_list(suite *t, int first, char *out, size_t n)
 {
 	size_t len = 0;
@@ -165,7 +189,8 @@ static void server_list(suite *t, int first, char *out, size_t n)
 		hs_server *s = t->cl.node[(first + k) % NODES];
 		if (s && hs_running(s))
 			len += (size_t)snprintf(out + len, n - len, "%shttp://127.0.0.1:%d",
-						len ? "," : "", hs_port(s));
+						len ? "," : "",
+						hs_proxy_port(t->cpx[(first + k) % NODES]));
 	}
 	pthread_mutex_unlock(&t->mu);
 }
@@ -356,6 +381,8 @@ static int teardown(void **state)
 	pthread_mutex_unlock(&t->mu);
 	for (int i = 0; i < t->started; i++)
 		pthread_join(t->clients[i], NULL);
+	for (int i = 0; i < NODES; i++)
+		hs_proxy_close(t->cpx[i]);
 	int rc = cl_close(&t->cl);
 	hs_faketime_env(0);
 	if (!getenv("BATON_TEST_KEEP")) {
@@ -376,8 +403,41 @@ static int target(suite *t, unsigned *rnd)
 	return who >= 0 && rand_r(rnd) % 4 ? who : (int)(rand_r(rnd) % NODES);
 }
 
+/* The clients' fault f (F_CLIENT ...): for a few seconds, STRIKE_SHARE percent of the
+ * requests through every client proxy are struck by it, and for longer until one was (all
+ * the clients may be waiting on requests sent before; each sends again within its --wait). */
+static void strike_clients(suite *t, enum fault f, unsigned *rnd)
+{
+	int ms = 3000 + (int)(rand_r(rnd) % 2000), before = 0, now = 0;
+	enum hs_fault kind = (enum hs_fault)(f - F_CLIENT);
+	print_message("lockfaults: clients' %s for %d ms\n", fault_name[f], ms);
+	for (int k = 0; k < NODES; k++) {
+		before += hs_proxy_struck(t->cpx[k], kind);
+		hs_proxy_strike(t->cpx[k], 1u << kind, STRIKE_SHARE, (unsigned)rand_r(rnd));
+	}
+	int64_t start = mono(), end = start + ms, cap = start + 2 * LIVE_MS;
+	for (now = before; mono() < end || (now == before && mono() < cap);) {
+		hs_pause_ms(100);
+		now = 0;
+		for (int k = 0; k < NODES; k++)
+			now += hs_proxy_struck(t->cpx[k], kind);
+	}
+	for (int k = 0; k < NODES; k++)
+		hs_proxy_strike(t->cpx[k], 0, 0, 0);
+	print_message("lockfaults: %d requests struck in %lld ms\n", now - before,
+		      (long long)(mono() - start));
+	if (now == before)
+		fail_msg("the clients' %s struck no request in %lld ms (seed %u)", fault_name[f],
+			 (long long)(mono() - start), t->seed);
+}
+
 static void strike(suite *t, enum fault f, unsigned *rnd)
 {
+	t->faults++;
+	if (f >= F_CLIENT) {
+		strike_clients(t, f, rnd);
+		return;
+	}
 	int k = target(t, rnd);
 	int ms;
 	switch (f) {
@@ -398,6 +458,7 @@ static void strike(suite *t, enum fault f, unsigned *rnd)
 	case F_KILL:
 		ms = 200 + (int)(rand_r(rnd) % 2000);
 		print_message("lockfaults: node%d %s after %d ms\n", k, fault_name[f], ms);
+		hs_proxy_cut(t->cpx[k]); /* its clients are refused, as by the node itself */
 		pthread_mutex_lock(&t->mu);
 		hs_kill(t->cl.node[k]);
 		pthread_mutex_unlock(&t->mu);
@@ -406,6 +467,8 @@ static void strike(suite *t, enum fault f, unsigned *rnd)
 		int rc = hs_start(t->cl.node[k]);
 		pthread_mutex_unlock(&t->mu);
 		assert_int_equal(rc, 0);
+		hs_proxy_retarget(t->cpx[k], hs_port(t->cl.node[k])); /* it listens anew */
+		assert_int_equal(hs_proxy_heal(t->cpx[k]), 0);
 		break;
 	case F_CLOCK: {
 		int step = rand_r(rnd) % 2 ? 3600 : -3600;
@@ -964,50 +1027,6 @@ static int by_task_then_first(const void *a, const void *b)
 	return (x->first > y->first) - (x->first < y->first);
 }
 
-/* Liveness after the faults: every node grants a lease on a resource nobody used yet
- * within GRANT_MS, for a resource of each node (its own, and those it passes on), asking
- * again on 503 as clients do. A node healthy again must serve whether it has work of its
- * own or not. Returns the first failure, "" when none (a static buffer). */
-static const char *every_node_grants(suite *t)
-{
-	static char why[256];
-	why[0] = 0;
-	if (!cl_wait_balanced(&t->cl, 0, (1u << NODES) - 1, LIVE_MS)) {
-		snprintf(why, sizeof why,
-			 "the nodes did not share the partitions again within %d ms", LIVE_MS);
-		return why;
-	}
-	unsigned long long avoid = 0;
-	for (int via = 0; via < NODES && !why[0]; via++)
-		for (int owner = 0; owner < NODES && !why[0]; owner++) {
-			char name[64], path[128];
-			cl_pick_resource(&t->cl, owner, "lockfaults-fresh", &avoid, name,
-					 sizeof name);
-			snprintf(path, sizeof path, "/resources/%s/leases", name);
-			const char *body = "{\"holder\": \"liveness\", \"ttl_ms\": 5000}";
-			hs_request req = {.method = "POST",
-					  .path = path,
-					  .content_type = "application/json",
-					  .body = body,
-					  .body_len = strlen(body)};
-			long st = 0;
-			for (int64_t end = mono() + GRANT_MS; st != 201 && mono() < end;) {
-				hs_response r;
-				st = hs_send(t->cl.node[via], &req, &r) == 0 ? r.status : 0;
-				hs_response_fini(&r);
-				if (st != 201)
-					hs_pause_ms(200);
-			}
-			if (st != 201)
-				snprintf(
-				    why, sizeof why,
-				    "node %d did not grant %s (driven by node %d) within %d ms:"
-				    " HTTP %ld",
-				    via, name, owner, GRANT_MS, st);
-		}
-	return why;
-}
-
 /* The external workers' runs: for each step, no two attempts ran at once, tokens increase
  * in run order, no attempt ran twice, and nothing ran after the attempt that completed. */
 static void check_tasks(suite *t)
@@ -1078,6 +1097,115 @@ static void check_tasks(suite *t)
 		      completed, t->ntasks);
 }
 
+/* ---- liveness after the faults ------------------------------------------------------ */
+
+/* Asks node i, directly, for a lease on `resource` (no wait); the status, and on a grant
+ * the lease's id in `lease`, else the answer's detail in `detail`. */
+static long ask_fresh(suite *t, int i, const char *resource, char *lease, char *detail, size_t n)
+{
+	char path[96], body[160];
+	snprintf(path, sizeof path, "/resources/%s/leases", resource);
+	snprintf(body, sizeof body,
+		 "{\"holder\": \"fresh\", \"ttl_ms\": 10000, \"request_id\": \"%s-%d\"}", resource,
+		 i);
+	hs_request req = {.method = "POST",
+			  .path = path,
+			  .content_type = "application/json",
+			  .body = body,
+			  .body_len = strlen(body)};
+	hs_response r;
+	long st = 0;
+	detail[0] = 0;
+	pthread_mutex_lock(&t->mu);
+	if (hs_send(t->cl.node[i], &req, &r) == 0) {
+		st = r.status;
+		const char *state = json_string_value(json_object_get(r.json, "state"));
+		const char *id = json_string_value(json_object_get(r.json, "id"));
+		const char *why = json_string_value(json_object_get(r.json, "detail"));
+		if ((st == 200 || st == 201) && state && strcmp(state, "held") == 0 && id)
+			snprintf(lease, n, "%s", id);
+		else
+			snprintf(detail, n, "%s", why ? why : state ? state : "");
+	} else {
+		snprintf(detail, n, "no answer");
+	}
+	hs_response_fini(&r);
+	pthread_mutex_unlock(&t->mu);
+	return st;
+}
+
+/*
+ * Once the faults are over: every node grants a lease on resources nobody used yet, one in
+ * a partition of each node (as the database says when the check starts), so that each node
+ * is asked both for what it drives and for what it passes on, within FRESH_MS of the first
+ * request. Returns 1, or 0 after writing into why which nodes did not and their last
+ * answers. The leases granted are released.
+ */
+static int fresh_grants(suite *t, char *why, size_t size)
+{
+	int owners[CL_PARTS];
+	for (int p = 0; p < CL_PARTS; p++)
+		owners[p] = -3; /* not read yet */
+	char name[NODES][NODES][48], lease[NODES][NODES][128], detail[NODES][NODES][128];
+	long last[NODES][NODES];
+	int pending = 0, asked = 0;
+	for (int i = 0; i < NODES; i++)
+		for (int j = 0; j < NODES; j++) {
+			for (int k = 0; k < 10000; k++) { /* a name in a partition of node j */
+				snprintf(name[i][j], sizeof name[i][j], "fresh-%d-%d-%d", i, j, k);
+				int p = cl_part_of(name[i][j]);
+				if (owners[p] == -3)
+					owners[p] = cl_part_owner(&t->cl, p);
+				if (owners[p] == j)
+					break;
+			}
+			lease[i][j][0] = 0;
+			last[i][j] = 0;
+			pending++;
+		}
+	int64_t deadline = mono() + FRESH_MS;
+	while (pending && mono() < deadline) {
+		for (int i = 0; i < NODES; i++)
+			for (int j = 0; j < NODES; j++) {
+				if (lease[i][j][0])
+					continue;
+				asked++;
+				last[i][j] = ask_fresh(t, i, name[i][j], lease[i][j], detail[i][j],
+						       sizeof detail[i][j]);
+				if (lease[i][j][0])
+					pending--;
+			}
+		if (pending)
+			hs_pause_ms(100);
+	}
+	size_t len = 0;
+	for (int i = 0; i < NODES; i++)
+		for (int j = 0; j < NODES; j++) {
+			if (lease[i][j][0]) {
+				char path[160];
+				hs_response r;
+				snprintf(path, sizeof path, "/leases/%s", lease[i][j]);
+				pthread_mutex_lock(&t->mu);
+				if (hs_send(t->cl.node[i],
+					    &(hs_request){.method = "DELETE", .path = path},
+					    &r) == 0)
+					hs_response_fini(&r);
+				pthread_mutex_unlock(&t->mu);
+			} else if (len < size) {
+				len += (size_t)snprintf(
+				    why + len, size - len,
+				    "%snode%d granted no lease on %s (a partition of node%d when"
+				    " asked) within %d ms: HTTP %ld \"%s\"",
+				    len ? "; " : "", i, name[i][j], j, FRESH_MS, last[i][j],
+				    detail[i][j]);
+			}
+		}
+	print_message("lockfaults: fresh resources: %d of %d granted, one per node and driver,"
+		      " in %d requests\n",
+		      NODES * NODES - pending, NODES * NODES, asked);
+	return pending == 0;
+}
+
 static void test_lock_under_faults(void **state)
 {
 	if (!hs_store_is_pg())
@@ -1109,6 +1237,8 @@ static void test_lock_under_faults(void **state)
 	    cl_open_proxied_env(&t->cl, NODES, LEASE_MS, NULL, "FAKETIME_TIMESTAMP_FILE", files),
 	    0);
 	assert_true(cl_wait_balanced(&t->cl, 0, (1u << NODES) - 1, 60000));
+	for (int i = 0; i < NODES; i++) /* the clients' network to each node */
+		assert_non_null(t->cpx[i] = hs_proxy_open(hs_port(t->cl.node[i])));
 	pick_presource(t);
 	set_permits(t);
 	the = t;
@@ -1119,7 +1249,9 @@ static void test_lock_under_faults(void **state)
 		assert_int_equal(pthread_create(&t->clients[i], NULL, fn, (void *)(intptr_t)i), 0);
 		t->started++;
 	}
-	enum fault order[F_KINDS] = {F_CUT, F_PAUSE, F_KILL, F_PG_RESTART, F_CLOCK};
+	enum fault order[F_KINDS];
+	for (int i = 0; i < F_KINDS; i++)
+		order[i] = (enum fault)i;
 	for (int i = F_KINDS - 1; i > 0; i--) { /* a seeded shuffle */
 		int j = (int)(rand_r(&rnd) % (unsigned)(i + 1));
 		enum fault x = order[i];
@@ -1135,7 +1267,10 @@ static void test_lock_under_faults(void **state)
 		submit_tasks(t, TASKS / F_KINDS + 1);
 		strike(t, f, &rnd);
 	}
-	/* Live: a command completes after the last fault, on each resource. */
+	/* Live: every node grants a fresh resource, whoever drives it; a command completes
+	 * after the last fault, on each resource. */
+	char fresh_why[2048];
+	int fresh = fresh_grants(t, fresh_why, sizeof fresh_why);
 	int before = atomic_load(&t->mutex.completed), pbefore = atomic_load(&t->permits.completed);
 	int64_t deadline = mono() + LIVE_MS;
 	while ((atomic_load(&t->mutex.completed) <= before ||
@@ -1149,18 +1284,26 @@ static void test_lock_under_faults(void **state)
 	for (int i = 0; i < t->started; i++)
 		pthread_join(t->clients[i], NULL);
 	t->started = 0;
-	const char *dead = every_node_grants(t);
+	print_message("lockfaults: %d faults struck; requests struck in the clients' network:",
+		      t->faults);
+	for (int f = 0; f < HS_FAULTS; f++) {
+		int n = 0;
+		for (int k = 0; k < NODES; k++)
+			n += hs_proxy_struck(t->cpx[k], (enum hs_fault)f);
+		print_message(" %s x%d", fault_name[F_CLIENT + f], n);
+	}
+	print_message("\n");
 	check_runs(t);
 	check_tasks(t);
 	check_permits(t);
+	if (!fresh)
+		fail_msg("%s (seed %u)", fresh_why, t->seed);
 	if (!live)
 		fail_msg("no command completed within %d ms after the last fault (seed %u)",
 			 LIVE_MS, t->seed);
 	if (!plive)
 		fail_msg("no command on %s completed within %d ms after the last fault (seed %u)",
 			 t->presource, LIVE_MS, t->seed);
-	if (dead[0])
-		fail_msg("%s (seed %u)", dead, t->seed);
 	if (!tasks_live)
 		fail_msg("the external workers' workflows did not all end within %d ms (seed %u)",
 			 2 * LIVE_MS, t->seed);
