@@ -29,6 +29,9 @@ void hs_proxy_hold(hs_proxy *p);
  * client_port pg_stat_activity shows for the node's session); port 0: on every connection,
  * and new ones are no longer held. 1 when a connection held was released, else 0. */
 int hs_proxy_release(hs_proxy *p, int port);
+/* The bytes held (hs_proxy_hold) and not passed yet, over every connection: nonzero once
+ * the target wrote an answer that its client has not been given. */
+long hs_proxy_held_bytes(hs_proxy *p);
 /* Stops the thread and closes everything; accepts NULL. */
 void hs_proxy_close(hs_proxy *p);
 

@@ -12,7 +12,9 @@
  *  - a retry that arrives in the round of the grant is answered once the grant is durable,
  *    and told 503 with it when its commit fails;
  *  - a renewal that arrives after its lease expired answers 410, in the expiry's round too;
- *  - a grant that nobody took is released within seconds, across a kill -9.
+ *  - a grant that nobody took is released within seconds, across a kill -9;
+ *  - baton worker asks a claim whose answer was lost again with its request_id, and gets
+ *    the same claim.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -29,6 +31,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "../harness/client.h"
 #include "../harness/cluster.h"
 #include "../harness/harness.h"
 
@@ -125,6 +128,7 @@ static int teardown(void **state)
 	rmdir(f->dir);
 	unsetenv("BATON_TEST_HOLD_FILE");
 	unsetenv("BATON_TEST_FAULT_FILE");
+	client_free_all();
 	free(f);
 	return rc;
 }
@@ -566,6 +570,76 @@ static void test_claim_retry_keeps_its_claim(void **state)
 	json_decref(t);
 }
 
+typedef struct held_answer {
+	hs_proxy *px;
+} held_answer;
+
+static bool answer_held(void *arg)
+{
+	return hs_proxy_held_bytes(((held_answer *)arg)->px) > 0;
+}
+
+/* baton worker reaches the server through a proxy that keeps its claim's answer: the
+ * server wrote it, so it counts the claim as delivered and gives nothing back. The proxy
+ * then drops the connection; the worker asks the next server of its list with the same
+ * request_id and runs the task it claimed, not the next one. */
+static void test_worker_retries_a_lost_claim_with_its_request_id(void **state)
+{
+	fixture *f = *state;
+	const hs_server *s = f->s;
+	hs_response r;
+	const char *limit = "{\"limit\": 2}"; /* both steps run at once */
+	hs_request put = {.method = "PUT",
+			  .path = "/resources/t",
+			  .content_type = "application/json",
+			  .body = limit,
+			  .body_len = strlen(limit)};
+	assert_int_equal(hs_send(s, &put, &r), 0);
+	assert_int_equal(r.status, 200);
+	hs_response_fini(&r);
+	for (int i = 1; i <= 2; i++) {
+		char id[16];
+		snprintf(id, sizeof id, "job-%d", i);
+		json_decref(hs_create_workflow(s, json_pack("{s:s, s:s, s:[{s:s, s:b}]}", "id", id,
+							    "resource", "t", "workers", "name",
+							    "ext", "external", 1)));
+		json_decref(hs_wait_step(s, id, 0, "running", WAIT_MS));
+	}
+	hs_proxy *px = hs_proxy_open(hs_port(s));
+	assert_non_null(px);
+	hs_proxy_hold(px);
+	char servers[128];
+	snprintf(servers, sizeof servers, "http://127.0.0.1:%d,http://127.0.0.1:%d",
+		 hs_proxy_port(px), hs_port(s));
+	const char *const args[] = {
+	    "worker", "--worker", "ext", "--resource", "t",
+	    "--once", "--",	  "sh",	 "-c",	       "echo \"\\\"$BATON_TASK_ID\\\"\"",
+	    NULL};
+	client_proc *p = client_spawn(args, servers, false);
+	held_answer h = {px};
+	if (!hs_wait_until(answer_held, &h, WAIT_MS)) {
+		hs_proxy_close(px);
+		fail_msg("the claim's answer never reached the proxy");
+	}
+	hs_proxy_cut(px); /* the answer is lost; the server delivered it */
+	int rc = client_finish(p);
+	hs_proxy_close(px);
+	assert_int_equal(rc, 0);
+	/* the worker completed the task it claimed before it exited */
+	assert_int_equal(hs_get(s, "/workflows/job-1", &r), 0);
+	assert_int_equal(r.status, 200);
+	assert_string_equal(hs_str(r.json, "status"), "completed");
+	const json_t *st = hs_step_at(r.json, 0);
+	assert_string_equal(json_string_value(json_object_get(st, "result")), "job-1.0.1");
+	hs_response_fini(&r);
+	/* the worker claimed nothing else: job-2 is still there for the next claim */
+	assert_int_equal(hs_post(s, "/tasks/claim", "{\"wait_ms\": 0}", &r), 0);
+	assert_int_equal(r.status, 200);
+	assert_string_equal(hs_str(r.json, "id"), "job-2.0.1");
+	hs_response_fini(&r);
+	client_free(p);
+}
+
 int main(void)
 {
 	hs_filters_from_env();
@@ -581,6 +655,8 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_grace_of_a_grant_nobody_took_survives_kill9, setup,
 					    teardown),
 	    cmocka_unit_test_setup_teardown(test_claim_retry_keeps_its_claim, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_worker_retries_a_lost_claim_with_its_request_id,
+					    setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
