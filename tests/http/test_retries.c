@@ -9,6 +9,8 @@
  * go on once exactly the messages of the race wait, in their order. Then:
  *  - the give-back of a first attempt's grant does nothing once the retry arrived, on one
  *    node and through a node that passes both on (a cluster, on PostgreSQL);
+ *  - a grant the owner wrote to a node that passed the acquire on, whose client left
+ *    meanwhile, is given back, not held for nobody until its ttl;
  *  - a retry that arrives in the round of the grant is answered once the grant is durable,
  *    and told 503 with it when its commit fails;
  *  - a renewal that arrives after its lease expired answers 410, in the expiry's round too;
@@ -25,6 +27,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -423,6 +426,63 @@ static void test_give_back_through_another_node(void **state)
 	json_decref(got);
 }
 
+typedef struct granted_to {
+	const hs_server *s;
+	const char *path;
+} granted_to;
+
+/* An acquire that does not wait is granted (201); one refused changes nothing. */
+static bool granted(void *arg)
+{
+	const granted_to *g = arg;
+	hs_response r;
+	bool ok = hs_post(g->s, g->path, "{\"holder\": \"y\", \"ttl_ms\": 60000}", &r) == 0 &&
+		  r.status == 201;
+	hs_response_fini(&r);
+	return ok;
+}
+
+/* A grant passed on through node1 whose client left: node1 is stopped while its client
+ * goes and node0 writes the grant, so node0 counts it as delivered; when node1 goes on,
+ * it finds its client gone with the grant waiting to be read. It must read it and give it
+ * back, naming its attempt, rather than cut the exchange and leave the lease held for
+ * nobody until its ttl runs out. */
+static void test_grant_through_another_node_for_a_client_gone(void **state)
+{
+	cfixture *c = *state;
+	if (!hs_store_is_pg())
+		skip(); /* a cluster runs on PostgreSQL */
+	fixture *f = &c->f;
+	const hs_server *owner = c->cl.node[0], *via = c->cl.node[1];
+	assert_true(cl_wait_balanced(&c->cl, 0, 3, WAIT_MS));
+	char res[64], path[200];
+	unsigned long long avoid = 0;
+	cl_pick_resource(&c->cl, 0, "gone", &avoid, res, sizeof res);
+	snprintf(path, sizeof path, "/resources/%s/leases", res);
+	hs_response r;
+	assert_int_equal(hs_post(owner, path, "{\"holder\": \"a\", \"ttl_ms\": 60000}", &r), 0);
+	assert_int_equal(r.status, 201);
+	char release[128];
+	snprintf(release, sizeof release, "/leases/%s", hs_str(r.json, "id"));
+	hs_response_fini(&r);
+	int x = raw_send(via, "POST", path,
+			 "{\"holder\": \"x\", \"wait_ms\": 60000, \"ttl_ms\": 600000}");
+	wait_waiters_on(owner, res, 1);
+	write_file(f->hold, "answers");
+	int d = raw_send(owner, "DELETE", release, NULL);
+	hold_wait(f, "answers", NULL); /* x is granted; the answers wait */
+	assert_int_equal(kill(hs_pid(via), SIGSTOP), 0);
+	raw_reset(x);
+	unlink(f->hold);
+	int rd = raw_read(d, NULL);
+	assert_int_equal(kill(hs_pid(via), SIGCONT), 0);
+	assert_int_equal(rd, 204);
+	/* the grant nobody took is given back, long before its ttl: y is granted */
+	granted_to g = {owner, path};
+	if (!hs_wait_until(granted, &g, 20000))
+		fail_msg("%s stayed held for nobody", res);
+}
+
 /* Item: "held" is promised only for a committed grant. The retry arrives in the round that
  * grants its lease, and that round's commit fails: the retry is told 503, as the first
  * attempt is, and the grant is given back. */
@@ -648,6 +708,8 @@ int main(void)
 					    setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_give_back_through_another_node, cluster_setup,
 					    cluster_teardown),
+	    cmocka_unit_test_setup_teardown(test_grant_through_another_node_for_a_client_gone,
+					    cluster_setup, cluster_teardown),
 	    cmocka_unit_test_setup_teardown(test_retry_waits_for_the_grants_commit, setup,
 					    teardown),
 	    cmocka_unit_test_setup_teardown(
