@@ -43,6 +43,12 @@
  * node has only the tasks of the resources it drives: without --resource and with several
  * servers, each long poll gets its share of CLAIM_WAIT and a claim that found nothing
  * moves on to the next server, so that every node is asked in turn.
+ *
+ * Each claim carries a request_id, kept until the claim is answered (a task, 204 or a
+ * refusal): a claim whose answer was lost (the connection cut after it was sent) is asked
+ * again with it, on the next server at once (http.c) and after a pause once every server
+ * failed, and the server answers it with the claim it made instead of claiming a second
+ * step while the first is held for nobody until its ttl runs out.
  */
 #include "client.h"
 
@@ -496,13 +502,25 @@ int cmd_worker(struct cli *cli, int argc, char **argv)
 	 * claims go round the servers, each long poll a share of CLAIM_WAIT. */
 	size_t servers = http_server_count(cli->http);
 	int round = !o.resource && servers > 1;
+	/* Each claim carries a request_id, the same until it is answered: a claim whose answer
+	 * was lost (the connection cut after it was sent, on each server) is asked again with
+	 * it, and the server answers the claim it made, not a second one that would hold its
+	 * step for nobody until the ttl runs out. */
+	char rid[48];
+	int fresh = 1;
+	srandom((unsigned)(getpid() ^ monotonic_ms()));
 	while (!stopping) {
+		if (fresh)
+			snprintf(rid, sizeof rid, "claim-%08lx%08lx", (unsigned long)random(),
+				 (unsigned long)monotonic_ms());
+		fresh = 0;
 		long long wait = round ? CLAIM_WAIT / (long long)servers : CLAIM_WAIT,
 			  left = deadline - monotonic_ms();
 		if (o.once && left < wait)
 			wait = left > 0 ? left : 0;
-		json_t *body = json_pack("{s:s, s:I, s:I}", "worker", o.worker, "wait_ms",
-					 (json_int_t)wait, "ttl_ms", (json_int_t)o.ttl_ms);
+		json_t *body =
+		    json_pack("{s:s, s:I, s:I, s:s}", "worker", o.worker, "wait_ms",
+			      (json_int_t)wait, "ttl_ms", (json_int_t)o.ttl_ms, "request_id", rid);
 		if (o.resource)
 			json_object_set_new(body, "resource", json_string(o.resource));
 		struct http_reply r;
@@ -521,11 +539,14 @@ int cmd_worker(struct cli *cli, int argc, char **argv)
 				return rc;
 			for (int k = 0; k < 50 && !stopping; k++)
 				sleep_ms(20);
+			if (servers > 1) /* again, same request_id, from the next server on */
+				http_next_server(cli->http);
 			continue;
 		}
 		if (rc)
 			return rc;
 		if (r.status == 204) {
+			fresh = 1;
 			http_reply_fini(&r);
 			if (round)
 				http_next_server(cli->http);
@@ -547,6 +568,7 @@ int cmd_worker(struct cli *cli, int argc, char **argv)
 			}
 			return EXIT_FAILED;
 		}
+		fresh = 1;
 		int done = run_task(cli, &o, r.body, sent);
 		http_reply_fini(&r);
 		if (o.once)

@@ -167,6 +167,11 @@ typedef struct baton_http_req {
 	int64_t timeout_ms;
 	int (*aborted)(void *ud);
 	void *ud;
+	/* 0: aborted() cuts the exchange. Else aborted() half-closes the connection (the
+	 * other side sees its client gone) and the answer is still read, for up to drain_ms
+	 * more, so that an answer already written is not lost unseen; such an exchange runs
+	 * on a connection of its own, closed at its end. */
+	int64_t drain_ms;
 } baton_http_req;
 typedef struct baton_http_resp {
 	long status;

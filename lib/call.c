@@ -468,6 +468,8 @@ typedef struct exchange {
 	const baton_http_req *q;
 	baton_http_resp *p;
 	size_t cap;
+	curl_socket_t fd;    /* drain_ms: the exchange's own connection */
+	int64_t drain_until; /* mono_ms; 0: not half-closed */
 } exchange;
 
 static size_t on_exchange_body(char *ptr, size_t size, size_t n, void *ud)
@@ -514,9 +516,25 @@ static size_t on_exchange_header(char *ptr, size_t size, size_t n, void *ud)
 
 static int on_exchange_progress(void *ud, curl_off_t a, curl_off_t b, curl_off_t c, curl_off_t d)
 {
-	const exchange *x = ud;
+	exchange *x = ud;
 	(void)a, (void)b, (void)c, (void)d;
-	return x->q->aborted && x->q->aborted(x->q->ud) ? 1 : 0;
+	if (x->drain_until)
+		return mono_ms() >= x->drain_until;
+	if (!x->q->aborted || !x->q->aborted(x->q->ud))
+		return 0;
+	if (!x->q->drain_ms || x->fd == CURL_SOCKET_BAD || shutdown(x->fd, SHUT_WR) != 0)
+		return 1; /* no draining asked, or not connected yet: cut */
+	x->drain_until = mono_ms() + x->q->drain_ms;
+	return 0;
+}
+
+/* The socket of an exchange that may be half-closed: its own connection, never reused. */
+static int on_exchange_socket(void *ud, curl_socket_t fd, curlsocktype purpose)
+{
+	exchange *x = ud;
+	if (purpose == CURLSOCKTYPE_IPCXN)
+		x->fd = fd;
+	return CURL_SOCKOPT_OK;
 }
 
 void baton_http_close(void *handle)
@@ -530,7 +548,7 @@ int baton_http_exchange(void **handle, const baton_http_req *q, baton_http_resp 
 	memset(p, 0, sizeof *p);
 	if (call_load(p->why, sizeof p->why))
 		return -1;
-	exchange x = {.q = q, .p = p};
+	exchange x = {.q = q, .p = p, .fd = CURL_SOCKET_BAD};
 	CURL *c = handle && *handle ? *handle : cu.easy_init();
 	if (!c) {
 		snprintf(p->why, sizeof p->why, "curl_easy_init failed");
@@ -567,6 +585,12 @@ int baton_http_exchange(void **handle, const baton_http_req *q, baton_http_resp 
 	rc |= SETOPT(c, CURLOPT_HEADERDATA, &x, why, wn);
 	rc |= SETOPT(c, CURLOPT_XFERINFOFUNCTION, on_exchange_progress, why, wn);
 	rc |= SETOPT(c, CURLOPT_XFERINFODATA, &x, why, wn);
+	/* One that may be half-closed gets a connection of its own, closed at its end. */
+	long own = q->drain_ms > 0;
+	rc |= SETOPT(c, CURLOPT_FRESH_CONNECT, own, why, wn);
+	rc |= SETOPT(c, CURLOPT_FORBID_REUSE, own, why, wn);
+	rc |= SETOPT(c, CURLOPT_SOCKOPTFUNCTION, own ? on_exchange_socket : NULL, why, wn);
+	rc |= SETOPT(c, CURLOPT_SOCKOPTDATA, own ? (void *)&x : NULL, why, wn);
 	if (rc == 0) {
 		CURLcode cr = cu.easy_perform(c);
 		char *type = NULL; /* owned by the handle */

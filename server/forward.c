@@ -19,13 +19,20 @@
  * wait up to 300 s on one) and shrinks when idle; each thread keeps its connections to
  * the other nodes alive. At most MAX_FORWARDS at once, 503 beyond. The client's connection stays
  * suspended meanwhile (wait.c), and a client that goes away from a waiting acquisition or
- * claim is noticed (its socket polled, as h_leases.c's watch does) and the exchange cut:
- * the owner sees its connection close and takes the request out of its queue, as for a
- * client of its own. A grant that comes back for a client that has gone is given back at
- * the owner (h_leases.c) with DELETE /leases/{id}?attempt=N: the give-back names the attempt
- * whose answer was lost, so the owner tells it from the holder's own release and ignores it
- * once a retry of the same request_id has arrived. A claim, which no other node can give
- * back, runs out with its ttl.
+ * claim is noticed (its socket polled, as h_leases.c's watch does). The exchange is then
+ * not cut but half-closed (baton_http_req.drain_ms): the owner sees its client gone, as for
+ * a client of its own, and takes the request out of its queue or gives back a grant it
+ * had not answered yet; and the answer is still read to its end (for up to DRAIN_MS), so
+ * that a grant the owner wrote before it saw the half-close, which it counts as delivered,
+ * is not lost unseen. Cutting instead left such a grant held for nobody until its ttl ran
+ * out; a give-back by "the latest attempt sent" could undo a retry that reached the owner
+ * through another node in between, while the answer names exactly the attempt to undo.
+ * A grant that comes back for a client that has gone is given back at the owner
+ * (h_leases.c) with DELETE /leases/{id}?attempt=N: the give-back names the attempt whose
+ * answer was lost, so the owner tells it from the holder's own release and ignores it once
+ * a retry of the same request_id has arrived. A claim, which no other node can give back,
+ * runs out with its ttl. Only an owner that answers nothing within DRAIN_MS of the
+ * half-close has its exchange cut; it then sees the connection closed before it answers.
  */
 #include "server.h"
 
@@ -37,6 +44,7 @@
 
 #define MAX_FORWARDS 256
 #define IDLE_MS	     30000 /* a thread with nothing to pass on for this long ends */
+#define DRAIN_MS     5000  /* the owner's answer read after the client left */
 
 typedef struct job {
 	request *r;
@@ -96,7 +104,8 @@ static void run(job *j, void **curl)
 			    .body_len = j->body_len,
 			    .timeout_ms = j->timeout_ms,
 			    .aborted = aborted,
-			    .ud = j};
+			    .ud = j,
+			    .drain_ms = j->fd >= 0 ? DRAIN_MS : 0};
 	baton_http_resp p;
 	srv_forward *f = j->f;
 	if (baton_http_exchange(curl, &q, &p) == 0) {

@@ -198,6 +198,7 @@ static int relayed(srv *s, request *r, lease_answer *a, response *out)
 	if (attempt && id[0]) {
 		if (srv_peer_gone(r->fd)) {
 			srv_forward_give_back(s, a->fwd.url, r->authorization, id, attempt);
+			srv_forward_fini(&a->fwd);
 			free(out->text);
 			out->text = NULL;
 			out->location[0] = 0;

@@ -25,13 +25,24 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
 #define MAX_PIPES 64
 
-enum { REQ_NONE, REQ_CUT, REQ_HEAL, REQ_STOP, REQ_HOLD, REQ_RELEASE, REQ_RETARGET, REQ_STRIKE };
+enum {
+	REQ_NONE,
+	REQ_CUT,
+	REQ_HEAL,
+	REQ_STOP,
+	REQ_HOLD,
+	REQ_RELEASE,
+	REQ_RETARGET,
+	REQ_STRIKE,
+	REQ_COUNT
+};
 enum phase { IDLE, REQUEST, ANSWER };
 enum outcome { GO_ON, CLOSE, RESET }; /* what becomes of a connection after an event */
 
@@ -63,6 +74,7 @@ struct hs_proxy {
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
 	int req, asked, done, heal_rc, released;
+	long held_bytes; /* REQ_COUNT's answer */
 };
 
 static long long now_ms(void)
@@ -289,6 +301,13 @@ static int serve_request(hs_proxy *p)
 		p->kinds = p->new_kinds;
 		p->percent = p->new_percent;
 		p->rnd = p->new_seed;
+	} else if (req == REQ_COUNT) {
+		p->held_bytes = 0;
+		for (int i = 0; i < p->npairs; i++) {
+			int n = 0;
+			if (p->pairs[i].held && ioctl(p->pairs[i].fd[1], FIONREAD, &n) == 0)
+				p->held_bytes += n;
+		}
 	}
 	p->done = p->asked;
 	pthread_cond_broadcast(&p->cv);
@@ -453,6 +472,15 @@ int hs_proxy_release(hs_proxy *p, int port)
 	int released = p->released;
 	pthread_mutex_unlock(&p->mu);
 	return released;
+}
+
+long hs_proxy_held_bytes(hs_proxy *p)
+{
+	ask(p, REQ_COUNT);
+	pthread_mutex_lock(&p->mu);
+	long n = p->held_bytes;
+	pthread_mutex_unlock(&p->mu);
+	return n;
 }
 
 void hs_proxy_close(hs_proxy *p)

@@ -60,6 +60,9 @@ int hs_proxy_release(hs_proxy *p, int port);
 void hs_proxy_strike(hs_proxy *p, unsigned kinds, int percent, unsigned seed);
 /* How many requests fault f has struck since the proxy opened. */
 int hs_proxy_struck(hs_proxy *p, enum hs_fault f);
+/* The bytes held (hs_proxy_hold) and not passed yet, over every connection: nonzero once
+ * the target wrote an answer that its client has not been given. */
+long hs_proxy_held_bytes(hs_proxy *p);
 /* Stops the thread and closes everything; accepts NULL. */
 void hs_proxy_close(hs_proxy *p);
 

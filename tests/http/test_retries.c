@@ -9,10 +9,14 @@
  * go on once exactly the messages of the race wait, in their order. Then:
  *  - the give-back of a first attempt's grant does nothing once the retry arrived, on one
  *    node and through a node that passes both on (a cluster, on PostgreSQL);
+ *  - a grant the owner wrote to a node that passed the acquire on, whose client left
+ *    meanwhile, is given back, not held for nobody until its ttl;
  *  - a retry that arrives in the round of the grant is answered once the grant is durable,
  *    and told 503 with it when its commit fails;
  *  - a renewal that arrives after its lease expired answers 410, in the expiry's round too;
- *  - a grant that nobody took is released within seconds, across a kill -9.
+ *  - a grant that nobody took is released within seconds, across a kill -9;
+ *  - baton worker asks a claim whose answer was lost again with its request_id, and gets
+ *    the same claim.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -23,12 +27,14 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "../harness/client.h"
 #include "../harness/cluster.h"
 #include "../harness/harness.h"
 
@@ -125,6 +131,7 @@ static int teardown(void **state)
 	rmdir(f->dir);
 	unsetenv("BATON_TEST_HOLD_FILE");
 	unsetenv("BATON_TEST_FAULT_FILE");
+	client_free_all();
 	free(f);
 	return rc;
 }
@@ -419,6 +426,63 @@ static void test_give_back_through_another_node(void **state)
 	json_decref(got);
 }
 
+typedef struct granted_to {
+	const hs_server *s;
+	const char *path;
+} granted_to;
+
+/* An acquire that does not wait is granted (201); one refused changes nothing. */
+static bool granted(void *arg)
+{
+	const granted_to *g = arg;
+	hs_response r;
+	bool ok = hs_post(g->s, g->path, "{\"holder\": \"y\", \"ttl_ms\": 60000}", &r) == 0 &&
+		  r.status == 201;
+	hs_response_fini(&r);
+	return ok;
+}
+
+/* A grant passed on through node1 whose client left: node1 is stopped while its client
+ * goes and node0 writes the grant, so node0 counts it as delivered; when node1 goes on,
+ * it finds its client gone with the grant waiting to be read. It must read it and give it
+ * back, naming its attempt, rather than cut the exchange and leave the lease held for
+ * nobody until its ttl runs out. */
+static void test_grant_through_another_node_for_a_client_gone(void **state)
+{
+	cfixture *c = *state;
+	if (!hs_store_is_pg())
+		skip(); /* a cluster runs on PostgreSQL */
+	fixture *f = &c->f;
+	const hs_server *owner = c->cl.node[0], *via = c->cl.node[1];
+	assert_true(cl_wait_balanced(&c->cl, 0, 3, WAIT_MS));
+	char res[64], path[200];
+	unsigned long long avoid = 0;
+	cl_pick_resource(&c->cl, 0, "gone", &avoid, res, sizeof res);
+	snprintf(path, sizeof path, "/resources/%s/leases", res);
+	hs_response r;
+	assert_int_equal(hs_post(owner, path, "{\"holder\": \"a\", \"ttl_ms\": 60000}", &r), 0);
+	assert_int_equal(r.status, 201);
+	char release[128];
+	snprintf(release, sizeof release, "/leases/%s", hs_str(r.json, "id"));
+	hs_response_fini(&r);
+	int x = raw_send(via, "POST", path,
+			 "{\"holder\": \"x\", \"wait_ms\": 60000, \"ttl_ms\": 600000}");
+	wait_waiters_on(owner, res, 1);
+	write_file(f->hold, "answers");
+	int d = raw_send(owner, "DELETE", release, NULL);
+	hold_wait(f, "answers", NULL); /* x is granted; the answers wait */
+	assert_int_equal(kill(hs_pid(via), SIGSTOP), 0);
+	raw_reset(x);
+	unlink(f->hold);
+	int rd = raw_read(d, NULL);
+	assert_int_equal(kill(hs_pid(via), SIGCONT), 0);
+	assert_int_equal(rd, 204);
+	/* the grant nobody took is given back, long before its ttl: y is granted */
+	granted_to g = {owner, path};
+	if (!hs_wait_until(granted, &g, 20000))
+		fail_msg("%s stayed held for nobody", res);
+}
+
 /* Item: "held" is promised only for a committed grant. The retry arrives in the round that
  * grants its lease, and that round's commit fails: the retry is told 503, as the first
  * attempt is, and the grant is given back. */
@@ -566,6 +630,76 @@ static void test_claim_retry_keeps_its_claim(void **state)
 	json_decref(t);
 }
 
+typedef struct held_answer {
+	hs_proxy *px;
+} held_answer;
+
+static bool answer_held(void *arg)
+{
+	return hs_proxy_held_bytes(((held_answer *)arg)->px) > 0;
+}
+
+/* baton worker reaches the server through a proxy that keeps its claim's answer: the
+ * server wrote it, so it counts the claim as delivered and gives nothing back. The proxy
+ * then drops the connection; the worker asks the next server of its list with the same
+ * request_id and runs the task it claimed, not the next one. */
+static void test_worker_retries_a_lost_claim_with_its_request_id(void **state)
+{
+	fixture *f = *state;
+	const hs_server *s = f->s;
+	hs_response r;
+	const char *limit = "{\"limit\": 2}"; /* both steps run at once */
+	hs_request put = {.method = "PUT",
+			  .path = "/resources/t",
+			  .content_type = "application/json",
+			  .body = limit,
+			  .body_len = strlen(limit)};
+	assert_int_equal(hs_send(s, &put, &r), 0);
+	assert_int_equal(r.status, 200);
+	hs_response_fini(&r);
+	for (int i = 1; i <= 2; i++) {
+		char id[16];
+		snprintf(id, sizeof id, "job-%d", i);
+		json_decref(hs_create_workflow(s, json_pack("{s:s, s:s, s:[{s:s, s:b}]}", "id", id,
+							    "resource", "t", "workers", "name",
+							    "ext", "external", 1)));
+		json_decref(hs_wait_step(s, id, 0, "running", WAIT_MS));
+	}
+	hs_proxy *px = hs_proxy_open(hs_port(s));
+	assert_non_null(px);
+	hs_proxy_hold(px);
+	char servers[128];
+	snprintf(servers, sizeof servers, "http://127.0.0.1:%d,http://127.0.0.1:%d",
+		 hs_proxy_port(px), hs_port(s));
+	const char *const args[] = {
+	    "worker", "--worker", "ext", "--resource", "t",
+	    "--once", "--",	  "sh",	 "-c",	       "echo \"\\\"$BATON_TASK_ID\\\"\"",
+	    NULL};
+	client_proc *p = client_spawn(args, servers, false);
+	held_answer h = {px};
+	if (!hs_wait_until(answer_held, &h, WAIT_MS)) {
+		hs_proxy_close(px);
+		fail_msg("the claim's answer never reached the proxy");
+	}
+	hs_proxy_cut(px); /* the answer is lost; the server delivered it */
+	int rc = client_finish(p);
+	hs_proxy_close(px);
+	assert_int_equal(rc, 0);
+	/* the worker completed the task it claimed before it exited */
+	assert_int_equal(hs_get(s, "/workflows/job-1", &r), 0);
+	assert_int_equal(r.status, 200);
+	assert_string_equal(hs_str(r.json, "status"), "completed");
+	const json_t *st = hs_step_at(r.json, 0);
+	assert_string_equal(json_string_value(json_object_get(st, "result")), "job-1.0.1");
+	hs_response_fini(&r);
+	/* the worker claimed nothing else: job-2 is still there for the next claim */
+	assert_int_equal(hs_post(s, "/tasks/claim", "{\"wait_ms\": 0}", &r), 0);
+	assert_int_equal(r.status, 200);
+	assert_string_equal(hs_str(r.json, "id"), "job-2.0.1");
+	hs_response_fini(&r);
+	client_free(p);
+}
+
 int main(void)
 {
 	hs_filters_from_env();
@@ -574,6 +708,8 @@ int main(void)
 					    setup, teardown),
 	    cmocka_unit_test_setup_teardown(test_give_back_through_another_node, cluster_setup,
 					    cluster_teardown),
+	    cmocka_unit_test_setup_teardown(test_grant_through_another_node_for_a_client_gone,
+					    cluster_setup, cluster_teardown),
 	    cmocka_unit_test_setup_teardown(test_retry_waits_for_the_grants_commit, setup,
 					    teardown),
 	    cmocka_unit_test_setup_teardown(
@@ -581,6 +717,8 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_grace_of_a_grant_nobody_took_survives_kill9, setup,
 					    teardown),
 	    cmocka_unit_test_setup_teardown(test_claim_retry_keeps_its_claim, setup, teardown),
+	    cmocka_unit_test_setup_teardown(test_worker_retries_a_lost_claim_with_its_request_id,
+					    setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
