@@ -235,4 +235,44 @@ static int slots_apart(const int8_t *hold, int nh, const int8_t *slot, int limit
 	return 1;
 }
 
+/* ---- the lock of lib/lock.c, rebuilt from a state and read back ---- */
+
+/* Rebuilds lk as a state has it: caller i is rows[i] (its step steps[i], token tok[i]);
+ * the holds hold[0..nh) in their order, each on its slot; the queue q[0..nq), oldest
+ * first; the resource's last token and its permits. */
+static inline void model_lock_load(res_lock *lk, int limit, int last, wf_row *rows, step_row *steps,
+				   const int8_t *tok, const int8_t *slot, const int8_t *hold,
+				   int nh, const int8_t *q, int nq)
+{
+	lock_clear_holds(lk);
+	while (lock_pop(lk))
+		;
+	lk->row.permits = limit;
+	lk->row.last_token = last;
+	for (int i = 0; i < NC; i++)
+		steps[i].token = tok[i];
+	for (int k = 0; k < nh; k++)
+		lock_restore(lk, &rows[hold[k]], slot[hold[k]], 0);
+	for (int k = 0; k < nq; k++)
+		lock_enqueue(lk, &rows[q[k]]);
+}
+
+/* Reads lk back into a state's fields, as model_lock_load takes them. */
+static inline void model_lock_save(const res_lock *lk, const wf_row *rows, int8_t *slot,
+				   int8_t *hold, int8_t *nh, int8_t *q, int8_t *nq, int8_t *last)
+{
+	memset(hold, 0, NC);
+	memset(q, 0, NC);
+	*nh = (int8_t)lk->nholds;
+	for (int k = 0; k < lk->nholds; k++) {
+		int i = (int)(lk->holds[k].wf - rows);
+		hold[k] = (int8_t)i;
+		slot[i] = (int8_t)lk->holds[k].slot;
+	}
+	*nq = 0;
+	for (lock_waiter *x = lk->head; x; x = x->next)
+		q[(*nq)++] = (int8_t)(x->wf - rows);
+	*last = (int8_t)lk->row.last_token;
+}
+
 #endif

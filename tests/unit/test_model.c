@@ -101,36 +101,13 @@ static void lock_load(const lease_world *w)
 		return;
 	lock_of = *w;
 	lock_known = 1;
-	lock_clear_holds(lk);
-	while (lock_pop(lk))
-		;
-	lk->row.permits = lc.limit;
-	lk->row.last_token = w->last;
-	for (int k = 0; k < w->nh; k++) {
-		int i = w->hold[k];
-		steps[i].token = w->tok[i];
-		lock_restore(lk, &rows[i], w->slot[i], 0);
-	}
-	for (int k = 0; k < w->nq; k++)
-		lock_enqueue(lk, &rows[w->q[k]]);
-	for (int i = 0; i < NC; i++)
-		steps[i].token = w->tok[i];
+	model_lock_load(lk, lc.limit, w->last, rows, steps, w->tok, w->slot, w->hold, w->nh, w->q,
+			w->nq);
 }
 
 static void lock_save(lease_world *w)
 {
-	memset(w->hold, 0, sizeof w->hold);
-	memset(w->q, 0, sizeof w->q);
-	w->nh = (int8_t)lk->nholds;
-	for (int k = 0; k < lk->nholds; k++) {
-		int i = (int)(lk->holds[k].wf - rows);
-		w->hold[k] = (int8_t)i;
-		w->slot[i] = (int8_t)lk->holds[k].slot;
-	}
-	w->nq = 0;
-	for (lock_waiter *x = lk->head; x; x = x->next)
-		w->q[w->nq++] = (int8_t)(x->wf - rows);
-	w->last = (int8_t)lk->row.last_token;
+	model_lock_save(lk, rows, w->slot, w->hold, &w->nh, w->q, &w->nq, &w->last);
 }
 
 static const char *const state_names[] = {"waiting", "held", "released", "expired", "abandoned"};

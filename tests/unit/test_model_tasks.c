@@ -98,36 +98,13 @@ static void task_lock_load(const task_world *w)
 		return;
 	lock_of = *w;
 	lock_known = 1;
-	lock_clear_holds(lk);
-	while (lock_pop(lk))
-		;
-	lk->row.permits = tc.limit;
-	lk->row.last_token = w->last;
-	for (int k = 0; k < w->nh; k++) {
-		int j = w->hold[k];
-		steps[j].token = w->tok[j];
-		lock_restore(lk, &rows[j], w->slot[j], 0);
-	}
-	for (int k = 0; k < w->nq; k++)
-		lock_enqueue(lk, &rows[w->q[k]]);
-	for (int j = 0; j < NC; j++)
-		steps[j].token = w->tok[j];
+	model_lock_load(lk, tc.limit, w->last, rows, steps, w->tok, w->slot, w->hold, w->nh, w->q,
+			w->nq);
 }
 
 static void task_lock_save(task_world *w)
 {
-	memset(w->hold, 0, sizeof w->hold);
-	memset(w->q, 0, sizeof w->q);
-	w->nh = (int8_t)lk->nholds;
-	for (int k = 0; k < lk->nholds; k++) {
-		int j = (int)(lk->holds[k].wf - rows);
-		w->hold[k] = (int8_t)j;
-		w->slot[j] = (int8_t)lk->holds[k].slot;
-	}
-	w->nq = 0;
-	for (lock_waiter *x = lk->head; x; x = x->next)
-		w->q[w->nq++] = (int8_t)(x->wf - rows);
-	w->last = (int8_t)lk->row.last_token;
+	model_lock_save(lk, rows, w->slot, w->hold, &w->nh, w->q, &w->nq, &w->last);
 }
 
 /* The machine's state of attempt att of workflow j (task.c's state_of). */
