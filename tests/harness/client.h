@@ -19,7 +19,7 @@
 
 typedef struct client_text {
 	char *p; /* NUL-terminated, "" when nothing arrived */
-	size_t len;
+	size_t len, cap;
 } client_text;
 
 typedef struct client_proc {
