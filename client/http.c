@@ -214,7 +214,9 @@ static int aborted(void *flag, curl_off_t dltotal, curl_off_t dlnow, curl_off_t 
 		   curl_off_t ulnow)
 {
 	(void)dltotal, (void)dlnow, (void)ultotal, (void)ulnow;
-	return *(volatile sig_atomic_t *)flag != 0;
+	/* Set by a signal handler, possibly on another thread (baton lock's attempts): an
+	 * atomic load, as the handler's store is atomic. */
+	return __atomic_load_n((volatile sig_atomic_t *)flag, __ATOMIC_RELAXED) != 0;
 }
 
 int http_answered(const http *h)

@@ -132,9 +132,10 @@ static void tty_take_back(pid_t from)
 		tty_give(getpgrp());
 }
 
+/* Stored atomically: the acquire's threads read it too (http.c's abort callback). */
 static void on_signal(int sig)
 {
-	got_signal = sig;
+	__atomic_store_n(&got_signal, sig, __ATOMIC_RELAXED);
 }
 
 struct lock_opts {
@@ -463,7 +464,10 @@ static int acquire(struct cli *cli, const struct lock_opts *o, struct lease *l)
 		int more = at[cur].sent_at + at[cur].wait < deadline - 1000;
 		int answered = attempt_wait(&at[cur], more ? next_at : 0);
 		if (got_signal) {
-			http_reply_fini(&at[cur].r);
+			/* an answer that came is freed here; a request still in flight is
+			 * joined, and its answer freed, by leave_queue */
+			if (answered)
+				http_reply_fini(&at[cur].r);
 			rc = leave_queue(cli, at, rid);
 			break;
 		}

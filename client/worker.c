@@ -73,7 +73,7 @@ static volatile sig_atomic_t stop_signal, stopping, stop_asked;
 static void on_stop(int sig)
 {
 	stop_signal = sig;
-	stopping = 1;
+	__atomic_store_n(&stopping, 1, __ATOMIC_RELAXED); /* read atomically by http.c too */
 }
 
 static void on_tstp(int sig)
