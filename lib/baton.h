@@ -139,6 +139,12 @@ typedef struct baton_engine_config {
 	 * every resource's fencing tokens and every partition's epoch continue above every
 	 * one stored. NULL: none. */
 	const char *accept_system_identifier;
+	/* How long a caller waits for the commit of its round (0: 5000 ms). On PostgreSQL a
+	 * commit that the server has not confirmed by then (a synchronous standby that does not
+	 * answer) is cancelled, and its outcome is unknown until the round, kept, is written
+	 * again: its callers are answered BATON_EBUSY, never success, and a retry of the same
+	 * id or request_id gets the outcome once it is known. */
+	int64_t commit_timeout_ms;
 } baton_engine_config;
 
 /*

@@ -7,8 +7,10 @@
  * streams are woken, finished rows are freed. When the write fails:
  *  - and a retry may help, the round stays pending and is retried with backoff, and
  *    submissions of that round are taken back (their callers get BATON_EBUSY);
- *  - and its outcome is unknown (the connection broke during COMMIT), nothing is taken
- *    back or answered: the same batch is written again once the database answers;
+ *  - and its outcome is unknown (the connection broke during COMMIT, or the database did
+ *    not confirm it in time: a synchronous standby down), nothing is taken back: the same
+ *    batch is written again until the database answers, and callers that have waited
+ *    commit_timeout_ms are told 503 meanwhile (answer_unconfirmed), never success;
  *  - and the database refused one workflow's rows, that workflow alone fails.
  */
 #include "engine.h"
@@ -408,6 +410,8 @@ static int fail_unwritable(baton_engine *e, wf_row *wf, int code, const char *wh
 void eng_reply(baton_engine *e, waiter *w, int rc, int kind, const char *resource)
 {
 	reply r = {w, rc, kind, resource ? part_of(resource) : -1};
+	if (!e->replies.n)
+		e->replies_since = mono_ms();
 	VEC_PUSH(e->replies, r);
 }
 
@@ -440,6 +444,35 @@ static void take_back(baton_engine *e, const reply *r)
 			    json_integer_value(json_object_get(r->w->lease, "claim_attempt")));
 		break;
 	}
+}
+
+/*
+ * The round's commit was not confirmed (its outcome unknown: a synchronous standby that does
+ * not answer, a connection lost at COMMIT) and its callers have waited commit_timeout_ms:
+ * they are told 503, never success, and the round stays pending, to be written again. Nothing
+ * is taken back, since it may be in the database already: a new workflow stays and commits;
+ * a lease granted (or held for a retry) is kept a grace for its caller to come back with its
+ * request_id, then released; a claim is given back, as when its answer could not be sent.
+ */
+static void answer_unconfirmed(baton_engine *e)
+{
+	char why[200];
+	snprintf(why, sizeof why,
+		 "the database did not confirm the commit within %lld ms (a synchronous standby"
+		 " down?); it may still complete: ask again with the same id or request_id",
+		 (long long)e->commit_timeout_ms);
+	for (size_t i = 0; i < e->replies.n; i++) {
+		const reply *r = &e->replies.v[i];
+		const char *id = json_string_value(json_object_get(r->w->lease, "id"));
+		if (r->kind == REPLY_LEASE_GRANTED || r->kind == REPLY_LEASE_HELD)
+			lease_unconfirmed(e, id, e->now);
+		else if (r->kind == REPLY_TASK_CLAIMED && id)
+			baton_task_give_back(
+			    e, id,
+			    json_integer_value(json_object_get(r->w->lease, "claim_attempt")));
+		eng_waiter_done(r->w, BATON_EBUSY, 0, why);
+	}
+	e->replies.n = 0;
 }
 
 /* Failing commits left nothing to commit (what they carried was taken back, or went with
@@ -516,8 +549,13 @@ void eng_flush(baton_engine *e)
 	}
 	if (!e->write_unknown)
 		e->replies.n = 0;
+	else if (e->replies.n && mono_ms() - e->replies_since >= e->commit_timeout_ms)
+		answer_unconfirmed(e);
 	e->fault_backoff_ms = e->fault_backoff_ms ? e->fault_backoff_ms * 2 : 50;
 	if (e->fault_backoff_ms > 2000)
 		e->fault_backoff_ms = 2000;
 	e->retry_commit_at = mono_ms() + e->fault_backoff_ms;
+	/* callers still waiting are answered at their bound, if not before */
+	if (e->replies.n && e->replies_since + e->commit_timeout_ms < e->retry_commit_at)
+		e->retry_commit_at = e->replies_since + e->commit_timeout_ms;
 }

@@ -745,16 +745,18 @@ int baton_engine_open(const baton_engine_config *cfg, baton_engine **out, baton_
 	e->wfs = strmap_new();
 	e->locks = strmap_new();
 	e->idle_max = cfg->idle_resources > 0 ? (size_t)cfg->idle_resources : 1024;
+	e->commit_timeout_ms = cfg->commit_timeout_ms > 0 ? cfg->commit_timeout_ms : 5000;
 	pthread_mutex_init(&e->mu, NULL);
 	cond_init_monotonic(&e->cv); /* wait_for_work times its waits by mono_ms() */
 	pthread_cond_init(&e->round_over, NULL);
 	char no_curl[256];
-	int rc = cfg->allow_call && cfg->allow_call[0] && call_load(no_curl, sizeof no_curl)
-		     ? err_set(err, BATON_EINTERNAL, "HTTP steps are allowed but need libcurl: %s",
-			       no_curl)
-		     : store_open(&(store_config){cfg->db_path, cfg->readers, &e->log,
-						  cfg->fault_file, cfg->accept_system_identifier},
-				  &e->st, err);
+	int rc =
+	    cfg->allow_call && cfg->allow_call[0] && call_load(no_curl, sizeof no_curl)
+		? err_set(err, BATON_EINTERNAL, "HTTP steps are allowed but need libcurl: %s",
+			  no_curl)
+		: store_open(&(store_config){cfg->db_path, cfg->readers, &e->log, cfg->fault_file,
+					     cfg->accept_system_identifier, e->commit_timeout_ms},
+			     &e->st, err);
 	e->now = now_ms();
 	if (rc == BATON_OK && cfg->cache_bytes)
 		store_set_cache_bytes(e->st, cfg->cache_bytes < 0 ? 0 : (size_t)cfg->cache_bytes);

@@ -174,6 +174,9 @@ struct baton_engine {
 	/* A write's outcome was unknown and no write has succeeded since: until one does,
 	 * what that write held may be in the database, so nothing of it is taken back. */
 	int write_unknown;
+	/* How long a caller waits for its round's commit (baton_engine_config), and since when
+	 * (mono_ms) the oldest answer owed now has waited. */
+	int64_t commit_timeout_ms, replies_since;
 	int64_t now; /* the current round's time (ms since the epoch) */
 	VEC(wf_row *) dirty_wfs;
 	VEC(res_lock *) dirty_locks;
@@ -259,6 +262,9 @@ void lease_apply(baton_engine *e, msg *m, int64_t now);
 void lease_granted(baton_engine *e, wf_row *wf, int64_t now);
 /* A timer of a lease fired: expiry, or the end of its wait. */
 void lease_timer(baton_engine *e, wf_row *wf, int64_t now);
+/* The caller of lease id was told 503 while the round of its grant (or of a retry's hold)
+ * may still commit: held, it is kept a grace for that caller to come back, then released. */
+void lease_unconfirmed(baton_engine *e, const char *id, int64_t now);
 /* The lease was cancelled as a workflow: its waiting caller is told. */
 void lease_cancelled(baton_engine *e, wf_row *wf);
 /* Recovery: a stored lease step; 1 when it was taken care of. */

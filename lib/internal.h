@@ -391,7 +391,9 @@ enum lease_event {
 			      the caller of one attempt (it names that attempt) */
 	LEASE_GRANTED,	   /* its resource's queue granted it */
 	LEASE_TIMER,	   /* one of its deadlines came (lease_facts says which) */
-	LEASE_STOP	   /* the server stops */
+	LEASE_STOP,	   /* the server stops */
+	LEASE_UNCONFIRMED  /* its caller was told 503: the round of its grant (or of a retry's
+			      hold) is not confirmed yet, and may still commit */
 };
 enum lease_act {
 	LEASE_KEEP,	    /* nothing changes */
@@ -403,6 +405,7 @@ enum lease_act {
 	LEASE_START,	    /* granted: its expiry from now; its caller answered once durable */
 	LEASE_START_UNSEEN, /* granted while nobody waits for it: kept a grace for its caller to
 			       come back with its request_id, then released */
+	LEASE_GRACE,	    /* held, and nobody knows it: kept a grace, as LEASE_START_UNSEEN */
 	LEASE_END_RELEASED, /* the hold ends; the resource goes to the next waiter */
 	LEASE_END_EXPIRED,  /* the hold ends, expired; the resource goes to the next waiter */
 	LEASE_LEAVE	    /* leaves its queue ungranted; its waiting caller is told why (409) */

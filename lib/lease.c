@@ -219,16 +219,20 @@ static void wait_until(baton_engine *e, wf_row *wf, int64_t at)
  * no caller (gone with a restart) it is kept a grace for that caller to come back. The
  * grace's end is stored with the grant ("grace_until"), so that a restart does not give
  * a grant that nobody took its whole ttl again. */
+static void keep_grace(baton_engine *e, wf_row *wf, int64_t now)
+{
+	int64_t grace = wf->lease_ttl_ms < GRACE_MS ? wf->lease_ttl_ms : GRACE_MS;
+	wf->lease_grace_until = now + grace;
+	eng_timer_arm(e, wf, wf->lease_grace_until);
+	eng_set_param(e, wf, 0, "grace_until", json_integer(wf->lease_grace_until));
+}
+
 static void start(baton_engine *e, wf_row *wf, int unseen, int64_t now)
 {
 	set_expiry(e, wf, now);
 	count(e, &e->leases_granted);
-	if (unseen) {
-		int64_t grace = wf->lease_ttl_ms < GRACE_MS ? wf->lease_ttl_ms : GRACE_MS;
-		wf->lease_grace_until = now + grace;
-		eng_timer_arm(e, wf, wf->lease_grace_until);
-		eng_set_param(e, wf, 0, "grace_until", json_integer(wf->lease_grace_until));
-	}
+	if (unseen)
+		keep_grace(e, wf, now);
 }
 
 /* An event's call: its caller (NULL: none), what a renewal or a retried acquire asks, what a
@@ -331,6 +335,10 @@ static void step_in(baton_engine *e, wf_row *wf, int state, int event, const lea
 		start(e, wf, mv.act == LEASE_START_UNSEEN, now);
 		w = wf->lease_w; /* the grant answers the caller of the acquisition */
 		wf->lease_w = NULL;
+		break;
+	case LEASE_GRACE:
+		if (!wf->lease_grace_until)
+			keep_grace(e, wf, now);
 		break;
 	case LEASE_END_RELEASED:
 	case LEASE_END_EXPIRED:
@@ -460,6 +468,13 @@ int64_t lease_deadline(const wf_row *wf)
 		return g && g < wf->lease_expires_at ? g : wf->lease_expires_at;
 	}
 	return st->status == ST_WAITING ? wf->lease_wait_until : 0;
+}
+
+void lease_unconfirmed(baton_engine *e, const char *id, int64_t now)
+{
+	wf_row *wf = id ? strmap_get(e->wfs, id) : NULL;
+	if (wf && wf->lease && !wf->done)
+		step_alone(e, wf, LEASE_UNCONFIRMED, now);
 }
 
 void lease_timer(baton_engine *e, wf_row *wf, int64_t now)

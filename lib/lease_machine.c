@@ -130,6 +130,8 @@ static hold_move held(int event, const lease_facts *f)
 				      "a later attempt of this lease's request arrived: the lease"
 				      " is not given back");
 		return act(LEASE_RELEASED, LEASE_END_RELEASED, HOLD_COMMITTED);
+	case LEASE_UNCONFIRMED: /* its caller may come back once the round is known */
+		return act(LEASE_HELD, LEASE_GRACE, HOLD_SILENT);
 	case LEASE_TIMER:
 		if (f->expired)
 			return act(LEASE_EXPIRED, LEASE_END_EXPIRED, HOLD_SILENT);

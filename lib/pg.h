@@ -17,6 +17,7 @@
  * function these files call goes through this table; the names stay libpq's.
  */
 #define PG_FUNCS(X)                                                                                \
+	X(PQcancel)                                                                                \
 	X(PQclear)                                                                                 \
 	X(PQconnectdbParams)                                                                       \
 	X(PQconsumeInput)                                                                          \
@@ -28,11 +29,14 @@
 	X(PQexitPipelineMode)                                                                      \
 	X(PQfinish)                                                                                \
 	X(PQflush)                                                                                 \
+	X(PQfreeCancel)                                                                            \
 	X(PQfreemem)                                                                               \
+	X(PQgetCancel)                                                                             \
 	X(PQgetResult)                                                                             \
 	X(PQgetisnull)                                                                             \
 	X(PQgetlength)                                                                             \
 	X(PQgetvalue)                                                                              \
+	X(PQisBusy)                                                                                \
 	X(PQnotifies)                                                                              \
 	X(PQntuples)                                                                               \
 	X(PQpipelineSync)                                                                          \
@@ -53,6 +57,7 @@ extern struct pg_api {
 /* 0 when libpq is loaded (at once once it was), else -1 with the reason in why. */
 int pg_load_libpq(char *why, size_t n);
 
+#define PQcancel	     (pg_api.PQcancel_)
 #define PQclear		     (pg_api.PQclear_)
 #define PQconnectdbParams    (pg_api.PQconnectdbParams_)
 #define PQconsumeInput	     (pg_api.PQconsumeInput_)
@@ -64,11 +69,14 @@ int pg_load_libpq(char *why, size_t n);
 #define PQexitPipelineMode   (pg_api.PQexitPipelineMode_)
 #define PQfinish	     (pg_api.PQfinish_)
 #define PQflush		     (pg_api.PQflush_)
+#define PQfreeCancel	     (pg_api.PQfreeCancel_)
 #define PQfreemem	     (pg_api.PQfreemem_)
+#define PQgetCancel	     (pg_api.PQgetCancel_)
 #define PQgetResult	     (pg_api.PQgetResult_)
 #define PQgetisnull	     (pg_api.PQgetisnull_)
 #define PQgetlength	     (pg_api.PQgetlength_)
 #define PQgetvalue	     (pg_api.PQgetvalue_)
+#define PQisBusy	     (pg_api.PQisBusy_)
 #define PQnotifies	     (pg_api.PQnotifies_)
 #define PQntuples	     (pg_api.PQntuples_)
 #define PQpipelineSync	     (pg_api.PQpipelineSync_)
@@ -157,6 +165,10 @@ typedef struct pg_store {
 	/* The server warned that it cancelled a commit's wait for the synchronous standby: the
 	 * commit is local only (writer_notice). Set by libpq's calls on the writer's thread. */
 	int sync_cancelled;
+	/* How long a batch waits for its results before its commit is cancelled (0: for ever):
+	 * a synchronous standby that does not answer would hold the engine, and every caller,
+	 * for as long as it is down. */
+	int64_t commit_timeout_ms;
 	char node_id[MAX_NAME + 1]; /* this node in the cluster, once joined */
 	int64_t idle_tx_ms;	    /* idle_in_transaction_session_timeout of new sessions */
 	struct pg_cluster *cluster; /* the membership thread and what it read (pg_cluster.c) */

@@ -787,6 +787,7 @@ static int pg_open(const store_config *cfg, store **out, baton_error *err)
 	s->url = xstrdup(cfg->target);
 	s->shown = hide_password(cfg->target);
 	s->log = cfg->log;
+	s->commit_timeout_ms = cfg->commit_timeout_ms;
 	PGconn *c = pg_connect(s, err);
 	int rc = c ? BATON_OK : err->code;
 	if (rc == BATON_OK)

@@ -189,6 +189,9 @@ typedef struct store_config {
 	/* PostgreSQL: a system_identifier to accept in place of the one recorded (pg_store.c);
 	 * NULL elsewhere */
 	const char *accept_sysid;
+	/* PostgreSQL: how long a write waits for the server to confirm its commit before it
+	 * cancels it (its outcome then unknown); 0 for ever. Ignored on SQLite. */
+	int64_t commit_timeout_ms;
 } store_config;
 
 /*

@@ -29,6 +29,7 @@ static const config defaults = {
     .conn_memory = 64 * 1024,
     .idle_resources = 1024,
     .lease_ms = 3000,
+    .commit_timeout_ms = 5000,
     .cache_bytes = 64 * 1024 * 1024,
     .stream_buffer = 16 * 1024 * 1024,
 };
@@ -90,6 +91,11 @@ static void usage(FILE *f)
 	    "  --lease-ms MS            how long a node's ownership lasts without renewal;\n"
 	    "                           its work moves to the others that long after it\n"
 	    "                           dies (BATON_LEASE_MS, default %lld)\n"
+	    "  --commit-timeout-ms MS   how long a request waits for its commit (PostgreSQL:\n"
+	    "                           a synchronous standby that does not confirm it);\n"
+	    "                           then it is answered 503, never success, and the same\n"
+	    "                           id or request_id, asked again, gets the outcome\n"
+	    "                           (BATON_COMMIT_TIMEOUT_MS, default %lld)\n"
 	    "  --advertise-url URL      http://HOST:PORT at which the other nodes of a cluster\n"
 	    "                           reach this one: they pass it the lease and task\n"
 	    "                           requests of the resources it drives\n"
@@ -115,7 +121,8 @@ static void usage(FILE *f)
 	    defaults.listen, defaults.db, defaults.threads, defaults.http_threads,
 	    (long long)defaults.shutdown_timeout_ms / 1000, defaults.max_connections,
 	    defaults.conn_timeout_s, defaults.idle_resources, defaults.cache_bytes,
-	    defaults.stream_buffer, (long long)defaults.lease_ms);
+	    defaults.stream_buffer, (long long)defaults.lease_ms,
+	    (long long)defaults.commit_timeout_ms);
 }
 
 static int valid_node_id(const char *v)
@@ -425,6 +432,12 @@ static int set_option(config *c, const char *name, const char *v)
 		c->lease_ms = n;
 		return 0;
 	}
+	if (strcmp(name, "commit-timeout-ms") == 0) {
+		if (parse_int("--commit-timeout-ms", v, 100, 600000, &n))
+			return -1;
+		c->commit_timeout_ms = n;
+		return 0;
+	}
 	if (strcmp(name, "idle-resources") == 0) {
 		if (parse_int("--idle-resources", v, 1, 10000000, &n))
 			return -1;
@@ -548,6 +561,7 @@ static const char *const env_names[][2] = {
     {"stream-buffer", "BATON_STREAM_BUFFER"},
     {"node-id", "BATON_NODE_ID"},
     {"lease-ms", "BATON_LEASE_MS"},
+    {"commit-timeout-ms", "BATON_COMMIT_TIMEOUT_MS"},
     {"advertise-url", "BATON_ADVERTISE_URL"},
     {"console-actions", "BATON_CONSOLE_ACTIONS"},
     {"console-dir", "BATON_CONSOLE_DIR"},
@@ -576,6 +590,7 @@ int config_load(config *c, int argc, char **argv)
 	    {"stream-buffer", required_argument, NULL, 0},
 	    {"node-id", required_argument, NULL, 0},
 	    {"lease-ms", required_argument, NULL, 0},
+	    {"commit-timeout-ms", required_argument, NULL, 0},
 	    {"advertise-url", required_argument, NULL, 0},
 	    {"accept-system-identifier", required_argument, NULL, 0},
 	    {"pid-file", required_argument, NULL, 0},

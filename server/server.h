@@ -38,16 +38,17 @@ typedef struct config {
 	size_t conn_memory;
 	char token[512]; /* empty: no access control */
 	int log_json;
-	int idle_resources;	 /* free resources kept in memory */
-	char node_id[65];	 /* default: the host name and a suffix from listen */
-	int64_t lease_ms;	 /* a cluster node's lease */
-	long long cache_bytes;	 /* finished workflows' text in memory; 0: no cache */
-	long long stream_buffer; /* bytes one event stream buffers at most */
-	char pid_file[4096];	 /* empty: none */
-	char advertise_url[256]; /* how the other nodes reach this one; empty: they cannot */
-	int console_actions;	 /* the console offers its actions (ui.c) */
-	char console_dir[4096];	 /* the console's files from here (empty: those built in) */
-	char accept_sysid[24];	 /* a PostgreSQL system_identifier to accept; empty: none */
+	int idle_resources;	   /* free resources kept in memory */
+	char node_id[65];	   /* default: the host name and a suffix from listen */
+	int64_t lease_ms;	   /* a cluster node's lease */
+	int64_t commit_timeout_ms; /* a request's wait for its commit */
+	long long cache_bytes;	   /* finished workflows' text in memory; 0: no cache */
+	long long stream_buffer;   /* bytes one event stream buffers at most */
+	char pid_file[4096];	   /* empty: none */
+	char advertise_url[256];   /* how the other nodes reach this one; empty: they cannot */
+	int console_actions;	   /* the console offers its actions (ui.c) */
+	char console_dir[4096];	   /* the console's files from here (empty: those built in) */
+	char accept_sysid[24];	   /* a PostgreSQL system_identifier to accept; empty: none */
 } config;
 
 /* 0: run; 1: done (--help, --version printed); -1: invalid, message printed. */

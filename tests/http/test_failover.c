@@ -16,6 +16,9 @@
  *    new token, above the one its first worker holds;
  *  - with the synchronous standby down, a commit whose wait for it is cancelled (committed
  *    on the primary only) is never answered as done; the same request_id gets the outcome;
+ *  - with the synchronous standby down, a grant is answered 503 with Retry-After once
+ *    --commit-timeout-ms has passed, never success; its request_id, asked again once the
+ *    standby is back, gets the lease, and a grant nobody came back for is released;
  *  - a database of another system identifier is refused, naming both, until accepted with
  *    --accept-system-identifier (this test on the run's own server).
  *
@@ -631,6 +634,109 @@ static void test_a_cancelled_synchronous_commit_is_no_success(void **state)
 		assert_int_equal(again.token, req.token);
 }
 
+/* Makes the standby of p synchronous (synchronous_standby_names = '*', by a reload) and
+ * waits until the primary counts it as such. */
+static void make_synchronous(pair *p)
+{
+	assert_int_equal(node_sql(&p->n[0], "ALTER SYSTEM SET synchronous_standby_names = '*'"), 0);
+	assert_int_equal(node_sql(&p->n[0], "SELECT pg_reload_conf()"), 0);
+	int64_t deadline = hs_mono_ms() + WAIT_MS;
+	while (node_value(&p->n[0], "SELECT count(*) FROM pg_stat_replication"
+				    " WHERE sync_state = 'sync'") != 1) {
+		if (hs_mono_ms() > deadline)
+			fail_msg("the standby did not become synchronous within %d ms", WAIT_MS);
+		hs_pause_ms(20);
+	}
+}
+
+/* batond on the multi-host URL, as start_batond, with more arguments (NULL-terminated). */
+static hs_server *start_batond_with(pair *p, const char *const *more)
+{
+	const char *args[16] = {"--lease-ms", "1000", "--node-id", "fo-1"};
+	size_t n = 4;
+	while (*more && n < 15)
+		args[n++] = *more++;
+	args[n] = NULL;
+	char url[256];
+	snprintf(url, sizeof url,
+		 "postgresql://postgres@127.0.0.1:%d,127.0.0.1:%d/baton"
+		 "?target_session_attrs=read-write",
+		 p->n[0].port, p->n[1].port);
+	hs_server *s = hs_new(NULL, args);
+	assert_non_null(s);
+	p->s = s;
+	assert_int_equal(hs_set_db(s, url), 0);
+	assert_int_equal(hs_start(s), 0);
+	return s;
+}
+
+/* An acquire of resource's lease with request_id: its status (0: no answer within the
+ * client's timeout); its token and id (200, 201); whether a 503 said when to come back. */
+static long acquire_as(const hs_server *s, const char *resource, const char *request_id,
+		       long long *token, char id[128], int *retry_after)
+{
+	char path[128], body[160];
+	snprintf(path, sizeof path, "/resources/%s/leases", resource);
+	snprintf(body, sizeof body,
+		 "{\"holder\": \"t\", \"ttl_ms\": 600000, \"request_id\": \"%s\"}", request_id);
+	hs_response r;
+	long status = 0;
+	*token = -1;
+	*retry_after = 0;
+	if (hs_post(s, path, body, &r) == 0) {
+		status = r.status;
+		if (status == 200 || status == 201) {
+			*token = hs_int(r.json, "fencing_token");
+			snprintf(id, 128, "%s", hs_str(r.json, "id"));
+		}
+		*retry_after = r.retry_after && atoi(r.retry_after) > 0;
+	}
+	hs_response_fini(&r);
+	return status;
+}
+
+/* With the synchronous standby down, a grant's commit waits for it: batond answers 503 with
+ * Retry-After once --commit-timeout has passed (well before the client's own timeout),
+ * never success. Once the standby is back, the grant lands: the same request_id asked
+ * again gets that lease; a 503-answered grant whose caller never comes back is released
+ * within its grace, so that nobody holds what nobody was told it holds. */
+static void test_a_commit_waiting_for_the_standby_is_answered_503(void **state)
+{
+	pair *p = *state;
+	if (!hs_store_is_pg())
+		skip();
+	make_synchronous(p);
+	static const char *const more[] = {"--commit-timeout-ms", "1000", NULL};
+	hs_server *s = start_batond_with(p, more);
+	char id[128];
+	long long before = grant(s, "db", id, sizeof id), token;
+	release(s, id);
+	int retry_after;
+	for (int round = 0; round < 2; round++) {
+		node_stop(&p->n[1]);
+		const char *rid = round == 0 ? "sync-1" : "sync-2";
+		long status = acquire_as(s, "db", rid, &token, id, &retry_after);
+		if (status != 503 || !retry_after)
+			fail_msg("with the synchronous standby down, %s was answered %ld%s", rid,
+				 status, status == 503 ? " without Retry-After" : "");
+		assert_int_equal(node_start(&p->n[1]), 0);
+		if (round == 1)
+			break;
+		/* The same request_id, retried, gets the lease once its grant is durable. */
+		int64_t deadline = hs_mono_ms() + WAIT_MS;
+		while ((status = acquire_as(s, "db", rid, &token, id, &retry_after)) == 503 &&
+		       hs_mono_ms() < deadline)
+			hs_pause_ms(100);
+		assert_int_equal(status, 200);
+		assert_true(token > before);
+		before = token;
+		release_eventually(s, id);
+	}
+	/* Nobody came back for sync-2: its grant, if it landed, ends within its grace. */
+	assert_true(grant_eventually(s, "db", id, sizeof id) > before);
+	release(s, id);
+}
+
 /* A database of another PostgreSQL cluster (a dump restored, pg_upgrade): batond refuses
  * it, naming both system identifiers, until the operator accepts the new one; tokens then
  * continue above every one stored, and later starts need nothing more. */
@@ -704,6 +810,8 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_a_lost_claim_runs_again_under_a_new_token,
 					    pair_setup, pair_teardown),
 	    cmocka_unit_test_setup_teardown(test_a_cancelled_synchronous_commit_is_no_success,
+					    pair_setup, pair_teardown),
+	    cmocka_unit_test_setup_teardown(test_a_commit_waiting_for_the_standby_is_answered_503,
 					    pair_setup, pair_teardown),
 	    cmocka_unit_test_setup_teardown(
 		test_another_system_identifier_is_refused_until_accepted, pg_server_setup,
