@@ -145,6 +145,10 @@ typedef struct baton_engine_config {
 	 * again: its callers are answered BATON_EBUSY, never success, and a retry of the same
 	 * id or request_id gets the outcome once it is known. */
 	int64_t commit_timeout_ms;
+	/* PostgreSQL only: every transaction that writes first checks, inside itself, that the
+	 * server's synchronous_standby_names is set, and fails (BATON_EBUSY, so nothing of it
+	 * is answered as done) when it is not. Ignored on SQLite. */
+	int require_sync_replication;
 } baton_engine_config;
 
 /*
@@ -202,6 +206,13 @@ int baton_engine_nodes(baton_engine *e, json_t **out, baton_error *err);
 /* This node's figures: {"node_id", "clustered", "nodes", "partitions", "lease_expires_at"
  * (ms, 0 when none), "partitions_gained", "partitions_lost", "renew_failures"}. Any thread. */
 json_t *baton_engine_cluster(baton_engine *e);
+/* What the database promises of this node's commits, as last read (a new reference):
+ * {"backend": "sqlite" | "postgresql", "sync_replication": true | false | null,
+ * "sync_standbys": N | null}. sync_replication is true when the server's
+ * synchronous_standby_names is set (so each commit waits for a standby), null where it
+ * does not apply (SQLite) or was not read yet; sync_standbys counts the standbys that
+ * pg_stat_replication shows as sync or quorum. Any thread. */
+json_t *baton_engine_store(baton_engine *e);
 
 /*
  * A request's round on its own thread. Between baton_engine_hold and baton_engine_help,

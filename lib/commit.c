@@ -537,6 +537,8 @@ void eng_flush(baton_engine *e)
 	if (!e->faulty)
 		log_at(&e->log, BATON_LOG_ERROR, NULL, "commit failed (%s): %s; retrying",
 		       baton_code_name(rc), err.msg);
+	snprintf(e->fault_why, sizeof e->fault_why, "storage is failing (%.240s); try again later",
+		 err.msg);
 	set_faulty(e, 1);
 	/* Callers waiting on this round learn at once, unless a round since the last success
 	 * may have committed: then they learn when it is written again. New submissions are taken
@@ -544,8 +546,7 @@ void eng_flush(baton_engine *e)
 	 * recovers. */
 	for (size_t i = 0; !e->write_unknown && i < e->replies.n; i++) {
 		take_back(e, &e->replies.v[i]);
-		eng_waiter_done(e->replies.v[i].w, BATON_EBUSY, 0,
-				"storage is failing; try again later");
+		eng_waiter_done(e->replies.v[i].w, BATON_EBUSY, 0, e->fault_why);
 	}
 	if (!e->write_unknown)
 		e->replies.n = 0;

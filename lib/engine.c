@@ -287,8 +287,7 @@ static void apply_submit(baton_engine *e, msg *m, int64_t now)
 	int rc;
 	if (e->faulty || e->no_new_work) {
 		eng_waiter_done(m->w, BATON_EBUSY, 0,
-				e->no_new_work ? "the server is shutting down"
-					       : "storage is failing; try again later");
+				e->no_new_work ? "the server is shutting down" : e->fault_why);
 		wf_row_free(wf);
 		return;
 	}
@@ -316,7 +315,7 @@ static void apply_submit(baton_engine *e, msg *m, int64_t now)
 	baton_error err = {0};
 	if (eng_next_wf_seq(e, &wf->seq, &err)) {
 		log_at(&e->log, BATON_LOG_WARN, NULL, "cannot number a workflow: %s", err.msg);
-		eng_waiter_done(m->w, BATON_EBUSY, 0, "storage is failing; try again later");
+		eng_waiter_done(m->w, BATON_EBUSY, 0, e->fault_why);
 		wf_row_free(wf);
 		return;
 	}
@@ -746,6 +745,7 @@ int baton_engine_open(const baton_engine_config *cfg, baton_engine **out, baton_
 	e->locks = strmap_new();
 	e->idle_max = cfg->idle_resources > 0 ? (size_t)cfg->idle_resources : 1024;
 	e->commit_timeout_ms = cfg->commit_timeout_ms > 0 ? cfg->commit_timeout_ms : 5000;
+	snprintf(e->fault_why, sizeof e->fault_why, "storage is failing; try again later");
 	pthread_mutex_init(&e->mu, NULL);
 	cond_init_monotonic(&e->cv); /* wait_for_work times its waits by mono_ms() */
 	pthread_cond_init(&e->round_over, NULL);
@@ -755,7 +755,8 @@ int baton_engine_open(const baton_engine_config *cfg, baton_engine **out, baton_
 		? err_set(err, BATON_EINTERNAL, "HTTP steps are allowed but need libcurl: %s",
 			  no_curl)
 		: store_open(&(store_config){cfg->db_path, cfg->readers, &e->log, cfg->fault_file,
-					     cfg->accept_system_identifier, e->commit_timeout_ms},
+					     cfg->accept_system_identifier, e->commit_timeout_ms,
+					     cfg->require_sync_replication},
 			     &e->st, err);
 	e->now = now_ms();
 	if (rc == BATON_OK && cfg->cache_bytes)

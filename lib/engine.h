@@ -164,6 +164,7 @@ struct baton_engine {
 
 	/* The thread that runs a round only (the engine thread, or a helper: in_round). */
 	int faulty;			  /* commits are failing */
+	char fault_why[300];		  /* what callers are told while they do */
 	int no_new_work;		  /* copy of draining, taken with each round */
 	strmap *wfs;			  /* id -> wf_row, unfinished workflows */
 	strmap *locks;			  /* resource name -> res_lock */

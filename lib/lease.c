@@ -574,8 +574,7 @@ static void apply_acquire(baton_engine *e, msg *m, int64_t now)
 	wf_row *wf = m->wf, *cur = strmap_get(e->wfs, wf->id);
 	if (e->faulty || e->no_new_work || e->leases_stopped) {
 		eng_waiter_done(m->w, BATON_EBUSY, 0,
-				e->faulty ? "storage is failing; try again later"
-					  : "the server is shutting down");
+				e->faulty ? e->fault_why : "the server is shutting down");
 		wf_row_free(wf);
 		return;
 	}
@@ -613,7 +612,7 @@ static void apply_acquire(baton_engine *e, msg *m, int64_t now)
 		return;
 	}
 	if (eng_next_wf_seq(e, &wf->seq, &err)) {
-		eng_waiter_done(m->w, BATON_EBUSY, 0, "storage is failing; try again later");
+		eng_waiter_done(m->w, BATON_EBUSY, 0, e->fault_why);
 		wf_row_free(wf);
 		return;
 	}

@@ -609,7 +609,7 @@ int baton_engine_nodes(baton_engine *e, json_t **out, baton_error *err)
 						e->node_id[0] ? e->node_id : "local", "url", url,
 						"self", 1, "lease_expires_at", "partitions", PARTS,
 						"resources", "running_steps"));
-		*out = json_pack("{s:o}", "nodes", list);
+		*out = json_pack("{s:o, s:o}", "nodes", list, "store", baton_engine_store(e));
 		return BATON_OK;
 	}
 	store_node *v = NULL;
@@ -628,8 +628,27 @@ int baton_engine_nodes(baton_engine *e, json_t **out, baton_error *err)
 		json_array_append_new(list, j);
 	}
 	store_nodes_free(v, n);
-	*out = json_pack("{s:o}", "nodes", list);
+	*out = json_pack("{s:o, s:o}", "nodes", list, "store", baton_engine_store(e));
 	return BATON_OK;
+}
+
+/* What the database promises of this node's commits: {"backend", "sync_replication":
+ * true, false or null (SQLite, where it does not apply, or not read yet),
+ * "sync_standbys": a count or null}. */
+static json_t *store_json(baton_engine *e, const store_cluster_stats *st)
+{
+	int known = e->clustered && st->sync_replication >= 0;
+	return json_pack("{s:s, s:o, s:o}", "backend", e->st->ops->name, "sync_replication",
+			 known ? json_boolean(st->sync_replication) : json_null(), "sync_standbys",
+			 known ? json_integer(st->sync_standbys) : json_null());
+}
+
+json_t *baton_engine_store(baton_engine *e)
+{
+	store_cluster_stats st = {.sync_replication = -1};
+	if (e->clustered && e->st->ops->cluster_stats)
+		e->st->ops->cluster_stats(e->st, &st);
+	return store_json(e, &st);
 }
 
 json_t *baton_engine_cluster(baton_engine *e)

@@ -169,6 +169,7 @@ typedef struct pg_store {
 	 * a synchronous standby that does not answer would hold the engine, and every caller,
 	 * for as long as it is down. */
 	int64_t commit_timeout_ms;
+	int require_sync; /* --require-sync-replication: each batch checks it first (W_SYNC) */
 	char node_id[MAX_NAME + 1]; /* this node in the cluster, once joined */
 	int64_t idle_tx_ms;	    /* idle_in_transaction_session_timeout of new sessions */
 	struct pg_cluster *cluster; /* the membership thread and what it read (pg_cluster.c) */
@@ -195,6 +196,7 @@ enum {
 	W_RESOURCE,
 	W_EVENT,
 	W_FENCE,
+	W_SYNC,
 	W_NOTIFY,
 	W_DELETE_ONE,
 	W_DELETE_OLD,

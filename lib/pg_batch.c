@@ -76,6 +76,9 @@ static PGresult *next_result(pipeline *p)
 	return p->abandoned ? NULL : PQgetResult(c);
 }
 
+/* What the check of --require-sync-replication is called (W_SYNC): its failure says why. */
+static const char sync_check[] = "checking synchronous replication";
+
 /* Reads the results of what was sent; the first failure is kept. */
 static void drain(pipeline *p)
 {
@@ -91,7 +94,14 @@ static void drain(pipeline *p)
 			break;
 		}
 		ExecStatusType st = PQresultStatus(r);
-		if (st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK && !p->failed) {
+		if (st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK && !p->failed &&
+		    p->v[i].what == sync_check) {
+			p->failed = err_set(
+			    p->err, BATON_EBUSY,
+			    "synchronous replication is off (synchronous_standby_names is empty),"
+			    " and batond requires it (--require-sync-replication): nothing is"
+			    " committed until it is on again");
+		} else if (st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK && !p->failed) {
 			const char *state = PQresultErrorField(r, PG_DIAG_SQLSTATE);
 			p->failed = pg_fail(c, r, p->err, p->v[i].what);
 			p->culprit = p->v[i].wf;
@@ -459,6 +469,8 @@ static void send_fence(pipeline *p, const store_batch *b)
 static void send_batch(pipeline *p, const store_batch *b, int per_row)
 {
 	pg_store *s = p->s;
+	if (s->require_sync)
+		send_stmt(p, W_SYNC, NULL, NULL, sync_check);
 	if (b->parts)
 		send_fence(p, b);
 	for (size_t i = 0; i < b->nwfs; i++)

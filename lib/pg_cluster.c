@@ -85,11 +85,20 @@ static const char renew_sql[] =
     " WHERE id = $1 AND incarnation = $3"
     " RETURNING (extract(epoch FROM expires) * 1000)::bigint,"
     " (SELECT count(*) FROM nodes WHERE expires > now() AND id <> $1) + 1";
-/* With the database's generation and timeline (pg_store.c, schema 7). */
+/* With the database's generation and timeline (pg_store.c, schema 7), and whether this
+ * session's commits are replicated synchronously: synchronous_standby_names is set and
+ * synchronous_commit (on, as pg_connect sets it on every session) waits for a standby;
+ * and the standbys that pg_stat_replication shows as sync or quorum (its sync_state is
+ * shown only to superusers and members of pg_read_all_stats: 0 for others). Read every
+ * tick, as a reload (Patroni's non-strict mode) changes it without a reconnect. */
 static const char read_sql[] =
     "SELECT p.id, p.epoch, coalesce(p.owner, ''), coalesce(n.url, ''), g.floor,"
-    " baton_timeline() FROM partitions p LEFT JOIN nodes n ON n.id = p.owner,"
-    " (SELECT baton_generation() AS floor) g ORDER BY p.id";
+    " baton_timeline(), g.sync, g.standbys FROM partitions p"
+    " LEFT JOIN nodes n ON n.id = p.owner,"
+    " (SELECT baton_generation() AS floor, current_setting('synchronous_standby_names') <> ''"
+    " AND current_setting('synchronous_commit') NOT IN ('local', 'off') AS sync,"
+    " (SELECT count(*) FROM pg_stat_replication WHERE sync_state IN ('sync', 'quorum'))"
+    " AS standbys) g ORDER BY p.id";
 /* This node's own partitions claimed under an earlier generation first, then free
  * partitions, then (with $3) those whose owner is not live. A claim's epoch is at least
  * the generation's floor. */
@@ -189,6 +198,32 @@ static void new_generation(pg_cluster *cl, int64_t floor, int64_t timeline)
 	cl->generation = floor;
 }
 
+/* What the database promises of this node's commits, as read with the partitions: one
+ * log line when it changes. */
+static void note_sync(pg_cluster *cl, const PGresult *r)
+{
+	if (!PQntuples(r))
+		return;
+	int sync = PQgetvalue(r, 0, 6)[0] == 't';
+	int standbys = (int)pg_col_int(r, 0, 7);
+	pthread_mutex_lock(&cl->mu);
+	int was = cl->stats.sync_replication;
+	cl->stats.sync_replication = sync;
+	cl->stats.sync_standbys = standbys;
+	pthread_mutex_unlock(&cl->mu);
+	if (sync == was)
+		return;
+	if (sync)
+		log_at(cl->s->log, BATON_LOG_INFO, NULL,
+		       "commits are replicated synchronously (synchronous_standby_names is set;"
+		       " %d synchronous standby%s connected)",
+		       standbys, standbys == 1 ? "" : "s");
+	else
+		log_at(cl->s->log, BATON_LOG_WARN, NULL,
+		       "commits are NOT replicated synchronously (synchronous_standby_names is"
+		       " empty): a failover may lose acknowledged work");
+}
+
 static int read_owners(pg_cluster *cl, baton_error *err)
 {
 	PGresult *r;
@@ -199,6 +234,7 @@ static int read_owners(pg_cluster *cl, baton_error *err)
 	cl->owner.read_at = t0;
 	memset(cl->owner.epoch, 0, sizeof cl->owner.epoch);
 	cl->free_parts = 0;
+	note_sync(cl, r);
 	int64_t floor = PQntuples(r) ? pg_col_int(r, 0, 4) : cl->generation;
 	if (floor != cl->generation)
 		new_generation(cl, floor, PQntuples(r) ? pg_col_int(r, 0, 5) : 0);
@@ -414,6 +450,7 @@ int pg_join(store *base, const char *node_id, const char *url, int64_t lease_ms,
 	cl->hooks = *h;
 	cl->lease_ms = lease_ms;
 	cl->generation = -1;
+	cl->stats.sync_replication = -1;
 	cl->stop_pipe[0] = cl->stop_pipe[1] = -1;
 	pthread_mutex_init(&cl->mu, NULL);
 	snprintf(s->node_id, sizeof s->node_id, "%s", node_id);

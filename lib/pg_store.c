@@ -261,6 +261,12 @@ static const char *const writer_sql[W_NSTMT] = {
 		" SELECT baton_refuse($1) FROM p, g WHERE p.owner IS DISTINCT FROM $1"
 		" OR p.epoch <> ($3::bigint[])[array_position($2::integer[], p.id)]"
 		" OR p.epoch < g.floor",
+    /* --require-sync-replication: the first statement of every batch fails unless the
+     * session's synchronous_standby_names is set. A gating condition without a table is
+     * evaluated before the target list, so the unknown setting is read (and fails the
+     * transaction, 42704) only then; pg_batch.c recognizes that statement's failure. */
+    [W_SYNC] = "SELECT current_setting('baton.synchronous_replication_is_off')"
+	       " WHERE current_setting('synchronous_standby_names') = ''",
     /* A hint to the owner of a partition that it has work (a submission from here). */
     [W_NOTIFY] = "SELECT pg_notify('baton', $1)",
 };
@@ -788,6 +794,7 @@ static int pg_open(const store_config *cfg, store **out, baton_error *err)
 	s->shown = hide_password(cfg->target);
 	s->log = cfg->log;
 	s->commit_timeout_ms = cfg->commit_timeout_ms;
+	s->require_sync = cfg->require_sync;
 	PGconn *c = pg_connect(s, err);
 	int rc = c ? BATON_OK : err->code;
 	if (rc == BATON_OK)

@@ -178,6 +178,11 @@ typedef struct store_cluster_stats {
 	 * have claimed this node's partitions in between. */
 	int64_t lease_since;
 	uint64_t renew_failures;
+	/* Whether the database replicates this node's commits synchronously, as last read
+	 * (pg_cluster.c, with the partitions): 1, 0, or -1 not read yet; and how many
+	 * standbys pg_stat_replication shows as sync or quorum. */
+	int sync_replication;
+	int sync_standbys;
 } store_cluster_stats;
 
 /* Where a backend comes from: the --db value and what every backend needs. */
@@ -192,6 +197,9 @@ typedef struct store_config {
 	/* PostgreSQL: how long a write waits for the server to confirm its commit before it
 	 * cancels it (its outcome then unknown); 0 for ever. Ignored on SQLite. */
 	int64_t commit_timeout_ms;
+	/* PostgreSQL: a write commits only while synchronous_standby_names is set (checked in
+	 * its transaction); else it fails with BATON_EBUSY. Ignored on SQLite. */
+	int require_sync;
 } store_config;
 
 /*

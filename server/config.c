@@ -96,6 +96,11 @@ static void usage(FILE *f)
 	    "                           then it is answered 503, never success, and the same\n"
 	    "                           id or request_id, asked again, gets the outcome\n"
 	    "                           (BATON_COMMIT_TIMEOUT_MS, default %lld)\n"
+	    "  --require-sync-replication\n"
+	    "                           PostgreSQL: commit nothing (answer 503) while the\n"
+	    "                           server's synchronous_standby_names is empty, checked\n"
+	    "                           in every transaction (BATON_REQUIRE_SYNC_REPLICATION=1;\n"
+	    "                           default: commit either way)\n"
 	    "  --advertise-url URL      http://HOST:PORT at which the other nodes of a cluster\n"
 	    "                           reach this one: they pass it the lease and task\n"
 	    "                           requests of the resources it drives\n"
@@ -522,6 +527,14 @@ static int set_option(config *c, const char *name, const char *v)
 		c->console_actions = strcmp(v, "1") == 0;
 		return 0;
 	}
+	if (strcmp(name, "require-sync-replication") == 0) {
+		if (strcmp(v, "1") != 0 && strcmp(v, "0") != 0) {
+			fprintf(stderr, "batond: BATON_REQUIRE_SYNC_REPLICATION must be 1 or 0\n");
+			return -1;
+		}
+		c->require_sync = strcmp(v, "1") == 0;
+		return 0;
+	}
 	if (strcmp(name, "console-dir") == 0) {
 		if (!*v || strlen(v) >= sizeof c->console_dir) {
 			fprintf(stderr, "batond: --console-dir wants a directory\n");
@@ -562,6 +575,7 @@ static const char *const env_names[][2] = {
     {"node-id", "BATON_NODE_ID"},
     {"lease-ms", "BATON_LEASE_MS"},
     {"commit-timeout-ms", "BATON_COMMIT_TIMEOUT_MS"},
+    {"require-sync-replication", "BATON_REQUIRE_SYNC_REPLICATION"},
     {"advertise-url", "BATON_ADVERTISE_URL"},
     {"console-actions", "BATON_CONSOLE_ACTIONS"},
     {"console-dir", "BATON_CONSOLE_DIR"},
@@ -591,6 +605,7 @@ int config_load(config *c, int argc, char **argv)
 	    {"node-id", required_argument, NULL, 0},
 	    {"lease-ms", required_argument, NULL, 0},
 	    {"commit-timeout-ms", required_argument, NULL, 0},
+	    {"require-sync-replication", no_argument, NULL, 0},
 	    {"advertise-url", required_argument, NULL, 0},
 	    {"accept-system-identifier", required_argument, NULL, 0},
 	    {"pid-file", required_argument, NULL, 0},

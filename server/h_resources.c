@@ -90,7 +90,12 @@ int h_readyz(srv *s, const request *r, const char *const *p, response *out)
 	(void)p;
 	if (!baton_engine_ready(s->engine))
 		return reply_problem(out, 503, "not ready: the database is not taking writes");
-	return reply_json(out, 200, json_pack("{s:s}", "status", "ready"));
+	/* Answered without a token: whether commits are replicated synchronously, no more. */
+	json_t *st = baton_engine_store(s->engine);
+	json_t *body = json_pack("{s:s, s:O}", "status", "ready", "sync_replication",
+				 json_object_get(st, "sync_replication"));
+	json_decref(st);
+	return reply_json(out, 200, body);
 }
 
 int h_healthz(srv *s, const request *r, const char *const *p, response *out)

@@ -172,6 +172,7 @@ int main(int argc, char **argv)
 	    .node_id = cfg.node_id[0] ? cfg.node_id : NULL,
 	    .lease_ms = cfg.lease_ms,
 	    .commit_timeout_ms = cfg.commit_timeout_ms,
+	    .require_sync_replication = cfg.require_sync,
 	    .advertise_url = cfg.advertise_url,
 	    .accept_system_identifier = cfg.accept_sysid[0] ? cfg.accept_sysid : NULL,
 	};

@@ -266,6 +266,20 @@ static void cluster_metrics(buf *b, baton_engine *e)
 	counter(b, "baton_node_lease_renew_failures_total", "Lease renewals that failed.", c,
 		"renew_failures");
 	json_decref(c);
+	/* PostgreSQL only: on SQLite they do not apply, and are left out. */
+	json_t *st = baton_engine_store(e);
+	json_t *sync = json_object_get(st, "sync_replication");
+	if (json_is_boolean(sync)) {
+		family(b, "baton_store_sync_replication", "gauge",
+		       "1 when the database replicates commits synchronously"
+		       " (synchronous_standby_names set), else 0; as last read.");
+		put(b, "baton_store_sync_replication %d\n", json_is_true(sync));
+		family(b, "baton_store_sync_standbys", "gauge",
+		       "Standbys that pg_stat_replication shows as sync or quorum.");
+		put(b, "baton_store_sync_standbys %lld\n",
+		    (long long)json_integer_value(json_object_get(st, "sync_standbys")));
+	}
+	json_decref(st);
 }
 
 int h_metrics(srv *s, const request *r, const char *const *p, response *out)

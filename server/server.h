@@ -42,6 +42,7 @@ typedef struct config {
 	char node_id[65];	   /* default: the host name and a suffix from listen */
 	int64_t lease_ms;	   /* a cluster node's lease */
 	int64_t commit_timeout_ms; /* a request's wait for its commit */
+	int require_sync;	   /* --require-sync-replication */
 	long long cache_bytes;	   /* finished workflows' text in memory; 0: no cache */
 	long long stream_buffer;   /* bytes one event stream buffers at most */
 	char pid_file[4096];	   /* empty: none */

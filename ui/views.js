@@ -383,8 +383,14 @@ export function nodes(root, ctx) {
     const n = await api('/nodes');
     const list = n.nodes || [];
     const sqlite = list.length === 1 && list[0].lease_expires_at === null;
-    const extra = Object.entries(n).filter(([k]) => k !== 'nodes')
+    const extra = Object.entries(n).filter(([k]) => k !== 'nodes' && k !== 'store')
       .map(([k, v]) => [k.replace(/_/g, ' '), typeof v === 'object' ? JSON.stringify(v) : String(v)]);
+    const st = n.store || {};
+    const standbys = st.sync_standbys === 1 ? '1 synchronous standby' : `${st.sync_standbys} synchronous standbys`;
+    const sync = st.sync_replication === true ? `yes (${standbys} connected)`
+      : st.sync_replication === false ? 'no: a failover of the database may lose acknowledged work'
+        : sqlite ? 'not applicable (SQLite)' : 'not read yet';
+    extra.unshift(['Synchronous replication', sync]);
     replace(body,
       table('Live nodes', ['Node', 'Address', 'Partitions driven', 'Lease expires', 'Resources', 'Running steps'],
         list.map((x) => ({

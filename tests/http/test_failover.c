@@ -19,6 +19,9 @@
  *  - with the synchronous standby down, a grant is answered 503 with Retry-After once
  *    --commit-timeout-ms has passed, never success; its request_id, asked again once the
  *    standby is back, gets the lease, and a grant nobody came back for is released;
+ *  - batond shows whether its commits are replicated synchronously (/metrics, GET /nodes),
+ *    also after a reload empties synchronous_standby_names; with
+ *    --require-sync-replication it then answers grants 503 and stores nothing of them;
  *  - a database of another system identifier is refused, naming both, until accepted with
  *    --accept-system-identifier (this test on the run's own server).
  *
@@ -737,6 +740,101 @@ static void test_a_commit_waiting_for_the_standby_is_answered_503(void **state)
 	release(s, id);
 }
 
+/* What batond says of its commits' replication: /metrics' baton_store_sync_replication
+ * (-1 when absent), and GET /nodes' store.sync_replication (1, 0, -1 null or absent). */
+static void sync_shown(const hs_server *s, int *metric, int *nodes)
+{
+	hs_response r;
+	*metric = *nodes = -1;
+	if (hs_get(s, "/metrics", &r) == 0 && r.status == 200 && r.body) {
+		const char *at = strstr(r.body, "\nbaton_store_sync_replication ");
+		if (at)
+			*metric = atoi(at + strlen("\nbaton_store_sync_replication "));
+	}
+	hs_response_fini(&r);
+	if (hs_get(s, "/nodes", &r) == 0 && r.status == 200) {
+		json_t *v = json_object_get(json_object_get(r.json, "store"), "sync_replication");
+		*nodes = json_is_boolean(v) ? json_is_true(v) : -1;
+	}
+	hs_response_fini(&r);
+}
+
+/* Waits until both /metrics and GET /nodes say `want`. */
+static void wait_sync_shown(const hs_server *s, int want)
+{
+	int64_t deadline = hs_mono_ms() + WAIT_MS;
+	int metric, nodes;
+	for (sync_shown(s, &metric, &nodes); metric != want || nodes != want;
+	     sync_shown(s, &metric, &nodes)) {
+		if (hs_mono_ms() > deadline)
+			fail_msg("batond shows synchronous replication as %d (/metrics) and %d "
+				 "(/nodes), not %d",
+				 metric, nodes, want);
+		hs_pause_ms(100);
+	}
+}
+
+/* Turns synchronous replication off or on by a reload, as Patroni's non-strict mode does,
+ * and waits until a new session sees it. */
+static void set_sync_names(pair *p, const char *names)
+{
+	char sql[128];
+	snprintf(sql, sizeof sql, "ALTER SYSTEM SET synchronous_standby_names = '%s'", names);
+	assert_int_equal(node_sql(&p->n[0], sql), 0);
+	assert_int_equal(node_sql(&p->n[0], "SELECT pg_reload_conf()"), 0);
+	snprintf(sql, sizeof sql,
+		 "SELECT (current_setting('synchronous_standby_names') = '%s')::int", names);
+	int64_t deadline = hs_mono_ms() + WAIT_MS;
+	while (node_value(&p->n[0], sql) != 1) {
+		if (hs_mono_ms() > deadline)
+			fail_msg("synchronous_standby_names did not become '%s'", names);
+		hs_pause_ms(20);
+	}
+}
+
+/* batond reads whether its commits are replicated synchronously, and shows it in /metrics
+ * and GET /nodes; a reload that turns it off is seen without a reconnect. With
+ * --require-sync-replication, a grant while it is off is answered 503 with Retry-After
+ * and a detail that says why, and nothing of it is stored; once it is on again, grants
+ * succeed. */
+static void test_sync_replication_is_shown_and_required(void **state)
+{
+	pair *p = *state;
+	if (!hs_store_is_pg())
+		skip();
+	make_synchronous(p);
+	static const char *const more[] = {"--require-sync-replication", NULL};
+	hs_server *s = start_batond_with(p, more);
+	wait_sync_shown(s, 1);
+	char id[128];
+	long long before = grant(s, "db", id, sizeof id), token;
+	release(s, id);
+
+	set_sync_names(p, "");
+	wait_sync_shown(s, 0);
+	hs_response r;
+	assert_int_equal(
+	    hs_post(s, "/resources/db/leases",
+		    "{\"holder\": \"t\", \"ttl_ms\": 60000, \"request_id\": \"off-1\"}", &r),
+	    0);
+	const char *detail = json_string_value(json_object_get(r.json, "detail"));
+	if (r.status != 503 || !r.retry_after || !detail ||
+	    !strstr(detail, "synchronous replication is off"))
+		fail_msg("with synchronous replication off, a grant was answered %d: %s",
+			 (int)r.status, r.body ? r.body : "");
+	hs_response_fini(&r);
+	assert_int_equal(node_value(&p->n[0], "SELECT last_token FROM resources WHERE name = 'db'"),
+			 before);
+	assert_int_equal(
+	    node_value(&p->n[0], "SELECT count(*) FROM steps WHERE status = 'running'"), 0);
+
+	set_sync_names(p, "*");
+	wait_sync_shown(s, 1);
+	token = grant_eventually(s, "db", id, sizeof id);
+	assert_true(token > before);
+	release(s, id);
+}
+
 /* A database of another PostgreSQL cluster (a dump restored, pg_upgrade): batond refuses
  * it, naming both system identifiers, until the operator accepts the new one; tokens then
  * continue above every one stored, and later starts need nothing more. */
@@ -813,6 +911,8 @@ int main(void)
 					    pair_setup, pair_teardown),
 	    cmocka_unit_test_setup_teardown(test_a_commit_waiting_for_the_standby_is_answered_503,
 					    pair_setup, pair_teardown),
+	    cmocka_unit_test_setup_teardown(test_sync_replication_is_shown_and_required, pair_setup,
+					    pair_teardown),
 	    cmocka_unit_test_setup_teardown(
 		test_another_system_identifier_is_refused_until_accepted, pg_server_setup,
 		pg_server_teardown),
