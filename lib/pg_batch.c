@@ -514,12 +514,15 @@ static int write_once(pg_store *s, const store_batch *b, int per_row, store_writ
 		p.deadline = mono_ms() + s->commit_timeout_ms;
 	send_batch(&p, b, per_row);
 	/* The statements up to the sync are one implicit transaction, committed (or, after a
-	 * failed statement, rolled back) when the server reaches the sync. */
-	if (PQpipelineSync(s->w) == 1)
+	 * failed statement, rolled back) when the server reaches the sync. A server that did
+	 * not answer the statements in time gets no sync: the connection is dropped, and
+	 * what was sent is rolled back. */
+	int sync_sent = !p.abandoned && PQpipelineSync(s->w) == 1;
+	if (sync_sent)
 		p.commit_sent = !p.failed;
 	else if (!p.failed)
 		p.failed = pg_fail(s->w, NULL, err, "sending a batch");
-	if (PQstatus(s->w) == CONNECTION_OK) {
+	if (PQstatus(s->w) == CONNECTION_OK && !p.abandoned) {
 		drain(&p);
 		/* What follows the statements: the commit's failure if it failed, and the
 		 * sync's own result. */
