@@ -22,7 +22,8 @@
  * in mid-request or in mid-answer, the request held back. The clients are the real
  * `baton lock` and `baton worker`, so they retry as they do (the same request_id, the next
  * node). The short form (make test) strikes each kind once in a seeded order;
- * LOCKFAULTS_ROUNDS=N (make torture) strikes N faults chosen at random.
+ * make torture strikes faults chosen at random for LOCKFAULTS_MINUTES minutes of faults, or
+ * LOCKFAULTS_ROUNDS=N faults.
  * Checks: no two runs overlap; fencing tokens strictly increase in the order the runs
  * started; the lock stays live: once the faults are over, every node, asked directly,
  * grants a lease on resources nobody used yet, one in a partition of each node (its own
@@ -1214,10 +1215,15 @@ static void test_lock_under_faults(void **state)
 	const char *s = getenv("LOCKFAULTS_SEED");
 	t->seed =
 	    s && *s ? (unsigned)strtoul(s, NULL, 10) : (unsigned)time(NULL) ^ (unsigned)getpid();
+	/* The random form: LOCKFAULTS_ROUNDS faults, or as many as strike within
+	 * LOCKFAULTS_MINUTES minutes of faults, whichever ends first (either alone bounds it). */
 	const char *r = getenv("LOCKFAULTS_ROUNDS");
+	const char *m = getenv("LOCKFAULTS_MINUTES");
 	int rounds = r && *r ? atoi(r) : 0;
+	int minutes = m && *m ? atoi(m) : 0;
+	bool random_faults = rounds > 0 || minutes > 0;
 	print_message("lockfaults: seed %u (LOCKFAULTS_SEED=%u replays it), %s\n", t->seed, t->seed,
-		      rounds ? "random faults" : "each fault once");
+		      random_faults ? "random faults" : "each fault once");
 	unsigned rnd = t->seed;
 	/* Every node runs under libfaketime with a clock file of its own (offset 0 until a
 	 * clock fault steps it); PostgreSQL and the clients run on the real clock. */
@@ -1258,15 +1264,19 @@ static void test_lock_under_faults(void **state)
 		order[i] = order[j];
 		order[j] = x;
 	}
-	int total = rounds ? rounds : F_KINDS;
-	for (int i = 0; i < total; i++) {
+	int total = random_faults ? rounds : F_KINDS;
+	int64_t first = mono();
+	for (int i = 0; total == 0 || i < total; i++) {
+		if (minutes && mono() - first >= (int64_t)minutes * 60000)
+			break;
 		hs_pause_ms(2000 + (int)(rand_r(&rnd) % 2000)); /* traffic between faults */
-		enum fault f = rounds ? (enum fault)(rand_r(&rnd) % F_KINDS) : order[i];
+		enum fault f = random_faults ? (enum fault)(rand_r(&rnd) % F_KINDS) : order[i];
 		if (f == F_CLOCK && !clocks)
 			continue;
 		submit_tasks(t, TASKS / F_KINDS + 1);
 		strike(t, f, &rnd);
 	}
+	int64_t fault_end = mono();
 	/* Live: every node grants a fresh resource, whoever drives it; a command completes
 	 * after the last fault, on each resource. */
 	char fresh_why[2048];
@@ -1284,8 +1294,10 @@ static void test_lock_under_faults(void **state)
 	for (int i = 0; i < t->started; i++)
 		pthread_join(t->clients[i], NULL);
 	t->started = 0;
-	print_message("lockfaults: %d faults struck; requests struck in the clients' network:",
-		      t->faults);
+	print_message(
+	    "lockfaults: %d faults struck in %.1f minutes; requests struck in the clients'"
+	    " network:",
+	    t->faults, (double)(fault_end - first) / 60000.0);
 	for (int f = 0; f < HS_FAULTS; f++) {
 		int n = 0;
 		for (int k = 0; k < NODES; k++)
