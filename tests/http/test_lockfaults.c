@@ -155,6 +155,7 @@ typedef struct tally {
 typedef struct suite {
 	cluster cl;
 	char dir[PATH_MAX];
+	char python[PATH_MAX]; /* the interpreter itself, not a shim that looks it up per run */
 	pthread_t clients[ALL_CLIENTS];
 	int started;
 	atomic_int stop;
@@ -273,7 +274,7 @@ static void lock_clients(suite *t, int me, int permits, unsigned rnd)
 		if (excl)
 			argv[k++] = "--exclusive";
 		const char *const rest[] = {resource,	"--ttl", "6s", "--wait",  "20s",
-					    "--holder", holder,	 "--", "python3", "-c"};
+					    "--holder", holder,	 "--", t->python, "-c"};
 		for (size_t r = 0; r < sizeof rest / sizeof *rest; r++)
 			argv[k++] = rest[r];
 		argv[k++] = permits ? permit_stamper : stamper;
@@ -305,9 +306,25 @@ static void *pclient_main(void *arg)
 	return NULL;
 }
 
+/* 1 when process pid has a child: a baton worker that runs its task's command. */
+static int has_child(pid_t pid)
+{
+	char path[64], buf[16];
+	snprintf(path, sizeof path, "/proc/%d/task/%d/children", (int)pid, (int)pid);
+	FILE *f = fopen(path, "r");
+	if (!f)
+		return 0;
+	size_t n = fread(buf, 1, sizeof buf, f);
+	fclose(f);
+	return n > 0;
+}
+
 /* An external worker: `baton worker --once` again and again, naming every node, its command
  * stamping its task's runs; one still waiting for a task after WORKER_CAP is stopped
- * (SIGTERM) and started again, so that it names the nodes' current ports. */
+ * (SIGTERM) and started again, so that it names the nodes' current ports. One that runs its
+ * task's command is left to finish it (up to COMMAND_CAP): stopped, its attempt would fail
+ * for nothing, and on a loaded machine, where a command takes seconds to start, the attempts
+ * of the workflows, one after another on one resource, would hardly ever complete. */
 static void *worker_main(void *arg)
 {
 	suite *t = the;
@@ -324,7 +341,7 @@ static void *worker_main(void *arg)
 			hs_faketime_env(0);
 			const char *bin = getenv("BATON_CLIENT");
 			execl(bin, bin, "--server", url, "worker", "--worker", "lfw", "--resource",
-			      WRESOURCE, "--ttl", "6s", "--once", "--", "python3", "-c",
+			      WRESOURCE, "--ttl", "6s", "--once", "--", t->python, "-c",
 			      task_stamper, t->dir, (char *)NULL);
 			_exit(127);
 		}
@@ -334,9 +351,11 @@ static void *worker_main(void *arg)
 		t->child[me] = pid;
 		pthread_mutex_unlock(&t->mu);
 		int status = 0, stopped = 0;
-		int64_t cap = mono() + WORKER_CAP;
+		int64_t begun = mono(), cap = begun + WORKER_CAP;
 		while (waitpid(pid, &status, WNOHANG) == 0) {
-			if (!stopped && (mono() > cap || atomic_load(&t->stop))) {
+			int64_t now = mono();
+			int due = now > cap && (!has_child(pid) || now > begun + COMMAND_CAP);
+			if (!stopped && (due || atomic_load(&t->stop))) {
 				kill(pid, SIGTERM);
 				stopped = 1;
 				cap = mono() + COMMAND_CAP;
@@ -395,6 +414,24 @@ static int teardown(void **state)
 	pthread_mutex_destroy(&t->mu);
 	free(t);
 	return rc;
+}
+
+/* The commands' interpreter: python3's own sys.executable, so that a version manager's shim
+ * (pyenv's is a chain of shell scripts, seconds on a loaded machine) does not run before
+ * every command; "python3" when it cannot be asked. */
+static void find_python(suite *t)
+{
+	snprintf(t->python, sizeof t->python, "python3");
+	FILE *p = popen("python3 -c 'import sys; print(sys.executable)'", "r");
+	if (!p)
+		return;
+	char line[PATH_MAX];
+	if (fgets(line, sizeof line, p) && line[0] == '/') {
+		line[strcspn(line, "\n")] = 0;
+		snprintf(t->python, sizeof t->python, "%s", line);
+	}
+	pclose(p);
+	print_message("lockfaults: commands run %s\n", t->python);
 }
 
 /* The node to strike: most often the one that drives the resource. */
@@ -1225,6 +1262,7 @@ static void test_lock_under_faults(void **state)
 	print_message("lockfaults: seed %u (LOCKFAULTS_SEED=%u replays it), %s\n", t->seed, t->seed,
 		      random_faults ? "random faults" : "each fault once");
 	unsigned rnd = t->seed;
+	find_python(t);
 	/* Every node runs under libfaketime with a clock file of its own (offset 0 until a
 	 * clock fault steps it); PostgreSQL and the clients run on the real clock. */
 	const char *files[NODES];
