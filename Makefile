@@ -155,13 +155,16 @@ $(TORTURE_BIN): $(call obj,$(TORTURE_SRC)) $(call obj,$(HARNESS_SRC) $(COMMON_SR
 	@mkdir -p $(@D)
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(LIBS_ALL) $(PQ_LIBS) $(CMOCKA_LIBS)
 # The lock's fault-injection suite (tests/http/test_lockfaults.c) runs each fault once in
-# make test, the nodes' and the clients' network's; here LOCKFAULTS_ROUNDS faults chosen at
-# random among them (LOCKFAULTS_SEED=N replays).
-LOCKFAULTS_ROUNDS ?= 24
+# make test, the nodes' and the clients' network's; here faults chosen at random among them
+# for LOCKFAULTS_MINUTES minutes of faults (LOCKFAULTS_ROUNDS=N stops after N faults instead;
+# LOCKFAULTS_SEED=N replays).
+LOCKFAULTS_MINUTES ?= 20
+LOCKFAULTS_ROUNDS ?=
 LOCKFAULTS_BIN := $(BUILD)/tests/http/test_lockfaults
 torture: $(BATOND) $(CLIENT) $(TORTURE_BIN) $(LOCKFAULTS_BIN)
 	@BATOND=$(abspath $(BATOND)) BATON_CLIENT=$(abspath $(CLIENT)) TORTURE_KILLS=$(TORTURE_KILLS) \
-	  TORTURE_ROUNDS=$(TORTURE_ROUNDS) LOCKFAULTS_ROUNDS=$(LOCKFAULTS_ROUNDS) STORE=$(STORE) \
+	  TORTURE_ROUNDS=$(TORTURE_ROUNDS) LOCKFAULTS_ROUNDS=$(LOCKFAULTS_ROUNDS) \
+	  LOCKFAULTS_MINUTES=$(if $(LOCKFAULTS_ROUNDS),,$(LOCKFAULTS_MINUTES)) STORE=$(STORE) \
 	  sh scripts/test-stores.sh -- ./$(TORTURE_BIN) ./$(LOCKFAULTS_BIN)
 torture-ci: $(BATOND) $(TORTURE_BIN)
 	@BATOND=$(abspath $(BATOND)) TORTURE_KILLS=20 TORTURE_ROUNDS=20 STORE=$(STORE) \

@@ -464,7 +464,7 @@ enum { BATON_TASK_HEARTBEAT, BATON_TASK_COMPLETE, BATON_TASK_FAIL, BATON_TASK_UN
  * be delivered: it is offered again; done may be NULL). Completion and failure are
  * answered once durable. BATON_EGONE when the attempt is not the current claimed one
  * (expired, superseded, its workflow ended): nothing changes; BATON_ENOTFOUND when there
- * is no such workflow. Any thread.
+ * is no such workflow; BATON_EBUSY when the store could not be read to tell. Any thread.
  */
 int baton_task_report(baton_engine *e, const char *id, int op, json_t *result, const char *error,
 		      int retryable, baton_lease_fn done, void *ud, baton_error *err);

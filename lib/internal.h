@@ -461,6 +461,7 @@ typedef struct task_facts {
 	/* TASK_UNCLAIM: the claim attempt it gives back is not the latest: a retry of the
 	 * claim's request_id arrived since (answered or not) */
 	int superseded;
+	int unread; /* not here, and the database could not be read to say more */
 } task_facts;
 hold_move task_next(int state, int event, const task_facts *f);
 

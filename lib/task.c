@@ -363,15 +363,19 @@ static int parse_task_id(const char *id, char *wf_id, size_t n, int *step, int *
 }
 
 /* A task that is not in this node's memory, as the store has it: its state (over, or
- * unknown), whether another node drives it (f->elsewhere), and its resource (*resource:
- * free it). */
+ * unknown), whether another node drives it (f->elsewhere) or the store could not be read
+ * (f->unread: a workflow that may exist is not "no such task"), and its resource
+ * (*resource: free it). */
 static int stored_state(baton_engine *e, const char *wf_id, task_facts *f, char **resource)
 {
 	char *def = NULL;
 	int status;
 	baton_error err = {0};
-	if (store_find_workflow(e->st, wf_id, &def, &status, &err) != BATON_OK)
+	int rc = store_find_workflow(e->st, wf_id, &def, &status, &err);
+	if (rc != BATON_OK) {
+		f->unread = rc != BATON_ENOTFOUND;
 		return TASK_UNKNOWN;
+	}
 	f->elsewhere = e->clustered && status <= WF_RUNNING;
 	json_t *d = json_loads(def, 0, NULL);
 	const char *name = json_string_value(json_object_get(d, "resource"));

@@ -58,6 +58,10 @@ hold_move task_next(int state, int event, const task_facts *f)
 {
 	if (has_caller(event) && !f->here && f->elsewhere) /* only that node can tell or end it */
 		return move(state, TASK_KEEP, HOLD_PASS_ON);
+	if (has_caller(event) && f->unread) /* baton may well have issued it: ask again */
+		return refuse(state, BATON_EBUSY,
+			      "the task's workflow could not be read from the database; try again"
+			      " shortly");
 	if (has_caller(event) && state == TASK_UNKNOWN)
 		return refuse(state, BATON_ENOTFOUND, "no such task");
 	if (state == TASK_CLAIMED && f->here)

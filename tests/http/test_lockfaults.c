@@ -22,7 +22,8 @@
  * in mid-request or in mid-answer, the request held back. The clients are the real
  * `baton lock` and `baton worker`, so they retry as they do (the same request_id, the next
  * node). The short form (make test) strikes each kind once in a seeded order;
- * LOCKFAULTS_ROUNDS=N (make torture) strikes N faults chosen at random.
+ * make torture strikes faults chosen at random for LOCKFAULTS_MINUTES minutes of faults, or
+ * LOCKFAULTS_ROUNDS=N faults.
  * Checks: no two runs overlap; fencing tokens strictly increase in the order the runs
  * started; the lock stays live: once the faults are over, every node, asked directly,
  * grants a lease on resources nobody used yet, one in a partition of each node (its own
@@ -154,6 +155,7 @@ typedef struct tally {
 typedef struct suite {
 	cluster cl;
 	char dir[PATH_MAX];
+	char python[PATH_MAX]; /* the interpreter itself, not a shim that looks it up per run */
 	pthread_t clients[ALL_CLIENTS];
 	int started;
 	atomic_int stop;
@@ -272,7 +274,7 @@ static void lock_clients(suite *t, int me, int permits, unsigned rnd)
 		if (excl)
 			argv[k++] = "--exclusive";
 		const char *const rest[] = {resource,	"--ttl", "6s", "--wait",  "20s",
-					    "--holder", holder,	 "--", "python3", "-c"};
+					    "--holder", holder,	 "--", t->python, "-c"};
 		for (size_t r = 0; r < sizeof rest / sizeof *rest; r++)
 			argv[k++] = rest[r];
 		argv[k++] = permits ? permit_stamper : stamper;
@@ -304,9 +306,25 @@ static void *pclient_main(void *arg)
 	return NULL;
 }
 
+/* 1 when process pid has a child: a baton worker that runs its task's command. */
+static int has_child(pid_t pid)
+{
+	char path[64], buf[16];
+	snprintf(path, sizeof path, "/proc/%d/task/%d/children", (int)pid, (int)pid);
+	FILE *f = fopen(path, "r");
+	if (!f)
+		return 0;
+	size_t n = fread(buf, 1, sizeof buf, f);
+	fclose(f);
+	return n > 0;
+}
+
 /* An external worker: `baton worker --once` again and again, naming every node, its command
  * stamping its task's runs; one still waiting for a task after WORKER_CAP is stopped
- * (SIGTERM) and started again, so that it names the nodes' current ports. */
+ * (SIGTERM) and started again, so that it names the nodes' current ports. One that runs its
+ * task's command is left to finish it (up to COMMAND_CAP): stopped, its attempt would fail
+ * for nothing, and on a loaded machine, where a command takes seconds to start, the attempts
+ * of the workflows, one after another on one resource, would hardly ever complete. */
 static void *worker_main(void *arg)
 {
 	suite *t = the;
@@ -323,7 +341,7 @@ static void *worker_main(void *arg)
 			hs_faketime_env(0);
 			const char *bin = getenv("BATON_CLIENT");
 			execl(bin, bin, "--server", url, "worker", "--worker", "lfw", "--resource",
-			      WRESOURCE, "--ttl", "6s", "--once", "--", "python3", "-c",
+			      WRESOURCE, "--ttl", "6s", "--once", "--", t->python, "-c",
 			      task_stamper, t->dir, (char *)NULL);
 			_exit(127);
 		}
@@ -333,9 +351,11 @@ static void *worker_main(void *arg)
 		t->child[me] = pid;
 		pthread_mutex_unlock(&t->mu);
 		int status = 0, stopped = 0;
-		int64_t cap = mono() + WORKER_CAP;
+		int64_t begun = mono(), cap = begun + WORKER_CAP;
 		while (waitpid(pid, &status, WNOHANG) == 0) {
-			if (!stopped && (mono() > cap || atomic_load(&t->stop))) {
+			int64_t now = mono();
+			int due = now > cap && (!has_child(pid) || now > begun + COMMAND_CAP);
+			if (!stopped && (due || atomic_load(&t->stop))) {
 				kill(pid, SIGTERM);
 				stopped = 1;
 				cap = mono() + COMMAND_CAP;
@@ -394,6 +414,24 @@ static int teardown(void **state)
 	pthread_mutex_destroy(&t->mu);
 	free(t);
 	return rc;
+}
+
+/* The commands' interpreter: python3's own sys.executable, so that a version manager's shim
+ * (pyenv's is a chain of shell scripts, seconds on a loaded machine) does not run before
+ * every command; "python3" when it cannot be asked. */
+static void find_python(suite *t)
+{
+	snprintf(t->python, sizeof t->python, "python3");
+	FILE *p = popen("python3 -c 'import sys; print(sys.executable)'", "r");
+	if (!p)
+		return;
+	char line[PATH_MAX];
+	if (fgets(line, sizeof line, p) && line[0] == '/') {
+		line[strcspn(line, "\n")] = 0;
+		snprintf(t->python, sizeof t->python, "%s", line);
+	}
+	pclose(p);
+	print_message("lockfaults: commands run %s\n", t->python);
 }
 
 /* The node to strike: most often the one that drives the resource. */
@@ -1214,11 +1252,17 @@ static void test_lock_under_faults(void **state)
 	const char *s = getenv("LOCKFAULTS_SEED");
 	t->seed =
 	    s && *s ? (unsigned)strtoul(s, NULL, 10) : (unsigned)time(NULL) ^ (unsigned)getpid();
+	/* The random form: LOCKFAULTS_ROUNDS faults, or as many as strike within
+	 * LOCKFAULTS_MINUTES minutes of faults, whichever ends first (either alone bounds it). */
 	const char *r = getenv("LOCKFAULTS_ROUNDS");
+	const char *m = getenv("LOCKFAULTS_MINUTES");
 	int rounds = r && *r ? atoi(r) : 0;
+	int minutes = m && *m ? atoi(m) : 0;
+	bool random_faults = rounds > 0 || minutes > 0;
 	print_message("lockfaults: seed %u (LOCKFAULTS_SEED=%u replays it), %s\n", t->seed, t->seed,
-		      rounds ? "random faults" : "each fault once");
+		      random_faults ? "random faults" : "each fault once");
 	unsigned rnd = t->seed;
+	find_python(t);
 	/* Every node runs under libfaketime with a clock file of its own (offset 0 until a
 	 * clock fault steps it); PostgreSQL and the clients run on the real clock. */
 	const char *files[NODES];
@@ -1258,15 +1302,19 @@ static void test_lock_under_faults(void **state)
 		order[i] = order[j];
 		order[j] = x;
 	}
-	int total = rounds ? rounds : F_KINDS;
-	for (int i = 0; i < total; i++) {
+	int total = random_faults ? rounds : F_KINDS;
+	int64_t first = mono();
+	for (int i = 0; total == 0 || i < total; i++) {
+		if (minutes && mono() - first >= (int64_t)minutes * 60000)
+			break;
 		hs_pause_ms(2000 + (int)(rand_r(&rnd) % 2000)); /* traffic between faults */
-		enum fault f = rounds ? (enum fault)(rand_r(&rnd) % F_KINDS) : order[i];
+		enum fault f = random_faults ? (enum fault)(rand_r(&rnd) % F_KINDS) : order[i];
 		if (f == F_CLOCK && !clocks)
 			continue;
 		submit_tasks(t, TASKS / F_KINDS + 1);
 		strike(t, f, &rnd);
 	}
+	int64_t fault_end = mono();
 	/* Live: every node grants a fresh resource, whoever drives it; a command completes
 	 * after the last fault, on each resource. */
 	char fresh_why[2048];
@@ -1284,8 +1332,10 @@ static void test_lock_under_faults(void **state)
 	for (int i = 0; i < t->started; i++)
 		pthread_join(t->clients[i], NULL);
 	t->started = 0;
-	print_message("lockfaults: %d faults struck; requests struck in the clients' network:",
-		      t->faults);
+	print_message(
+	    "lockfaults: %d faults struck in %.1f minutes; requests struck in the clients'"
+	    " network:",
+	    t->faults, (double)(fault_end - first) / 60000.0);
 	for (int f = 0; f < HS_FAULTS; f++) {
 		int n = 0;
 		for (int k = 0; k < NODES; k++)

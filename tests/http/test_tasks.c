@@ -5,7 +5,8 @@
  * filters; one step to one claimer; a claim not heartbeaten expires as a failed attempt
  * and is retried with a new token, while the stale attempt's heartbeat and completion
  * answer 410; failures retryable or not; kill -9 while a task is claimed; the cancel of a
- * workflow whose external step nobody claimed; bad input.
+ * workflow whose external step nobody claimed; bad input; a node that cannot read the task's
+ * workflow answers 503, not 404.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -18,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../harness/cluster.h"
 #include "../harness/harness.h"
 
 #define WAIT_MS 60000
@@ -283,6 +285,58 @@ static void test_cancel_of_an_unclaimed_step(void **state)
 	assert_int_equal(status, 204); /* nothing left to claim */
 }
 
+static int cluster_setup(void **state)
+{
+	*state = calloc(1, sizeof(cluster));
+	return *state ? 0 : -1;
+}
+
+static int cluster_teardown(void **state)
+{
+	cluster *c = *state;
+	int rc = cl_close(c);
+	free(c);
+	return rc;
+}
+
+struct report {
+	hs_server *s;
+	const char *id, *what;
+	long want;
+};
+
+static bool report_answers(void *arg)
+{
+	struct report *r = arg;
+	return task_call(r->s, r->id, r->what, NULL) == r->want;
+}
+
+/* A report on a task whose workflow has left the node's memory (it ended) is looked up in
+ * the database. A node that cannot read it (cut off PostgreSQL) answers 503, try again: not
+ * 404 "no such task", which tells a worker that baton never issued the id, and which baton
+ * worker takes for the attempt's end. Once the node reads again it answers 410. PostgreSQL
+ * only: a SQLite read does not fail this way. */
+static void test_unreadable_task_is_503_not_404(void **state)
+{
+	if (!hs_store_is_pg())
+		skip();
+	cluster *c = *state;
+	assert_int_equal(cl_open_proxied(c, 1, 2000, NULL), 0);
+	hs_server *s = c->node[0];
+	json_decref(submit(s, "cut1", "db", "reindex", 1));
+	json_decref(claim_ok(s, "{\"worker\": \"reindex\", \"wait_ms\": 60000}"));
+	assert_int_equal(task_call(s, "cut1.1.1", "complete", "{\"result\": 1}"), 200);
+	json_decref(hs_wait_workflow(s, "cut1", "completed", WAIT_MS));
+	cl_cut(c, 0);
+	long complete = task_call(s, "cut1.1.1", "complete", "{\"result\": 1}");
+	long heartbeat = task_call(s, "cut1.1.1", "heartbeat", NULL);
+	cl_heal(c, 0);
+	assert_int_equal(complete, 503);
+	assert_int_equal(heartbeat, 503);
+	struct report r = {s, "cut1.1.1", "heartbeat", 410};
+	assert_true(hs_wait_until(report_answers, &r, WAIT_MS));
+}
+
 static void test_bad_input(void **state)
 {
 	hs_server *s = *state;
@@ -333,6 +387,8 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_cancel_of_an_unclaimed_step, hs_setup,
 					    hs_teardown),
 	    cmocka_unit_test_setup_teardown(test_bad_input, hs_setup, hs_teardown),
+	    cmocka_unit_test_setup_teardown(test_unreadable_task_is_503_not_404, cluster_setup,
+					    cluster_teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

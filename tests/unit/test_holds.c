@@ -221,7 +221,7 @@ static void test_task_claimed(void **state)
 static void test_task_not_claimed_here(void **state)
 {
 	(void)state;
-	task_facts f = {.here = 1}, stored = {0}, there = {.elsewhere = 1};
+	task_facts f = {.here = 1}, stored = {0}, there = {.elsewhere = 1}, unread = {.unread = 1};
 	for (int ev = TASK_HEARTBEAT; ev <= TASK_FAIL; ev++) {
 		hold_move m = task_next(TASK_READY, ev, &f); /* given back: the old claimer */
 		expect(m, TASK_READY, TASK_KEEP, HOLD_REFUSE);
@@ -230,6 +230,9 @@ static void test_task_not_claimed_here(void **state)
 		assert_int_equal(m.code, BATON_EGONE);
 		m = task_next(TASK_UNKNOWN, ev, &stored);
 		assert_int_equal(m.code, BATON_ENOTFOUND);
+		m = task_next(TASK_UNKNOWN, ev, &unread); /* the store could not tell: ask again */
+		expect(m, TASK_UNKNOWN, TASK_KEEP, HOLD_REFUSE);
+		assert_int_equal(m.code, BATON_EBUSY);
 		expect(task_next(TASK_OVER, ev, &there), TASK_OVER, TASK_KEEP, HOLD_PASS_ON);
 		/* a claimed attempt this node no longer keeps is not its to answer */
 		expect(task_next(TASK_CLAIMED, ev, &there), TASK_CLAIMED, TASK_KEEP, HOLD_PASS_ON);
@@ -248,7 +251,7 @@ static void test_task_rules_hold_everywhere(void **state)
 		for (int ev = TASK_HEARTBEAT; ev <= TASK_CANCEL; ev++)
 			for (int bits = 0; bits < 16; bits++) {
 				task_facts f = {bits & 1, bits >> 1 & 1, bits >> 2 & 1,
-						bits >> 3 & 1};
+						bits >> 3 & 1, 0};
 				hold_move m = task_next(s, ev, &f);
 				/* the give-back of a claim attempt after which a retry of its
 				 * request_id arrived does nothing */
