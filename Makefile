@@ -156,7 +156,8 @@ $(TORTURE_BIN): $(call obj,$(TORTURE_SRC)) $(call obj,$(HARNESS_SRC) $(COMMON_SR
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(LIBS_ALL) $(PQ_LIBS) $(CMOCKA_LIBS)
 # The lock's fault-injection suite (tests/http/test_lockfaults.c) runs each fault once in
 # make test, the nodes' and the clients' network's; here LOCKFAULTS_ROUNDS faults chosen at
-# random among them (LOCKFAULTS_SEED=N replays).
+# random among them and PostgreSQL failing over, on a primary and its synchronous standby
+# that the suite starts itself (LOCKFAULTS_SEED=N replays).
 LOCKFAULTS_ROUNDS ?= 24
 LOCKFAULTS_BIN := $(BUILD)/tests/http/test_lockfaults
 torture: $(BATOND) $(CLIENT) $(TORTURE_BIN) $(LOCKFAULTS_BIN)

@@ -22,7 +22,22 @@
  * in mid-request or in mid-answer, the request held back. The clients are the real
  * `baton lock` and `baton worker`, so they retry as they do (the same request_id, the next
  * node). The short form (make test) strikes each kind once in a seeded order;
- * LOCKFAULTS_ROUNDS=N (make torture) strikes N faults chosen at random.
+ * LOCKFAULTS_ROUNDS=N (make torture) strikes N faults chosen at random, and adds one more
+ * kind: PostgreSQL fails over. For that mode the cluster's database is a pair the test
+ * owns (tests/harness/pgpair.h): a primary and a streaming standby that every commit waits
+ * for (synchronous_standby_names '*' on both), and every node names both servers in a
+ * libpq multi-host URL with target_session_attrs=read-write, each through a proxy of its
+ * own (a cut cuts both). The failover crashes (pg_ctl stop -m immediate) or stops the
+ * primary, promotes the standby (pg_ctl promote), and makes the old primary the new
+ * standby (a fresh pg_basebackup -R from the new primary), so that the next one goes the
+ * other way; until it streams again every commit waits for it. The standby is synchronous
+ * because that is where baton promises no two holders through a promotion: an asynchronous
+ * standby may lack acknowledged grants, so a lease a command still holds may be gone and
+ * granted again (the weakening README documents), which the checks below would report.
+ * "PostgreSQL restarted" then restarts the primary of the pair. Tokens granted after a
+ * promotion carry the new timeline's generation ((timeline - 1) << 40), so they are above
+ * every token before it, and the checks hold as they are. The short form runs on the one
+ * server of the run and leaves the failover out (its servers cost more than the fault).
  * Checks: no two runs overlap; fencing tokens strictly increase in the order the runs
  * started; the lock stays live: once the faults are over, every node, asked directly,
  * grants a lease on resources nobody used yet, one in a partition of each node (its own
@@ -66,6 +81,7 @@
 
 #include "../harness/cluster.h"
 #include "../harness/harness.h"
+#include "../harness/pgpair.h"
 
 #define NODES	    3
 #define LEASE_MS    2000
@@ -91,6 +107,7 @@ enum fault {
 	F_KILL,
 	F_PG_RESTART,
 	F_CLOCK,
+	F_FAILOVER,
 	F_DROP_ANSWER,
 	F_RESET_REQUEST,
 	F_RESET_ANSWER,
@@ -100,10 +117,11 @@ enum fault {
 #define F_CLIENT     F_DROP_ANSWER /* the first of the clients' faults */
 #define STRIKE_SHARE 50		   /* percent of the clients' requests struck meanwhile */
 #define FRESH_MS     10000 /* after the faults, every node grants a fresh resource within this */
-static const char *const fault_name[F_KINDS] = {
-    "cut off the database", "paused",	       "killed and restarted", "PostgreSQL restarted",
-    "wall clock stepped",   "answers dropped", "reset in mid-request", "reset in mid-answer",
-    "requests held back"};
+static const char *const fault_name[F_KINDS] = {"cut off the database", "paused",
+						"killed and restarted", "PostgreSQL restarted",
+						"wall clock stepped",	"PostgreSQL failed over",
+						"answers dropped",	"reset in mid-request",
+						"reset in mid-answer",	"requests held back"};
 
 static const char stamper[] =
     "import os, sys, time\n"
@@ -167,7 +185,10 @@ typedef struct suite {
 	int offset[NODES];		       /* its wall clock's step so far, in s */
 	pthread_mutex_t mu; /* guards child[] and the cluster's node pointers' use */
 	unsigned seed;
-	int ntasks; /* workflows lfw-0 .. lfw-(ntasks-1) submitted */
+	int ntasks;    /* workflows lfw-0 .. lfw-(ntasks-1) submitted */
+	pair *pg;      /* random faults: the primary and its synchronous standby, or NULL */
+	int primary;   /* which of pg->n is the primary */
+	int failovers; /* promotions struck */
 } suite;
 
 static suite *the; /* for the client threads */
@@ -353,6 +374,39 @@ static void *worker_main(void *arg)
 	return NULL;
 }
 
+/* The cluster's PostgreSQL for the random faults: a primary and a standby that every commit
+ * waits for (synchronous_standby_names '*', on both, so that it holds after each
+ * promotion), named to the harness as a multi-host URL (the nodes then name both, through
+ * proxies). 0, or -1 with the servers stopped. */
+static int start_pair(suite *t)
+{
+	if (!(t->pg = calloc(1, sizeof *t->pg)) || start_servers(t->pg) != 0)
+		return -1;
+	for (int i = 0; i < 2; i++)
+		if (append_conf(&t->pg->n[i], "synchronous_standby_names = '*'\n") != 0 ||
+		    node_sql(&t->pg->n[i], "SELECT pg_reload_conf()") != 0)
+			return -1;
+	int64_t deadline = mono() + 60000;
+	while (node_value(&t->pg->n[0], "SELECT count(*) FROM pg_stat_replication"
+					" WHERE sync_state = 'sync'") != 1)
+		if (mono() > deadline || (hs_pause_ms(50), 0))
+			return -1;
+	char url[256];
+	snprintf(url, sizeof url,
+		 "postgresql://postgres@127.0.0.1:%d,127.0.0.1:%d/postgres"
+		 "?target_session_attrs=read-write",
+		 t->pg->n[0].port, t->pg->n[1].port);
+	return setenv("BATON_TEST_PG", url, 1);
+}
+
+static void stop_pair(suite *t)
+{
+	void *p = t->pg;
+	if (p)
+		pair_teardown(&p);
+	t->pg = NULL;
+}
+
 static int setup(void **state)
 {
 	suite *t = calloc(1, sizeof *t);
@@ -362,6 +416,14 @@ static int setup(void **state)
 	const char *tmp = getenv("TMPDIR");
 	snprintf(t->dir, sizeof t->dir, "%s/baton-lockfaults-XXXXXX", tmp && *tmp ? tmp : "/tmp");
 	if (!mkdtemp(t->dir)) {
+		free(t);
+		return -1;
+	}
+	const char *r = getenv("LOCKFAULTS_ROUNDS");
+	if (hs_store_is_pg() && r && atoi(r) > 0 && start_pair(t) != 0) {
+		fprintf(stderr, "lockfaults: the primary and its standby did not start\n");
+		stop_pair(t);
+		rmdir(t->dir);
 		free(t);
 		return -1;
 	}
@@ -385,6 +447,7 @@ static int teardown(void **state)
 		hs_proxy_close(t->cpx[i]);
 	int rc = cl_close(&t->cl);
 	hs_faketime_env(0);
+	stop_pair(t);
 	if (!getenv("BATON_TEST_KEEP")) {
 		char cmd[PATH_MAX + 16];
 		snprintf(cmd, sizeof cmd, "rm -rf '%s'", t->dir);
@@ -431,8 +494,49 @@ static void strike_clients(suite *t, enum fault f, unsigned *rnd)
 			 (long long)(mono() - start), t->seed);
 }
 
+/* The standby is promoted while the primary crashes or stops, and the old primary is made
+ * the new standby (a fresh pg_basebackup -R from the new primary), so that the next failover
+ * goes the other way. Until it streams again, every commit waits for it. */
+static void failover(suite *t, unsigned *rnd)
+{
+	pg_node *old = &t->pg->n[t->primary], *now = &t->pg->n[1 - t->primary];
+	int crash = rand_r(rnd) % 2;
+	int64_t start = mono();
+	hs_faketime_env(0); /* PostgreSQL runs on the real clock */
+	if (crash)
+		node_crash(old);
+	else
+		node_stop(old);
+	node_promote(now);
+	int64_t promoted = mono();
+	assert_int_equal(shell("rm -rf %s/data", old->dir), 0);
+	assert_int_equal(shell("%s%s/pg_basebackup -h 127.0.0.1 -p %d -U postgres -D %s/data -R"
+			       " -X stream -c fast",
+			       as_owner(), pg_bin(), now->port, old->dir),
+			 0);
+	assert_int_equal(append_conf(old, "unix_socket_directories = '%s'\n", old->dir), 0);
+	assert_int_equal(node_start(old), 0);
+	hs_faketime_env(1);
+	t->primary = 1 - t->primary;
+	t->failovers++;
+	while (node_value(now, "SELECT count(*) FROM pg_stat_replication"
+			       " WHERE sync_state = 'sync'") != 1) {
+		if (mono() > promoted + LIVE_MS)
+			fail_msg("the rebuilt standby did not stream within %d ms (seed %u)",
+				 LIVE_MS, t->seed);
+		hs_pause_ms(50);
+	}
+	print_message("lockfaults: failover %d: server %d %s, server %d promoted in %lld ms,"
+		      " server %d its synchronous standby again %lld ms later\n",
+		      t->failovers, (int)(old - t->pg->n), crash ? "crashed" : "stopped",
+		      (int)(now - t->pg->n), (long long)(promoted - start), (int)(old - t->pg->n),
+		      (long long)(mono() - promoted));
+}
+
 static void strike(suite *t, enum fault f, unsigned *rnd)
 {
+	if (f == F_FAILOVER && !t->pg)
+		return; /* the short form runs on one server */
 	t->faults++;
 	if (f >= F_CLIENT) {
 		strike_clients(t, f, rnd);
@@ -483,10 +587,16 @@ static void strike(suite *t, enum fault f, unsigned *rnd)
 		assert_int_equal(rename(tmp, t->clock_file[k]), 0);
 		break;
 	}
+	case F_FAILOVER:
+		print_message("lockfaults: %s\n", fault_name[f]);
+		failover(t, rnd);
+		break;
 	default: {
 		print_message("lockfaults: %s\n", fault_name[f]);
 		hs_faketime_env(0); /* PostgreSQL runs on the real clock */
-		int restarted = hs_pg_restart();
+		int restarted = t->pg ? shell("sh %s restart %s >/dev/null", pg_script(),
+					      t->pg->n[t->primary].dir)
+				      : hs_pg_restart();
 		hs_faketime_env(1);
 		assert_int_equal(restarted, 0);
 	}
