@@ -156,8 +156,9 @@ $(TORTURE_BIN): $(call obj,$(TORTURE_SRC)) $(call obj,$(HARNESS_SRC) $(COMMON_SR
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(LIBS_ALL) $(PQ_LIBS) $(CMOCKA_LIBS)
 # The lock's fault-injection suite (tests/http/test_lockfaults.c) runs each fault once in
 # make test, the nodes' and the clients' network's; here faults chosen at random among them
-# for LOCKFAULTS_MINUTES minutes of faults (LOCKFAULTS_ROUNDS=N stops after N faults instead;
-# LOCKFAULTS_SEED=N replays).
+# and PostgreSQL failing over, on a primary and its synchronous standby that the suite
+# starts itself, for LOCKFAULTS_MINUTES minutes of faults (LOCKFAULTS_ROUNDS=N stops after
+# N faults instead; LOCKFAULTS_SEED=N replays).
 LOCKFAULTS_MINUTES ?= 20
 LOCKFAULTS_ROUNDS ?=
 LOCKFAULTS_BIN := $(BUILD)/tests/http/test_lockfaults

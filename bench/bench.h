@@ -296,6 +296,7 @@ int bench_memory(void);
 int bench_recovery(void);
 int bench_http_steps(void); /* calls.c */
 int bench_cluster(void);    /* cluster.c, PostgreSQL only */
+int bench_failover(void);   /* failover.c, PostgreSQL only: issue 40 */
 int bench_lockpath(void);   /* lockpath.c: once, on every store selected, beside etcd */
 
 /* ---- a cluster of batond nodes on one PostgreSQL database (cluster.c) ---- */
@@ -313,6 +314,8 @@ typedef struct cluster {
 /* A fresh database and n nodes on it (--node-id bench-nK), each listening; 0, or -1
  * with everything stopped. Needs opt.store == STORE_POSTGRES and pg_open. */
 int cluster_start(cluster *c, int n);
+/* The same on the database of the URL db (a libpq URL; application_name is added). */
+int cluster_start_on(cluster *c, int n, const char *db);
 /* Waits until every partition is held and no node holds more than its fair share; the
  * seconds it took, or -1 on timeout. */
 double cluster_settle(cluster *c, double timeout_s);

@@ -68,9 +68,18 @@ void cluster_stop(cluster *c)
 /* A fresh database and n nodes on it, each listening; 0, or -1 with everything stopped. */
 int cluster_start(cluster *c, int n)
 {
+	char db[sizeof c->db];
+	if (pg_db_new(db, sizeof db))
+		return -1;
+	return cluster_start_on(c, n, db);
+}
+
+int cluster_start_on(cluster *c, int n, const char *db)
+{
 	memset(c, 0, sizeof *c);
 	c->n = n;
-	if (tmpdir_new(c->dir, sizeof c->dir) || pg_db_new(c->db, sizeof c->db))
+	snprintf(c->db, sizeof c->db, "%s", db);
+	if (tmpdir_new(c->dir, sizeof c->dir))
 		return -1;
 	for (int k = 0; k < n; k++) {
 		server *s = &c->node[k];

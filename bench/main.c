@@ -6,7 +6,8 @@
  *                [--store sqlite|postgres|both] [--pg URL] [NAME...]
  *
  * NAME is any of floor, steps, group, contended, accept, read, memory, recovery, calls,
- * leases, permits, cluster, lockpath (default: all, in that order; cluster runs on PostgreSQL
+ * leases, permits, cluster, failover, lockpath (default: all, in that order; cluster and
+ * failover run on PostgreSQL
  * only; lockpath runs once, after the others, on every store selected, beside etcd). Every
  * benchmark starts its own batond on 127.0.0.1:0 with a fresh database under PARENT
  * (default $TMPDIR or /tmp) and removes it after. With --store postgres (or both: SQLite
@@ -98,7 +99,7 @@ static const struct {
     {"memory", bench_memory, ON_SQLITE},    {"recovery", bench_recovery, ON_SQLITE},
     {"calls", bench_http_steps, ON_BOTH},   {"leases", bench_leases, ON_BOTH},
     {"permits", bench_permits, ON_BOTH},    {"cluster", bench_cluster, ON_PG},
-    {"lockpath", bench_lockpath, ON_ONCE},
+    {"failover", bench_failover, ON_PG},    {"lockpath", bench_lockpath, ON_ONCE},
 };
 #define NBENCH (sizeof benches / sizeof benches[0])
 
@@ -108,7 +109,7 @@ static void usage(FILE *f)
 		   "                  [--threads N] [--http-threads N] [--keep]\n"
 		   "                  [--store sqlite|postgres|both] [--pg URL] [NAME...]\n"
 		   "NAME: floor steps group contended accept read memory recovery calls leases "
-		   "permits cluster lockpath (default: all)\n");
+		   "permits cluster failover lockpath (default: all)\n");
 }
 
 static void on_signal(int sig)

@@ -4,6 +4,10 @@
 #   sh bench/pg.sh start DIR [WATCH_PID]   initdb DIR/data, start the server, print its URL
 #   sh bench/pg.sh url DIR                 postgresql://postgres@127.0.0.1:PORT/postgres
 #   sh bench/pg.sh stop DIR                stop that server (by its pid) and its watchdog
+#   sh bench/pg.sh standby DIR PORT [WATCH_PID]  a streaming standby of the server on PORT
+#                                          (pg_basebackup -R into DIR/data), started; its URL
+#   sh bench/pg.sh crash DIR               pg_ctl stop -m immediate (no shutdown checkpoint)
+#   sh bench/pg.sh promote DIR             pg_ctl promote, waited for
 #
 # The server: Debian's PostgreSQL 15 (PGBIN, default /usr/lib/postgresql/15/bin), trust
 # authentication, listen_addresses=127.0.0.1 on a random free port, its unix sockets in
@@ -61,20 +65,20 @@ stop_server() {
 	rm -f "$dir/pg.pid"
 }
 
-case $cmd in
-start)
-	watch=${3:-}
+# DIR, made the server's.
+make_dir() {
 	mkdir -p "$dir"
 	[ "$(id -u)" = 0 ] && chown postgres "$dir"
 	if ! as_pg test -w "$dir"; then
 		echo "bench/pg.sh: $dir is not writable by the server's user (its parents must be searchable)" >&2
 		exit 2
 	fi
-	as_pg "$PGBIN/initdb" -D "$dir/data" -U postgres --auth=trust -E UTF8 --no-locale \
-		>"$dir/initdb.log" 2>&1 || {
-		cat "$dir/initdb.log" >&2
-		exit 2
-	}
+}
+
+# Starts the server of DIR/data on a free port, with a watchdog on $1 when given; prints
+# its URL.
+run() {
+	watch=${1:-}
 	# A free port can be taken between the probe and the bind: a few attempts.
 	for attempt in 1 2 3 4 5; do
 		port=$(free_port)
@@ -105,6 +109,33 @@ start)
 		echo $! >"$dir/watchdog.pid"
 	fi
 	echo "postgresql://postgres@127.0.0.1:$port/postgres"
+}
+
+case $cmd in
+start)
+	make_dir
+	as_pg "$PGBIN/initdb" -D "$dir/data" -U postgres --auth=trust -E UTF8 --no-locale \
+		>"$dir/initdb.log" 2>&1 || {
+		cat "$dir/initdb.log" >&2
+		exit 2
+	}
+	run "${3:-}"
+	;;
+standby)
+	make_dir
+	# initdb's pg_hba.conf lets 127.0.0.1 replicate (trust).
+	as_pg "$PGBIN/pg_basebackup" -h 127.0.0.1 -p "${3:?PORT}" -U postgres -D "$dir/data" \
+		-R -X stream -c fast >"$dir/basebackup.log" 2>&1 || {
+		cat "$dir/basebackup.log" >&2
+		exit 2
+	}
+	run "${4:-}"
+	;;
+crash)
+	as_pg "$PGBIN/pg_ctl" -D "$dir/data" -m immediate -w stop >/dev/null
+	;;
+promote)
+	as_pg "$PGBIN/pg_ctl" -D "$dir/data" -w -t 60 promote >/dev/null
 	;;
 url)
 	echo "postgresql://postgres@127.0.0.1:$(cat "$dir/pg.port")/postgres"

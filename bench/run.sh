@@ -79,7 +79,7 @@ mkdir -p "$OUT"
 # shellcheck disable=SC2086
 $CC $CFLAGS -o "$OUT/batonbench" bench/main.c bench/common.c bench/load.c bench/floor.c \
 	bench/pg.c bench/steps.c bench/http.c bench/memory.c bench/recovery.c bench/calls.c \
-	bench/leases.c bench/permits.c bench/cluster.c bench/lockpath.c bench/etcd.c common/rfc3339.c common/batond.c common/curl_body.c \
+	bench/leases.c bench/permits.c bench/cluster.c bench/failover.c bench/lockpath.c bench/etcd.c common/rfc3339.c common/batond.c common/curl_body.c \
 	common/curl_req.c common/proc_cpu.c $LIBS
 # shellcheck disable=SC2086
 $CC $CFLAGS -o "$OUT/minjson" bench/minjson.c $LIBS

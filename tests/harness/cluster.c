@@ -47,13 +47,15 @@ static hs_server *start_node(cluster *c, int i, const char *const *args, int pro
 {
 	if (!proxied)
 		return i == 0 ? hs_open(args) : hs_open_node(c->node[0], args);
-	int pg = hs_pg_port();
-	if (pg <= 0 || !(c->px[i] = hs_proxy_open(pg)))
+	int pg[2], n = hs_pg_ports(pg, 2);
+	if (n < 1 || pg[0] <= 0 || !(c->px[i] = hs_proxy_open(pg[0])) ||
+	    (n == 2 && !(c->px2[i] = hs_proxy_open(pg[1]))))
 		return NULL;
+	int via[2] = {hs_proxy_port(c->px[i]), n == 2 ? hs_proxy_port(c->px2[i]) : 0};
 	hs_server *s = hs_new(i == 0 ? NULL : c->node[0], args);
 	if (s && env)
 		hs_set_env(s, env->name, env->values[i]);
-	if (s && (hs_route_db(s, hs_proxy_port(c->px[i])) != 0 || hs_start(s) != 0)) {
+	if (s && (hs_route_db_hosts(s, via, n) != 0 || hs_start(s) != 0)) {
 		hs_close(s);
 		s = NULL;
 	}
@@ -100,7 +102,8 @@ int cl_close(cluster *c)
 {
 	int rc = 0;
 	for (int i = 0; i < c->n; i++) {
-		if (c->px[i] && hs_proxy_heal(c->px[i]) != 0)
+		if ((c->px[i] && hs_proxy_heal(c->px[i]) != 0) ||
+		    (c->px2[i] && hs_proxy_heal(c->px2[i]) != 0))
 			fprintf(stderr, "cluster: node %d's proxy cannot listen again\n", i);
 		if (c->node[i])
 			hs_signal(c->node[i], SIGCONT);
@@ -114,7 +117,8 @@ int cl_close(cluster *c)
 	}
 	for (int i = 0; i < CL_MAX_NODES; i++) {
 		hs_proxy_close(c->px[i]);
-		c->px[i] = NULL;
+		hs_proxy_close(c->px2[i]);
+		c->px[i] = c->px2[i] = NULL;
 	}
 	c->n = 0;
 	return rc;
@@ -124,12 +128,16 @@ void cl_cut(cluster *c, int i)
 {
 	assert_non_null(c->px[i]);
 	hs_proxy_cut(c->px[i]);
+	if (c->px2[i])
+		hs_proxy_cut(c->px2[i]);
 }
 
 void cl_heal(cluster *c, int i)
 {
 	assert_non_null(c->px[i]);
 	assert_int_equal(hs_proxy_heal(c->px[i]), 0);
+	if (c->px2[i])
+		assert_int_equal(hs_proxy_heal(c->px2[i]), 0);
 }
 
 int cl_index(const cluster *c, const char *id)

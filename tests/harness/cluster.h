@@ -30,6 +30,9 @@ typedef struct cluster {
 	hs_server *node[CL_MAX_NODES]; /* NULL once closed (or never started) */
 	char id[CL_MAX_NODES][32];
 	hs_proxy *px[CL_MAX_NODES]; /* cl_open_proxied: node i reaches PostgreSQL through px[i] */
+	/* When BATON_TEST_PG names two hosts (a primary and its standby, tests/harness/pgpair.h),
+	 * node i reaches the second through px2[i], on a multi-host URL of both proxies. */
+	hs_proxy *px2[CL_MAX_NODES];
 } cluster;
 
 /*
@@ -47,7 +50,8 @@ int cl_open_proxied(cluster *c, int n, int lease_ms, const char *const *extra);
  * i; kept for its restarts), on top of the test process's own environment. */
 int cl_open_proxied_env(cluster *c, int n, int lease_ms, const char *const *extra,
 			const char *env_name, const char *const *env_values);
-/* Cuts node i off PostgreSQL (every connection dropped, new ones refused) / lets it back. They
+/* Cuts node i off PostgreSQL, every server of it (every connection dropped, new ones
+ * refused) / lets it back. They
  * fail the running test on a cluster that is not proxied, or a port that cannot be bound. */
 void cl_cut(cluster *c, int i);
 void cl_heal(cluster *c, int i);

@@ -334,6 +334,58 @@ int hs_route_db(hs_server *s, int port)
 	return 0;
 }
 
+/* Where the host list of a postgresql://[user@]hosts/... URL starts, and its length. */
+static const char *url_hosts(const char *url, size_t *len)
+{
+	const char *sep = strstr(url, "://");
+	if (!sep)
+		return NULL;
+	const char *host = sep + 3;
+	size_t end = strcspn(host, "/?");
+	const char *at = memchr(host, '@', end);
+	if (at) {
+		end -= (size_t)(at + 1 - host);
+		host = at + 1;
+	}
+	*len = end;
+	return host;
+}
+
+int hs_pg_ports(int *ports, int max)
+{
+	const char *url = getenv("BATON_TEST_PG");
+	size_t len;
+	const char *h = url ? url_hosts(url, &len) : NULL;
+	int n = 0;
+	for (const char *end = h ? h + len : NULL; h && h < end && n < max;) {
+		const char *comma = memchr(h, ',', (size_t)(end - h)), *stop = comma ? comma : end;
+		const char *colon = memchr(h, ':', (size_t)(stop - h));
+		if (colon)
+			ports[n++] = atoi(colon + 1);
+		h = comma ? comma + 1 : end;
+	}
+	return n;
+}
+
+int hs_route_db_hosts(hs_server *s, const int *ports, int n)
+{
+	size_t len;
+	const char *h = s->pg_name[0] ? url_hosts(s->db, &len) : NULL;
+	if (!h)
+		return -1;
+	char out[PG_URL_MAX];
+	int k = snprintf(out, sizeof out, "%.*s", (int)(h - s->db), s->db);
+	for (int i = 0; i < n && k > 0 && (size_t)k < sizeof out; i++)
+		k += snprintf(out + k, sizeof out - (size_t)k, "%s127.0.0.1:%d", i ? "," : "",
+			      ports[i]);
+	if (k > 0 && (size_t)k < sizeof out)
+		k += snprintf(out + k, sizeof out - (size_t)k, "%s", h + len);
+	if (k < 0 || (size_t)k >= sizeof out)
+		return -1;
+	memcpy(s->db, out, (size_t)k + 1);
+	return 0;
+}
+
 int hs_set_db(hs_server *s, const char *url)
 {
 	size_t n = strlen(url);

@@ -80,6 +80,10 @@ int hs_route_db(hs_server *s, int port);
 /* For the next starts: batond gets `url` as its --db (a database of a server the test runs
  * itself, such as a multi-host URL over a primary and its standby). 0, or -1 when too long. */
 int hs_set_db(hs_server *s, const char *url);
+/* For the next starts: batond's PostgreSQL URL names the hosts 127.0.0.1:ports[0] ...
+ * ports[n-1] (a libpq multi-host URL: proxies in front of a primary and its standby), its
+ * user, database and parameters kept. 0, or -1 on SQLite or when too long. */
+int hs_route_db_hosts(hs_server *s, const int *ports, int n);
 /* libfaketime's multi-threaded library (Debian's faketime package), or NULL when missing, or
  * in a ThreadSanitizer build: libfaketime wraps pthread_cond_timedwait, which hides batond's
  * mutex hand-offs from TSan, and TSan then reports races and double locks that are not
@@ -94,6 +98,9 @@ const char *hs_faketime_lib(void);
 int hs_faketime_env(int on);
 /* The port of the PostgreSQL server of BATON_TEST_PG, or -1 without one. */
 int hs_pg_port(void);
+/* The ports of every host BATON_TEST_PG names (a multi-host URL names several), at most max
+ * of them, into ports: how many; 0 without a server. */
+int hs_pg_ports(int *ports, int max);
 
 /* cmocka fixtures for the common case: state is an hs_server from hs_open(NULL). */
 int hs_setup(void **state);

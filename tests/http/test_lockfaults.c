@@ -22,8 +22,23 @@
  * in mid-request or in mid-answer, the request held back. The clients are the real
  * `baton lock` and `baton worker`, so they retry as they do (the same request_id, the next
  * node). The short form (make test) strikes each kind once in a seeded order;
- * make torture strikes faults chosen at random for LOCKFAULTS_MINUTES minutes of faults, or
- * LOCKFAULTS_ROUNDS=N faults.
+ * make torture strikes faults chosen at random for LOCKFAULTS_MINUTES minutes of faults (or
+ * LOCKFAULTS_ROUNDS=N faults), and adds one more
+ * kind: PostgreSQL fails over. For that mode the cluster's database is a pair the test
+ * owns (tests/harness/pgpair.h): a primary and a streaming standby that every commit waits
+ * for (synchronous_standby_names '*' on both), and every node names both servers in a
+ * libpq multi-host URL with target_session_attrs=read-write, each through a proxy of its
+ * own (a cut cuts both). The failover crashes (pg_ctl stop -m immediate) or stops the
+ * primary, promotes the standby (pg_ctl promote), and makes the old primary the new
+ * standby (a fresh pg_basebackup -R from the new primary), so that the next one goes the
+ * other way; until it streams again every commit waits for it. The standby is synchronous
+ * because that is where baton promises no two holders through a promotion: an asynchronous
+ * standby may lack acknowledged grants, so a lease a command still holds may be gone and
+ * granted again (the weakening README documents), which the checks below would report.
+ * "PostgreSQL restarted" then restarts the primary of the pair. Tokens granted after a
+ * promotion carry the new timeline's generation ((timeline - 1) << 40), so they are above
+ * every token before it, and the checks hold as they are. The short form runs on the one
+ * server of the run and leaves the failover out (its servers cost more than the fault).
  * Checks: no two runs overlap; fencing tokens strictly increase in the order the runs
  * started; the lock stays live: once the faults are over, every node, asked directly,
  * grants a lease on resources nobody used yet, one in a partition of each node (its own
@@ -67,6 +82,7 @@
 
 #include "../harness/cluster.h"
 #include "../harness/harness.h"
+#include "../harness/pgpair.h"
 
 #define NODES	    3
 #define LEASE_MS    2000
@@ -93,6 +109,7 @@ enum fault {
 	F_KILL,
 	F_PG_RESTART,
 	F_CLOCK,
+	F_FAILOVER,
 	F_DROP_ANSWER,
 	F_RESET_REQUEST,
 	F_RESET_ANSWER,
@@ -102,10 +119,11 @@ enum fault {
 #define F_CLIENT     F_DROP_ANSWER /* the first of the clients' faults */
 #define STRIKE_SHARE 50		   /* percent of the clients' requests struck meanwhile */
 #define FRESH_MS     10000 /* after the faults, every node grants a fresh resource within this */
-static const char *const fault_name[F_KINDS] = {
-    "cut off the database", "paused",	       "killed and restarted", "PostgreSQL restarted",
-    "wall clock stepped",   "answers dropped", "reset in mid-request", "reset in mid-answer",
-    "requests held back"};
+static const char *const fault_name[F_KINDS] = {"cut off the database", "paused",
+						"killed and restarted", "PostgreSQL restarted",
+						"wall clock stepped",	"PostgreSQL failed over",
+						"answers dropped",	"reset in mid-request",
+						"reset in mid-answer",	"requests held back"};
 
 static const char stamper[] =
     "import os, sys, time\n"
@@ -172,6 +190,9 @@ typedef struct suite {
 	unsigned seed;
 	int ntasks;    /* workflows lfw-0 .. lfw-(ntasks-1) submitted */
 	int open_from; /* lfw-0 .. lfw-(open_from-1) have ended */
+	pair *pg;      /* random faults: the primary and its synchronous standby, or NULL */
+	int primary;   /* which of pg->n is the primary */
+	int failovers; /* promotions struck */
 } suite;
 
 static suite *the; /* for the client threads */
@@ -375,6 +396,54 @@ static void *worker_main(void *arg)
 	return NULL;
 }
 
+/* The cluster's PostgreSQL for the random faults: a primary and a standby that every commit
+ * waits for (synchronous_standby_names '*', on both, so that it holds after each
+ * promotion), named to the harness as a multi-host URL (the nodes then name both, through
+ * proxies). 0, or -1 with the servers stopped. */
+static int start_pair(suite *t)
+{
+	if (!(t->pg = calloc(1, sizeof *t->pg)) || start_servers(t->pg) != 0)
+		return -1;
+	for (int i = 0; i < 2; i++)
+		if (append_conf(&t->pg->n[i], "synchronous_standby_names = '*'\n") != 0 ||
+		    node_sql(&t->pg->n[i], "SELECT pg_reload_conf()") != 0)
+			return -1;
+	int64_t deadline = mono() + 60000;
+	while (node_value(&t->pg->n[0], "SELECT count(*) FROM pg_stat_replication"
+					" WHERE sync_state = 'sync'") != 1)
+		if (mono() > deadline || (hs_pause_ms(50), 0))
+			return -1;
+	char url[256];
+	snprintf(url, sizeof url,
+		 "postgresql://postgres@127.0.0.1:%d,127.0.0.1:%d/postgres"
+		 "?target_session_attrs=read-write",
+		 t->pg->n[0].port, t->pg->n[1].port);
+	return setenv("BATON_TEST_PG", url, 1);
+}
+
+static void stop_pair(suite *t)
+{
+	void *p = t->pg;
+	if (p)
+		pair_teardown(&p);
+	t->pg = NULL;
+}
+
+/* The random form (make torture): LOCKFAULTS_ROUNDS faults, or as many as strike within
+ * LOCKFAULTS_MINUTES minutes of faults, whichever ends first (either alone bounds it); else
+ * the short form, each fault once. Either out parameter may be NULL. */
+static bool random_form(int *rounds, int *minutes)
+{
+	const char *r = getenv("LOCKFAULTS_ROUNDS");
+	const char *m = getenv("LOCKFAULTS_MINUTES");
+	int nr = r && *r ? atoi(r) : 0, nm = m && *m ? atoi(m) : 0;
+	if (rounds)
+		*rounds = nr > 0 ? nr : 0;
+	if (minutes)
+		*minutes = nm > 0 ? nm : 0;
+	return nr > 0 || nm > 0;
+}
+
 static int setup(void **state)
 {
 	suite *t = calloc(1, sizeof *t);
@@ -384,6 +453,13 @@ static int setup(void **state)
 	const char *tmp = getenv("TMPDIR");
 	snprintf(t->dir, sizeof t->dir, "%s/baton-lockfaults-XXXXXX", tmp && *tmp ? tmp : "/tmp");
 	if (!mkdtemp(t->dir)) {
+		free(t);
+		return -1;
+	}
+	if (hs_store_is_pg() && random_form(NULL, NULL) && start_pair(t) != 0) {
+		fprintf(stderr, "lockfaults: the primary and its standby did not start\n");
+		stop_pair(t);
+		rmdir(t->dir);
 		free(t);
 		return -1;
 	}
@@ -407,6 +483,7 @@ static int teardown(void **state)
 		hs_proxy_close(t->cpx[i]);
 	int rc = cl_close(&t->cl);
 	hs_faketime_env(0);
+	stop_pair(t);
 	if (!getenv("BATON_TEST_KEEP")) {
 		char cmd[PATH_MAX + 16];
 		snprintf(cmd, sizeof cmd, "rm -rf '%s'", t->dir);
@@ -471,8 +548,49 @@ static void strike_clients(suite *t, enum fault f, unsigned *rnd)
 			 (long long)(mono() - start), t->seed);
 }
 
+/* The standby is promoted while the primary crashes or stops, and the old primary is made
+ * the new standby (a fresh pg_basebackup -R from the new primary), so that the next failover
+ * goes the other way. Until it streams again, every commit waits for it. */
+static void failover(suite *t, unsigned *rnd)
+{
+	pg_node *old = &t->pg->n[t->primary], *now = &t->pg->n[1 - t->primary];
+	int crash = rand_r(rnd) % 2;
+	int64_t start = mono();
+	hs_faketime_env(0); /* PostgreSQL runs on the real clock */
+	if (crash)
+		node_crash(old);
+	else
+		node_stop(old);
+	node_promote(now);
+	int64_t promoted = mono();
+	assert_int_equal(shell("rm -rf %s/data", old->dir), 0);
+	assert_int_equal(shell("%s%s/pg_basebackup -h 127.0.0.1 -p %d -U postgres -D %s/data -R"
+			       " -X stream -c fast",
+			       as_owner(), pg_bin(), now->port, old->dir),
+			 0);
+	assert_int_equal(append_conf(old, "unix_socket_directories = '%s'\n", old->dir), 0);
+	assert_int_equal(node_start(old), 0);
+	hs_faketime_env(1);
+	t->primary = 1 - t->primary;
+	t->failovers++;
+	while (node_value(now, "SELECT count(*) FROM pg_stat_replication"
+			       " WHERE sync_state = 'sync'") != 1) {
+		if (mono() > promoted + LIVE_MS)
+			fail_msg("the rebuilt standby did not stream within %d ms (seed %u)",
+				 LIVE_MS, t->seed);
+		hs_pause_ms(50);
+	}
+	print_message("lockfaults: failover %d: server %d %s, server %d promoted in %lld ms,"
+		      " server %d its synchronous standby again %lld ms later\n",
+		      t->failovers, (int)(old - t->pg->n), crash ? "crashed" : "stopped",
+		      (int)(now - t->pg->n), (long long)(promoted - start), (int)(old - t->pg->n),
+		      (long long)(mono() - promoted));
+}
+
 static void strike(suite *t, enum fault f, unsigned *rnd)
 {
+	if (f == F_FAILOVER && !t->pg)
+		return; /* the short form runs on one server */
 	t->faults++;
 	if (f >= F_CLIENT) {
 		strike_clients(t, f, rnd);
@@ -523,10 +641,16 @@ static void strike(suite *t, enum fault f, unsigned *rnd)
 		assert_int_equal(rename(tmp, t->clock_file[k]), 0);
 		break;
 	}
+	case F_FAILOVER:
+		print_message("lockfaults: %s\n", fault_name[f]);
+		failover(t, rnd);
+		break;
 	default: {
 		print_message("lockfaults: %s\n", fault_name[f]);
 		hs_faketime_env(0); /* PostgreSQL runs on the real clock */
-		int restarted = hs_pg_restart();
+		int restarted = t->pg ? shell("sh %s restart %s >/dev/null", pg_script(),
+					      t->pg->n[t->primary].dir)
+				      : hs_pg_restart();
 		hs_faketime_env(1);
 		assert_int_equal(restarted, 0);
 	}
@@ -1275,13 +1399,8 @@ static void test_lock_under_faults(void **state)
 	const char *s = getenv("LOCKFAULTS_SEED");
 	t->seed =
 	    s && *s ? (unsigned)strtoul(s, NULL, 10) : (unsigned)time(NULL) ^ (unsigned)getpid();
-	/* The random form: LOCKFAULTS_ROUNDS faults, or as many as strike within
-	 * LOCKFAULTS_MINUTES minutes of faults, whichever ends first (either alone bounds it). */
-	const char *r = getenv("LOCKFAULTS_ROUNDS");
-	const char *m = getenv("LOCKFAULTS_MINUTES");
-	int rounds = r && *r ? atoi(r) : 0;
-	int minutes = m && *m ? atoi(m) : 0;
-	bool random_faults = rounds > 0 || minutes > 0;
+	int rounds, minutes;
+	bool random_faults = random_form(&rounds, &minutes);
 	print_message("lockfaults: seed %u (LOCKFAULTS_SEED=%u replays it), %s\n", t->seed, t->seed,
 		      random_faults ? "random faults" : "each fault once");
 	unsigned rnd = t->seed;
@@ -1330,6 +1449,8 @@ static void test_lock_under_faults(void **state)
 	for (int i = 0; total == 0 || i < total; i++) {
 		if (minutes && mono() - first >= (int64_t)minutes * 60000)
 			break;
+		if (!random_faults && order[i] == F_FAILOVER && !t->pg)
+			continue; /* the short form has no standby to promote */
 		hs_pause_ms(2000 + (int)(rand_r(&rnd) % 2000)); /* traffic between faults */
 		enum fault f = random_faults ? (enum fault)(rand_r(&rnd) % F_KINDS) : order[i];
 		if (f == F_CLOCK && !clocks)
