@@ -100,6 +100,23 @@ static int listen_on(int port)
 	return fd;
 }
 
+/* Listens on a port that nobody else takes while the proxy is cut: one of 10000-19999,
+ * below the kernel's ephemeral range (ip_local_port_range, 32768 and up by default), from
+ * which every outgoing connection takes its own port, and below the ports scripts/pg.sh
+ * picks (20000 and up). With port 0 the kernel picked one in the ephemeral range, and
+ * while a cut had closed it, a client's connection could take it, so that heal could not
+ * listen again (seen in a 20-minute run of the lock's fault suite). */
+static int listen_on_own_port(void)
+{
+	unsigned seed = (unsigned)now_ms() ^ (unsigned)getpid();
+	for (int tries = 0; tries < 1000; tries++) {
+		int fd = listen_on(10000 + (int)(rand_r(&seed) % 10000));
+		if (fd >= 0)
+			return fd;
+	}
+	return listen_on(0);
+}
+
 static int connect_to(int port)
 {
 	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -374,7 +391,7 @@ hs_proxy *hs_proxy_open(int target_port)
 	if (!p)
 		return NULL;
 	p->target_port = target_port;
-	p->lfd = listen_on(0);
+	p->lfd = listen_on_own_port();
 	struct sockaddr_in a;
 	socklen_t len = sizeof a;
 	if (p->lfd < 0 || getsockname(p->lfd, (struct sockaddr *)&a, &len) != 0 ||

@@ -3,8 +3,9 @@
  * node and PostgreSQL while the node's own clients still reach it, and for the faults of a
  * client's own network between the clients and a node.
  *
- * It listens on 127.0.0.1 (port 0: the kernel picks), and pipes each connection it accepts
- * to 127.0.0.1:target_port, both ways. "Cut" closes every piped connection (both sides see
+ * It listens on 127.0.0.1 (a free port of 10000-19999, outside the kernel's ephemeral range,
+ * so that no client's connection takes it while the proxy is cut), and pipes each connection it
+ * accepts to 127.0.0.1:target_port, both ways. "Cut" closes every piped connection (both sides see
  * them end) and stops listening, so new connections are refused; "heal" listens on the
  * same port again. "Hold" stops passing PostgreSQL's answers, "release" passes them again.
  * When either side closes its end, the proxy closes the other: a client that gives up on a
