@@ -7,10 +7,14 @@
  * Design. What lease.c, commit.c and the HTTP layer do around the pure machine is modelled
  * here in a few lines each, and must follow them when they change: the engine's round
  * (messages, timers, grants, then the commit), the commit that succeeds or fails (what is
- * durable beside what is in memory; a failed round gives its grants back), the answers on
+ * durable beside what is in memory; a failed round gives its grants back) or whose outcome
+ * is unknown (nothing is answered or taken back; the round is written again, and once its
+ * callers have waited the commit timeout they are told 503, their leases kept a grace for a
+ * retry with their request_id: commit.c's answer_unconfirmed), the answers on
  * their way to the clients (delivered, undeliverable or lost), the give-backs posted when
  * an answer cannot be delivered (naming the attempt they undo, or the request that left),
- * and a new owner of the partition that starts from what is durable. A state is a small
+ * and a new owner of the partition that starts from what is durable (after an unknown
+ * outcome, with that round committed or not). A state is a small
  * plain struct: the real res_lock is rebuilt from it for each move (lock_restore,
  * lock_enqueue) and read back, so states can be compared and hashed.
  *
@@ -45,6 +49,10 @@ typedef struct lease_world {
 	/* the lock, as lock.c had it: queue and holds, in its order */
 	int8_t q[NC], nq, hold[NC], nh, last, seqs;
 	int8_t faulty, fails, losses;
+	/* a round's commit whose outcome is unknown (commit.c's write_unknown), how many so
+	 * far, and what the store has if it committed after all */
+	int8_t unknown, unknowns;
+	int8_t udur[NC], udtok[NC], udslot[NC], udlatt[NC], udgrace[NC], udlast;
 	/* durable: what the store has */
 	int8_t dur[NC], dtok[NC], dslot[NC], dlatt[NC], dgrace[NC], dlast;
 	/* the HTTP layer: committed answers on their way, give-backs posted (by attempt) */
@@ -54,7 +62,7 @@ typedef struct lease_world {
 } lease_world;
 
 typedef struct lease_cfg {
-	int callers, limit, max_fails, max_losses, renew;
+	int callers, limit, max_fails, max_losses, renew, max_unknowns;
 } lease_cfg;
 
 static lease_cfg lc;
@@ -86,7 +94,10 @@ enum lease_act_kind {
 	A_GRACE,      /* the grace of a grant nobody took ran out */
 	A_WAITOVER,   /* its wait_ms ran out */
 	A_COMMIT,     /* the round ends: grants, then the commit succeeds (caller 0) or fails (1) */
-	A_LOST,	      /* the partition goes to another node, which starts from the store */
+	A_UNKNOWN,    /* the round ends: grants, then its commit's outcome is unknown */
+	A_UNCONFIRMED, /* the callers of an unconfirmed round have waited the commit timeout */
+	A_LOST,	       /* the partition goes to another node, which starts from the store (0),
+			  or from the store with the unknown round committed after all (1) */
 	A_NKINDS
 };
 
@@ -177,6 +188,11 @@ static void lease_event(lease_world *w, int i, int event, lease_facts f, int att
 		w->caller[i] = 0;
 		w->mem[i] = (int8_t)to;
 		break;
+	case LEASE_GRACE:
+		if (!w->grace[i]) /* its end stored with the lease's next commit */
+			w->grace[i] = 1;
+		MOVE("; C%d's lease kept a grace for a retry", i);
+		break;
 	case LEASE_END_RELEASED:
 	case LEASE_END_EXPIRED:
 		w->mem[i] = (int8_t)to;
@@ -222,8 +238,8 @@ static void lease_event(lease_world *w, int i, int event, lease_facts f, int att
 	}
 }
 
-/* The store after a commit: the leases as memory has them; ended ones leave memory. */
-static void commit_ok(lease_world *w, char *note, size_t n)
+/* What the store has once the round commits: the leases as memory has them. */
+static void persist(lease_world *w)
 {
 	for (int i = 0; i < lc.callers; i++) {
 		if (w->mem[i] < 0)
@@ -233,12 +249,53 @@ static void commit_ok(lease_world *w, char *note, size_t n)
 		w->dslot[i] = w->slot[i];
 		w->dlatt[i] = w->latt[i];
 		w->dgrace[i] = w->grace[i];
+	}
+	w->dlast = w->last;
+}
+
+/* The round's commit has an unknown outcome: nothing is answered or taken back, the round
+ * is written again later; what the store has if this write committed is kept aside. */
+static void commit_unknown(lease_world *w)
+{
+	lease_world img = *w;
+	persist(&img);
+	memcpy(w->udur, img.dur, NC);
+	memcpy(w->udtok, img.dtok, NC);
+	memcpy(w->udslot, img.dslot, NC);
+	memcpy(w->udlatt, img.dlatt, NC);
+	memcpy(w->udgrace, img.dgrace, NC);
+	w->udlast = img.dlast;
+	w->unknown = w->faulty = 1;
+	w->unknowns++;
+}
+
+/* The store has the write of unknown outcome: it did commit. */
+static void unknown_committed(lease_world *w)
+{
+	memcpy(w->dur, w->udur, NC);
+	memcpy(w->dtok, w->udtok, NC);
+	memcpy(w->dslot, w->udslot, NC);
+	memcpy(w->dlatt, w->udlatt, NC);
+	memcpy(w->dgrace, w->udgrace, NC);
+	w->dlast = w->udlast;
+}
+
+/* The store after a commit: the leases as memory has them; ended ones leave memory. A round
+ * written again after an unknown outcome lands over that write, taken as committed: the
+ * two differ only in what left memory since, which nothing should have taken back. */
+static void commit_ok(lease_world *w, char *note, size_t n)
+{
+	if (w->unknown)
+		unknown_committed(w);
+	persist(w);
+	for (int i = 0; i < lc.callers; i++) {
+		if (w->mem[i] < 0)
+			continue;
 		w->fresh[i] = 0;
 		if (w->mem[i] >= LEASE_RELEASED)
 			w->mem[i] = -1;
 	}
-	w->dlast = w->last;
-	w->faulty = 0;
+	w->faulty = w->unknown = 0;
 	for (int i = 0; i < lc.callers; i++)
 		for (int t = 1; t <= MAX_TRIES; t++) {
 			int kind = w->rep[i][t - 1], e = w->repe[i][t - 1];
@@ -290,10 +347,35 @@ static void commit_failed(lease_world *w, char *note, size_t n)
 		}
 }
 
-/* Another node takes the partition over: it starts from the store (lease_recover). */
-static void owner_lost(lease_world *w, char *note, size_t n)
+/* commit.c's answer_unconfirmed: the callers of the round are told 503, never success; a
+ * lease granted or held for a retry gets LEASE_UNCONFIRMED; nothing is taken back. */
+static void answer_unconfirmed(lease_world *w, char *note, size_t n, unsigned *bad)
+{
+	for (int i = 0; i < lc.callers; i++)
+		for (int t = 1; t <= MAX_TRIES; t++) {
+			int kind = w->rep[i][t - 1];
+			if (!kind)
+				continue;
+			w->rep[i][t - 1] = R_NONE;
+			if (kind != R_LEFT && w->mem[i] >= 0) {
+				lease_facts f = {.here = 1, .caller = w->caller[i] != 0};
+				MOVE("; C%d's lease unconfirmed", i);
+				lease_event(w, i, LEASE_UNCONFIRMED, f, 0, 0, note, n, bad);
+			}
+			if (w->ph[i] == C_ASKING && w->att[i] == t) {
+				w->ph[i] = C_GONE;
+				MOVE("; C%d told 503", i);
+			}
+		}
+}
+
+/* Another node takes the partition over: it starts from the store (lease_recover); with
+ * committed, from the store where the round of unknown outcome did commit. */
+static void owner_lost(lease_world *w, int committed, char *note, size_t n)
 {
 	w->losses++;
+	if (committed)
+		unknown_committed(w);
 	for (int i = 0; i < lc.callers; i++) {
 		if (w->ph[i] == C_ASKING && !w->out[i]) /* its request was at the old owner */
 			w->ph[i] = C_GONE;
@@ -331,8 +413,9 @@ static void owner_lost(lease_world *w, char *note, size_t n)
 		else
 			lock_enqueue(lk, &rows[i]);
 	}
-	w->faulty = 0;
-	MOVE("the partition goes to another node, which recovers from the store");
+	w->faulty = w->unknown = 0;
+	MOVE("the partition goes to another node, which recovers from the store%s",
+	     committed ? ", where the round of unknown outcome did commit" : "");
 }
 
 /* Whether a "you hold it" to client i is on its way (owed by the round, or being sent). */
@@ -492,7 +575,9 @@ static int lease_step(const void *sv, int a, void *tv, char *note, size_t n, uns
 		break;
 	}
 	case A_COMMIT:
-		if (i > 1 || (i == 1 && w->fails >= lc.max_fails))
+		/* a failure while an outcome is unknown takes nothing back either: it is the
+		 * same as one more unknown outcome */
+		if (i > 1 || (i == 1 && (w->fails >= lc.max_fails || w->unknown)))
 			return 0;
 		MOVE("the round ends");
 		grant_next(w, note, n, bad);
@@ -504,10 +589,29 @@ static int lease_step(const void *sv, int a, void *tv, char *note, size_t n, uns
 			commit_failed(w, note, n);
 		}
 		break;
-	case A_LOST:
-		if (i > 0 || w->losses >= lc.max_losses)
+	case A_UNKNOWN:
+		if (i > 0 || w->unknowns >= lc.max_unknowns)
 			return 0;
-		owner_lost(w, note, n);
+		MOVE("the round ends");
+		grant_next(w, note, n, bad);
+		MOVE("; its commit's outcome is UNKNOWN: nobody answered, the round kept");
+		commit_unknown(w);
+		break;
+	case A_UNCONFIRMED: {
+		int owed = 0;
+		for (int k = 0; k < lc.callers; k++)
+			for (int t = 0; t < MAX_TRIES; t++)
+				owed |= w->rep[k][t];
+		if (i > 0 || !w->unknown || !owed)
+			return 0;
+		MOVE("the commit timeout passes with the round unconfirmed");
+		answer_unconfirmed(w, note, n, bad);
+		break;
+	}
+	case A_LOST:
+		if (i > 1 || w->losses >= lc.max_losses || (i == 1 && !w->unknown))
+			return 0;
+		owner_lost(w, i, note, n);
 		break;
 	}
 	lock_save(w);
@@ -534,7 +638,11 @@ static int lease_step(const void *sv, int a, void *tv, char *note, size_t n, uns
 			w->ctok[k] = 0;
 		if (w->ph[k] != C_ASKING && w->ph[k] != C_HOLDS)
 			w->att[k] = 0;
+		if (!w->unknown)
+			w->udur[k] = w->udtok[k] = w->udslot[k] = w->udlatt[k] = w->udgrace[k] = 0;
 	}
+	if (!w->unknown)
+		w->udlast = 0;
 	return 1;
 }
 
@@ -577,8 +685,10 @@ static int check_leases(lease_cfg cfg, int depth)
 	memset(init.dur, -1, sizeof init.dur);
 	char name[160];
 	snprintf(name, sizeof name,
-		 "leases: %d callers, limit %d, up to %d failed commit(s), %d change(s) of owner%s",
-		 lc.callers, lc.limit, lc.max_fails, lc.max_losses, lc.renew ? ", renewals" : "");
+		 "leases: %d callers, limit %d, up to %d failed commit(s), %d of unknown outcome,"
+		 " %d change(s) of owner%s",
+		 lc.callers, lc.limit, lc.max_fails, lc.max_unknowns, lc.max_losses,
+		 lc.renew ? ", renewals" : "");
 	model m = {name,       sizeof(lease_world), A_NKINDS * NC,    &init,
 		   lease_step, lease_check,	    lease_invariants, I_NINV};
 	int broken = explore(&m, depth);
@@ -591,19 +701,28 @@ static int check_leases(lease_cfg cfg, int depth)
 static void test_leases_two_callers_limit_one(void **state)
 {
 	(void)state;
-	expect_none_broken(check_leases((lease_cfg){2, 1, 1, 1, 1}, 14));
+	expect_none_broken(check_leases((lease_cfg){2, 1, 1, 1, 1, 0}, 14));
 }
 
 static void test_leases_three_callers_limit_one(void **state)
 {
 	(void)state;
-	expect_none_broken(check_leases((lease_cfg){3, 1, 1, 0, 0}, 9));
+	expect_none_broken(check_leases((lease_cfg){3, 1, 1, 0, 0, 0}, 9));
 }
 
 static void test_leases_three_callers_limit_two(void **state)
 {
 	(void)state;
-	expect_none_broken(check_leases((lease_cfg){3, 2, 1, 1, 0}, 8));
+	expect_none_broken(check_leases((lease_cfg){3, 2, 1, 1, 0, 0}, 8));
+}
+
+/* A round's commit of unknown outcome (after a failed one, or not): its callers wait, then
+ * are told 503 with their leases kept a grace; the round is written again, or the partition
+ * goes to another node whose store has it or not. */
+static void test_leases_commit_unknown(void **state)
+{
+	(void)state;
+	expect_none_broken(check_leases((lease_cfg){2, 1, 1, 1, 1, 1}, 15));
 }
 
 int main(void)
@@ -613,6 +732,7 @@ int main(void)
 	    cmocka_unit_test(test_leases_two_callers_limit_one),
 	    cmocka_unit_test(test_leases_three_callers_limit_one),
 	    cmocka_unit_test(test_leases_three_callers_limit_two),
+	    cmocka_unit_test(test_leases_commit_unknown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

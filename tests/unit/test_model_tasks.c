@@ -47,6 +47,7 @@ typedef struct task_world {
 	/* worker v's claim answer owed, once durable: the task, the request, the claim attempt */
 	int8_t rep[NC], repwf[NC], reptry[NC], repcat[NC];
 	int8_t faulty, fails;
+	int8_t unknown, unknowns; /* a commit of unknown outcome pends (write_unknown); so far */
 	/* durable */
 	int8_t dst[NC], datt[NC], dtok[NC];
 	/* the HTTP layer: committed claim answers on their way; give-backs by attempt */
@@ -57,7 +58,7 @@ typedef struct task_world {
 } task_world;
 
 typedef struct task_cfg {
-	int workflows, workers, limit, max_fails, max_claims, max_attempts;
+	int workflows, workers, limit, max_fails, max_claims, max_attempts, max_unknowns;
 } task_cfg;
 
 static task_cfg tc;
@@ -84,6 +85,8 @@ enum task_act_kind {
 	K_EXPIRE,	/* workflow j's claim is not heartbeaten in time */
 	K_RETRY,	/* workflow j's next attempt is due */
 	K_COMMIT,	/* the round ends: grants, then the commit succeeds (0) or fails (1) */
+	K_UNKNOWN,	/* the round ends: grants, then its commit's outcome is unknown */
+	K_UNCONFIRMED,	/* the callers of an unconfirmed round have waited the commit timeout */
 	K_NKINDS
 };
 
@@ -359,8 +362,42 @@ static int task_step(const void *sv, int a, void *tv, char *note, size_t n, unsi
 		w->st[i] = T_QUEUED;
 		lock_enqueue(lk, &rows[i]);
 		break;
+	case K_UNKNOWN:
+		/* nothing is answered or taken back: the round is written again later */
+		if (i > 0 || w->unknowns >= tc.max_unknowns)
+			return 0;
+		MOVE("the round ends");
+		task_grant_next(w, note, n);
+		MOVE("; its commit's outcome is UNKNOWN: nobody answered, the round kept");
+		w->unknown = w->faulty = 1;
+		w->unknowns++;
+		break;
+	case K_UNCONFIRMED: {
+		/* commit.c's answer_unconfirmed: each claim given back, its worker told 503 */
+		int owed = 0;
+		for (int v = 0; v < tc.workers; v++)
+			owed |= w->rep[v];
+		if (i > 0 || !w->unknown || !owed)
+			return 0;
+		MOVE("the commit timeout passes with the round unconfirmed");
+		for (int v = 0; v < tc.workers; v++) {
+			if (!w->rep[v])
+				continue;
+			int j = w->repwf[v];
+			w->unclaim[j] |= (uint16_t)GB(w->att[j], w->repcat[v]);
+			MOVE("; W%d's claim attempt %d given back", v, w->repcat[v]);
+			if (w->ph[v] == C_ASKING && w->cur[v] == w->reptry[v]) {
+				w->ph[v] = C_GONE;
+				MOVE("; W%d told 503", v);
+			}
+			w->rep[v] = 0;
+		}
+		break;
+	}
 	case K_COMMIT:
-		if (i > 1 || (i == 1 && w->fails >= tc.max_fails))
+		/* a failure while an outcome is unknown takes nothing back either: it is the
+		 * same as one more unknown outcome */
+		if (i > 1 || (i == 1 && (w->fails >= tc.max_fails || w->unknown)))
 			return 0;
 		MOVE("the round ends");
 		task_grant_next(w, note, n);
@@ -371,7 +408,7 @@ static int task_step(const void *sv, int a, void *tv, char *note, size_t n, unsi
 				w->datt[j] = w->att[j];
 				w->dtok[j] = w->tok[j];
 			}
-			w->faulty = 0;
+			w->faulty = w->unknown = 0;
 		} else {
 			MOVE("; its commit FAILS");
 			w->faulty = 1;
@@ -458,8 +495,9 @@ static int check_tasks(task_cfg cfg, int depth)
 	}
 	char name[160];
 	snprintf(name, sizeof name,
-		 "tasks: %d workflows, %d workers, limit %d, up to %d failed commit(s)",
-		 tc.workflows, tc.workers, tc.limit, tc.max_fails);
+		 "tasks: %d workflows, %d workers, limit %d, up to %d failed commit(s), %d of"
+		 " unknown outcome",
+		 tc.workflows, tc.workers, tc.limit, tc.max_fails, tc.max_unknowns);
 	model m = {name,      sizeof(task_world), K_NKINDS * NC,   &init,
 		   task_step, task_check,	  task_invariants, J_NINV};
 	int broken = explore(&m, depth);
@@ -472,13 +510,21 @@ static int check_tasks(task_cfg cfg, int depth)
 static void test_tasks_limit_one(void **state)
 {
 	(void)state;
-	expect_none_broken(check_tasks((task_cfg){2, 2, 1, 1, 3, 2}, 12));
+	expect_none_broken(check_tasks((task_cfg){2, 2, 1, 1, 3, 2, 0}, 12));
 }
 
 static void test_tasks_limit_two(void **state)
 {
 	(void)state;
-	expect_none_broken(check_tasks((task_cfg){3, 2, 2, 1, 3, 2}, 10));
+	expect_none_broken(check_tasks((task_cfg){3, 2, 2, 1, 3, 2, 0}, 10));
+}
+
+/* A round's commit of unknown outcome: its claims are given back and their workers told 503
+ * once they have waited, while the round, kept, may still commit. */
+static void test_tasks_commit_unknown(void **state)
+{
+	(void)state;
+	expect_none_broken(check_tasks((task_cfg){2, 2, 1, 0, 3, 2, 1}, 14));
 }
 
 int main(void)
@@ -487,6 +533,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_tasks_limit_one),
 	    cmocka_unit_test(test_tasks_limit_two),
+	    cmocka_unit_test(test_tasks_commit_unknown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
