@@ -12,6 +12,9 @@
  *  - after an asynchronous promotion that lost acknowledged grants (asserted: the new
  *    primary's stored token is below the highest one acknowledged), no fencing token repeats:
  *    every one granted after it is above every one granted before;
+ *  - after a synchronous promotion, nothing acknowledged is lost (asserted first that it was
+ *    acknowledged): tokens, a held lease, a workflow; a grant asked for with the standby down
+ *    is not acknowledged (a batond committing locally would, and the test then fails);
  *  - a task claim acknowledged and lost with the old primary: its step runs again under a
  *    new token, above the one its first worker holds;
  *  - with the synchronous standby down, a commit whose wait for it is cancelled (committed
@@ -527,6 +530,88 @@ static void test_a_commit_waiting_for_the_standby_is_answered_503(void **state)
 	release(s, id);
 }
 
+/* With a synchronous standby, a promotion loses nothing that batond acknowledged. Acknowledged
+ * while the standby streams: grants and releases on "db" (their tokens), a lease still held on
+ * "held", a workflow submitted. Then the standby stops and one more grant is asked for, which
+ * a correct batond cannot acknowledge (its commit waits for the standby: 503 after
+ * --commit-timeout-ms) but a batond that committed locally would; the primary crashes, and
+ * the standby, which never saw that grant, is promoted. Asserted first that something was
+ * acknowledged, then that the new primary has all of it: the token of every grant answered
+ * (the last one included, if it was answered), the lease still held, the workflow. */
+static void test_nothing_acknowledged_is_lost_in_a_synchronous_promotion(void **state)
+{
+	pair *p = *state;
+	if (!hs_store_is_pg())
+		skip();
+	make_synchronous(p);
+	static const char *const more[] = {"--commit-timeout-ms", "1000", NULL};
+	hs_server *s = start_batond_with(p, more);
+	char id[128], held[128];
+	long long last = 0;
+	for (int i = 0; i < 5; i++) {
+		last = grant(s, "db", id, sizeof id);
+		release(s, id);
+	}
+	long long held_token = grant(s, "held", held, sizeof held);
+	hs_response r;
+	assert_int_equal(hs_post(s, "/workflows",
+				 "{\"id\": \"sync-wf\", \"resource\": \"sync-w\", \"workers\":"
+				 " [{\"name\": \"w\", \"external\": true}]}",
+				 &r),
+			 0);
+	long submitted = r.status;
+	hs_response_fini(&r);
+	assert_int_equal(submitted, 201);
+	assert_true(last > 0 && held_token > 0); /* all of it acknowledged */
+	node_stop(&p->n[1]);
+	long long token = 0;
+	int retry_after;
+	long late = acquire_as(s, "db", "sync-late", &token, id, &retry_after);
+	if (late == 200 || late == 201)
+		last = token; /* acknowledged: it must survive too */
+	node_crash(&p->n[0]);
+	assert_int_equal(node_start(&p->n[1]), 0);
+	node_promote(&p->n[1]);
+	long long stored =
+	    node_value(&p->n[1], "SELECT last_token FROM resources WHERE name = 'db'");
+	if (stored < last)
+		fail_msg("the new primary's last token of db is %lld, below %lld, acknowledged"
+			 " (the grant asked for with the standby down was answered %ld)",
+			 stored, last, late);
+	assert_int_equal(
+	    node_value(&p->n[1], "SELECT last_token FROM resources WHERE name = 'held'"),
+	    held_token);
+	assert_int_equal(
+	    node_value(&p->n[1], "SELECT count(*) FROM workflows WHERE id = 'sync-wf'"), 1);
+	/* batond follows the promotion; the lease it acknowledged still holds "held". */
+	int64_t deadline = hs_mono_ms() + WAIT_MS;
+	long status = 0;
+	for (;;) {
+		char path[160];
+		snprintf(path, sizeof path, "/leases/%s", held);
+		if (hs_get(s, path, &r) == 0)
+			status = r.status;
+		const char *st = status == 200 ? hs_str(r.json, "state") : NULL;
+		int ok = st && strcmp(st, "held") == 0;
+		hs_response_fini(&r);
+		if (ok)
+			break;
+		if (hs_mono_ms() > deadline)
+			fail_msg("lease %s, acknowledged as held, is not held after the promotion"
+				 " (HTTP %ld)",
+				 held, status);
+		hs_pause_ms(50);
+	}
+	char other[128];
+	int got;
+	deadline = hs_mono_ms() + WAIT_MS;
+	while ((got = try_hold(s, "held", other, sizeof other)) < 0 && hs_mono_ms() < deadline)
+		hs_pause_ms(50);
+	assert_int_equal(got, 0);
+	assert_true(grant_eventually(s, "db", id, sizeof id) > last);
+	release(s, id);
+}
+
 /* What batond says of its commits' replication: /metrics' baton_store_sync_replication
  * (-1 when absent), and GET /nodes' store.sync_replication (1, 0, -1 null or absent). */
 static void sync_shown(const hs_server *s, int *metric, int *nodes)
@@ -698,6 +783,9 @@ int main(void)
 					    pair_setup, pair_teardown),
 	    cmocka_unit_test_setup_teardown(test_a_commit_waiting_for_the_standby_is_answered_503,
 					    pair_setup, pair_teardown),
+	    cmocka_unit_test_setup_teardown(
+		test_nothing_acknowledged_is_lost_in_a_synchronous_promotion, pair_setup,
+		pair_teardown),
 	    cmocka_unit_test_setup_teardown(test_sync_replication_is_shown_and_required, pair_setup,
 					    pair_teardown),
 	    cmocka_unit_test_setup_teardown(
