@@ -77,11 +77,17 @@ stage() {
 }
 
 # EACH in reverse order: the suites sort by name, and the longest (test_workflows) would
-# otherwise start last and run alone at the end.
+# otherwise start last and run alone at the end; the suites that start PostgreSQL servers
+# of their own and fail them over (test_failover, minutes long) go first for the same reason.
 each=""
+first=""
 for t in "$@"; do
-	each="$t $each"
+	case ${t##*/} in
+	test_failover) first="$first $t" ;;
+	*) each="$t $each" ;;
+	esac
 done
+each="$first $each"
 # shellcheck disable=SC2086 # paths without blanks
 set -- $each
 
