@@ -710,6 +710,8 @@ static void test_claim_retry_keeps_its_claim(void **state)
 	assert_int_equal(r.status, 204);
 	hs_response_fini(&r);
 	assert_int_equal(hs_int(t, "claim_attempt"), 2);
+	/* as another node would send it: the first attempt's give-back keeps the second's */
+	assert_int_equal(give_back_claim(s, "job-1.0.1", "{\"claim_attempt\": 1}"), 409);
 	assert_int_equal(hs_post(s, "/tasks/job-1.0.1/complete", "{\"result\": 1}", &r), 0);
 	assert_int_equal(r.status, 200);
 	hs_response_fini(&r);
