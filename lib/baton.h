@@ -452,10 +452,17 @@ void baton_lease_note(baton_engine *e, const char *id, const char *resource);
 int baton_task_claim(baton_engine *e, const char *worker, const char *resource,
 		     const char *request_id, int64_t wait_ms, int64_t ttl_ms, baton_lease_fn done,
 		     void *ud, baton_error *err);
-/* Gives back the claim of task id answered to claim_attempt (the answer's "claim_attempt")
+/*
+ * Gives back the claim of task id answered to claim_attempt (the answer's "claim_attempt")
  * that could not be delivered or committed: the task is offered again, unless a retry of
- * the claim's request_id arrived since. Any thread; nothing is answered. */
-void baton_task_give_back(baton_engine *e, const char *id, int64_t claim_attempt);
+ * the claim's request_id arrived since, which keeps it (done: BATON_ECONFLICT), or that
+ * attempt is not claimed (BATON_ECONFLICT when the task waits for a claim, BATON_EGONE when
+ * the attempt is over). done NULL: the engine's own, never refused and not answered; else
+ * answered once durable, or refused as a heartbeat is (another node drives the task:
+ * BATON_EBUSY naming it). BATON_EINVAL for a claim_attempt below 1. Any thread.
+ */
+int baton_task_give_back(baton_engine *e, const char *id, int64_t claim_attempt,
+			 baton_lease_fn done, void *ud, baton_error *err);
 enum { BATON_TASK_HEARTBEAT, BATON_TASK_COMPLETE, BATON_TASK_FAIL, BATON_TASK_UNCLAIM };
 /*
  * Reports on task id ("<workflow id>.<step>.<attempt>"): a heartbeat (answered with the

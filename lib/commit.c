@@ -441,7 +441,8 @@ static void take_back(baton_engine *e, const reply *r)
 		if (id)
 			baton_task_give_back(
 			    e, id,
-			    json_integer_value(json_object_get(r->w->lease, "claim_attempt")));
+			    json_integer_value(json_object_get(r->w->lease, "claim_attempt")), NULL,
+			    NULL, &err);
 		break;
 	}
 }
@@ -461,6 +462,7 @@ static void answer_unconfirmed(baton_engine *e)
 		 "the database did not confirm the commit within %lld ms (a synchronous standby"
 		 " down?); it may still complete: ask again with the same id or request_id",
 		 (long long)e->commit_timeout_ms);
+	baton_error err;
 	for (size_t i = 0; i < e->replies.n; i++) {
 		const reply *r = &e->replies.v[i];
 		const char *id = json_string_value(json_object_get(r->w->lease, "id"));
@@ -469,7 +471,8 @@ static void answer_unconfirmed(baton_engine *e)
 		else if (r->kind == REPLY_TASK_CLAIMED && id)
 			baton_task_give_back(
 			    e, id,
-			    json_integer_value(json_object_get(r->w->lease, "claim_attempt")));
+			    json_integer_value(json_object_get(r->w->lease, "claim_attempt")), NULL,
+			    NULL, &err);
 		eng_waiter_done(r->w, BATON_EBUSY, 0, why);
 	}
 	e->replies.n = 0;

@@ -462,6 +462,9 @@ typedef struct task_facts {
 	 * claim's request_id arrived since (answered or not) */
 	int superseded;
 	int unread; /* not here, and the database could not be read to say more */
+	/* TASK_UNCLAIM: somebody waits for its answer (another node passed on the give-back of
+	 * a claim it could not deliver); the engine's own give-back has none */
+	int caller;
 } task_facts;
 hold_move task_next(int state, int event, const task_facts *f);
 

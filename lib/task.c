@@ -394,10 +394,12 @@ static void answer(baton_engine *e, msg *m, const hold_move *mv, const wf_row *w
 		m->w->lease = task_json(wf);
 		eng_waiter_done(m->w, BATON_OK, 0, NULL);
 		return;
-	case HOLD_COMMITTED:
+	case HOLD_COMMITTED: /* an outcome, or a claim given back */
 		m->w->lease = json_pack("{s:s, s:s, s:i, s:i, s:s}", "id", m->id, "workflow_id",
 					wf->id, "step", step, "attempt", attempt, "state",
-					m->idx == TASK_COMPLETE ? "completed" : "failed");
+					m->idx == TASK_COMPLETE ? "completed"
+					: m->idx == TASK_FAIL	? "failed"
+								: "ready");
 		eng_reply(e, m->w, BATON_OK, REPLY_CHANGED, resource); /* once durable */
 		return;
 	case HOLD_REFUSE:
@@ -419,6 +421,7 @@ static void apply_op(baton_engine *e, msg *m, int64_t now)
 	int state = wf ? state_of(wf, step, attempt) : TASK_UNKNOWN;
 	if (wf && m->idx == TASK_UNCLAIM && m->lease_attempt)
 		f.superseded = m->lease_attempt < wf->task_claim_attempt;
+	f.caller = m->idx == TASK_UNCLAIM && m->w;
 	if (!wf && parsed && m->w) /* only a caller needs to know what the store has */
 		state = stored_state(e, wf_id, &f, &stored_resource);
 	hold_move mv = task_next(state, m->idx, &f);
@@ -493,14 +496,30 @@ int baton_task_claim(baton_engine *e, const char *worker, const char *resource,
 	return BATON_OK;
 }
 
-void baton_task_give_back(baton_engine *e, const char *id, int64_t claim_attempt)
+int baton_task_give_back(baton_engine *e, const char *id, int64_t claim_attempt,
+			 baton_lease_fn done, void *ud, baton_error *err)
 {
+	if (claim_attempt < 1)
+		return err_set(err, BATON_EINVAL, "claim_attempt: a whole number from 1");
 	msg *m = xcalloc(1, sizeof *m);
 	m->type = MSG_TASK_OP;
 	m->id = xstrdup(id);
 	m->idx = TASK_UNCLAIM;
 	m->lease_attempt = claim_attempt;
-	eng_post(e, m); /* the engine's own: never refused */
+	if (!done) {
+		eng_post(e, m); /* the engine's own: never refused */
+		return BATON_OK;
+	}
+	m->w = xcalloc(1, sizeof *m->w);
+	m->w->lease_cb = done;
+	m->w->ud = ud;
+	if (eng_post_call(e, m, err)) {
+		free(m->id);
+		free(m->w);
+		free(m);
+		return err->code;
+	}
+	return BATON_OK;
 }
 
 int baton_task_report(baton_engine *e, const char *id, int op, json_t *result, const char *error,

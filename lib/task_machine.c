@@ -14,13 +14,17 @@
  * the same claim retried (its answer lost) is its next attempt and is answered the same
  * task once durable (task.c), not a second one. The give-back of a claim whose answer could
  * not be delivered or whose commit failed (TASK_UNCLAIM) names the claim attempt it undoes,
- * and does nothing once a later attempt arrived (task_facts.superseded).
+ * and does nothing once a later attempt arrived (task_facts.superseded). The same holds for
+ * a give-back that a node which passed the claim on sends to the owner (its caller waits):
+ * it is answered once the task is offered again, 409 when a later attempt keeps the claim
+ * or the task is not claimed, and passed on when another node drives the task.
  */
 #include "internal.h"
 
-static int has_caller(int event)
+static int has_caller(int event, const task_facts *f)
 {
-	return event == TASK_HEARTBEAT || event == TASK_COMPLETE || event == TASK_FAIL;
+	return event == TASK_HEARTBEAT || event == TASK_COMPLETE || event == TASK_FAIL ||
+	       (event == TASK_UNCLAIM && f->caller);
 }
 
 static hold_move move(int to, int what, int answer)
@@ -44,8 +48,11 @@ static hold_move claimed(int event, const task_facts *f)
 		return move(TASK_OVER, TASK_END, HOLD_COMMITTED);
 	case TASK_UNCLAIM:	   /* its claimer could not be told, or the claim was not durable */
 		if (f->superseded) /* unless a retry of the claim came since: it keeps it */
-			break;
-		return move(TASK_READY, TASK_OFFER, HOLD_SILENT);
+			return f->caller ? refuse(TASK_CLAIMED, BATON_ECONFLICT,
+						  "a later attempt of this claim's request arrived:"
+						  " the claim is not given back")
+					 : move(TASK_CLAIMED, TASK_KEEP, HOLD_SILENT);
+		return move(TASK_READY, TASK_OFFER, f->caller ? HOLD_COMMITTED : HOLD_SILENT);
 	case TASK_TIMER:
 		if (f->expired)
 			return move(TASK_OVER, TASK_END_EXPIRED, HOLD_SILENT);
@@ -56,17 +63,21 @@ static hold_move claimed(int event, const task_facts *f)
 
 hold_move task_next(int state, int event, const task_facts *f)
 {
-	if (has_caller(event) && !f->here && f->elsewhere) /* only that node can tell or end it */
+	/* only the node that drives it can tell or end it */
+	if (has_caller(event, f) && !f->here && f->elsewhere)
 		return move(state, TASK_KEEP, HOLD_PASS_ON);
-	if (has_caller(event) && f->unread) /* baton may well have issued it: ask again */
+	if (has_caller(event, f) && f->unread) /* baton may well have issued it: ask again */
 		return refuse(state, BATON_EBUSY,
 			      "the task's workflow could not be read from the database; try again"
 			      " shortly");
-	if (has_caller(event) && state == TASK_UNKNOWN)
+	if (has_caller(event, f) && state == TASK_UNKNOWN)
 		return refuse(state, BATON_ENOTFOUND, "no such task");
 	if (state == TASK_CLAIMED && f->here)
 		return claimed(event, f);
-	if (has_caller(event)) /* not the claimed attempt: given back, expired, or ended */
+	if (state == TASK_READY && f->here && event == TASK_UNCLAIM && f->caller)
+		return refuse(state, BATON_ECONFLICT,
+			      "the task is not claimed: there is no claim to give back");
+	if (has_caller(event, f)) /* not the claimed attempt: given back, expired, or ended */
 		return refuse(state, BATON_EGONE,
 			      "this attempt is over (it expired, was superseded or its "
 			      "workflow ended): its work must not be used");

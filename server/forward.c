@@ -30,9 +30,10 @@
  * A grant that comes back for a client that has gone is given back at the owner
  * (h_leases.c) with DELETE /leases/{id}?attempt=N: the give-back names the attempt whose
  * answer was lost, so the owner tells it from the holder's own release and ignores it once
- * a retry of the same request_id has arrived. A claim, which no other node can give back,
- * runs out with its ttl. Only an owner that answers nothing within DRAIN_MS of the
- * half-close has its exchange cut; it then sees the connection closed before it answers.
+ * a retry of the same request_id has arrived. A claim so is given back at the owner with
+ * POST /tasks/{id}/give-back {"claim_attempt": N} (h_tasks.c), under the same rule. Only an
+ * owner that answers nothing within DRAIN_MS of the half-close has its exchange cut; it
+ * then sees the connection closed before it answers.
  */
 #include "server.h"
 
@@ -276,23 +277,51 @@ void srv_forward_fini(srv_forward *f)
 	f->body_len = 0;
 }
 
-int srv_forward_give_back(srv *s, const char *base, const char *authorization, const char *id,
-			  int64_t attempt)
+/* One give-back sent to the node that answered (method url, body NULL: none). 0 when given
+ * back, or when the owner found nothing to give back: 404, 410 (over), 409 (a later attempt
+ * arrived, and the hold is that attempt's). */
+static int give_back_at(srv *s, const char *method, const char *url, const char *body,
+			const char *authorization)
 {
-	char url[MAX_FORWARD_URL + 400], by[200], auth[600] = "";
-	snprintf(url, sizeof url, "%s/leases/%s?attempt=%lld", base, id, (long long)attempt);
+	char by[200], auth[600] = "";
 	snprintf(by, sizeof by, "Baton-Forwarded: %s", s->cfg->node_id);
 	if (authorization)
 		snprintf(auth, sizeof auth, "Authorization: %s", authorization);
-	const char *headers[] = {by, auth[0] ? auth : NULL, NULL};
-	baton_http_req q = {.method = "DELETE", .url = url, .headers = headers, .timeout_ms = 5000};
+	const char *headers[4] = {by};
+	int h = 1;
+	if (body)
+		headers[h++] = "Content-Type: application/json";
+	if (auth[0])
+		headers[h++] = auth;
+	baton_http_req q = {.method = method,
+			    .url = url,
+			    .headers = headers,
+			    .body = body,
+			    .body_len = body ? strlen(body) : 0,
+			    .timeout_ms = 5000};
 	baton_http_resp p;
 	int rc = baton_http_exchange(NULL, &q, &p);
 	free(p.body);
-	/* 409: a later attempt arrived, and the lease is that attempt's */
 	return rc == 0 && (p.status == 204 || p.status == 404 || p.status == 409 || p.status == 410)
 		   ? 0
 		   : -1;
+}
+
+int srv_forward_give_back(srv *s, const char *base, const char *authorization, const char *id,
+			  int64_t attempt)
+{
+	char url[MAX_FORWARD_URL + 400];
+	snprintf(url, sizeof url, "%s/leases/%s?attempt=%lld", base, id, (long long)attempt);
+	return give_back_at(s, "DELETE", url, NULL, authorization);
+}
+
+int srv_forward_claim_give_back(srv *s, const char *base, const char *authorization, const char *id,
+				int64_t claim_attempt)
+{
+	char url[MAX_FORWARD_URL + 400], body[64];
+	snprintf(url, sizeof url, "%s/tasks/%s/give-back", base, id);
+	snprintf(body, sizeof body, "{\"claim_attempt\": %lld}", (long long)claim_attempt);
+	return give_back_at(s, "POST", url, body, authorization);
 }
 
 const char *srv_forward_auth(const srv_forward *f)

@@ -1,18 +1,22 @@
 /*
  * h_tasks.c - handlers of external workers: POST /tasks/claim (a long poll), and
- * POST /tasks/{id}/heartbeat, /complete, /fail. The engine answers (lib/task.c); the
- * requests wait for it without holding an HTTP thread (wait.c). A claim whose client is
- * found gone when its answer is built, or whose answer could not be sent, is given back
- * (offered to the next claim) instead of waiting for its ttl to run out.
+ * POST /tasks/{id}/heartbeat, /complete, /fail, /give-back. The engine answers
+ * (lib/task.c); the requests wait for it without holding an HTTP thread (wait.c). A claim
+ * whose client is found gone when its answer is built, or whose answer could not be sent,
+ * is given back (offered to the next claim) instead of waiting for its ttl to run out,
+ * naming the claim_attempt that answer told. When the claim was passed on to the node that
+ * drives the task (forward.c), that node gives it back: POST /tasks/{id}/give-back
+ * {"claim_attempt": N}, which does nothing once a later attempt of the claim arrived.
  */
 #include "server.h"
 
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 typedef struct task_answer {
-	int rc, claim;
+	int rc, claim, give_back;
 	json_t *task;
 	char why[512];
 	int64_t wait_ms;
@@ -36,23 +40,59 @@ static void on_task(void *ud, int rc, int created, json_t *task, const char *why
 	srv_wait_done(r);
 }
 
-/* Gives a claimed task back to its queue: its worker will never see the claim. */
 /* The claim answered in task could not be delivered: given back, naming its claim_attempt
- * (a retry of the claim's request_id that arrived since keeps it). */
-static void unclaim(srv *s, const json_t *task)
+ * (a retry of the claim's request_id that arrived since keeps it); at the node that answered
+ * it (by: its URL) when it was passed on. */
+static void unclaim(srv *s, const char *by, const char *authorization, const json_t *task)
 {
-	baton_task_give_back(s->engine, json_string_value(json_object_get(task, "id")),
-			     json_integer_value(json_object_get(task, "claim_attempt")));
+	const char *id = json_string_value(json_object_get(task, "id"));
+	json_int_t attempt = json_integer_value(json_object_get(task, "claim_attempt"));
+	baton_error err;
+	if (!id || attempt < 1)
+		return;
+	if (by)
+		srv_forward_claim_give_back(s, by, authorization, id, attempt);
+	else
+		baton_task_give_back(s->engine, id, attempt, NULL, NULL, &err);
+}
+
+static int worker_gone(response *out)
+{
+	/* One that only half-closed still reads this answer, which must say so. */
+	return reply_problem(out, 409,
+			     "the worker closed its side of the connection before the"
+			     " claim could be answered: the task is offered again");
+}
+
+/* The answer of the node that drives the task, relayed. A claim for a worker that has gone
+ * is given back there at once, naming its claim_attempt, as answered does here. */
+static int relayed(srv *s, request *r, task_answer *a, response *out)
+{
+	int status = srv_forward_reply(&a->fwd, out);
+	json_t *task =
+	    a->claim && status == 200 && out->text ? json_loads(out->text, 0, NULL) : NULL;
+	const char *id = json_string_value(json_object_get(task, "id"));
+	if (id && srv_peer_gone(r->fd)) {
+		unclaim(s, a->fwd.url, r->authorization, task);
+		free(out->text);
+		out->text = NULL;
+		out->location[0] = 0;
+		status = worker_gone(out);
+	} else if (id) {
+		snprintf(r->task_claimed, sizeof r->task_claimed, "%s", id);
+		snprintf(r->claimed_by, sizeof r->claimed_by, "%s", a->fwd.url);
+		r->claim_attempt = json_integer_value(json_object_get(task, "claim_attempt"));
+	}
+	json_decref(task);
+	srv_forward_fini(&a->fwd);
+	return status;
 }
 
 static int answered(srv *s, request *r, void *data, response *out)
 {
 	task_answer *a = data;
-	if (a->forwarded) { /* a claim relayed to a worker that has gone runs out with its ttl */
-		int status = srv_forward_reply(&a->fwd, out);
-		srv_forward_fini(&a->fwd);
-		return status;
-	}
+	if (a->forwarded)
+		return relayed(s, r, a, out);
 	json_t *task = a->task;
 	a->task = NULL;
 	if (a->rc) {
@@ -63,21 +103,18 @@ static int answered(srv *s, request *r, void *data, response *out)
 		json_decref(task);
 		return out->status;
 	}
-	if (!task) { /* no task within wait_ms */
+	if (!task || a->give_back) { /* no task within wait_ms; a claim given back */
+		json_decref(task);
 		out->status = 204;
 		return 204;
 	}
 	const char *id = json_string_value(json_object_get(task, "id"));
 	if (a->claim && id) {
 		if (srv_peer_gone(srv_conn_fd(r->conn))) {
-			/* Claimed for a worker that closed its side: offered again at once. One
-			 * that only half-closed still reads this answer, which must say so. */
-			unclaim(s, task);
+			/* Claimed for a worker that closed its side: offered again at once. */
+			unclaim(s, NULL, NULL, task);
 			json_decref(task);
-			return reply_problem(
-			    out, 409,
-			    "the worker closed its side of the connection before the"
-			    " claim could be answered: the task is offered again");
+			return worker_gone(out);
 		}
 		snprintf(r->task_claimed, sizeof r->task_claimed, "%s", id);
 		r->claim_attempt = json_integer_value(json_object_get(task, "claim_attempt"));
@@ -91,20 +128,29 @@ static void dropped(srv *s, void *data)
 {
 	task_answer *a = data;
 	if (a->forwarded) {
+		json_t *task = a->claim && a->fwd.status == 200
+				   ? json_loadb(a->fwd.body, a->fwd.body_len, 0, NULL)
+				   : NULL;
+		unclaim(s, a->fwd.url, srv_forward_auth(&a->fwd), task);
+		json_decref(task);
 		srv_forward_fini(&a->fwd);
 		return;
 	}
-	const char *id = json_string_value(json_object_get(a->task, "id"));
-	if (!a->rc && a->claim && id)
-		unclaim(s, a->task);
+	if (!a->rc && a->claim)
+		unclaim(s, NULL, NULL, a->task);
 	json_decref(a->task);
 	a->task = NULL;
 }
 
 void srv_task_unsent(srv *s, request *r)
 {
-	if (r->task_claimed[0])
-		baton_task_give_back(s->engine, r->task_claimed, r->claim_attempt);
+	baton_error err;
+	if (r->task_claimed[0] && r->claimed_by[0])
+		srv_forward_claim_give_back(s, r->claimed_by, r->authorization, r->task_claimed,
+					    r->claim_attempt);
+	else if (r->task_claimed[0])
+		baton_task_give_back(s->engine, r->task_claimed, r->claim_attempt, NULL, NULL,
+				     &err);
 }
 
 static task_answer *begin(srv *s, request *r, int claim, int64_t wait_ms, response *out)
@@ -165,6 +211,38 @@ static int report(srv *s, request *r, const char *id, int op, json_t *result, co
 	}
 	baton_error err = {0};
 	if (baton_task_report(s->engine, id, op, result, error, retryable, on_task, r, &err)) {
+		srv_wait_cancel(s, r);
+		return reply_error(out, &err);
+	}
+	return srv_wait_suspend(s, r, out);
+}
+
+/* POST /tasks/{id}/give-back {"claim_attempt": N}: the claim answered to that attempt (the
+ * answer's "claim_attempt") is given back, and the task offered to the next claim; 409 once
+ * a later attempt of the claim arrived (it keeps the claim) or when nothing is claimed. A
+ * node that passed a claim on sends it when it could not deliver the owner's answer. */
+int h_task_give_back(srv *s, const request *cr, const char *const *p, response *out)
+{
+	static const char *const keys[] = {"claim_attempt", NULL};
+	request *r = (request *)cr;
+	json_t *body;
+	int64_t attempt = 0;
+	if (read_json_body(r, out, &body))
+		return out->status;
+	int bad = body_only_fields(body, keys, out) ||
+		  body_field_int(body, "claim_attempt", 1, LLONG_MAX, &attempt, out);
+	json_decref(body);
+	if (bad)
+		return out->status;
+	if (!attempt)
+		return reply_problem(out, 400,
+				     "claim_attempt: is required (a whole number from 1)");
+	task_answer *a = begin(s, r, 0, 0, out);
+	if (!a)
+		return out->status;
+	a->give_back = 1;
+	baton_error err = {0};
+	if (baton_task_give_back(s->engine, p[0], attempt, on_task, r, &err)) {
 		srv_wait_cancel(s, r);
 		return reply_error(out, &err);
 	}

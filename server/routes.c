@@ -29,6 +29,7 @@ static const route_def routes[] = {
     {"POST", "/tasks/{id}/heartbeat", h_task_heartbeat},
     {"POST", "/tasks/{id}/complete", h_task_complete},
     {"POST", "/tasks/{id}/fail", h_task_fail},
+    {"POST", "/tasks/{id}/give-back", h_task_give_back},
     {"GET", "/healthz", h_healthz},
     {"GET", "/readyz", h_readyz},
     {"GET", "/nodes", h_nodes},

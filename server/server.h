@@ -129,6 +129,7 @@ typedef struct request {
 	int64_t granted_attempt;	  /* the attempt of it that this answer tells */
 	char task_claimed[200];		  /* a task claimed in this answer (h_tasks.c) */
 	int64_t claim_attempt;		  /* and the claim attempt it tells */
+	char claimed_by[MAX_FORWARD_URL]; /* the node that answered the claim, when passed on */
 } request;
 
 void srv_forward_counts(unsigned long long *total, unsigned long long *failed);
@@ -181,10 +182,15 @@ int srv_forward_refused(request *r, int rc, const json_t *answer, srv_forward *f
 /* The answer to relay (f->status 0: 503 naming the owner). */
 int srv_forward_reply(const srv_forward *f, response *out);
 void srv_forward_fini(srv_forward *f);
-/* DELETE path at the node at url: a lease it granted for a client that has gone. 0 when
- * released (or found ended). */
+/* DELETE /leases/{id}?attempt=N at the node at url: a lease it granted for a client that
+ * has gone, given back naming the attempt it answered. 0 when released (or found ended, or
+ * kept by a later attempt). Blocks for up to 5 s. */
 int srv_forward_give_back(srv *s, const char *url, const char *authorization, const char *id,
 			  int64_t attempt);
+/* POST /tasks/{id}/give-back {"claim_attempt": N} at the node at url: a claim it answered
+ * for a worker that has gone, given back naming its claim_attempt. 0 as above. */
+int srv_forward_claim_give_back(srv *s, const char *url, const char *authorization, const char *id,
+				int64_t claim_attempt);
 /* Cuts every exchange under way and waits for their threads; none starts after. */
 void srv_forwards_stop(void);
 /* The Authorization value that f passes on, NULL when none. */
@@ -306,6 +312,7 @@ int h_task_claim(srv *s, const request *r, const char *const *p, response *out);
 int h_task_heartbeat(srv *s, const request *r, const char *const *p, response *out);
 int h_task_complete(srv *s, const request *r, const char *const *p, response *out);
 int h_task_fail(srv *s, const request *r, const char *const *p, response *out);
+int h_task_give_back(srv *s, const request *r, const char *const *p, response *out);
 /* A request whose answer gave out a task ended without sending it: the task is offered again. */
 void srv_task_unsent(srv *s, request *r);
 

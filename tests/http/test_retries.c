@@ -10,7 +10,8 @@
  *  - the give-back of a first attempt's grant does nothing once the retry arrived, on one
  *    node and through a node that passes both on (a cluster, on PostgreSQL);
  *  - a grant the owner wrote to a node that passed the acquire on, whose client left
- *    meanwhile, is given back, not held for nobody until its ttl;
+ *    meanwhile, is given back, not held for nobody until its ttl; a claim passed on so,
+ *    likewise;
  *  - a retry that arrives in the round of the grant is answered once the grant is durable,
  *    and told 503 with it when its commit fails;
  *  - a renewal that arrives after its lease expired answers 410, in the expiry's round too;
@@ -483,6 +484,92 @@ static void test_grant_through_another_node_for_a_client_gone(void **state)
 		fail_msg("%s stayed held for nobody", res);
 }
 
+typedef struct claimed_from {
+	const hs_server *s;
+	const char *body;
+	json_t *task; /* the task claimed, once claimed */
+} claimed_from;
+
+/* A claim that does not wait is given a task (200); one answered 204 changes nothing. */
+static bool claimed(void *arg)
+{
+	claimed_from *c = arg;
+	hs_response r;
+	bool ok = hs_post(c->s, "/tasks/claim", c->body, &r) == 0 && r.status == 200;
+	if (ok)
+		c->task = json_incref(r.json);
+	hs_response_fini(&r);
+	return ok;
+}
+
+/* Gives back task id's claim_attempt through s; its status. */
+static long give_back_claim(const hs_server *s, const char *id, const char *body)
+{
+	char path[200];
+	snprintf(path, sizeof path, "/tasks/%s/give-back", id);
+	hs_response r;
+	assert_int_equal(hs_post(s, path, body, &r), 0);
+	long status = r.status;
+	hs_response_fini(&r);
+	return status;
+}
+
+/* A claim passed on through node1, granted by node0, whose worker left before the answer
+ * reached it: node0 holds the answer until the worker's connection is reset, then answers
+ * node1, which finds its worker gone. node1 gives the claim back at node0, naming its
+ * claim_attempt, rather than leave the step claimed for nobody until its ttl runs out: a
+ * claim that does not wait gets the task, long before the ttl of 60 s. */
+static void test_claim_through_another_node_for_a_worker_gone(void **state)
+{
+	cfixture *c = *state;
+	if (!hs_store_is_pg())
+		skip(); /* a cluster runs on PostgreSQL */
+	fixture *f = &c->f;
+	const hs_server *owner = c->cl.node[0], *via = c->cl.node[1];
+	assert_true(cl_wait_balanced(&c->cl, 0, 3, WAIT_MS));
+	char res[64], body[256];
+	unsigned long long avoid = 0;
+	cl_pick_resource(&c->cl, 0, "claim", &avoid, res, sizeof res);
+	json_decref(hs_create_workflow(owner, json_pack("{s:s, s:s, s:[{s:s, s:b}]}", "id",
+							"far-job", "resource", res, "workers",
+							"name", "ext", "external", 1)));
+	json_decref(hs_wait_step(owner, "far-job", 0, "running", WAIT_MS));
+	snprintf(body, sizeof body,
+		 "{\"worker\": \"ext\", \"resource\": \"%s\", \"request_id\": \"far-1\","
+		 " \"wait_ms\": 0, \"ttl_ms\": 60000}",
+		 res);
+	write_file(f->hold, "round");
+	int w = raw_send(via, "POST", "/tasks/claim", body);
+	hold_wait(f, "round", "claim far-1");
+	write_file(f->hold, "answers");
+	hold_wait(f, "answers", NULL); /* claimed and durable; its answer waits */
+	raw_reset(w);
+	unlink(f->hold);
+	snprintf(body, sizeof body, "{\"resource\": \"%s\", \"wait_ms\": 0}", res);
+	claimed_from again = {owner, body, NULL};
+	if (!hs_wait_until(claimed, &again, 20000))
+		fail_msg("far-job's step stayed claimed for a worker that had gone");
+	assert_string_equal(hs_str(again.task, "id"), "far-job.0.1");
+	assert_int_equal(hs_int(again.task, "claim_attempt"), 2);
+	/* a give-back of the first claim, passed on by node1, leaves the second one alone */
+	assert_int_equal(give_back_claim(via, "far-job.0.1", "{\"claim_attempt\": 1}"), 409);
+	assert_int_equal(give_back_claim(via, "far-job.0.1", "{\"claim_attempt\": 0}"), 400);
+	assert_int_equal(give_back_claim(via, "far-job.0.1", "{}"), 400);
+	hs_response r;
+	assert_int_equal(hs_post(owner, "/tasks/claim", body, &r), 0);
+	assert_int_equal(r.status, 204);
+	hs_response_fini(&r);
+	/* the second one's own give-back offers the task again */
+	assert_int_equal(give_back_claim(via, "far-job.0.1", "{\"claim_attempt\": 2}"), 204);
+	assert_int_equal(give_back_claim(via, "far-job.0.1", "{\"claim_attempt\": 2}"), 409);
+	assert_int_equal(give_back_claim(owner, "far-job.9.1", "{\"claim_attempt\": 1}"), 410);
+	json_decref(again.task);
+	again.task = NULL;
+	assert_true(claimed(&again));
+	assert_int_equal(hs_int(again.task, "claim_attempt"), 3);
+	json_decref(again.task);
+}
+
 /* Item: "held" is promised only for a committed grant. The retry arrives in the round that
  * grants its lease, and that round's commit fails: the retry is told 503, as the first
  * attempt is, and the grant is given back. */
@@ -623,6 +710,8 @@ static void test_claim_retry_keeps_its_claim(void **state)
 	assert_int_equal(r.status, 204);
 	hs_response_fini(&r);
 	assert_int_equal(hs_int(t, "claim_attempt"), 2);
+	/* as another node would send it: the first attempt's give-back keeps the second's */
+	assert_int_equal(give_back_claim(s, "job-1.0.1", "{\"claim_attempt\": 1}"), 409);
 	assert_int_equal(hs_post(s, "/tasks/job-1.0.1/complete", "{\"result\": 1}", &r), 0);
 	assert_int_equal(r.status, 200);
 	hs_response_fini(&r);
@@ -709,6 +798,8 @@ int main(void)
 	    cmocka_unit_test_setup_teardown(test_give_back_through_another_node, cluster_setup,
 					    cluster_teardown),
 	    cmocka_unit_test_setup_teardown(test_grant_through_another_node_for_a_client_gone,
+					    cluster_setup, cluster_teardown),
+	    cmocka_unit_test_setup_teardown(test_claim_through_another_node_for_a_worker_gone,
 					    cluster_setup, cluster_teardown),
 	    cmocka_unit_test_setup_teardown(test_retry_waits_for_the_grants_commit, setup,
 					    teardown),

@@ -661,11 +661,12 @@ static void test_a_stale_give_back_never_names_a_later_claim(void **state)
 	json_t *again = claim_now(f->e, "w-1", 30000); /* its answer was lost: the same claim */
 	assert_string_equal(json_string_value(json_object_get(again, "id")), "job.0.1");
 	assert_int_equal(json_integer_value(json_object_get(again, "claim_attempt")), 2);
-	baton_task_give_back(f->e, "job.0.1", 2);     /* the retry's answer failed too */
+	baton_error err;
+	baton_task_give_back(f->e, "job.0.1", 2, NULL, NULL, &err); /* the retry's failed too */
 	json_t *other = claim_now(f->e, NULL, 30000); /* another worker gets the step */
 	assert_non_null(other);
 	assert_string_equal(json_string_value(json_object_get(other, "id")), "job.0.1");
-	baton_task_give_back(f->e, "job.0.1", 1); /* the first answer's, still on its way */
+	baton_task_give_back(f->e, "job.0.1", 1, NULL, NULL, &err); /* the first answer's */
 	json_t *third = claim_now(f->e, NULL, 0);
 	if (third)
 		fail_msg("task %s (claim attempt %lld) given to a third claim while claimed",

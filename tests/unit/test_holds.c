@@ -244,14 +244,40 @@ static void test_task_not_claimed_here(void **state)
 	expect(task_next(TASK_OVER, TASK_TIMER, &f), TASK_OVER, TASK_KEEP, HOLD_SILENT);
 }
 
+/* A give-back passed on by another node waits for its answer: once the task is offered
+ * again (durable), 409 when a later attempt keeps the claim or nothing is claimed, 410 for
+ * an attempt that is over, and passed on to the node that drives the task. */
+static void test_task_give_back_with_a_caller(void **state)
+{
+	(void)state;
+	task_facts f = {.here = 1, .caller = 1};
+	expect(task_next(TASK_CLAIMED, TASK_UNCLAIM, &f), TASK_READY, TASK_OFFER, HOLD_COMMITTED);
+	task_facts retried = {.here = 1, .superseded = 1, .caller = 1};
+	hold_move m = task_next(TASK_CLAIMED, TASK_UNCLAIM, &retried);
+	expect(m, TASK_CLAIMED, TASK_KEEP, HOLD_REFUSE);
+	assert_int_equal(m.code, BATON_ECONFLICT);
+	m = task_next(TASK_READY, TASK_UNCLAIM, &f);
+	expect(m, TASK_READY, TASK_KEEP, HOLD_REFUSE);
+	assert_int_equal(m.code, BATON_ECONFLICT);
+	m = task_next(TASK_OVER, TASK_UNCLAIM, &f);
+	assert_int_equal(m.code, BATON_EGONE);
+	task_facts stored = {.caller = 1}, there = {.elsewhere = 1, .caller = 1};
+	m = task_next(TASK_UNKNOWN, TASK_UNCLAIM, &stored);
+	assert_int_equal(m.code, BATON_ENOTFOUND);
+	expect(task_next(TASK_OVER, TASK_UNCLAIM, &there), TASK_OVER, TASK_KEEP, HOLD_PASS_ON);
+}
+
 static void test_task_rules_hold_everywhere(void **state)
 {
 	(void)state;
 	for (int s = TASK_READY; s <= TASK_UNKNOWN; s++)
 		for (int ev = TASK_HEARTBEAT; ev <= TASK_CANCEL; ev++)
-			for (int bits = 0; bits < 16; bits++) {
-				task_facts f = {bits & 1, bits >> 1 & 1, bits >> 2 & 1,
-						bits >> 3 & 1, 0};
+			for (int bits = 0; bits < 32; bits++) {
+				task_facts f = {.here = bits & 1,
+						.elsewhere = bits >> 1 & 1,
+						.expired = bits >> 2 & 1,
+						.superseded = bits >> 3 & 1,
+						.caller = bits >> 4 & 1};
 				hold_move m = task_next(s, ev, &f);
 				/* the give-back of a claim attempt after which a retry of its
 				 * request_id arrived does nothing */
@@ -263,7 +289,7 @@ static void test_task_rules_hold_everywhere(void **state)
 					assert_int_equal(ev, TASK_CLAIM);
 				if (m.act != TASK_KEEP)
 					assert_true(f.here);
-				int caller = ev <= TASK_FAIL;
+				int caller = ev <= TASK_FAIL || (ev == TASK_UNCLAIM && f.caller);
 				assert_true(caller ? m.answer != HOLD_SILENT
 						   : m.answer == HOLD_SILENT ||
 							 m.answer == HOLD_GRANT);
@@ -299,6 +325,7 @@ int main(void)
 	    cmocka_unit_test(test_lease_rules_hold_everywhere),
 	    cmocka_unit_test(test_task_claimed),
 	    cmocka_unit_test(test_task_not_claimed_here),
+	    cmocka_unit_test(test_task_give_back_with_a_caller),
 	    cmocka_unit_test(test_task_rules_hold_everywhere),
 	    cmocka_unit_test(test_proof_clock_counts_suspended_time),
 	};
