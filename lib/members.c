@@ -264,9 +264,8 @@ static void lose(baton_engine *e, uint64_t lost)
 	e->parts_lost += (uint64_t)count_parts(lost);
 	pthread_mutex_unlock(&e->metrics_mu);
 	log_at(&e->log, BATON_LOG_WARN, NULL,
-	       "node %s no longer drives %d partition%s at the epoch it held (its lease ran out,"
-	       " or the database failed over to a new generation); their work goes on where"
-	       " they are driven now",
+	       "node %s lost %d partition%s (its lease ran out, or the database failed over to"
+	       " a new generation); their work goes on where they are driven now",
 	       e->node_id, count_parts(lost), count_parts(lost) == 1 ? "" : "s");
 }
 
