@@ -18,11 +18,38 @@
 /* Ids taken from the store at a time. */
 #define ID_BLOCK 1024
 
+/* After a block could not be taken, how long no other is asked for. */
+#define ID_RETRY_MS 1000
+
+/*
+ * A block of ids from the store. Taking it commits, and that commit waits for a synchronous
+ * standby too, until the store gives up on it (--commit-timeout-ms, pg_store.c), with the
+ * engine thread held: after one failure the next blocks are refused at once for a while,
+ * so that a burst of requests is answered 503 together, not each after a wait of its own.
+ * The block is taken with a synchronous commit, never synchronous_commit = local: a block
+ * committed on a primary alone and lost in a failover would be handed out again by the new
+ * primary, to another node or to this one once its block runs out, while this node goes on
+ * numbering from it (a round of unknown outcome is written again on the new primary with
+ * the seqs it had). And a block whose commit was not confirmed is not used at all.
+ */
+static int take_ids(baton_engine *e, int kind, int64_t *first, baton_error *err)
+{
+	if (mono_ms() < e->ids_retry_at)
+		return err_set(err, BATON_EBUSY, "%s", e->ids_why);
+	int rc = store_next_ids(e->st, kind, ID_BLOCK, first, err);
+	if (rc) {
+		e->ids_retry_at = mono_ms() + ID_RETRY_MS;
+		snprintf(e->ids_why, sizeof e->ids_why, "cannot take ids (%.240s); try again later",
+			 err->msg);
+	}
+	return rc;
+}
+
 static int next_event_seq(baton_engine *e, int64_t *seq, baton_error *err)
 {
 	if (e->event_seq == e->event_seq_end) {
 		int64_t first;
-		int rc = store_next_ids(e->st, STORE_ID_EVENT, ID_BLOCK, &first, err);
+		int rc = take_ids(e, STORE_ID_EVENT, &first, err);
 		if (rc)
 			return rc;
 		e->event_seq = first - 1;
@@ -36,7 +63,7 @@ int eng_next_wf_seq(baton_engine *e, int64_t *seq, baton_error *err)
 {
 	if (e->wf_seq == e->wf_seq_end) {
 		int64_t first;
-		int rc = store_next_ids(e->st, STORE_ID_WORKFLOW, ID_BLOCK, &first, err);
+		int rc = take_ids(e, STORE_ID_WORKFLOW, &first, err);
 		if (rc)
 			return rc;
 		e->wf_seq = first - 1;

@@ -143,7 +143,9 @@ typedef struct baton_engine_config {
 	 * commit that the server has not confirmed by then (a synchronous standby that does not
 	 * answer) is cancelled, and its outcome is unknown until the round, kept, is written
 	 * again: its callers are answered BATON_EBUSY, never success, and a retry of the same
-	 * id or request_id gets the outcome once it is known. */
+	 * id or request_id gets the outcome once it is known. Every other commit on PostgreSQL
+	 * (a block of ids, a delete, a node's lease, the start-up's) is cancelled after it too,
+	 * and fails: the engine thread is never held longer by one. */
 	int64_t commit_timeout_ms;
 	/* PostgreSQL only: every transaction that writes first checks, inside itself, that the
 	 * server's synchronous_standby_names is set, and fails (BATON_EBUSY, so nothing of it

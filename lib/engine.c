@@ -315,7 +315,7 @@ static void apply_submit(baton_engine *e, msg *m, int64_t now)
 	baton_error err = {0};
 	if (eng_next_wf_seq(e, &wf->seq, &err)) {
 		log_at(&e->log, BATON_LOG_WARN, NULL, "cannot number a workflow: %s", err.msg);
-		eng_waiter_done(m->w, BATON_EBUSY, 0, e->fault_why);
+		eng_waiter_done(m->w, BATON_EBUSY, 0, e->ids_why);
 		wf_row_free(wf);
 		return;
 	}
@@ -420,6 +420,9 @@ static void apply_delete(baton_engine *e, msg *m)
 #define PURGE_BATCH   100
 #define PURGE_BUSY_MS 20
 #define PURGE_IDLE_MS 1000
+/* After a pass that failed: its delete's commit may have waited for a synchronous standby
+ * down, as long as --commit-timeout-ms with the engine thread held, so not again soon. */
+#define PURGE_FAILED_MS 10000
 
 static void purge(baton_engine *e)
 {
@@ -432,8 +435,8 @@ static void purge(baton_engine *e)
 		       err.msg);
 	else if (n)
 		count_deleted(e, n);
-	e->purge_at =
-	    mono_ms() + (rc == BATON_OK && n == PURGE_BATCH ? PURGE_BUSY_MS : PURGE_IDLE_MS);
+	int64_t next = n == PURGE_BATCH ? PURGE_BUSY_MS : PURGE_IDLE_MS;
+	e->purge_at = mono_ms() + (rc ? PURGE_FAILED_MS : next);
 }
 
 /* Grants l, when free, to its next waiter. */

@@ -170,6 +170,10 @@ struct baton_engine {
 	strmap *locks;			  /* resource name -> res_lock */
 	int64_t wf_seq, wf_seq_end;	  /* workflow seqs handed out by the store: (wf_seq, end] */
 	int64_t event_seq, event_seq_end; /* likewise for event seqs */
+	/* A block of ids could not be taken (batch.c take_ids): until ids_retry_at (mono_ms) no
+	 * other is asked for, and callers are told ids_why. */
+	int64_t ids_retry_at;
+	char ids_why[300];
 	int64_t lock_seq;
 	unsigned write_gen; /* writes tried so far (batch.c) */
 	/* A write's outcome was unknown and no write has succeeded since: until one does,

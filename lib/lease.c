@@ -612,7 +612,7 @@ static void apply_acquire(baton_engine *e, msg *m, int64_t now)
 		return;
 	}
 	if (eng_next_wf_seq(e, &wf->seq, &err)) {
-		eng_waiter_done(m->w, BATON_EBUSY, 0, e->fault_why);
+		eng_waiter_done(m->w, BATON_EBUSY, 0, e->ids_why);
 		wf_row_free(wf);
 		return;
 	}

@@ -45,6 +45,8 @@
 	X(PQresultErrorMessage)                                                                    \
 	X(PQresultStatus)                                                                          \
 	X(PQsendFlushRequest)                                                                      \
+	X(PQsendQuery)                                                                             \
+	X(PQsendQueryParams)                                                                       \
 	X(PQsetNoticeReceiver)                                                                     \
 	X(PQsendQueryPrepared)                                                                     \
 	X(PQsocket)                                                                                \
@@ -85,6 +87,8 @@ int pg_load_libpq(char *why, size_t n);
 #define PQresultErrorMessage (pg_api.PQresultErrorMessage_)
 #define PQresultStatus	     (pg_api.PQresultStatus_)
 #define PQsendFlushRequest   (pg_api.PQsendFlushRequest_)
+#define PQsendQuery	     (pg_api.PQsendQuery_)
+#define PQsendQueryParams    (pg_api.PQsendQueryParams_)
 #define PQsetNoticeReceiver  (pg_api.PQsetNoticeReceiver_)
 #define PQsendQueryPrepared  (pg_api.PQsendQueryPrepared_)
 #define PQsocket	     (pg_api.PQsocket_)
@@ -214,6 +218,38 @@ int pg_writer(pg_store *s, baton_error *err);
 void pg_writer_failed(pg_store *s);
 /* Runs sql on c; BATON_OK when it succeeded, else the failure in err (may be NULL). */
 int pg_exec_ok(PGconn *c, const char *sql, baton_error *err, const char *what);
+
+/*
+ * The bound on a commit, for every statement that commits on PostgreSQL: a commit waits for
+ * the synchronous standby, for ever when it is down. Results not come by the deadline are
+ * cancelled (the server then commits on the primary only, which is no success), and a
+ * connection that does not answer the cancel within the bound again is given up.
+ */
+typedef struct pg_wait {
+	int64_t deadline; /* mono_ms: results not come by then are cancelled (0: none) */
+	int64_t bound;	  /* the store's commit_timeout_ms: the cancel's own deadline */
+	int cancelled;	  /* the cancel went out */
+	int abandoned;	  /* no result came even after it: the connection is given up */
+} pg_wait;
+/* The wait for what is sent now, under s's commit_timeout_ms. */
+pg_wait pg_wait_start(const pg_store *s);
+/* PQgetResult on c, waiting until w's deadline at most (then w->cancelled); NULL, and
+ * w->abandoned, when even the cancel was not answered in time. */
+PGresult *pg_result_by(PGconn *c, pg_wait *w);
+/*
+ * Runs sql on *c (with parameters p, one statement; or without, several) under the commit
+ * bound: the result as PQexec gives it (the first failure, else the last result), or NULL
+ * with err set. A statement that had to be cancelled (or, on the writer's session, whose
+ * wait for the standby someone else cancelled) has an unknown outcome whatever came back (a
+ * commit cancelled while it waited for the standby is on the primary only): NULL,
+ * err saying it was not confirmed, and *c closed and set to NULL, so that what follows runs
+ * on a new session. prepared: the name of a statement prepared on *c to run instead of sql.
+ */
+PGresult *pg_exec_by(pg_store *s, PGconn **c, const char *sql, const char *prepared,
+		     const pg_params *p, baton_error *err, const char *what);
+/* pg_exec_by expecting rows or success: BATON_OK, or the failure in err (may be NULL). */
+int pg_exec_by_ok(pg_store *s, PGconn **c, const char *sql, const pg_params *p, baton_error *err,
+		  const char *what);
 void pg_bool(pg_params *p, int b);
 /* A JSON value's compact text in the writer's buffer `slot`, valid until the slot is used
  * again (libpq copies parameters when the statement is sent). */

@@ -5,7 +5,6 @@
  */
 #include "pg.h"
 
-#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -30,50 +29,17 @@ typedef struct pipeline {
 	int n;
 	int failed; /* a statement failed: baton's code */
 	const wf_row *culprit;
-	int fenced;	  /* the ownership check refused the batch (BT003) */
-	int commit_sent;  /* the sync that commits the batch was sent */
-	int at_commit;	  /* the failure came after every statement had succeeded */
-	int64_t deadline; /* mono_ms: results not come by then are cancelled (0: none) */
-	int cancelled;	  /* the cancel went out */
-	int abandoned;	  /* no result came even after it: the connection is given up */
+	int fenced;	 /* the ownership check refused the batch (BT003) */
+	int commit_sent; /* the sync that commits the batch was sent */
+	int at_commit;	 /* the failure came after every statement had succeeded */
+	pg_wait wait;	 /* the results' deadline: then cancelled, then abandoned */
 	baton_error *err;
 } pipeline;
 
-/* Asks the server to cancel what the writer's session runs (a commit waiting for a
- * synchronous standby: it then commits on the primary only, and says so, writer_notice). */
-static void cancel(PGconn *c)
-{
-	char why[256];
-	PGcancel *k = PQgetCancel(c);
-	if (k)
-		PQcancel(k, why, sizeof why);
-	PQfreeCancel(k);
-}
-
-/* PQgetResult, waiting until p's deadline at most: then the server is asked to cancel, and
- * given as long again to answer; after that the connection is abandoned (NULL, and
- * p->abandoned), since whatever it would say may never come. */
+/* PQgetResult against the commit bound (pg_result_by). */
 static PGresult *next_result(pipeline *p)
 {
-	PGconn *c = p->s->w;
-	while (p->deadline && !p->abandoned && PQisBusy(c)) {
-		int64_t left = p->deadline - mono_ms();
-		if (left <= 0) {
-			if (p->cancelled) {
-				p->abandoned = 1;
-				return NULL;
-			}
-			cancel(c);
-			p->cancelled = 1;
-			p->deadline = mono_ms() + p->s->commit_timeout_ms;
-			continue;
-		}
-		struct pollfd fd = {.fd = PQsocket(c), .events = POLLIN};
-		if (fd.fd < 0 || poll(&fd, 1, left > 1000 ? 1000 : (int)left) < 0 ||
-		    !PQconsumeInput(c))
-			break; /* broken: PQgetResult says so */
-	}
-	return p->abandoned ? NULL : PQgetResult(c);
+	return pg_result_by(p->s->w, &p->wait);
 }
 
 /* What the check of --require-sync-replication is called (W_SYNC): its failure says why. */
@@ -86,7 +52,7 @@ static void drain(pipeline *p)
 	for (int i = 0; i < p->n; i++) {
 		PGresult *r = next_result(p);
 		if (!r) {
-			if (!p->failed && p->abandoned)
+			if (!p->failed && p->wait.abandoned)
 				p->failed = err_set(p->err, BATON_EIO, "%s: no answer in time",
 						    p->v[i].what);
 			else if (!p->failed)
@@ -111,7 +77,7 @@ static void drain(pipeline *p)
 		/* Each statement's results end with a NULL. */
 		while ((r = next_result(p)) != NULL)
 			PQclear(r);
-		if (PQstatus(c) != CONNECTION_OK || p->abandoned)
+		if (PQstatus(c) != CONNECTION_OK || p->wait.abandoned)
 			break;
 	}
 	p->n = 0;
@@ -510,19 +476,18 @@ static int write_once(pg_store *s, const store_batch *b, int per_row, store_writ
 		return pg_fail(s->w, NULL, err, "entering pipeline mode");
 	s->sync_cancelled = 0;
 	pipeline p = {.s = s, .err = err};
-	if (s->commit_timeout_ms > 0)
-		p.deadline = mono_ms() + s->commit_timeout_ms;
+	p.wait = pg_wait_start(s);
 	send_batch(&p, b, per_row);
 	/* The statements up to the sync are one implicit transaction, committed (or, after a
 	 * failed statement, rolled back) when the server reaches the sync. A server that did
 	 * not answer the statements in time gets no sync: the connection is dropped, and
 	 * what was sent is rolled back. */
-	int sync_sent = !p.abandoned && PQpipelineSync(s->w) == 1;
+	int sync_sent = !p.wait.abandoned && PQpipelineSync(s->w) == 1;
 	if (sync_sent)
 		p.commit_sent = !p.failed;
 	else if (!p.failed)
 		p.failed = pg_fail(s->w, NULL, err, "sending a batch");
-	if (PQstatus(s->w) == CONNECTION_OK && !p.abandoned) {
+	if (PQstatus(s->w) == CONNECTION_OK && !p.wait.abandoned) {
 		drain(&p);
 		/* What follows the statements: the commit's failure if it failed, and the
 		 * sync's own result. */
@@ -537,7 +502,7 @@ static int write_once(pg_store *s, const store_batch *b, int per_row, store_writ
 			}
 			PQclear(r);
 		}
-		if (!synced && !p.failed && p.abandoned) {
+		if (!synced && !p.failed && p.wait.abandoned) {
 			p.failed = err_set(err, BATON_EIO,
 					   "commit: not confirmed within %lld ms, nor cancelled",
 					   (long long)s->commit_timeout_ms);
@@ -546,7 +511,7 @@ static int write_once(pg_store *s, const store_batch *b, int per_row, store_writ
 			p.failed = pg_fail(s->w, NULL, err, "commit");
 			p.at_commit = 1;
 		}
-		if (!p.abandoned)
+		if (!p.wait.abandoned)
 			PQexitPipelineMode(s->w);
 	}
 	/* Committed on this server only (writer_notice): its outcome is unknown until a new
@@ -563,7 +528,7 @@ static int write_once(pg_store *s, const store_batch *b, int per_row, store_writ
 	 * and when the failure came at the commit itself and a retry may clear it: a server
 	 * told to shut down while the commit waited for its WAL flush commits, then says
 	 * "terminating connection" instead of acknowledging. */
-	if (p.abandoned)
+	if (p.wait.abandoned)
 		s->sync_cancelled = 1; /* dropped as one whose commit may be local only */
 	int broken = PQstatus(s->w) != CONNECTION_OK || s->sync_cancelled;
 	why->unknown = p.commit_sent && (broken || (p.at_commit && pg_transient(p.failed)));

@@ -111,20 +111,20 @@ static const char claim_sql[] =
     " ORDER BY q.owner IS DISTINCT FROM $1, q.owner IS NOT NULL, q.id"
     " LIMIT $2 FOR UPDATE SKIP LOCKED) w WHERE p.id = w.id RETURNING p.id, p.epoch";
 
-static PGresult *exec(PGconn *c, const char *sql, const pg_params *p)
+/* Runs sql on *c under the commit bound (pg_exec_by: one not confirmed in time fails, and
+ * *c is closed and set to NULL), expecting rows or success; BATON_OK or the failure in err.
+ * A renewal with a synchronous standby down waits for it (never synchronous_commit = local:
+ * a renewal that a promotion may lose is no renewal), but no longer than that bound, so that
+ * this node stops promising, and stops, in time. */
+static int run_ok(pg_store *s, PGconn **c, const char *sql, const pg_params *p, PGresult **out,
+		  baton_error *err, const char *what)
 {
-	return PQexecParams(c, sql, p ? p->n : 0, NULL, p ? p->v : NULL, p ? p->len : NULL,
-			    p ? p->fmt : NULL, 0);
-}
-
-/* Runs sql expecting rows or success; BATON_OK or the failure in err. */
-static int run_ok(PGconn *c, const char *sql, const pg_params *p, PGresult **out, baton_error *err,
-		  const char *what)
-{
-	PGresult *r = exec(c, sql, p);
+	PGresult *r = pg_exec_by(s, c, sql, NULL, p, err, what);
+	if (!r)
+		return err->code ? err->code : BATON_EIO;
 	ExecStatusType st = PQresultStatus(r);
 	if (st != PGRES_TUPLES_OK && st != PGRES_COMMAND_OK) {
-		int rc = pg_fail(c, r, err, what);
+		int rc = pg_fail(*c, r, err, what);
 		PQclear(r);
 		return rc;
 	}
@@ -149,8 +149,8 @@ static int renew(pg_cluster *cl, int *live, baton_error *err)
 	pg_text(&p, url);
 	PGresult *r;
 	int64_t t0 = proof_ms();
-	int rc =
-	    run_ok(cl->c, cl->joined ? renew_sql : join_sql, &p, &r, err, "renewing the lease");
+	int rc = run_ok(cl->s, &cl->c, cl->joined ? renew_sql : join_sql, &p, &r, err,
+			"renewing the lease");
 	if (rc)
 		return rc;
 	if (PQntuples(r) != 1) {
@@ -228,7 +228,7 @@ static int read_owners(pg_cluster *cl, baton_error *err)
 {
 	PGresult *r;
 	int64_t t0 = proof_ms();
-	int rc = run_ok(cl->c, read_sql, NULL, &r, err, "reading partitions");
+	int rc = run_ok(cl->s, &cl->c, read_sql, NULL, &r, err, "reading partitions");
 	if (rc)
 		return rc;
 	cl->owner.read_at = t0;
@@ -271,7 +271,7 @@ static int claim(pg_cluster *cl, int n, int others, baton_error *err)
 	pg_int(&p, n);
 	pg_bool(&p, others);
 	PGresult *r;
-	int rc = run_ok(cl->c, claim_sql, &p, &r, err, "claiming partitions");
+	int rc = run_ok(cl->s, &cl->c, claim_sql, &p, &r, err, "claiming partitions");
 	if (rc)
 		return rc;
 	for (int i = 0; i < PQntuples(r); i++) {
@@ -479,14 +479,14 @@ int pg_join(store *base, const char *node_id, const char *url, int64_t lease_ms,
 	if (rc == BATON_OK)
 		wait_for_earlier(cl);
 	if (rc == BATON_OK)
-		rc = run_ok(cl->c,
+		rc = run_ok(s, &cl->c,
 			    "UPDATE partitions SET epoch = greatest(epoch + 1, baton_generation())"
 			    " WHERE owner = $1",
 			    &p, NULL, err, "taking back partitions");
 	if (rc == BATON_OK)
 		rc = tick(cl, err);
 	if (rc == BATON_OK) /* the others' shares shrink: they hand over now, not at their tick */
-		pg_exec_ok(cl->c, "NOTIFY baton, 'join'", NULL, "announcing the join");
+		pg_exec_by_ok(s, &cl->c, "NOTIFY baton, 'join'", NULL, NULL, "announcing the join");
 	if (rc == BATON_OK)
 		memcpy(epochs, cl->owner.epoch, sizeof cl->owner.epoch);
 	if (rc == BATON_OK && pthread_create(&cl->thread, NULL, member_main, cl) != 0)
@@ -542,13 +542,14 @@ void pg_leave(store *base)
 		int rc = pg_exec_ok(cl->c, "BEGIN", &err, "begin");
 		if (rc == BATON_OK)
 			rc = run_ok(
-			    cl->c,
+			    s, &cl->c,
 			    "WITH me AS (DELETE FROM nodes WHERE id = $1 AND incarnation = $2"
 			    " RETURNING 1) UPDATE partitions SET owner = NULL WHERE owner = $1"
 			    " AND EXISTS (SELECT 1 FROM me)",
 			    &p, NULL, &err, "giving partitions back");
 		if (rc == BATON_OK)
-			rc = pg_exec_ok(cl->c, "NOTIFY baton, 'free'; COMMIT", &err, "commit");
+			rc = pg_exec_by_ok(s, &cl->c, "NOTIFY baton, 'free'; COMMIT", NULL, &err,
+					   "commit");
 		if (rc)
 			log_at(s->log, BATON_LOG_WARN, NULL,
 			       "node %s could not give its partitions back (%s); the others take "
@@ -575,7 +576,7 @@ static int writer_ok(pg_store *s, const char *sql, const pg_params *p, PGresult 
 {
 	int rc = pg_writer(s, err);
 	if (rc == BATON_OK)
-		rc = run_ok(s->w, sql, p, out, err, what);
+		rc = run_ok(s, &s->w, sql, p, out, err, what);
 	if (rc)
 		pg_writer_failed(s);
 	return rc;

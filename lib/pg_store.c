@@ -40,6 +40,7 @@
  */
 #include "pg.h"
 
+#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -456,6 +457,101 @@ int pg_exec_ok(PGconn *c, const char *sql, baton_error *err, const char *what)
 	return rc;
 }
 
+pg_wait pg_wait_start(const pg_store *s)
+{
+	int64_t bound = s->commit_timeout_ms;
+	return (pg_wait){.deadline = bound > 0 ? mono_ms() + bound : 0, .bound = bound};
+}
+
+/* Asks the server to cancel what c's session runs (a commit waiting for a synchronous
+ * standby: it then commits on the primary only, and warns, writer_notice). */
+static void cancel(PGconn *c)
+{
+	char why[256];
+	PGcancel *k = PQgetCancel(c);
+	if (k)
+		PQcancel(k, why, sizeof why);
+	PQfreeCancel(k);
+}
+
+PGresult *pg_result_by(PGconn *c, pg_wait *w)
+{
+	while (w->deadline && !w->abandoned && PQisBusy(c)) {
+		int64_t left = w->deadline - mono_ms();
+		if (left <= 0) {
+			if (w->cancelled) {
+				w->abandoned = 1;
+				return NULL;
+			}
+			cancel(c);
+			w->cancelled = 1;
+			w->deadline = mono_ms() + w->bound;
+			continue;
+		}
+		struct pollfd fd = {.fd = PQsocket(c), .events = POLLIN};
+		if (fd.fd < 0 || poll(&fd, 1, left > 1000 ? 1000 : (int)left) < 0 ||
+		    !PQconsumeInput(c))
+			break; /* broken: PQgetResult says so */
+	}
+	return w->abandoned ? NULL : PQgetResult(c);
+}
+
+PGresult *pg_exec_by(pg_store *s, PGconn **c, const char *sql, const char *prepared,
+		     const pg_params *p, baton_error *err, const char *what)
+{
+	int sent = prepared ? PQsendQueryPrepared(*c, prepared, p ? p->n : 0, p ? p->v : NULL,
+						  p ? p->len : NULL, p ? p->fmt : NULL, 0)
+		   : p	    ? PQsendQueryParams(*c, sql, p->n, NULL, p->v, p->len, p->fmt, 0)
+			    : PQsendQuery(*c, sql);
+	if (!sent) {
+		pg_fail(*c, NULL, err, what);
+		return NULL;
+	}
+	pg_wait w = pg_wait_start(s);
+	PGresult *keep = NULL, *r;
+	while ((r = pg_result_by(*c, &w)) != NULL) {
+		if (keep && PQresultStatus(keep) == PGRES_FATAL_ERROR) {
+			PQclear(r);
+			continue;
+		}
+		PQclear(keep);
+		keep = r;
+	}
+	/* On the writer's session, a wait cancelled by someone else (writer_notice) too. */
+	if (w.cancelled || (c == &s->w && s->sync_cancelled)) {
+		PQclear(keep);
+		if (w.cancelled)
+			err_set(err, BATON_EIO,
+				"%s: the database did not confirm it within %lld ms (a synchronous"
+				" standby down?); cancelled, its outcome unknown",
+				what, (long long)w.bound);
+		else
+			err_set(err, BATON_EIO,
+				"%s: its wait for the synchronous standby was cancelled; it may be"
+				" on the primary only, its outcome unknown",
+				what);
+		PQfinish(*c);
+		*c = NULL;
+		return NULL;
+	}
+	if (!keep)
+		pg_fail(*c, NULL, err, what);
+	return keep;
+}
+
+int pg_exec_by_ok(pg_store *s, PGconn **c, const char *sql, const pg_params *p, baton_error *err,
+		  const char *what)
+{
+	PGresult *r = pg_exec_by(s, c, sql, NULL, p, err, what);
+	if (!r)
+		return err ? err->code : BATON_EIO;
+	ExecStatusType st = PQresultStatus(r);
+	int rc =
+	    st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK ? BATON_OK : pg_fail(*c, r, err, what);
+	PQclear(r);
+	return rc;
+}
+
 PGconn *pg_connect(pg_store *s, baton_error *err)
 {
 	/* Later keywords win: the URL's own settings override these defaults. A database
@@ -522,8 +618,9 @@ static int migrate_parts(PGconn *c, baton_error *err)
 
 /* Creates or migrates the schema, once, under a lock that a second batond waits for:
  * an empty database gets schema 2 and is migrated like an old one. */
-static int migrate(pg_store *s, PGconn *c, baton_error *err)
+static int migrate(pg_store *s, PGconn **cp, baton_error *err)
 {
+	PGconn *c = *cp;
 	int rc = pg_exec_ok(c, "BEGIN; SELECT pg_advisory_xact_lock(" LOCK_MIGRATE ")", err,
 			    "locking the schema");
 	if (rc)
@@ -581,7 +678,7 @@ static int migrate(pg_store *s, PGconn *c, baton_error *err)
 		pg_exec_ok(c, "ROLLBACK", NULL, "rollback");
 		return rc;
 	}
-	return pg_exec_ok(c, "COMMIT", err, "committing the schema");
+	return pg_exec_by_ok(s, cp, "COMMIT", NULL, err, "committing the schema");
 }
 
 /*
@@ -593,8 +690,9 @@ static int migrate(pg_store *s, PGconn *c, baton_error *err)
  * the operator accepts its identifier (accept): then generation_base rises so that the
  * generation's floor is above every token and epoch stored.
  */
-static int check_identity(pg_store *s, PGconn *c, const char *accept, baton_error *err)
+static int check_identity(pg_store *s, PGconn **cp, const char *accept, baton_error *err)
 {
+	PGconn *c = *cp;
 	/* Under the schema's lock: two batonds starting at once on a new database would both
 	 * find no identifier and both record it. */
 	int rc = pg_exec_ok(c, "BEGIN; SELECT pg_advisory_xact_lock(" LOCK_MIGRATE ")", err,
@@ -655,7 +753,8 @@ static int check_identity(pg_store *s, PGconn *c, const char *accept, baton_erro
 		pg_exec_ok(c, "ROLLBACK", NULL, "rollback");
 		return rc;
 	}
-	return pg_exec_ok(c, "COMMIT", err, "committing the system identifier");
+	/* It commits even when nothing changed: the row lock (FOR UPDATE) has an xid. */
+	return pg_exec_by_ok(s, cp, "COMMIT", NULL, err, "committing the system identifier");
 }
 
 static int prepare_writer(PGconn *c, baton_error *err)
@@ -672,14 +771,6 @@ static int prepare_writer(PGconn *c, baton_error *err)
 			return rc;
 	}
 	return BATON_OK;
-}
-
-static PGresult *run(PGconn *c, int stmt, const pg_params *p)
-{
-	char name[8];
-	snprintf(name, sizeof name, "w%d", stmt);
-	return PQexecPrepared(c, name, p ? p->n : 0, p ? p->v : NULL, p ? p->len : NULL,
-			      p ? p->fmt : NULL, 0);
 }
 
 /*
@@ -798,9 +889,9 @@ static int pg_open(const store_config *cfg, store **out, baton_error *err)
 	PGconn *c = pg_connect(s, err);
 	int rc = c ? BATON_OK : err->code;
 	if (rc == BATON_OK)
-		rc = migrate(s, c, err);
+		rc = migrate(s, &c, err);
 	if (rc == BATON_OK)
-		rc = check_identity(s, c, cfg->accept_sysid, err);
+		rc = check_identity(s, &c, cfg->accept_sysid, err);
 	if (rc == BATON_OK)
 		rc = prepare_writer(c, err);
 	s->w = c;
@@ -821,7 +912,9 @@ static int pg_open(const store_config *cfg, store **out, baton_error *err)
 /*
  * Runs one writer statement on its own (not in a batch), once more on a new connection
  * when the old one turns out to have broken while it was idle (a restarted server): it
- * reads or takes ids, so running it twice is harmless. NULL with err set on failure.
+ * reads or takes ids, so running it twice is harmless. It is bounded as a batch's commit is
+ * (pg_exec_by): one the database did not confirm in time fails, its outcome unknown, and is
+ * not run again. NULL with err set on failure.
  */
 static PGresult *writer_run(pg_store *s, int stmt, const pg_params *p, ExecStatusType want,
 			    const char *what, baton_error *err)
@@ -830,10 +923,17 @@ static PGresult *writer_run(pg_store *s, int stmt, const pg_params *p, ExecStatu
 		int rc = pg_writer(s, err);
 		if (rc)
 			return NULL;
-		PGresult *r = run(s->w, stmt, p);
-		if (PQresultStatus(r) == want)
+		char name[8];
+		snprintf(name, sizeof name, "w%d", stmt);
+		PGresult *r = pg_exec_by(s, &s->w, NULL, name, p, err, what);
+		if (!s->w) { /* not confirmed in time: given up */
+			pg_writer_failed(s);
+			return NULL;
+		}
+		if (r && PQresultStatus(r) == want)
 			return r;
-		pg_fail(s->w, r, err, what);
+		if (r)
+			pg_fail(s->w, r, err, what);
 		PQclear(r);
 		int broken = PQstatus(s->w) != CONNECTION_OK;
 		pg_writer_failed(s);

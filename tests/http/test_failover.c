@@ -20,8 +20,10 @@
  *  - with the synchronous standby down, a commit whose wait for it is cancelled (committed
  *    on the primary only) is never answered as done; the same request_id gets the outcome;
  *  - with the synchronous standby down, a grant is answered 503 with Retry-After once
- *    --commit-timeout-ms has passed, never success; its request_id, asked again once the
- *    standby is back, gets the lease, and a grant nobody came back for is released;
+ *    --commit-timeout-ms has passed, never success, also the first one, whose block of
+ *    ids must commit first; a batond started then exits saying why; a request_id answered
+ *    503, asked again once the standby is back, gets the lease, and a grant nobody came
+ *    back for is released;
  *  - batond shows whether its commits are replicated synchronously (/metrics, GET /nodes),
  *    also after a reload empties synchronous_standby_names; with
  *    --require-sync-replication it then answers grants 503 and stores nothing of them;
@@ -492,7 +494,8 @@ static long acquire_as(const hs_server *s, const char *resource, const char *req
  * Retry-After once --commit-timeout has passed (well before the client's own timeout),
  * never success. Once the standby is back, the grant lands: the same request_id asked
  * again gets that lease; a 503-answered grant whose caller never comes back is released
- * within its grace, so that nobody holds what nobody was told it holds. */
+ * within its grace, so that nobody holds what nobody was told it holds. The first grant,
+ * which takes a block of ids, and a batond's start-up commit too are given up in time. */
 static void test_a_commit_waiting_for_the_standby_is_answered_503(void **state)
 {
 	pair *p = *state;
@@ -502,13 +505,35 @@ static void test_a_commit_waiting_for_the_standby_is_answered_503(void **state)
 	static const char *const more[] = {"--commit-timeout-ms", "1000", NULL};
 	hs_server *s = start_batond_with(p, more);
 	char id[128];
-	long long before = grant(s, "db", id, sizeof id), token;
-	release(s, id);
+	long long token;
 	int retry_after;
+	/* Nothing is numbered yet: the grant needs a block of ids first, whose allocation
+	 * commits too, and is answered 503 within the bound as well. */
+	node_stop(&p->n[1]);
+	long status = acquire_as(s, "db", "sync-0", &token, id, &retry_after);
+	if (status != 503 || !retry_after)
+		fail_msg("with the synchronous standby down, the first grant was answered %ld%s",
+			 status, status == 503 ? " without Retry-After" : "");
+	/* A batond started now cannot record what it must at start-up: it exits, saying so. */
+	char url[256], out[4096];
+	snprintf(url, sizeof url,
+		 "postgresql://postgres@127.0.0.1:%d,127.0.0.1:%d/baton"
+		 "?target_session_attrs=read-write",
+		 p->n[0].port, p->n[1].port);
+	const char *args[] = {"--listen", "127.0.0.1:0",	 "--db", url, "--node-id",
+			      "fo-2",	  "--commit-timeout-ms", "500",	 NULL};
+	int st = hs_run_batond(args, NULL, NULL, 30000, out, sizeof out);
+	if (st == -1 || !WIFEXITED(st) || WEXITSTATUS(st) != 1 || !strstr(out, "not confirm"))
+		fail_msg("a batond started with the synchronous standby down did not exit saying"
+			 " that the database did not confirm its commit (wait status %d): %s",
+			 st, out);
+	assert_int_equal(node_start(&p->n[1]), 0);
+	long long before = grant_eventually(s, "db", id, sizeof id);
+	release(s, id);
 	for (int round = 0; round < 2; round++) {
 		node_stop(&p->n[1]);
 		const char *rid = round == 0 ? "sync-1" : "sync-2";
-		long status = acquire_as(s, "db", rid, &token, id, &retry_after);
+		status = acquire_as(s, "db", rid, &token, id, &retry_after);
 		if (status != 503 || !retry_after)
 			fail_msg("with the synchronous standby down, %s was answered %ld%s", rid,
 				 status, status == 503 ? " without Retry-After" : "");
