@@ -53,10 +53,15 @@
 
 #define WAIT_MS 60000
 
-/* batond on the multi-host URL of both servers, primary first. */
-static hs_server *start_batond(pair *p)
+/* batond on the multi-host URL of both servers, primary first, with more arguments
+ * (NULL-terminated). */
+static hs_server *start_batond_with(pair *p, const char *const *more)
 {
-	static const char *const args[] = {"--lease-ms", "1000", "--node-id", "fo-1", NULL};
+	const char *args[16] = {"--lease-ms", "1000", "--node-id", "fo-1"};
+	size_t n = 4;
+	while (*more && n < 15)
+		args[n++] = *more++;
+	args[n] = NULL;
 	char url[256];
 	snprintf(url, sizeof url,
 		 "postgresql://postgres@127.0.0.1:%d,127.0.0.1:%d/baton"
@@ -68,6 +73,12 @@ static hs_server *start_batond(pair *p)
 	assert_int_equal(hs_set_db(s, url), 0);
 	assert_int_equal(hs_start(s), 0);
 	return s;
+}
+
+static hs_server *start_batond(pair *p)
+{
+	static const char *const none[] = {NULL};
+	return start_batond_with(p, none);
 }
 
 /* ---- leases: a grant, its token, its release -------------------------------------- */
@@ -442,27 +453,6 @@ static void make_synchronous(pair *p)
 			fail_msg("the standby did not become synchronous within %d ms", WAIT_MS);
 		hs_pause_ms(20);
 	}
-}
-
-/* batond on the multi-host URL, as start_batond, with more arguments (NULL-terminated). */
-static hs_server *start_batond_with(pair *p, const char *const *more)
-{
-	const char *args[16] = {"--lease-ms", "1000", "--node-id", "fo-1"};
-	size_t n = 4;
-	while (*more && n < 15)
-		args[n++] = *more++;
-	args[n] = NULL;
-	char url[256];
-	snprintf(url, sizeof url,
-		 "postgresql://postgres@127.0.0.1:%d,127.0.0.1:%d/baton"
-		 "?target_session_attrs=read-write",
-		 p->n[0].port, p->n[1].port);
-	hs_server *s = hs_new(NULL, args);
-	assert_non_null(s);
-	p->s = s;
-	assert_int_equal(hs_set_db(s, url), 0);
-	assert_int_equal(hs_start(s), 0);
-	return s;
 }
 
 /* An acquire of resource's lease with request_id: its status (0: no answer within the
